@@ -1,0 +1,1 @@
+"""Abstract values and the shape/type rules of the specializer."""

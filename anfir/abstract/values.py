@@ -1,0 +1,265 @@
+"""Abstract values: what the specializer knows about a value without running it.
+
+Every class is a frozen dataclass (hashable, comparable), so abstract values
+can key caches (one specialized graph per signature).  ``str()`` gives the
+dump syntax used in ``.ir`` files (``<Float64>``, ``<f64[B, H]>``), which the
+``.ir`` loader parses back.
+
+Tensor dimensions are ``int`` or sympy expressions (dimension variables such
+as ``B`` are ``sympy.Symbol``); ``shape=None`` means "any rank" (``f64[*]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import sympy
+
+Dim = Union[int, sympy.Expr]
+
+
+class _Unknown:
+    """The value of a scalar that is not known at compile time."""
+
+    _instance: Optional["_Unknown"] = None
+
+    def __new__(cls) -> "_Unknown":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+    def __reduce__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+"""Marks a scalar whose value is not known."""
+
+SCALAR_NAMES = {
+    "f16": "Float16", "f32": "Float32", "f64": "Float64",
+    "i8": "Int8", "i16": "Int16", "i32": "Int32", "i64": "Int64",
+    "u8": "UInt8", "bool": "Bool",
+}
+SCALAR_DTYPES = {v: k for k, v in SCALAR_NAMES.items()}
+
+
+class AbstractValue:
+    """Base of every abstract value."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:  # pragma: no cover - every subclass overrides
+        return "<?>"
+
+
+@dataclass(frozen=True)
+class AScalar(AbstractValue):
+    """A Python scalar: ``dtype`` is ``f64`` (float), ``i64`` (int) or ``bool``
+    (or another dtype after a cast); ``value`` is the constant or UNKNOWN."""
+
+    dtype: str
+    value: Any = UNKNOWN
+
+    def __str__(self) -> str:
+        name = SCALAR_NAMES.get(self.dtype, self.dtype)
+        if self.value is UNKNOWN:
+            return f"<{name}>"
+        return f"<{name} = {_scalar_text(self.value)}>"
+
+    def widen(self) -> "AScalar":
+        """The same type with the value forgotten."""
+        return AScalar(self.dtype) if self.value is not UNKNOWN else self
+
+
+@dataclass(frozen=True)
+class ATensor(AbstractValue):
+    """A numpy array of ``dtype`` whose shape is ``shape`` (None: any rank)."""
+
+    dtype: str
+    shape: Optional[tuple[Dim, ...]]
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"<{self.dtype}[*]>"
+        return f"<{self.dtype}[{', '.join(dim_text(d) for d in self.shape)}]>"
+
+    @property
+    def rank(self) -> Optional[int]:
+        """The number of dimensions, or None when unknown."""
+        return None if self.shape is None else len(self.shape)
+
+
+@dataclass(frozen=True)
+class ATuple(AbstractValue):
+    """A tuple whose elements are ``items``."""
+
+    items: tuple[AbstractValue, ...]
+
+    def __str__(self) -> str:
+        return f"<Tuple({', '.join(str(i) for i in self.items)})>"
+
+
+@dataclass(frozen=True)
+class AString(AbstractValue):
+    """A string (``value`` known or UNKNOWN)."""
+
+    value: Any = UNKNOWN
+
+    def __str__(self) -> str:
+        if self.value is UNKNOWN:
+            return "<String>"
+        return f"<String = {_string_text(self.value)}>"
+
+
+@dataclass(frozen=True)
+class ANone(AbstractValue):
+    """None."""
+
+    def __str__(self) -> str:
+        return "<None>"
+
+
+@dataclass(frozen=True)
+class AEnv(AbstractValue):
+    """A gradient environment (the gradient of a closure)."""
+
+    def __str__(self) -> str:
+        return "<GradEnv>"
+
+
+@dataclass(frozen=True)
+class AKey(AbstractValue):
+    """A symbolic key naming a captured value in a gradient environment."""
+
+    def __str__(self) -> str:
+        return "<Key>"
+
+
+@dataclass(frozen=True)
+class AType(AbstractValue):
+    """A type used as a value (e.g. the dtype argument of cast)."""
+
+    def __str__(self) -> str:
+        return "<Type>"
+
+
+@dataclass(frozen=True)
+class AAny(AbstractValue):
+    """Nothing is known (the top of the lattice)."""
+
+    def __str__(self) -> str:
+        return "<Any>"
+
+
+# -- functions ---------------------------------------------------------------
+class FunctionAtom:
+    """One function a value may be: a graph, a primitive, a partial application..."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, eq=False)
+class GraphFn(FunctionAtom):
+    """The graph ``graph`` (a closure when it has free variables).
+
+    Compared by the graph's identity.
+    """
+
+    graph: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GraphFn) and other.graph is self.graph
+
+    def __hash__(self) -> int:
+        return hash(("GraphFn", id(self.graph)))
+
+    def __str__(self) -> str:
+        return f"@{self.graph.name}"
+
+
+@dataclass(frozen=True)
+class PrimFn(FunctionAtom):
+    """A primitive or meta function."""
+
+    prim: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PrimFn) and other.prim is self.prim
+
+    def __hash__(self) -> int:
+        return hash(("PrimFn", id(self.prim)))
+
+    def __str__(self) -> str:
+        return self.prim.name
+
+
+@dataclass(frozen=True)
+class PartialFn(FunctionAtom):
+    """``partial(fn, *args)`` with the arguments' abstract values."""
+
+    fn: FunctionAtom
+    args: tuple[AbstractValue, ...]
+
+    def __str__(self) -> str:
+        return f"partial({self.fn}, {', '.join(str(a) for a in self.args)})"
+
+
+@dataclass(frozen=True)
+class JFn(FunctionAtom):
+    """The J-transform of ``fn`` (returns ``(value, bprop)``)."""
+
+    fn: FunctionAtom
+
+    def __str__(self) -> str:
+        return f"J({self.fn})"
+
+
+@dataclass(frozen=True)
+class AFunction(AbstractValue):
+    """A function value: one of ``options`` (a switch may merge several)."""
+
+    options: frozenset
+
+    def __str__(self) -> str:
+        names = sorted(str(o) for o in self.options)
+        if len(names) == 1:
+            return f"<Func {names[0]}>"
+        return f"<Func {{{', '.join(names)}}}>"
+
+
+# -- text helpers ------------------------------------------------------------
+def dim_text(dim: Dim) -> str:
+    """A dimension as text: ``3``, ``B``, ``2*B``."""
+    if isinstance(dim, int):
+        return str(dim)
+    if isinstance(dim, sympy.Integer):
+        return str(int(dim))
+    return str(dim).replace(" ", "")
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _string_text(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def scalar_dtype_of(value: Any) -> Optional[str]:
+    """The abstract dtype of a Python scalar (bool before int: bool is an int)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "i64"
+    if isinstance(value, float):
+        return "f64"
+    return None

@@ -1,0 +1,57 @@
+"""Type annotations as written in ANF text (``f64``, ``f64[N, *]``, ``(f32, i64)``).
+
+These are syntax, kept on parameters, let-bound nodes (``node.annotation``)
+and graphs (``graph.flags["return_type"]``); the specializer turns them into
+abstract values and checks them.  ``str()`` prints the source syntax back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from anfir.ir.location import Location
+
+SCALAR_TYPES = ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "bool", "str")
+
+DimAnn = Union[int, str]
+"""A dimension: an int, a dimension variable name, or ``"*"`` (any rank/dims)."""
+
+
+@dataclass(frozen=True)
+class ScalarAnn:
+    """A scalar type: ``f64``, ``i64``, ``bool``, ``str``..."""
+
+    dtype: str
+    loc: Optional[Location] = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class TensorAnn:
+    """A tensor type ``dtype[dims]``; a ``"*"`` dim stands for any number of dims."""
+
+    dtype: str
+    dims: tuple[DimAnn, ...]
+    loc: Optional[Location] = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
+
+
+@dataclass(frozen=True)
+class TupleAnn:
+    """A tuple type ``(T1, T2, ...)``."""
+
+    items: tuple["TypeAnn", ...]
+    loc: Optional[Location] = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        if len(self.items) == 1:
+            return f"({self.items[0]},)"
+        return f"({', '.join(str(i) for i in self.items)})"
+
+
+TypeAnn = Union[ScalarAnn, TensorAnn, TupleAnn]

@@ -1,0 +1,183 @@
+"""FuncGraph: a function as a graph of nodes, and the Module that names graphs."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.ir.location import Location
+    from anfir.ir.manager import Manager
+
+_graph_sequence = itertools.count()
+
+
+class FuncGraph:
+    """A function: parameters, one output node, and the CNodes between them.
+
+    A graph does not list its nodes: they are whatever is reachable from
+    ``output`` (the manager keeps that set; :func:`toposort` orders it).  A
+    graph is itself a value: a ``ValueNode(graph)`` used in another graph is a
+    function constant, or — when the graph has free variables — a closure made
+    at the point of use.  Nesting is never stored: ``manager.parent(g)`` is
+    derived from where the free variables of ``g`` live.
+    """
+
+    __slots__ = ("name", "parameters", "_output", "loc", "manager", "flags",
+                 "abstract", "seq", "__weakref__")
+
+    name: str
+    """The graph's name (``fibonacci``, ``✓fibonacci``, ``▸f``)."""
+    parameters: list[ParameterNode]
+    """Formal parameters, in order (append with :meth:`add_parameter`)."""
+    loc: Optional["Location"]
+    """Where the graph's definition starts in the user's text."""
+    manager: Optional["Manager"]
+    """The manager tracking this graph, if any."""
+    flags: dict[str, Any]
+    """Free-form annotations (``{"return_type": ...}``, ``{"core": True}``)."""
+    abstract: Any
+    """The abstract signature once specialized (a graph-level type), or None."""
+
+    def __init__(self, name: str = "g", loc: Optional["Location"] = None) -> None:
+        self.name = name
+        self.parameters = []
+        self._output: Optional[Node] = None
+        self.loc = loc
+        self.manager = None
+        self.flags = {}
+        self.abstract = None
+        self.seq = next(_graph_sequence)
+
+    # -- building -------------------------------------------------------------
+    def add_parameter(self, name: str, loc: Optional["Location"] = None) -> ParameterNode:
+        """Append a new parameter named ``name`` and return it."""
+        if self.manager is not None:
+            raise RuntimeError("add parameters before the graph is managed")
+        param = ParameterNode(self, name, loc)
+        self.parameters.append(param)
+        return param
+
+    def apply(self, callee: Any, *args: Any, loc: Optional["Location"] = None,
+              name: Optional[str] = None) -> CNode:
+        """Make ``callee(*args)`` in this graph; non-Node arguments become ValueNodes."""
+        inputs = [a if isinstance(a, Node) else ValueNode(a, loc) for a in (callee, *args)]
+        return CNode(self, inputs, loc, name)
+
+    @property
+    def output(self) -> Node:
+        """The node whose value the graph returns."""
+        if self._output is None:
+            raise ValueError(f"graph @{self.name} has no output yet")
+        return self._output
+
+    @output.setter
+    def output(self, node: Node) -> None:
+        if self.manager is not None and self._output is not None:
+            self.manager.set_output(self, node)
+        else:
+            self._output = node
+            if self.manager is not None:
+                self.manager.set_output(self, node)
+
+    def _raw_set_output(self, node: Node) -> None:
+        self._output = node
+
+    @property
+    def has_output(self) -> bool:
+        """Whether ``output`` has been set."""
+        return self._output is not None
+
+    # -- reading --------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        """This graph's own nodes (parameters first, then CNodes in dependency order)."""
+        from anfir.ir.walk import toposort
+
+        return toposort(self)
+
+    def cnodes(self) -> Iterator[CNode]:
+        """This graph's CNodes in dependency order."""
+        for node in self.nodes():
+            if isinstance(node, CNode):
+                yield node
+
+    def __repr__(self) -> str:
+        return f"<FuncGraph @{self.name}({', '.join(p.name or '?' for p in self.parameters)})>"
+
+    def _repr_svg_(self) -> Optional[str]:  # Jupyter display
+        from anfir.printers.display import graph_svg
+
+        return graph_svg(self)
+
+    def __str__(self) -> str:
+        from anfir.printers.text import to_text
+
+        return to_text(self)
+
+
+class Module:
+    """Named top-level graphs from one source file (and its imports).
+
+    ``module["f"]`` is the graph defined by ``def f``; ``module.entry`` is the
+    graph a command runs by default (``main`` if defined, else the only one).
+    """
+
+    def __init__(self, graphs: Optional[dict[str, FuncGraph]] = None, filename: str = "<string>") -> None:
+        self.graphs: dict[str, FuncGraph] = dict(graphs or {})
+        """Top-level graphs by name, in definition order."""
+        self.filename = filename
+        """The file the module was read from."""
+
+    def __getitem__(self, name: str) -> FuncGraph:
+        try:
+            return self.graphs[name]
+        except KeyError:
+            from anfir.errors import UsageError
+
+            raise UsageError(f"no graph named {name!r}; the module defines "
+                             f"{', '.join(self.graphs) or 'nothing'}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.graphs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.graphs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def entry_name(self, entry: Optional[str] = None) -> str:
+        """Resolve the entry point name: ``entry``, else ``main``, else the only graph."""
+        from anfir.errors import UsageError
+
+        if entry is not None:
+            if entry not in self.graphs:
+                raise UsageError(f"no definition named {entry!r}; the module defines "
+                                 f"{', '.join(self.graphs) or 'nothing'}")
+            return entry
+        if "main" in self.graphs:
+            return "main"
+        if len(self.graphs) == 1:
+            return next(iter(self.graphs))
+        raise UsageError("the module has no 'main' and several definitions; choose one with "
+                         f"--entry: {', '.join(self.graphs) or '(none)'}")
+
+    @property
+    def entry(self) -> FuncGraph:
+        """The default entry graph (``main``, else the only definition)."""
+        return self.graphs[self.entry_name()]
+
+    def __repr__(self) -> str:
+        return f"<Module {self.filename}: {', '.join(self.graphs)}>"
+
+    def _repr_svg_(self) -> Optional[str]:  # Jupyter display
+        from anfir.printers.display import graph_svg
+
+        return graph_svg(self)
+
+    def __str__(self) -> str:
+        from anfir.printers.text import to_text
+
+        return to_text(self)

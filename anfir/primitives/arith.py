@@ -1,0 +1,148 @@
+"""Elementwise arithmetic, comparison and logic (numpy broadcasting semantics).
+
+Scalars stay Python scalars (``math`` functions, fast); arrays use numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from anfir.primitives.registry import declare
+
+FAMILY = "arithmetic"
+_SCALARS = (int, float, bool)
+
+
+def _unary(scalar_fn: Callable[[Any], Any], array_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def impl(x: Any) -> Any:
+        if type(x) is float or type(x) is int:
+            return scalar_fn(x)
+        return array_fn(x)
+
+    return impl
+
+
+def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def scalar(x: Any) -> float:
+        try:
+            return fn(x)
+        except (ValueError, OverflowError):
+            with np.errstate(all="ignore"):
+                return float(np_fn(np.float64(x)))
+
+    return _unary(scalar, np_fn)
+
+
+def _pow(x: Any, y: Any) -> Any:
+    if type(x) in (int, float) and type(y) in (int, float):
+        if type(x) is int and type(y) is int and y < 0:
+            return float(x) ** y
+        try:
+            result = x ** y
+        except (ZeroDivisionError, OverflowError):
+            with np.errstate(all="ignore"):
+                return float(np.power(float(x), float(y)))
+        return float("nan") if isinstance(result, complex) else result
+    return np.power(x, y)
+
+
+def _div(x: Any, y: Any) -> Any:
+    if type(x) in (int, float) and type(y) in (int, float):
+        if y == 0:
+            with np.errstate(all="ignore"):
+                return float(np.true_divide(float(x), float(y)))
+        return x / y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.true_divide(x, y)
+
+
+def _sigmoid_scalar(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def _sigmoid_array(x: Any) -> Any:
+    return 0.5 * (np.tanh(0.5 * np.asarray(x)) + 1.0)
+
+
+def _sign_scalar(x: Any) -> Any:
+    s = (x > 0) - (x < 0)
+    return float(s) if type(x) is float else s
+
+
+def _relu_scalar(x: Any) -> Any:
+    return x if x > 0 else x * 0
+
+
+def _binary_np(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def impl(x: Any, y: Any) -> Any:
+        if type(x) in (int, float, bool) and type(y) in (int, float, bool):
+            return scalar_fn(x, y)
+        return np_fn(x, y)
+
+    return impl
+
+
+def _logical(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[bool, bool], bool]) -> Callable[[Any, Any], Any]:
+    def impl(x: Any, y: Any) -> Any:
+        if isinstance(x, (bool, np.bool_)) and isinstance(y, (bool, np.bool_)):
+            return scalar_fn(bool(x), bool(y))
+        return np_fn(x, y)
+
+    return impl
+
+
+def _logical_not(x: Any) -> Any:
+    if isinstance(x, (bool, np.bool_)):
+        return not x
+    return np.logical_not(x)
+
+
+add = declare("add", 2, operator.add, family=FAMILY, doc="add(x, y) — x + y, elementwise")
+sub = declare("sub", 2, operator.sub, family=FAMILY, doc="sub(x, y) — x - y, elementwise")
+mul = declare("mul", 2, operator.mul, family=FAMILY, doc="mul(x, y) — x * y, elementwise")
+div = declare("div", 2, _div, family=FAMILY,
+              doc="div(x, y) — x / y, true division (ints give a float); x / 0 is inf or nan")
+neg = declare("neg", 1, operator.neg, family=FAMILY, doc="neg(x) — -x")
+pow_ = declare("pow", 2, _pow, family=FAMILY, doc="pow(x, y) — x ** y, elementwise")
+exp = declare("exp", 1, _float_fn(math.exp, np.exp), family=FAMILY, doc="exp(x) — e ** x")
+log = declare("log", 1, _float_fn(math.log, np.log), family=FAMILY,
+              doc="log(x) — natural logarithm (nan below 0, -inf at 0)")
+sin = declare("sin", 1, _float_fn(math.sin, np.sin), family=FAMILY, doc="sin(x)")
+cos = declare("cos", 1, _float_fn(math.cos, np.cos), family=FAMILY, doc="cos(x)")
+tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh), family=FAMILY, doc="tanh(x)")
+sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), family=FAMILY,
+               doc="sqrt(x) — square root (nan below 0)")
+abs_ = declare("abs", 1, _unary(abs, np.abs), family=FAMILY, doc="abs(x) — |x|")
+sign = declare("sign", 1, _unary(_sign_scalar, np.sign), family=FAMILY,
+               doc="sign(x) — -1, 0 or 1 (as x's type)")
+maximum = declare("maximum", 2, _binary_np(np.maximum, max), family=FAMILY,
+                  doc="maximum(x, y) — the larger, elementwise")
+minimum = declare("minimum", 2, _binary_np(np.minimum, min), family=FAMILY,
+                  doc="minimum(x, y) — the smaller, elementwise")
+sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array), family=FAMILY,
+                  doc="sigmoid(x) — 1 / (1 + exp(-x))")
+relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), family=FAMILY,
+               doc="relu(x) — max(x, 0)")
+
+_CMP = "comparison"
+lt = declare("lt", 2, operator.lt, family=_CMP, differentiable=False, doc="lt(x, y) — x < y")
+le = declare("le", 2, operator.le, family=_CMP, differentiable=False, doc="le(x, y) — x <= y")
+gt = declare("gt", 2, operator.gt, family=_CMP, differentiable=False, doc="gt(x, y) — x > y")
+ge = declare("ge", 2, operator.ge, family=_CMP, differentiable=False, doc="ge(x, y) — x >= y")
+eq = declare("eq", 2, operator.eq, family=_CMP, differentiable=False, doc="eq(x, y) — x == y")
+ne = declare("ne", 2, operator.ne, family=_CMP, differentiable=False, doc="ne(x, y) — x != y")
+logical_and = declare("logical_and", 2, _logical(np.logical_and, lambda a, b: a and b),
+                      family=_CMP, differentiable=False,
+                      doc="logical_and(x, y) — x and y (both are evaluated: calls are strict)")
+logical_or = declare("logical_or", 2, _logical(np.logical_or, lambda a, b: a or b),
+                     family=_CMP, differentiable=False,
+                     doc="logical_or(x, y) — x or y (both are evaluated: calls are strict)")
+logical_not = declare("logical_not", 1, _logical_not, family=_CMP, differentiable=False,
+                      doc="logical_not(x) — not x")

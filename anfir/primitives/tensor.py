@@ -1,0 +1,131 @@
+"""Tensor operations: matmul, shapes, reductions, constructors, casts."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from anfir.errors import AnfirTypeError
+from anfir.primitives.registry import declare
+from anfir.values import DTYPE_TO_NUMPY, DType
+
+FAMILY = "tensor"
+
+
+def _dtype_arg(dtype: Any) -> str:
+    name = dtype.name if isinstance(dtype, DType) else dtype
+    if name not in DTYPE_TO_NUMPY:
+        raise AnfirTypeError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPE_TO_NUMPY)}")
+    return name
+
+
+def _shape_arg(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        return (int(shape),)
+    if isinstance(shape, tuple) and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                                        for d in shape):
+        return tuple(int(d) for d in shape)
+    raise AnfirTypeError(f"a shape is a tuple of integers, not {shape!r}")
+
+
+def _matmul(x: Any, y: Any) -> Any:
+    if np.ndim(x) == 0 or np.ndim(y) == 0:
+        raise AnfirTypeError("matmul needs tensors of rank >= 1, not scalars")
+    return np.matmul(x, y)
+
+
+def _transpose(x: Any, perm: Optional[tuple] = None) -> Any:
+    return np.transpose(x, perm)
+
+
+def _reshape(x: Any, shape: Any) -> Any:
+    return np.reshape(x, _shape_arg(shape))
+
+
+def _axis(axis: Any) -> Any:
+    if axis is None or isinstance(axis, (int, np.integer)):
+        return axis
+    if isinstance(axis, tuple):
+        return tuple(int(a) for a in axis)
+    raise AnfirTypeError(f"an axis is an integer or a tuple of integers, not {axis!r}")
+
+
+def _sum(x: Any, axis: Any = None) -> Any:
+    return np.sum(x, axis=_axis(axis))
+
+
+def _mean(x: Any, axis: Any = None) -> Any:
+    return np.mean(x, axis=_axis(axis))
+
+
+def _broadcast_to(x: Any, shape: Any) -> Any:
+    return np.broadcast_to(x, _shape_arg(shape))
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.shape(x))
+
+
+def _zeros(shape: Any, dtype: Any = "f64") -> np.ndarray:
+    return np.zeros(_shape_arg(shape), DTYPE_TO_NUMPY[_dtype_arg(dtype)])
+
+
+def _ones(shape: Any, dtype: Any = "f64") -> np.ndarray:
+    return np.ones(_shape_arg(shape), DTYPE_TO_NUMPY[_dtype_arg(dtype)])
+
+
+def _where(c: Any, a: Any, b: Any) -> Any:
+    if isinstance(c, (bool, np.bool_)) and np.ndim(a) == 0 and np.ndim(b) == 0:
+        return a if c else b
+    return np.where(c, a, b)
+
+
+def _array(nested: Any) -> np.ndarray:
+    try:
+        result = np.array(nested)
+    except ValueError as exc:
+        raise AnfirTypeError(f"array() needs a rectangular nested tuple of numbers: {exc}") from None
+    if result.dtype.kind not in "biuf":
+        raise AnfirTypeError("array() needs numbers")
+    return result
+
+
+def _cast(x: Any, dtype: Any) -> Any:
+    name = _dtype_arg(dtype)
+    if isinstance(x, np.ndarray):
+        return x.astype(DTYPE_TO_NUMPY[name])
+    if name == "bool":
+        return bool(x)
+    if name.startswith("f"):
+        return float(x)
+    return int(x)
+
+
+matmul = declare("matmul", 2, _matmul, family=FAMILY,
+                 doc="matmul(a, b) — matrix product a @ b (numpy rules for rank 1 and batches)")
+transpose = declare("transpose", (1, 2), _transpose, family=FAMILY,
+                    doc="transpose(x) — reverse the axes; transpose(x, perm) — permute them")
+reshape = declare("reshape", 2, _reshape, family=FAMILY,
+                  doc="reshape(x, shape) — same elements, new shape (a tuple of ints)")
+sum_ = declare("sum", (1, 2), _sum, family=FAMILY,
+               doc="sum(x) — sum of all elements; sum(x, axis) — along an axis (or tuple of axes)")
+mean = declare("mean", (1, 2), _mean, family=FAMILY,
+               doc="mean(x) — mean of all elements; mean(x, axis) — along an axis")
+broadcast_to = declare("broadcast_to", 2, _broadcast_to, family=FAMILY,
+                       doc="broadcast_to(x, shape) — x repeated to shape (numpy broadcasting)")
+shape = declare("shape", 1, _shape, family=FAMILY, differentiable=False,
+                doc="shape(x) — the shape of x as a tuple of ints (() for a scalar)")
+ones_like = declare("ones_like", 1, lambda x: np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1),
+                    family=FAMILY, differentiable=False,
+                    doc="ones_like(x) — ones of x's shape and type")
+zeros = declare("zeros", (1, 2), _zeros, family=FAMILY, differentiable=False,
+                doc='zeros(shape) — an f64 tensor of zeros; zeros(shape, "f32") — of that dtype')
+ones = declare("ones", (1, 2), _ones, family=FAMILY, differentiable=False,
+               doc='ones(shape) — an f64 tensor of ones; ones(shape, "f32") — of that dtype')
+where = declare("where", 3, _where, family=FAMILY,
+                doc="where(c, a, b) — a where c is true, else b, elementwise")
+array = declare("array", 1, _array, family=FAMILY, differentiable=False,
+                doc="array(t) — a tensor from a nested tuple of numbers: array(((1.0, 2.0), (3.0, 4.0)))")
+cast = declare("cast", 2, _cast, family=FAMILY,
+               doc='cast(x, "f32") — convert to a dtype (f16 f32 f64 i8 i16 i32 i64 u8 bool)')
