@@ -1,0 +1,63 @@
+"""The evaluator: FuncGraphs compiled once to flat code, run by a stackless VM.
+
+* :func:`run` evaluates a graph (or a Module's entry, or a closure) on Python
+  scalars, bools, strings, None, tuples and numpy arrays.
+* :func:`call_function` calls any runtime function value (used by autodiff).
+* :func:`anfir.eval.compiler.disassemble` shows the compiled code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anfir.errors import AnfirError
+from anfir.eval.compiler import code_for, compile_graph, disassemble
+from anfir.eval.vm import attach_location, enter, execute, locate
+from anfir.ir.graph import FuncGraph, Module
+from anfir.values import Closure, Partial
+
+
+def call_function(fn: Any, args: tuple) -> Any:
+    """Call the function value ``fn`` (FuncGraph, Closure, Partial, Primitive,
+    MetaFunction) on ``args`` and return the result.
+
+    Errors raised before any node runs (wrong arity, a non-function) are
+    located at the called graph's definition when it has one.
+    """
+    try:
+        code, started = enter(fn, tuple(args))
+    except AnfirError as exc:
+        if exc.loc is None:
+            graph = _graph_of(fn)
+            if graph is not None and graph.loc is not None:
+                exc.loc = graph.loc
+                exc.args = (exc.render(),)
+        raise
+    except Exception as exc:  # a primitive called directly
+        raise locate(exc, None) from exc
+    if code is None:
+        return started
+    return execute(code, started)
+
+
+def _graph_of(fn: Any) -> "FuncGraph | None":
+    while isinstance(fn, Partial):
+        fn = fn.fn
+    if isinstance(fn, FuncGraph):
+        return fn
+    if isinstance(fn, Closure):
+        return fn.graph
+    return None
+
+
+def run(graph: Any, *args: Any) -> Any:
+    """Evaluate ``graph`` (a FuncGraph, a Module — its entry —, a Closure, or any
+    function value) on ``args``; returns Python/numpy values (functions come back
+    as FuncGraph, Closure, Partial or Primitive objects)."""
+    if isinstance(graph, Module):
+        graph = graph.entry
+    return call_function(graph, args)
+
+
+__all__ = ["attach_location", "call_function", "code_for", "compile_graph", "disassemble",
+           "run"]

@@ -1,0 +1,47 @@
+"""Instruction kinds of the evaluator's flat code.
+
+Every instruction is a tuple whose first item is one of these small ints and
+whose last item is the CNode it comes from (for located errors).  Operands are
+register indices into the frame's register list (see ``compiler.Code``).
+
+The VM tests the kinds in the order below, most frequent first, so the common
+case (a primitive with two arguments) costs one comparison.
+"""
+
+from __future__ import annotations
+
+P2 = 0
+"""``(P2, dst, fn, a, b, node)``: ``regs[dst] = fn(regs[a], regs[b])``."""
+P1 = 1
+"""``(P1, dst, fn, a, node)``: ``regs[dst] = fn(regs[a])``."""
+CALLG = 2
+"""``(CALLG, dst, cell, getter, node)``: call the known graph ``cell.graph``;
+``getter(regs)`` is the tuple of its arguments followed by its captured values."""
+BRANCH = 3
+"""``(BRANCH, dst, cond, cell_true, getter_true, cell_false, getter_false, node)``:
+``switch(c, ✓g, ✗g)(args)`` fused: call the chosen branch graph directly, no
+closure object is made."""
+RET = 4
+"""``(RET, src, node)``: return ``regs[src]`` to the caller."""
+P3 = 5
+"""``(P3, dst, fn, a, b, c, node)``: ``regs[dst] = fn(regs[a], regs[b], regs[c])``."""
+PN = 6
+"""``(PN, dst, fn, getter, node)``: ``regs[dst] = fn(*getter(regs))`` (0 or >3 arguments)."""
+CLOSURE = 7
+"""``(CLOSURE, dst, graph, getter, node)``: ``regs[dst] = Closure(graph, getter(regs))``."""
+TCALLG = 8
+"""Like CALLG in tail position: the callee's frame replaces the current one."""
+TBRANCH = 9
+"""Like BRANCH in tail position."""
+CALL = 10
+"""``(CALL, dst, fn_reg, getter, node)``: call whatever function value ``regs[fn_reg]`` holds."""
+TCALL = 11
+"""Like CALL in tail position."""
+RAISE = 12
+"""``(RAISE, error, node)``: raise ``error`` (a call found ill-formed at compile time,
+raised only if evaluation reaches it)."""
+
+NAMES = {P2: "p2", P1: "p1", CALLG: "callg", BRANCH: "branch", RET: "ret", P3: "p3",
+         PN: "pn", CLOSURE: "closure", TCALLG: "tcallg", TBRANCH: "tbranch", CALL: "call",
+         TCALL: "tcall", RAISE: "raise"}
+"""Mnemonics for :func:`anfir.eval.compiler.disassemble`."""
