@@ -8,7 +8,7 @@ outside the cloned set are shared (they stay free variables of the copy).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
@@ -24,7 +24,9 @@ class Cloner:
     * ``node_map`` may be pre-seeded (e.g. parameters to call arguments).
     * ``inline_into[g] = t`` puts ``g``'s nodes into the existing graph ``t``
       instead of a new graph; ``g``'s parameters must then be in ``node_map``.
-    * ``note`` marks every copied node's location (``"inline"``, ``"ad: ▸f"``).
+    * ``note`` marks every copied node's location (``"inline"``, ``"ad: ▸f"``);
+      ``loc`` replaces every copied node's location instead (gradient rules
+      instantiated for a user's node point at that node).
     """
 
     def __init__(self, manager: Manager, graphs: Iterable[FuncGraph], *,
@@ -32,7 +34,7 @@ class Cloner:
                  inline_into: Optional[dict[FuncGraph, FuncGraph]] = None,
                  note: str = "",
                  rename: Optional[Callable[[FuncGraph], str]] = None,
-                 keep_types: bool = True) -> None:
+                 keep_types: bool = True, loc: Any = None) -> None:
         self.manager = manager
         self.graphs = list(dict.fromkeys(graphs))
         self.node_map: dict[Node, Node] = dict(node_map or {})
@@ -41,10 +43,13 @@ class Cloner:
         self.note = note
         self.rename = rename
         self.keep_types = keep_types
+        self.loc_override = loc
         self._value_map: dict[ValueNode, ValueNode] = {}
         self._run()
 
     def _loc(self, loc):
+        if self.loc_override is not None:
+            return self.loc_override
         if loc is None or not self.note:
             return loc
         return loc.derive(self.note)

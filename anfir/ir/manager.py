@@ -61,21 +61,33 @@ class Manager:
         return node in self.users
 
     def _acquire_graph(self, graph: FuncGraph) -> None:
-        if graph in self.graphs:
+        if graph in self.graphs or graph.manager is self:
             return
         todo: list[tuple[User, int, Node]] = []
         self._acquire_graph_deferred(graph, todo)
         self._add_edges(todo)
 
-    def _forget_graph(self, graph: FuncGraph) -> None:
-        # Another manager takes the graph over; drop our bookkeeping of it.
-        for node in self.nodes.pop(graph, {}):
-            self.users.pop(node, None)
-        self.graphs.pop(graph, None)
-        self.roots.pop(graph, None)
-        self.free_variables_direct.pop(graph, None)
-        self.graphs_used.pop(graph, None)
+    def _merge(self, other: "Manager") -> None:
+        """Take over every graph of ``other``; afterwards both objects share one state.
+
+        The two managers' graph sets are disjoint and each set's records are
+        exact, so their union is exact.  ``other`` is then made an alias of
+        this manager (they share ``__dict__``), so code still holding it sees
+        the merged facts.
+        """
+        for graph in other.graphs:
+            graph.manager = self
+        self.roots.update(other.roots)
+        self.graphs.update(other.graphs)
+        self.users.update(other.users)
+        self.nodes.update(other.nodes)
+        self.free_variables_direct.update(other.free_variables_direct)
+        self.graphs_used.update(other.graphs_used)
+        for graph, holders in other.graph_value_nodes.items():
+            self.graph_value_nodes.setdefault(graph, {}).update(holders)
         self._derived = None
+        self.epoch += other.epoch + 1
+        other.__dict__ = self.__dict__
 
     # -- edges ----------------------------------------------------------------
     def _add_edges(self, todo: list[tuple[User, int, Node]]) -> None:
@@ -115,7 +127,11 @@ class Manager:
 
     def _acquire_graph_deferred(self, graph: FuncGraph, todo: list) -> None:
         if graph.manager is not None and graph.manager is not self:
-            graph.manager._forget_graph(graph)
+            # Graphs that reach each other must share one manager: adopt all
+            # of the other manager's graphs (their records stay valid).
+            self._merge(graph.manager)
+            if graph in self.graphs:
+                return
         graph.manager = self
         self.graphs[graph] = None
         self.nodes[graph] = {}

@@ -3,7 +3,7 @@
 Importing this package registers every primitive; ``lookup(name)`` finds one.
 """
 
-from anfir.primitives import arith, meta, structure, tensor  # noqa: F401  (registration)
+from anfir.primitives import arith, gradient, meta, structure, tensor  # noqa: F401  (registration)
 from anfir.primitives.registry import (META_FUNCTIONS, PRIMITIVES, MetaFunction, Primitive,
                                        declare, lookup)
 

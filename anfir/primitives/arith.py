@@ -34,7 +34,12 @@ def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any]) -> Call
             with np.errstate(all="ignore"):
                 return float(np_fn(np.float64(x)))
 
-    return _unary(scalar, np_fn)
+    def array(x: Any) -> Any:
+        # Out-of-domain elements give nan/inf, as numpy does, without warnings.
+        with np.errstate(all="ignore"):
+            return np_fn(x)
+
+    return _unary(scalar, array)
 
 
 def _pow(x: Any, y: Any) -> Any:
@@ -104,32 +109,49 @@ def _logical_not(x: Any) -> Any:
     return np.logical_not(x)
 
 
-add = declare("add", 2, operator.add, family=FAMILY, doc="add(x, y) — x + y, elementwise")
-sub = declare("sub", 2, operator.sub, family=FAMILY, doc="sub(x, y) — x - y, elementwise")
-mul = declare("mul", 2, operator.mul, family=FAMILY, doc="mul(x, y) — x * y, elementwise")
+add = declare("add", 2, operator.add, family=FAMILY, doc="add(x, y) — x + y, elementwise",
+    bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(dout, y)) end")
+sub = declare("sub", 2, operator.sub, family=FAMILY, doc="sub(x, y) — x - y, elementwise",
+    bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(-dout, y)) end")
+mul = declare("mul", 2, operator.mul, family=FAMILY, doc="mul(x, y) — x * y, elementwise",
+    bprop="lambda (x, y, out, dout) (sum_to(dout * y, x), sum_to(x * dout, y)) end")
 div = declare("div", 2, _div, family=FAMILY,
-              doc="div(x, y) — x / y, true division (ints give a float); x / 0 is inf or nan")
-neg = declare("neg", 1, operator.neg, family=FAMILY, doc="neg(x) — -x")
-pow_ = declare("pow", 2, _pow, family=FAMILY, doc="pow(x, y) — x ** y, elementwise")
-exp = declare("exp", 1, _float_fn(math.exp, np.exp), family=FAMILY, doc="exp(x) — e ** x")
+              doc="div(x, y) — x / y, true division (ints give a float); x / 0 is inf or nan",
+    bprop="lambda (x, y, out, dout) (sum_to(dout / y, x), sum_to(-dout * out / y, y)) end")
+neg = declare("neg", 1, operator.neg, family=FAMILY, doc="neg(x) — -x",
+    bprop="lambda (x, out, dout) (-dout,) end")
+pow_ = declare("pow", 2, _pow, family=FAMILY, doc="pow(x, y) — x ** y, elementwise",
+    bprop="lambda (x, y, out, dout) (sum_to(dout * y * x ** (y - 1), x), sum_to(dout * out * log(x), y)) end")
+exp = declare("exp", 1, _float_fn(math.exp, np.exp), family=FAMILY, doc="exp(x) — e ** x",
+    bprop="lambda (x, out, dout) (dout * out,) end")
 log = declare("log", 1, _float_fn(math.log, np.log), family=FAMILY,
-              doc="log(x) — natural logarithm (nan below 0, -inf at 0)")
-sin = declare("sin", 1, _float_fn(math.sin, np.sin), family=FAMILY, doc="sin(x)")
-cos = declare("cos", 1, _float_fn(math.cos, np.cos), family=FAMILY, doc="cos(x)")
-tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh), family=FAMILY, doc="tanh(x)")
+              doc="log(x) — natural logarithm (nan below 0, -inf at 0)",
+    bprop="lambda (x, out, dout) (dout / x,) end")
+sin = declare("sin", 1, _float_fn(math.sin, np.sin), family=FAMILY, doc="sin(x)",
+    bprop="lambda (x, out, dout) (dout * cos(x),) end")
+cos = declare("cos", 1, _float_fn(math.cos, np.cos), family=FAMILY, doc="cos(x)",
+    bprop="lambda (x, out, dout) (-(dout * sin(x)),) end")
+tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh), family=FAMILY, doc="tanh(x)",
+    bprop="lambda (x, out, dout) (dout * (1.0 - out * out),) end")
 sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), family=FAMILY,
-               doc="sqrt(x) — square root (nan below 0)")
-abs_ = declare("abs", 1, _unary(abs, np.abs), family=FAMILY, doc="abs(x) — |x|")
+               doc="sqrt(x) — square root (nan below 0)",
+    bprop="lambda (x, out, dout) (dout / (2.0 * out),) end")
+abs_ = declare("abs", 1, _unary(abs, np.abs), family=FAMILY, doc="abs(x) — |x|",
+    bprop="lambda (x, out, dout) (dout * sign(x),) end")
 sign = declare("sign", 1, _unary(_sign_scalar, np.sign), family=FAMILY,
                doc="sign(x) — -1, 0 or 1 (as x's type)")
 maximum = declare("maximum", 2, _binary_np(np.maximum, max), family=FAMILY,
-                  doc="maximum(x, y) — the larger, elementwise")
+                  doc="maximum(x, y) — the larger, elementwise",
+    bprop="lambda (x, y, out, dout) (sum_to(dout * cast_like(x >= y, dout), x), sum_to(dout * cast_like(x < y, dout), y)) end")
 minimum = declare("minimum", 2, _binary_np(np.minimum, min), family=FAMILY,
-                  doc="minimum(x, y) — the smaller, elementwise")
+                  doc="minimum(x, y) — the smaller, elementwise",
+    bprop="lambda (x, y, out, dout) (sum_to(dout * cast_like(x <= y, dout), x), sum_to(dout * cast_like(x > y, dout), y)) end")
 sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array), family=FAMILY,
-                  doc="sigmoid(x) — 1 / (1 + exp(-x))")
+                  doc="sigmoid(x) — 1 / (1 + exp(-x))",
+    bprop="lambda (x, out, dout) (dout * out * (1.0 - out),) end")
 relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), family=FAMILY,
-               doc="relu(x) — max(x, 0)")
+               doc="relu(x) — max(x, 0)",
+    bprop="lambda (x, out, dout) (dout * cast_like(x > 0, dout),) end")
 
 _CMP = "comparison"
 lt = declare("lt", 2, operator.lt, family=_CMP, differentiable=False, doc="lt(x, y) — x < y")

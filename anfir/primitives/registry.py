@@ -11,7 +11,7 @@ call in the module of its family (``arith.py``, ``tensor.py``...).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 
 @dataclass(eq=False)
@@ -30,8 +30,9 @@ class Primitive:
     """One line for the language reference: signature and meaning."""
     infer: Optional[Callable[..., Any]] = None
     """Abstract rule: ``infer(node, *arg_abstracts) -> abstract`` (see anfir.abstract)."""
-    bprop: Optional[str] = None
-    """Gradient rule as ANF text: ``lambda (x..., out, dout) (dx, ...) end``."""
+    bprop: Optional[Union[str, dict[int, str]]] = None
+    """Gradient rule as ANF text: ``lambda (x..., out, dout) (dx, ...) end``
+    (a dict from argument count to text when the arity varies)."""
     differentiable: bool = True
     """False for comparisons, logic, shapes: their inputs get zero gradients."""
     internal: bool = False
@@ -75,9 +76,24 @@ class MetaFunction:
     doc: str
     min_args: int = 1
     max_args: Optional[int] = None
+    generate: Optional[Callable[[tuple], Any]] = None
+    """``generate(args) -> FuncGraph``: the graph that computes this call when
+    applied to the same ``args`` (it only reads what it needs from them: the
+    arity of a function argument, constant indices)."""
+    internal: bool = False
+    """True for meta functions only transformations create."""
 
     def __repr__(self) -> str:
         return self.name
+
+    def runtime(self, *args: Any) -> Any:
+        """Evaluate a call of this meta function on run-time values."""
+        from anfir.errors import AnfirError
+        from anfir.eval import call_function
+
+        if self.generate is None:
+            raise AnfirError(f"{self.name} cannot be evaluated directly")
+        return call_function(self.generate(args), args)
 
     def accepts(self, count: int) -> bool:
         """Whether ``count`` arguments fit the arity."""
@@ -92,7 +108,7 @@ META_FUNCTIONS: dict[str, MetaFunction] = {}
 
 def declare(name: str, arity: int | tuple[int, Optional[int]], impl: Callable[..., Any], *,
             doc: str = "", infer: Optional[Callable[..., Any]] = None,
-            bprop: Optional[str] = None, differentiable: bool = True,
+            bprop: Optional[Union[str, dict[int, str]]] = None, differentiable: bool = True,
             internal: bool = False, foldable: bool = True, family: str = "",
             **extra: Any) -> Primitive:
     """Register a primitive named ``name`` and return it."""
@@ -105,10 +121,10 @@ def declare(name: str, arity: int | tuple[int, Optional[int]], impl: Callable[..
     return prim
 
 
-def declare_meta(name: str, doc: str, min_args: int = 1,
-                 max_args: Optional[int] = None) -> MetaFunction:
+def declare_meta(name: str, doc: str, min_args: int = 1, max_args: Optional[int] = None,
+                 generate: Optional[Callable[[tuple], Any]] = None) -> MetaFunction:
     """Register a meta function named ``name`` and return it."""
-    meta = MetaFunction(name, doc, min_args, max_args)
+    meta = MetaFunction(name, doc, min_args, max_args, generate)
     META_FUNCTIONS[name] = meta
     return meta
 

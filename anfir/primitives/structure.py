@@ -45,7 +45,8 @@ def _partial(fn: Any, *args: Any) -> Partial:
 
 def zeros_like_value(x: Any) -> Any:
     """The zero gradient for a value: 0 of scalars, zero arrays, tuples of zeros,
-    an empty GradEnv for functions, None for None and strings."""
+    an empty GradEnv for functions (a partial: the zeros of its arguments),
+    None for None and strings."""
     if isinstance(x, bool):
         return False
     if isinstance(x, (int, float)):
@@ -58,25 +59,29 @@ def zeros_like_value(x: Any) -> Any:
         return tuple(zeros_like_value(v) for v in x)
     if x is None or isinstance(x, str):
         return None
-    if isinstance(x, GradEnv):
-        return GradEnv()
+    if isinstance(x, Partial):
+        # The gradient of a partial application is the gradients of what it holds.
+        return tuple(zeros_like_value(a) for a in x.args)
     return GradEnv()  # a function value: its gradient is an (empty) environment
 
 
 make_tuple = declare("make_tuple", (0, None), _make_tuple, family=FAMILY,
                      doc="make_tuple(a, b, ...) — the tuple (a, b, ...)")
 tuple_getitem = declare("tuple_getitem", 2, _tuple_getitem, family=FAMILY,
-                        doc="tuple_getitem(t, i) — element i of t (t[i]); negative i counts from the end")
+                        doc="tuple_getitem(t, i) — element i of t (t[i]); negative i counts from the end",
+    bprop="lambda (t, i, out, dout) (tuple_setitem(zeros_like(t), i, dout), zeros_like(i)) end")
 len_ = declare("len", 1, _len, family=FAMILY, differentiable=False,
                doc="len(t) — the number of elements of a tuple")
 
 CONTROL = "control"
 switch = declare("switch", 3, _switch, family=CONTROL,
-                 doc="switch(c, a, b) — a if c else b (selects only; `if` calls the result)")
+                 doc="switch(c, a, b) — a if c else b (selects only; `if` calls the result)",
+    bprop="lambda (c, a, b, out, dout) (zeros_like(c), switch(c, dout, zeros_like(a)), switch(c, zeros_like(b), dout)) end")
 partial = declare("partial", (1, None), _partial, family=CONTROL,
                   doc="partial(f, a, ...) — f with its first arguments fixed")
-identity = declare("identity", 1, lambda x: x, family=CONTROL, doc="identity(x) — x")
-stop_gradient = declare("stop_gradient", 1, lambda x: x, family=CONTROL,
+identity = declare("identity", 1, lambda x: x, family=CONTROL, doc="identity(x) — x",
+    bprop="lambda (x, out, dout) (dout,) end")
+stop_gradient = declare("stop_gradient", 1, lambda x: x, family=CONTROL, differentiable=False,
                         doc="stop_gradient(x) — x, through which no gradient flows")
 zeros_like = declare("zeros_like", 1, zeros_like_value, family="tensor", differentiable=False,
                      doc="zeros_like(x) — zeros of x's shape and type (tuples elementwise)")

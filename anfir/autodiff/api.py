@@ -1,0 +1,82 @@
+"""``anfir.grad``, ``anfir.value_and_grad`` and ``anfir.vjp``: new FuncGraphs.
+
+Each returns an ordinary FuncGraph (printable, dumpable, compilable,
+runnable) built around ``▸g`` — the J transform of ``g`` — with ``g``'s
+parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+from anfir.autodiff.jtransform import check_differentiable_graph, j_graph
+from anfir.autodiff.runtime import build_grad_body, normalize_wrt
+from anfir.errors import UsageError
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.manager import manage
+from anfir.ir.nodes import CNode, ValueNode
+from anfir.primitives import PRIMITIVES as P
+
+Wrt = Union[int, Sequence[int]]
+
+
+def _entry(graph: Union[FuncGraph, Module]) -> FuncGraph:
+    if isinstance(graph, Module):
+        return graph.entry
+    if not isinstance(graph, FuncGraph):
+        raise UsageError(f"expected a FuncGraph, not {type(graph).__name__}")
+    if manage(graph).free_variables_total(graph):
+        raise UsageError(f"@{graph.name} is a closure (it has free variables); differentiate "
+                         "the graph that makes it, or call grad inside the program")
+    return graph
+
+
+def _wrt(wrt: Wrt, nparams: int) -> tuple[tuple[int, ...], bool]:
+    if isinstance(wrt, int):
+        indices, _ = normalize_wrt([wrt], nparams)
+        return indices, False
+    return normalize_wrt(list(wrt), nparams)[0], True
+
+
+def _gradient(graph: FuncGraph, wrt: Wrt, with_value: bool, prefix: str) -> FuncGraph:
+    graph = _entry(graph)
+    check_differentiable_graph(graph)
+    indices, multi = _wrt(wrt, len(graph.parameters))
+    result = FuncGraph(f"{prefix}{graph.name}", graph.loc)
+    xs = [result.add_parameter(p.name or f"x{i}", p.loc) for i, p in enumerate(graph.parameters)]
+    for new, old in zip(xs, graph.parameters):
+        new.annotation = old.annotation
+    forward = ValueNode(j_graph(graph))
+    result.output = build_grad_body(result, forward, xs, indices, multi, with_value, graph.loc)
+    return result
+
+
+def grad(graph: FuncGraph, wrt: Wrt = 0) -> FuncGraph:
+    """A FuncGraph with ``graph``'s parameters returning the gradient w.r.t. ``wrt``
+    (a tuple of gradients when ``wrt`` is a sequence)."""
+    return _gradient(graph, wrt, False, "∇")
+
+
+def value_and_grad(graph: FuncGraph, wrt: Wrt = 0) -> FuncGraph:
+    """Like :func:`grad`, returning ``(value, gradient)``."""
+    return _gradient(graph, wrt, True, "∇")
+
+
+def vjp(graph: FuncGraph) -> FuncGraph:
+    """A FuncGraph ``(*args) -> (out, bprop)``; ``bprop(dout)`` returns the tuple of
+    input gradients (one per parameter)."""
+    graph = _entry(graph)
+    check_differentiable_graph(graph)
+    result = FuncGraph(f"vjp_{graph.name}", graph.loc)
+    xs = [result.add_parameter(p.name or f"x{i}", p.loc) for i, p in enumerate(graph.parameters)]
+    t = CNode(result, [ValueNode(j_graph(graph)), *xs], graph.loc)
+    value = CNode(result, [ValueNode(P["tuple_getitem"]), t, ValueNode(0)], graph.loc)
+    bp = CNode(result, [ValueNode(P["tuple_getitem"]), t, ValueNode(1)], graph.loc)
+    pull = FuncGraph(f"vjp_bprop_{graph.name}", graph.loc)
+    dout = pull.add_parameter("dout")
+    grads = CNode(pull, [bp, dout], graph.loc)
+    pull.output = CNode(pull, [ValueNode(P["make_tuple"])] + [
+        CNode(pull, [ValueNode(P["tuple_getitem"]), grads, ValueNode(1 + i)], graph.loc)
+        for i in range(len(xs))], graph.loc)
+    result.output = CNode(result, [ValueNode(P["make_tuple"]), value, ValueNode(pull)], graph.loc)
+    return result

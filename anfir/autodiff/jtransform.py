@@ -1,0 +1,380 @@
+"""The J transform: reverse-mode AD as a program transformation.
+
+``J(g)`` is a graph ``▸g`` with ``g``'s parameters that returns
+``(value, ◂g)``, where the closure ``◂g(dout)`` returns
+``(env, dx1, ..., dxn)``: ``env`` (a :class:`~anfir.values.GradEnv`) holds the
+gradients of ``g``'s free variables keyed by node, the ``dx`` the gradients
+of the inputs (Pearlmutter–Siskind; Myia's ``grad.py``, MindSpore's DFunctor).
+
+How each CNode ``y = f(x1, ..., xk)`` of ``g`` is transformed:
+
+* ``f`` a differentiable primitive: ``▸g`` computes ``y' = f(x1', ..., xk')``;
+  ``◂g`` calls the primitive's gradient rule (ANF text declared with the
+  primitive) on ``(x', y', sens_y)`` and adds the results to ``sens_xi``.
+  A non-differentiable primitive contributes nothing.
+* anything else (graphs, closures, function values, meta functions): ``▸g``
+  calls the transformed callee ``f'``: ``t = f'(x')``, ``y' = t[0]``,
+  ``bp = t[1]``; ``◂g`` calls ``bp(sens_y)`` and distributes element 0 to the
+  callee (the gradient of a closure is its GradEnv) and the rest to the args.
+
+Values in the transformed world: data is unchanged, every function value is
+its J-transform.  Graphs nested in ``g`` (its scope) are transformed together
+with it so their free variables point at ``▸``-nodes; any node *outside* the
+transformed scope is brought in by a run-time ``J(n)`` call (identity on
+data), whose gradient rule passes ``dout`` straight through — so a closure's
+transform ``▸h`` has exactly ``h``'s free variables and run-time
+``J(Closure(h, env)) = Closure(▸h, env)``.
+
+A closure value ``ValueNode(h)`` made in ``g`` receives a GradEnv as its
+gradient; ``◂g`` reads the entries of the nodes it captured
+(``env_getitem``).  ``◂g`` itself is built only from primitives that have
+gradient rules (env ops, ``gadd``, ``tuple_getitem``...), so it can be
+transformed again: grad of grad of grad, through closures, ``if`` and
+recursion.
+
+Nodes with no gradient contribution are skipped while building ``◂g`` (their
+gradient is zero), which keeps gradient graphs small before any
+optimization.  Graph bodies are built from a worklist, never recursively.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional
+
+from anfir.errors import GradientError
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import Manager, manage
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.ir.walk import toposort
+from anfir.primitives import PRIMITIVES
+from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.values import SymbolicKey
+
+P = PRIMITIVES
+FORWARD = "▸"
+BACKWARD = "◂"
+
+class JContext:
+    """Where ``▸g`` graphs are cached, and the worklist of graphs still to build.
+
+    The run-time ``J`` and ``anfir.grad`` share one default context (graphs
+    are transformed once per process); the ``ad`` phase uses a fresh context
+    per compilation, so the graphs it hands to the optimizer are its own.
+    """
+
+    def __init__(self, weak: bool = False) -> None:
+        self.forward: Any = weakref.WeakKeyDictionary() if weak else {}
+        self.pending: list[tuple[FuncGraph, FuncGraph]] = []
+
+    def request(self, graph: FuncGraph) -> FuncGraph:
+        """``▸graph``, created empty and queued if it is new."""
+        forward = self.forward.get(graph)
+        if forward is None:
+            forward = FuncGraph(FORWARD + graph.name, graph.loc)
+            forward.flags["ad_of"] = graph.name
+            self.forward[graph] = forward
+            self.pending.append((graph, forward))
+        return forward
+
+    def drain(self) -> None:
+        """Build every queued graph (building may queue more: callees)."""
+        while self.pending:
+            graph, forward = self.pending.pop()
+            try:
+                _ScopeTransform(graph, forward, self).build()
+            except BaseException:
+                self.forward.pop(graph, None)
+                self.pending.clear()
+                raise
+
+    def j_graph(self, graph: FuncGraph) -> FuncGraph:
+        """``▸graph``, fully built."""
+        forward = self.request(graph)
+        self.drain()
+        return forward
+
+
+_default_context = JContext(weak=True)
+_key_cache: "weakref.WeakKeyDictionary[Node, SymbolicKey]" = weakref.WeakKeyDictionary()
+
+
+def j_graph(graph: FuncGraph, context: Optional[JContext] = None) -> FuncGraph:
+    """``▸graph``: the J-transform of ``graph`` and the graphs nested in it (cached).
+
+    Graphs that ``graph`` calls are transformed too, from a worklist.
+    """
+    return (context or _default_context).j_graph(graph)
+
+
+def node_key(node: Node, manager: Manager) -> SymbolicKey:
+    """The GradEnv key naming ``node`` (stable and readable: ``f/loop:3``)."""
+    key = _key_cache.get(node)
+    if key is None:
+        graph = node.graph
+        path = []
+        current = graph
+        while current is not None:
+            path.append(current.name)
+            current = manager.parent(current)
+        index = 0
+        if graph is not None:
+            for i, n in enumerate(toposort(graph, manager)):
+                if n is node:
+                    index = i
+                    break
+        label = node.name or "n"
+        key = SymbolicKey(f"{'/'.join(reversed(path))}:{label}.{index}")
+        _key_cache[node] = key
+    return key
+
+
+def _needs_env(value_node: Node, manager: Manager) -> bool:
+    return (isinstance(value_node, ValueNode) and isinstance(value_node.value, FuncGraph)
+            and bool(manager.free_variables_total(value_node.value)))
+
+
+def _can_receive(node: Node, manager: Manager) -> bool:
+    """Whether a gradient for ``node`` has anywhere to go."""
+    if isinstance(node, (CNode, ParameterNode)):
+        return True
+    return _needs_env(node, manager)
+
+
+class _ScopeTransform:
+    """Builds ``▸root`` (already created, empty) and the transforms of the graphs nested in root."""
+
+    def __init__(self, root: FuncGraph, forward_root: FuncGraph, context: JContext) -> None:
+        self.context = context
+        self.manager = root.manager or manage(root)
+        self.root = root
+        self.scope = self.manager.scope(root)
+        self.in_scope = set(self.scope)
+        self.forward: dict[FuncGraph, FuncGraph] = {root: forward_root}
+        self.backward: dict[FuncGraph, FuncGraph] = {}
+        self.value: dict[Node, Node] = {}      # original node -> its forward value
+        self.bprop: dict[CNode, Node] = {}     # original CNode -> bprop closure (generic calls)
+        self.jcache: dict[tuple[FuncGraph, Node], Node] = {}
+        for g in self.scope:
+            if g is not root:
+                self.forward[g] = FuncGraph(FORWARD + g.name, g.loc)
+                self.forward[g].flags["ad_of"] = g.name
+            self.backward[g] = FuncGraph(BACKWARD + g.name, g.loc)
+            self.backward[g].flags["ad_of"] = g.name
+
+    # -- forward --------------------------------------------------------------
+    def build(self) -> None:
+        for g in self.scope:
+            fwd = self.forward[g]
+            for p in g.parameters:
+                q = fwd.add_parameter(p.name or "x", p.loc)
+                q.abstract = None
+                self.value[p] = q
+        for g in self.scope:
+            self._forward_body(g)
+        for g in self.scope:
+            self._backward_body(g)
+
+    def _note(self, node: Node, graph: FuncGraph, direction: str) -> Any:
+        loc = node.loc or graph.loc
+        return loc.derive(f"ad: {direction}{graph.name}") if loc is not None else None
+
+    def fmap(self, node: Node, g: FuncGraph) -> Node:
+        """The forward (J-world) node standing for ``node`` inside ``▸g``."""
+        mapped = self.value.get(node)
+        if mapped is not None:
+            return mapped
+        if isinstance(node, ValueNode):
+            return self._map_constant(node, g)
+        # A node outside the transformed scope: bring it in with J at run time.
+        key = (g, node)
+        cached = self.jcache.get(key)
+        if cached is None:
+            fwd = self.forward[g]
+            cached = CNode(fwd, [ValueNode(P["J"]), node], self._note(node, g, FORWARD), node.name)
+            self.jcache[key] = cached
+        return cached
+
+    def _map_constant(self, node: ValueNode, g: FuncGraph) -> Node:
+        value = node.value
+        if isinstance(value, FuncGraph):
+            if value in self.in_scope:
+                result = ValueNode(self.forward[value], node.loc, node.name)
+            elif _needs_env(node, self.manager):
+                key = (g, node)
+                cached = self.jcache.get(key)
+                if cached is None:
+                    cached = CNode(self.forward[g], [ValueNode(P["J"]), node],
+                                   self._note(node, g, FORWARD), node.name)
+                    self.jcache[key] = cached
+                return cached
+            else:
+                result = ValueNode(self.context.request(value), node.loc, node.name)
+        elif isinstance(value, Primitive):
+            from anfir.autodiff.primitive_j import j_primitive_value
+
+            result = ValueNode(j_primitive_value(value), node.loc, node.name)
+        elif isinstance(value, MetaFunction):
+            from anfir.autodiff.runtime import j_meta
+
+            result = ValueNode(j_meta(value), node.loc, node.name)
+        else:
+            return node  # data is its own J-transform
+        self.value[node] = result
+        return result
+
+    def _forward_body(self, g: FuncGraph) -> None:
+        fwd = self.forward[g]
+        for node in toposort(g, self.manager):
+            if not isinstance(node, CNode):
+                continue
+            loc = self._note(node, g, FORWARD)
+            callee = node.inputs[0]
+            args = [self.fmap(a, g) for a in node.inputs[1:]]
+            prim = callee.value if isinstance(callee, ValueNode) else None
+            if isinstance(prim, Primitive) and prim is not P["partial"]:
+                y = CNode(fwd, [callee, *args], loc, node.name)
+            elif prim is P["partial"]:
+                from anfir.autodiff.runtime import j_partial_call
+
+                # The J-world partial calls a wrapper that regroups gradients.
+                maker = ValueNode(j_partial_call(len(args) - 1))
+                y = CNode(fwd, [callee, maker, *args], loc, node.name)
+            else:
+                f = self.fmap(callee, g)
+                t = CNode(fwd, [f, *args], loc)
+                y = CNode(fwd, [ValueNode(P["tuple_getitem"]), t, ValueNode(0)], loc, node.name)
+                self.bprop[node] = CNode(fwd, [ValueNode(P["tuple_getitem"]), t, ValueNode(1)], loc)
+            y.abstract = None
+            self.value[node] = y
+        out = self.fmap(g.output, g)
+        fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), out, ValueNode(self.backward[g])],
+                           self._note(g.output, g, FORWARD))
+
+    # -- backward -------------------------------------------------------------
+    def _backward_body(self, g: FuncGraph) -> None:
+        mng = self.manager
+        bwd = self.backward[g]
+        dout = bwd.add_parameter("dout", g.loc)
+        sens: dict[Node, list[Node]] = {}
+
+        def add(node: Node, contribution: Node) -> None:
+            sens.setdefault(node, []).append(contribution)
+
+        def total(node: Node) -> Optional[Node]:
+            parts = sens.get(node)
+            if not parts:
+                return None
+            acc = parts[0]
+            for part in parts[1:]:
+                acc = CNode(bwd, [ValueNode(P["gadd"]), acc, part], self._note(node, g, BACKWARD))
+            return acc
+
+        order = self._reverse_order(g)
+        add(g.output, dout)
+        for item in order:
+            if isinstance(item, ValueNode):
+                self._closure_gradient(g, bwd, item, total(item), add)
+                continue
+            node = item
+            s = total(node)
+            if s is None:
+                continue
+            loc = self._note(node, g, BACKWARD)
+            callee = node.inputs[0]
+            prim = callee.value if isinstance(callee, ValueNode) else None
+            if isinstance(prim, Primitive) and prim is not P["partial"]:
+                if not prim.differentiable:
+                    continue
+                from anfir.autodiff.primitive_j import instantiate_bprop
+
+                args = [self.value_in(a, g) for a in node.inputs[1:]]
+                grads = instantiate_bprop(prim, bwd, args, self.value_in(node, g), s, node.loc)
+                for arg, grad in zip(node.inputs[1:], grads):
+                    if _can_receive(arg, mng):
+                        add(arg, grad)
+            elif prim is P["partial"]:
+                # The gradient of a partial value is (d_fn, d_arg1, ...).
+                for i, arg in enumerate(node.inputs[1:]):
+                    if _can_receive(arg, mng):
+                        add(arg, CNode(bwd, [ValueNode(P["tuple_getitem"]), s, ValueNode(i)], loc))
+            else:
+                grads = CNode(bwd, [self.bprop[node], s], loc)
+                for i, inp in enumerate(node.inputs):
+                    if _can_receive(inp, mng):
+                        add(inp, CNode(bwd, [ValueNode(P["tuple_getitem"]), grads, ValueNode(i)], loc))
+        # Output: (env of free-variable gradients, d param 1, ...).
+        env: Node = CNode(bwd, [ValueNode(P["newenv"])], self._note(g.output, g, BACKWARD))
+        for fv in mng.free_variables_total(g):
+            s = total(fv)
+            if s is not None:
+                env = CNode(bwd, [ValueNode(P["env_setitem"]), env, ValueNode(node_key(fv, mng)), s],
+                            self._note(fv, g, BACKWARD))
+        outs: list[Node] = [env]
+        for p in g.parameters:
+            s = total(p)
+            if s is None:
+                s = CNode(bwd, [ValueNode(P["zeros_like"]), self.value[p]], self._note(p, g, BACKWARD))
+            outs.append(s)
+        bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), *outs], self._note(g.output, g, BACKWARD))
+
+    def value_in(self, node: Node, g: FuncGraph) -> Node:
+        """The forward value of ``node`` as seen from ``◂g`` (an edge into ``▸g`` or above)."""
+        return self.fmap(node, g)
+
+    def _closure_gradient(self, g: FuncGraph, bwd: FuncGraph, closure: ValueNode,
+                          s: Optional[Node], add: Any) -> None:
+        """Send a closure's GradEnv entries to the nodes it captured."""
+        if s is None:
+            return
+        mng = self.manager
+        loc = self._note(closure, g, BACKWARD)
+        for fv in mng.free_variables_total(closure.value):
+            zero = CNode(bwd, [ValueNode(P["zeros_like"]), self.value_in(fv, g)], loc)
+            add(fv, CNode(bwd, [ValueNode(P["env_getitem"]), s, ValueNode(node_key(fv, mng)), zero], loc))
+
+    def _reverse_order(self, g: FuncGraph) -> list[Node]:
+        """``g``'s CNodes (and the closures it makes) in reverse dependency order.
+
+        A closure constant is placed just before its first user, after the
+        nodes it captures, so in reverse its gradient is complete before it
+        is handed to those nodes.
+        """
+        mng = self.manager
+        order: list[Node] = []
+        placed: set[Node] = set()
+        for node in toposort(g, mng):
+            if not isinstance(node, CNode):
+                continue
+            for inp in node.inputs:
+                if inp not in placed and _needs_env(inp, mng):
+                    placed.add(inp)
+                    order.append(inp)
+            order.append(node)
+        out = g.output
+        if out not in placed and _needs_env(out, mng):
+            order.append(out)
+        order.reverse()
+        return order
+
+
+def check_differentiable_graph(graph: FuncGraph) -> None:
+    """Raise a GradientError listing, with locations, every primitive used in
+    ``graph``'s reach that is differentiable but has no gradient rule."""
+    from anfir.autodiff.primitive_j import has_rule
+    from anfir.ir.walk import reachable_graphs
+
+    missing: list[str] = []
+    first_loc = None
+    for g in reachable_graphs([graph]):
+        for node in toposort(g):
+            if not isinstance(node, CNode):
+                continue
+            callee = node.inputs[0]
+            prim = callee.value if isinstance(callee, ValueNode) else None
+            if isinstance(prim, Primitive) and prim.differentiable and not has_rule(prim, len(node.inputs) - 1):
+                where = node.loc.short() if node.loc else "?"
+                missing.append(f"  {where}: {prim.name}")
+                first_loc = first_loc or node.loc
+    if missing:
+        raise GradientError("no gradient rule for:\n" + "\n".join(missing), first_loc)

@@ -1,0 +1,127 @@
+"""Gradient rules of primitives: parsing them, instantiating them, and ``▸p``.
+
+A primitive's rule is ANF text declared with the primitive
+(``bprop="lambda (x, y, out, dout) (dx, dy) end"``).  It is parsed once into
+a graph; :func:`instantiate_bprop` copies its body into a backward graph with
+the parameters bound to the actual forward values, every copied node located
+at the user's node — so gradient nodes map back to the user's code.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from anfir.errors import GradientError
+from anfir.ir.clone import Cloner
+from anfir.ir.graph import FuncGraph
+from anfir.ir.location import Location
+from anfir.ir.manager import manage
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.primitives import PRIMITIVES
+from anfir.primitives.registry import MetaFunction, Primitive
+
+P = PRIMITIVES
+_rules: dict[tuple[str, int], FuncGraph] = {}
+_forward: dict[tuple[str, int], FuncGraph] = {}
+_metas: dict[str, MetaFunction] = {}
+
+# Primitives whose rule is generated for each argument count.
+_GENERATED = {"make_tuple"}
+
+
+def _rule_text(prim: Primitive, nargs: int) -> Optional[str]:
+    rule = prim.bprop
+    if isinstance(rule, dict):
+        return rule.get(nargs)
+    return rule
+
+
+def has_rule(prim: Primitive, nargs: int) -> bool:
+    """Whether ``prim`` called with ``nargs`` arguments can be differentiated."""
+    if not prim.differentiable or prim.name in _GENERATED or prim is P["partial"]:
+        return True
+    return _rule_text(prim, nargs) is not None
+
+
+def rule_graph(prim: Primitive, nargs: int) -> FuncGraph:
+    """The parsed gradient rule ``(x1..xn, out, dout) -> (dx1..dxn)`` of ``prim``."""
+    key = (prim.name, nargs)
+    graph = _rules.get(key)
+    if graph is None:
+        text = _rule_text(prim, nargs)
+        if text is None:
+            raise GradientError(f"no gradient rule for {prim.name} with {nargs} arguments")
+        from anfir.grammar.parser import parse_module
+
+        module = parse_module(text, f"<gradient rule of {prim.name}>")
+        graph = module["main"]
+        graph.name = f"bprop_{prim.name}"
+        if len(graph.parameters) != nargs + 2:
+            raise GradientError(f"the gradient rule of {prim.name} takes {len(graph.parameters)} "
+                                f"parameters; expected {nargs + 2} (inputs, out, dout)")
+        manage(graph)
+        _rules[key] = graph
+    return graph
+
+
+def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out: Node,
+                      dout: Node, loc: Optional[Location]) -> list[Node]:
+    """Nodes in ``target`` computing the gradient of each argument of ``prim(*args)``."""
+    nargs = len(args)
+    getitem = ValueNode(P["tuple_getitem"])
+    if not prim.differentiable:
+        return [CNode(target, [ValueNode(P["zeros_like"]), a], loc) for a in args]
+    if prim.name == "make_tuple":
+        return [CNode(target, [getitem, dout, ValueNode(i)], loc) for i in range(nargs)]
+    rule = rule_graph(prim, nargs)
+    mng = rule.manager or manage(rule)
+    seed: dict[Node, Node] = dict(zip(rule.parameters, [*args, out, dout]))
+    cloner = Cloner(mng, mng.scope(rule), node_map=seed, inline_into={rule: target},
+                    loc=loc.derive(f"ad: gradient rule of {prim.name}") if loc else None)
+    result = cloner.output_of(rule)
+    if isinstance(result, CNode) and result.is_apply(P["make_tuple"]) and len(result.inputs) == nargs + 1:
+        return list(result.inputs[1:])
+    return [CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(nargs)]
+
+
+def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:
+    """``▸prim`` for ``nargs`` arguments: ``(x...) -> (prim(x...), ◂prim)``."""
+    key = (prim.name, nargs)
+    graph = _forward.get(key)
+    if graph is not None:
+        return graph
+    fwd = FuncGraph(f"▸{prim.name}")
+    xs = [fwd.add_parameter(f"x{i}") for i in range(nargs)]
+    if prim is P["partial"]:
+        from anfir.autodiff.runtime import j_partial_call
+
+        y = CNode(fwd, [ValueNode(prim), ValueNode(j_partial_call(nargs - 1)), *xs])
+    else:
+        y = CNode(fwd, [ValueNode(prim), *xs])
+    bwd = FuncGraph(f"◂{prim.name}")
+    dout = bwd.add_parameter("dout")
+    if prim is P["partial"]:
+        grads = [CNode(bwd, [ValueNode(P["tuple_getitem"]), dout, ValueNode(i)]) for i in range(nargs)]
+    else:
+        grads = instantiate_bprop(prim, bwd, list(xs), y, dout, None)
+    bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), CNode(bwd, [ValueNode(P["newenv"])]), *grads])
+    fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), y, ValueNode(bwd)])
+    _forward[key] = fwd
+    return fwd
+
+
+def j_primitive_value(prim: Primitive) -> Union[FuncGraph, MetaFunction]:
+    """The J-transform of ``prim`` used as a value: ``▸prim``, or a meta function
+    generating it per argument count when the arity varies."""
+    if prim.max_args is not None and prim.min_args == prim.max_args:
+        return j_prim_graph(prim, prim.min_args)
+    meta = _metas.get(prim.name)
+    if meta is None:
+        meta = MetaFunction(f"J({prim.name})", f"the J-transform of {prim.name}",
+                            prim.min_args, prim.max_args,
+                            generate=lambda args, p=prim: j_prim_graph(p, len(args)), internal=True)
+        _metas[prim.name] = meta
+    return meta
+
+
+__all__ = ["has_rule", "instantiate_bprop", "j_prim_graph", "j_primitive_value", "rule_graph"]

@@ -1,0 +1,208 @@
+"""Run-time side of the autodiff: ``J`` on values and the graphs behind ``grad``.
+
+* :func:`j_value` — ``J`` applied to a run-time value: data is unchanged, a
+  closure of ``h`` becomes a closure of ``▸h`` over the *same* captured
+  values (``▸h`` has exactly ``h``'s free variables), a primitive becomes
+  ``▸p``, a partial a J-world partial.
+* :func:`grad_graph` — the graph behind ``grad(f, i...)``/``value_and_grad``:
+  ``(f, i...) -> closure ∇(x...)`` that runs ``J(f)``, seeds the backward
+  pass with 1.0 and picks the requested gradients.  The ``ad`` phase expands
+  ``grad`` calls into it statically; the evaluator does the same at run time
+  through ``MetaFunction.generate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from anfir.errors import GradientError
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import manage
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.primitives import PRIMITIVES
+from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.values import Closure, GradEnv, Partial
+
+P = PRIMITIVES
+_grad_graphs: dict[tuple, FuncGraph] = {}
+_j_metas: dict[int, MetaFunction] = {}
+_partial_calls: dict[int, MetaFunction] = {}
+
+
+# -- J on values ----------------------------------------------------------------
+def j_value(x: Any) -> Any:
+    """The J-transform of a run-time value."""
+    from anfir.autodiff.jtransform import j_graph
+    from anfir.autodiff.primitive_j import j_primitive_value
+
+    if isinstance(x, Closure):
+        forward = j_graph(x.graph)
+        return Closure(forward, _remap_env(x.graph, forward, x.env))
+    if isinstance(x, FuncGraph):
+        forward = j_graph(x)
+        if manage(forward).free_variables_total(forward):
+            raise GradientError(f"cannot differentiate @{x.name} outside of its closure")
+        return forward
+    if isinstance(x, Primitive):
+        return j_primitive_value(x)
+    if isinstance(x, MetaFunction):
+        return j_meta(x)
+    if isinstance(x, Partial):
+        return Partial(j_partial_call(len(x.args)), (j_value(x.fn), *(j_value(a) for a in x.args)))
+    if isinstance(x, tuple):
+        return tuple(j_value(v) for v in x)
+    return x
+
+
+def _remap_env(graph: FuncGraph, forward: FuncGraph, env: tuple) -> tuple:
+    """Order ``env`` (captured for ``graph``) as ``forward``'s free variables expect."""
+    before = manage(graph).free_variables_total(graph)
+    after = manage(forward).free_variables_total(forward)
+    if before == after:
+        return env
+    by_node = dict(zip(before, env))
+    try:
+        return tuple(by_node[n] for n in after)
+    except KeyError:  # pragma: no cover - would be a bug in the J transform
+        raise GradientError(f"internal: ▸{graph.name} captures values @{graph.name} does not") from None
+
+
+def j_meta(meta: MetaFunction) -> MetaFunction:
+    """``J(meta)``: generates the J-transform of the graph ``meta`` generates."""
+    cached = _j_metas.get(id(meta))
+    if cached is None:
+        from anfir.autodiff.jtransform import j_graph
+
+        cached = MetaFunction(f"J({meta.name})", f"the J-transform of {meta.name}",
+                              meta.min_args, meta.max_args,
+                              generate=lambda args, m=meta: j_graph(m.generate(args)), internal=True)
+        _j_metas[id(meta)] = cached
+        _keepalive.append(meta)
+    return cached
+
+
+_keepalive: list[MetaFunction] = []
+
+
+def j_partial_call(nbound: int) -> MetaFunction:
+    """The J-world partial: calls ``f'(a..., b...)`` and regroups the gradients as
+    ``((d_f, d_a...), d_b...)`` — a partial value's gradient holds those of
+    what it binds."""
+    cached = _partial_calls.get(nbound)
+    if cached is None:
+        cached = MetaFunction(f"J_partial_call{nbound}", "a J-world partial application",
+                              nbound + 1, None,
+                              generate=lambda args, k=nbound: _partial_call_graph(k, len(args) - 1 - k),
+                              internal=True)
+        _partial_calls[nbound] = cached
+    return cached
+
+
+def _partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
+    key = ("partial", nbound, nrest)
+    graph = _grad_graphs.get(key)
+    if graph is not None:
+        return graph
+    fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}")
+    f = fwd.add_parameter("f")
+    xs = [fwd.add_parameter(f"x{i}") for i in range(nbound + nrest)]
+    t = _call(fwd, f, *xs)
+    value = _item(fwd, t, 0)
+    bp = _item(fwd, t, 1)
+    bwd = FuncGraph(f"◂J_partial_call{nbound}_{nrest}")
+    dout = bwd.add_parameter("dout")
+    grads = _call(bwd, bp, dout)
+    bound = CNode(bwd, [ValueNode(P["make_tuple"])] + [_item(bwd, grads, i) for i in range(nbound + 1)])
+    rest = [_item(bwd, grads, nbound + 1 + i) for i in range(nrest)]
+    bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), bound, *rest])
+    fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), value, ValueNode(bwd)])
+    _grad_graphs[key] = fwd
+    return fwd
+
+
+# -- grad / value_and_grad ------------------------------------------------------
+def arity_of(fn: Any) -> int:
+    """How many arguments the function value ``fn`` takes."""
+    if isinstance(fn, Closure):
+        return len(fn.graph.parameters)
+    if isinstance(fn, FuncGraph):
+        return len(fn.parameters)
+    if isinstance(fn, Partial):
+        return arity_of(fn.fn) - len(fn.args)
+    if isinstance(fn, Primitive):
+        if fn.max_args is not None and fn.min_args == fn.max_args:
+            return fn.min_args
+        raise GradientError(f"grad of {fn.name} needs a function of fixed arity; wrap it in a lambda")
+    raise GradientError(f"grad needs a function, not {type(fn).__name__}")
+
+
+def normalize_wrt(indices: Sequence[Any], nparams: int) -> tuple[tuple[int, ...], bool]:
+    """Checked argument indices, and whether the result is a tuple (several indices)."""
+    if not indices:
+        return (0,), False
+    result = []
+    for i in indices:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise GradientError(f"grad's argument indices must be integer constants, not {i!r}")
+        if not -nparams <= i < nparams:
+            raise GradientError(f"grad w.r.t. argument {i}, but the function takes {nparams}")
+        result.append(i % nparams)
+    return tuple(result), len(result) > 1
+
+
+def generate_grad(args: tuple, with_value: bool) -> FuncGraph:
+    """The graph for a call ``grad(f, i...)`` (``value_and_grad`` with ``with_value``)."""
+    if not args:
+        raise GradientError("grad needs a function")
+    nparams = arity_of(args[0])
+    wrt, multi = normalize_wrt(args[1:], nparams)
+    return grad_graph(nparams, wrt, multi, with_value, len(args) - 1)
+
+
+def grad_graph(nparams: int, wrt: tuple[int, ...], multi: bool, with_value: bool,
+               nindices: int) -> FuncGraph:
+    """``(f, i...) -> ∇`` where the closure ``∇(x1..xn)`` computes the gradient."""
+    key = (nparams, wrt, multi, with_value, nindices)
+    graph = _grad_graphs.get(key)
+    if graph is not None:
+        return graph
+    name = "value_and_grad" if with_value else "grad"
+    outer = FuncGraph(name)
+    f = outer.add_parameter("f")
+    for i in range(nindices):
+        outer.add_parameter(f"i{i}")
+    inner = FuncGraph("∇")
+    xs = [inner.add_parameter(f"x{i}") for i in range(nparams)]
+    jf = CNode(inner, [ValueNode(P["J"]), f])
+    inner.output = build_grad_body(inner, jf, xs, wrt, multi, with_value)
+    outer.output = ValueNode(inner)
+    _grad_graphs[key] = outer
+    return outer
+
+
+def build_grad_body(graph: FuncGraph, jf: Node, xs: Sequence[Node], wrt: tuple[int, ...],
+                    multi: bool, with_value: bool, loc: Any = None) -> Node:
+    """Nodes in ``graph`` computing the gradient of ``jf``'s function at ``xs``."""
+    t = _call(graph, jf, *xs, loc=loc)
+    value = _item(graph, t, 0, loc)
+    bp = _item(graph, t, 1, loc)
+    seed = CNode(graph, [ValueNode(P["grad_seed"]), value], loc)
+    grads = _call(graph, bp, seed, loc=loc)
+    picked = [CNode(graph, [ValueNode(P["grad_arg_check"]), xs[i], _item(graph, grads, 1 + i, loc)], loc)
+              for i in wrt]
+    result: Node = picked[0] if not multi else CNode(graph, [ValueNode(P["make_tuple"]), *picked], loc)
+    if with_value:
+        result = CNode(graph, [ValueNode(P["make_tuple"]), value, result], loc)
+    return result
+
+
+def _call(graph: FuncGraph, fn: Node, *args: Node, loc: Any = None) -> CNode:
+    return CNode(graph, [fn, *args], loc)
+
+
+def _item(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
+    return CNode(graph, [ValueNode(P["tuple_getitem"]), t, ValueNode(i)], loc)
+
+
+__all__ = ["GradEnv", "arity_of", "build_grad_body", "generate_grad", "grad_graph", "j_meta",
+           "j_partial_call", "j_value", "normalize_wrt"]

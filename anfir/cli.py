@@ -1,0 +1,316 @@
+"""The ``anfir`` command: run, grad, compile, fmt and dot on ``.anf`` files.
+
+Exit status: 0 on success, 1 on an error in the user's input (a located
+message on stderr, never a traceback), 2 on a usage error.  Set
+``ANFIR_DEBUG=1`` to see the traceback of an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from anfir.errors import AnfirError, UsageError
+
+EXAMPLES = """\
+examples:
+  anfir run examples/fibonacci.anf 10            # prints 55
+  anfir grad examples/power.anf --entry power --wrt 0 2.0 3
+  anfir compile examples/mlp.anf --dump-dir dumps --time
+  anfir fmt examples/hof.anf
+  anfir dot examples/fibonacci.anf -o fib.svg
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors exit 2 with one clean line (no traceback)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: usage error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``anfir`` command."""
+    parser = _Parser(prog="anfir", description="A MindSpore-style functional graph IR with "
+                     "automatic differentiation: run, differentiate, compile and draw ANF programs.",
+                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("run", help="evaluate a definition on arguments", formatter_class=raw,
+                       epilog="example:\n  anfir run examples/fibonacci.anf 10\n"
+                              "  anfir run examples/mlp.anf w1.npy w2.npy x.npy y.npy")
+    p.add_argument("file", help="an .anf program (or an .ir dump)")
+    p.add_argument("--entry", help="the definition to run (default: main, or the only one)")
+    p.add_argument("args", nargs="*", metavar="ARG",
+                   help='an ANF literal (3, 2.5, true, "s", (1, 2.0)) or an .npy file')
+
+    p = sub.add_parser("grad", help="print the gradient of a definition at arguments",
+                       formatter_class=raw,
+                       epilog="example:\n  anfir grad examples/power.anf --entry power --wrt 0 2.0 3\n"
+                              "  anfir grad examples/mlp.anf --wrt 0,1 -o grad.ir w1.npy w2.npy x.npy y.npy")
+    p.add_argument("file")
+    p.add_argument("--entry")
+    p.add_argument("--wrt", default="0", help="argument indices, comma separated (default 0)")
+    p.add_argument("-o", "--output", help="also write the gradient graph's .ir here")
+    p.add_argument("args", nargs="*", metavar="ARG")
+
+    p = sub.add_parser("compile", help="run the pipeline, writing numbered per-phase dumps",
+                       formatter_class=raw,
+                       epilog="example:\n  anfir compile examples/mlp.anf --dump-dir dumps --time\n"
+                              "  anfir compile examples/power.anf --entry dpower --args 3.0 --dump-dir dumps")
+    p.add_argument("file")
+    p.add_argument("--entry")
+    p.add_argument("--args", nargs="*", default=None, metavar="ARG",
+                   help="example arguments (values, .npy files or types such as 'f64[B, 3]'); "
+                        "without them the entry's annotations are used; with values the "
+                        "compiled graph is also run and its result printed")
+    p.add_argument("--dump-dir", help="write NN_phase.ir and NN_phase.dot here")
+    p.add_argument("--time", action="store_true", help="print a per-phase timing table")
+
+    p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
+                       epilog="example:\n  anfir fmt examples/hof.anf")
+    p.add_argument("file")
+
+    p = sub.add_parser("dot", help="draw a definition with Graphviz", formatter_class=raw,
+                       epilog="example:\n  anfir dot examples/fibonacci.anf -o fib.svg")
+    p.add_argument("file")
+    p.add_argument("--entry")
+    p.add_argument("-o", "--output", help="OUT.dot, OUT.svg or OUT.png (default: dot source on stdout)")
+    return parser
+
+
+# -- arguments ------------------------------------------------------------------
+def parse_arg(text: str) -> Any:
+    """A command-line ARG: an ``.npy`` path (loaded without pickle) or an ANF literal."""
+    if text.endswith(".npy"):
+        if not os.path.exists(text):
+            raise UsageError(f"no such file: {text}")
+        try:
+            return np.load(text, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"cannot read {text} as a numpy array: {exc}") from None
+    from anfir.grammar.parser import parse_module
+    from anfir.eval import run
+
+    module = parse_module(f"def __arg__() = {text}", "<argument>")
+    graph = module["__arg__"]
+    for node in graph.nodes():
+        callee = node.inputs[0] if node.inputs else None
+        name = getattr(getattr(callee, "value", None), "name", "")
+        if callee is not None and name not in ("make_tuple", "neg", "array"):
+            raise UsageError(f"an argument must be a literal, a tuple or an .npy file: {text}")
+    return run(graph)
+
+
+def parse_args_list(texts: Sequence[str]) -> list[Any]:
+    """Every ARG parsed."""
+    return [parse_arg(t) for t in texts]
+
+
+def format_value(value: Any) -> str:
+    """A result as ANF-like text (floats round-trip, arrays in full)."""
+    if isinstance(value, bool) or isinstance(value, np.bool_):
+        return "true" if value else "false"
+    if value is None:
+        return "None"
+    if isinstance(value, float) or isinstance(value, np.floating):
+        return repr(float(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, tuple):
+        inner = ", ".join(format_value(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, np.ndarray):
+        from anfir.values import NUMPY_TO_DTYPE
+
+        body = np.array2string(value, separator=", ", threshold=sys.maxsize,
+                               floatmode="unique", max_line_width=100)
+        return f"Tensor[{NUMPY_TO_DTYPE.get(value.dtype.name, value.dtype.name)}, {value.shape}]({body})"
+    return repr(value)
+
+
+# -- commands -------------------------------------------------------------------
+def _load(path: str) -> Any:
+    if not os.path.exists(path):
+        raise UsageError(f"no such file: {path}")
+    from anfir.loading import load_file
+
+    return load_file(path)
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from anfir.eval import run
+
+    module = _load(ns.file)
+    graph = module[module.entry_name(ns.entry)]
+    print(format_value(run(graph, *parse_args_list(ns.args))))
+    return 0
+
+
+def _wrt(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip() != "")
+    except ValueError:
+        raise UsageError(f"--wrt takes argument indices such as 0 or 0,2, not {text!r}") from None
+
+
+def cmd_grad(ns: argparse.Namespace) -> int:
+    from anfir.autodiff.api import grad
+    from anfir.eval import run
+
+    module = _load(ns.file)
+    graph = module[module.entry_name(ns.entry)]
+    indices = _wrt(ns.wrt)
+    if not indices:
+        raise UsageError("--wrt needs at least one index")
+    gradient = grad(graph, indices[0] if len(indices) == 1 else indices)
+    if ns.output:
+        from anfir.printers.ir import dump_ir
+
+        with open(ns.output, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(dump_ir(gradient))
+    if ns.args or not graph.parameters:
+        print(format_value(run(gradient, *parse_args_list(ns.args))))
+    elif not ns.output:
+        raise UsageError(f"give the arguments of @{graph.name} to evaluate its gradient "
+                         f"({len(graph.parameters)} expected), or -o OUT.ir to write the graph")
+    return 0
+
+
+def cmd_compile(ns: argparse.Namespace) -> int:
+    from anfir.passes.pipeline import compile_program
+
+    if not os.path.exists(ns.file):
+        raise UsageError(f"no such file: {ns.file}")
+    args = None
+    values = None
+    if ns.args is not None:
+        args = []
+        for text in ns.args:
+            try:
+                args.append(parse_arg(text))
+            except AnfirError:
+                from anfir.passes.specialize import abstract_from_annotation_text
+
+                args.append(abstract_from_annotation_text(text))
+        if all(not _is_abstract(a) for a in args):
+            values = args
+    result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir)
+    graph = result.graph
+    print(f"compiled @{graph.name}: {_count(graph)} nodes after {len(result.timings)} phases")
+    if ns.time:
+        print(_timing_table(result.timings))
+    if ns.dump_dir:
+        print(f"dumps in {ns.dump_dir}/: {', '.join(os.path.basename(p) for p in result.dump_files)}")
+    if values is not None:
+        from anfir.eval import run
+
+        print(f"result: {format_value(run(graph, *values))}")
+    return 0
+
+
+def _is_abstract(value: Any) -> bool:
+    from anfir.abstract.values import AbstractValue
+
+    return isinstance(value, AbstractValue)
+
+
+def _count(graph: Any) -> int:
+    from anfir.ir.walk import reachable_graphs
+
+    return sum(len(g.nodes()) for g in reachable_graphs([graph]))
+
+
+def _timing_table(timings: dict[str, float]) -> str:
+    width = max([len(name) for name in timings] + [5])
+    lines = [f"{'phase':<{width}}  {'ms':>9}", f"{'-' * width}  {'-' * 9}"]
+    for name, seconds in timings.items():
+        lines.append(f"{name:<{width}}  {seconds * 1000:9.2f}")
+    lines.append(f"{'total':<{width}}  {sum(timings.values()) * 1000:9.2f}")
+    return "\n".join(lines)
+
+
+def cmd_fmt(ns: argparse.Namespace) -> int:
+    from anfir.printers.text import to_text
+
+    module = _load(ns.file)
+    sys.stdout.write(to_text(module))
+    return 0
+
+
+def cmd_dot(ns: argparse.Namespace) -> int:
+    from anfir.printers.dot import dump_dot
+
+    module = _load(ns.file)
+    graph = module[module.entry_name(ns.entry)]
+    source = dump_dot(graph)
+    if not ns.output:
+        sys.stdout.write(source)
+        return 0
+    ext = os.path.splitext(ns.output)[1].lower()
+    if ext == ".dot":
+        with open(ns.output, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(source)
+        return 0
+    if ext not in (".svg", ".png"):
+        raise UsageError(f"-o must end in .dot, .svg or .png, not {ext or 'nothing'}")
+    import shutil
+    import subprocess
+
+    dot = shutil.which("dot")
+    if dot is None:
+        raise UsageError("rendering needs Graphviz's dot program (apt-get install graphviz); "
+                         "use -o OUT.dot for the source")
+    proc = subprocess.run([dot, f"-T{ext[1:]}", "-o", ns.output], input=source.encode("utf-8"),
+                          capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise AnfirError(f"dot failed: {proc.stderr.decode('utf-8', 'replace').strip()}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "grad": cmd_grad, "compile": cmd_compile, "fmt": cmd_fmt, "dot": cmd_dot}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``anfir`` command; returns the exit status."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not ns.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[ns.command](ns)
+    except UsageError as err:
+        print(f"anfir {ns.command}: {err}", file=sys.stderr)
+        return 2
+    except AnfirError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except RecursionError:
+        if os.environ.get("ANFIR_DEBUG"):
+            raise
+        print("internal error: Python recursion limit reached (please report this program)",
+              file=sys.stderr)
+        return 3
+    except Exception as exc:  # noqa: BLE001 - the CLI must never show a traceback
+        if os.environ.get("ANFIR_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set ANFIR_DEBUG=1 for the "
+              "traceback, and please report it)", file=sys.stderr)
+        return 3
+
+
+def console() -> None:
+    """The console script: exit with :func:`main`'s status."""
+    sys.exit(main())

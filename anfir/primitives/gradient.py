@@ -1,0 +1,205 @@
+"""Primitives that only the autodiff creates (internal: not in the language reference).
+
+* ``J(f)`` — the forward-mode-of-reverse transform of a function value (a
+  closure of ``▸f`` returning ``(value, bprop)``); identity on data.
+* ``newenv() / env_setitem / env_getitem`` — gradient environments: the
+  gradient of a closure maps each captured node's key to its gradient.
+* ``gadd(a, b)`` — adds two gradients of the same value (numbers, arrays,
+  tuples elementwise, environments keywise).
+* ``sum_to(g, x)`` — sums a broadcast gradient back to ``x``'s shape;
+  ``broadcast_like(g, x)`` is its transpose.
+* ``unreduce(g, x, axis)`` — spreads the gradient of ``sum(x, axis)`` over x.
+* ``size(x)``, ``cast_like(g, x)``, ``tuple_setitem(t, i, v)``,
+  ``invert_permutation(p)``, ``grad_seed(v)`` — small helpers of gradient rules.
+
+Each is declared once here with its evaluation; its gradient rule (``bprop=``)
+makes the gradient machinery itself differentiable (grad of grad).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anfir.errors import GradientError
+from anfir.primitives.registry import declare
+from anfir.values import GradEnv, SymbolicKey
+
+FAMILY = "gradient"
+
+
+def gadd_values(a: Any, b: Any) -> Any:
+    """The sum of two gradients of one value."""
+    if isinstance(a, GradEnv) or isinstance(b, GradEnv):
+        if not isinstance(a, GradEnv) or len(a) == 0:
+            return b if isinstance(b, GradEnv) else a
+        if not isinstance(b, GradEnv) or len(b) == 0:
+            return a
+        items = dict(a.items())
+        for key, value in b.items():
+            items[key] = gadd_values(items[key], value) if key in items else value
+        return GradEnv(items)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return tuple(gadd_values(x, y) for x, y in zip(a, b))
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _env_setitem(env: Any, key: SymbolicKey, value: Any) -> GradEnv:
+    base = env if isinstance(env, GradEnv) else GradEnv()
+    return base.set(key, value)
+
+
+def _env_getitem(env: Any, key: SymbolicKey, default: Any) -> Any:
+    if isinstance(env, GradEnv):
+        return env.get(key, default)
+    return default
+
+
+def sum_to_value(g: Any, x: Any) -> Any:
+    """Sum ``g`` over the dimensions that broadcasting added to reach ``x``'s shape."""
+    if isinstance(g, GradEnv) or g is None or isinstance(g, tuple):
+        return g
+    gshape = np.shape(g)
+    xshape = np.shape(x)
+    if gshape == xshape:
+        if not isinstance(x, np.ndarray) and isinstance(g, np.ndarray):
+            return g.item()
+        return g
+    extra = len(gshape) - len(xshape)
+    axes = list(range(extra))
+    for i, dim in enumerate(xshape):
+        if dim == 1 and gshape[extra + i] != 1:
+            axes.append(extra + i)
+    result = np.sum(g, axis=tuple(axes), keepdims=False) if axes else g
+    result = np.reshape(result, xshape)
+    if not isinstance(x, np.ndarray):
+        return result.item() if isinstance(result, np.ndarray) else result
+    return result
+
+
+def _broadcast_like(g: Any, x: Any) -> Any:
+    shape = np.shape(x)
+    if np.shape(g) == shape:
+        return g
+    return np.broadcast_to(g, shape)
+
+
+def _unreduce(g: Any, x: Any, axis: Any) -> Any:
+    shape = np.shape(x)
+    if axis is None:
+        return np.broadcast_to(g, shape) if shape else g
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    axes = tuple(a % len(shape) for a in axes)
+    expanded = np.expand_dims(g, axes)
+    return np.broadcast_to(expanded, shape)
+
+
+def _size(x: Any) -> int:
+    return int(np.size(x))
+
+
+def _cast_like(g: Any, x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.asarray(g).astype(x.dtype)
+    if isinstance(x, bool):
+        return g
+    if isinstance(x, int) and not isinstance(g, np.ndarray):
+        return g
+    if isinstance(x, float) and not isinstance(g, np.ndarray):
+        return float(g)
+    return g
+
+
+def _tuple_setitem(t: tuple, i: int, v: Any) -> tuple:
+    return t[:i] + (v,) + t[i + 1:] if i >= 0 else t[:i] + (v,) + (t[i + 1:] if i != -1 else ())
+
+
+def _invert_permutation(perm: Any) -> Any:
+    if perm is None:
+        return None
+    return tuple(int(i) for i in np.argsort(perm))
+
+
+def grad_seed_value(v: Any) -> Any:
+    """1 of the type of a scalar float output (the seed of reverse mode)."""
+    if isinstance(v, float) and not isinstance(v, bool):
+        return type(v)(1.0)
+    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind == "f":
+        return np.ones_like(v)
+    if isinstance(v, np.floating):
+        return v.dtype.type(1.0)
+    what = type(v).__name__
+    if isinstance(v, np.ndarray):
+        what = f"a {v.dtype.name} tensor of shape {v.shape}"
+    raise GradientError(f"grad needs a function whose output is a float scalar, but it returned {what}")
+
+
+def _j_value(x: Any) -> Any:
+    from anfir.autodiff.runtime import j_value
+
+    return j_value(x)
+
+
+J = declare("J", 1, _j_value, family=FAMILY, internal=True, foldable=False,
+            doc="J(f) — the transformed function returning (value, bprop)",
+            bprop="lambda (x, out, dout) (dout,) end")
+newenv = declare("newenv", 0, GradEnv, family=FAMILY, internal=True,
+                 doc="newenv() — an empty gradient environment",
+                 bprop="lambda (out, dout) () end")
+env_setitem = declare("env_setitem", 3, _env_setitem, family=FAMILY, internal=True,
+                      doc="env_setitem(env, key, g) — env with key bound to g",
+                      bprop="""lambda (e, k, v, out, dout)
+                          (env_setitem(dout, k, zeros_like(v)), zeros_like(k), env_getitem(dout, k, zeros_like(v)))
+                      end""")
+env_getitem = declare("env_getitem", 3, _env_getitem, family=FAMILY, internal=True,
+                      doc="env_getitem(env, key, default) — the gradient stored for key",
+                      bprop="""lambda (e, k, d, out, dout)
+                          (env_setitem(newenv(), k, dout), zeros_like(k), zeros_like(d))
+                      end""")
+gadd = declare("gadd", 2, gadd_values, family=FAMILY, internal=True,
+               doc="gadd(a, b) — the sum of two gradients of one value",
+               bprop="lambda (a, b, out, dout) (dout, dout) end")
+sum_to = declare("sum_to", 2, sum_to_value, family=FAMILY, internal=True,
+                 doc="sum_to(g, x) — g summed back to x's shape (undoes broadcasting)",
+                 bprop="lambda (g, x, out, dout) (broadcast_like(dout, g), zeros_like(x)) end")
+broadcast_like = declare("broadcast_like", 2, _broadcast_like, family=FAMILY, internal=True,
+                         doc="broadcast_like(g, x) — g broadcast to x's shape",
+                         bprop="lambda (g, x, out, dout) (sum_to(dout, g), zeros_like(x)) end")
+unreduce = declare("unreduce", 3, _unreduce, family=FAMILY, internal=True,
+                   doc="unreduce(g, x, axis) — the gradient of sum(x, axis) spread over x",
+                   bprop="lambda (g, x, axis, out, dout) (sum(dout, axis), zeros_like(x), zeros_like(axis)) end")
+size = declare("size", 1, _size, family=FAMILY, internal=True, differentiable=False,
+               doc="size(x) — the number of elements of x (1 for a scalar)")
+cast_like = declare("cast_like", 2, _cast_like, family=FAMILY, internal=True,
+                    doc="cast_like(g, x) — g converted to x's dtype",
+                    bprop="lambda (g, x, out, dout) (cast_like(dout, g), zeros_like(x)) end")
+tuple_setitem = declare("tuple_setitem", 3, _tuple_setitem, family=FAMILY, internal=True,
+                        doc="tuple_setitem(t, i, v) — t with element i replaced by v",
+                        bprop="""lambda (t, i, v, out, dout)
+                            (tuple_setitem(dout, i, zeros_like(v)), zeros_like(i), tuple_getitem(dout, i))
+                        end""")
+invert_permutation = declare("invert_permutation", 1, _invert_permutation, family=FAMILY,
+                             internal=True, differentiable=False,
+                             doc="invert_permutation(p) — the inverse of an axis permutation")
+grad_seed = declare("grad_seed", 1, grad_seed_value, family=FAMILY, internal=True,
+                    differentiable=False, foldable=False,
+                    doc="grad_seed(v) — 1.0 of v's type; an error unless v is a float scalar")
+
+
+def _grad_arg_check(x: Any, g: Any) -> Any:
+    if isinstance(x, (bool, int, np.bool_, np.integer)) or (
+            isinstance(x, np.ndarray) and x.dtype.kind in "biu"):
+        raise GradientError("gradients with respect to integer or boolean arguments are not "
+                            f"supported (the argument is {x!r}); pass a float")
+    return g
+
+
+grad_arg_check = declare("grad_arg_check", 2, _grad_arg_check, family=FAMILY, internal=True,
+                         foldable=False,
+                         doc="grad_arg_check(x, g) — g, or an error if x is an integer or bool",
+                         bprop="lambda (x, g, out, dout) (zeros_like(x), dout) end")
