@@ -145,48 +145,159 @@ def _j_value(x: Any) -> Any:
     return j_value(x)
 
 
-J = declare("J", 1, _j_value, family=FAMILY, internal=True, foldable=False,
+# -- abstract rules (the specializer's interface: abstracts in, abstract out) --------
+def _infer_j(x: Any) -> Any:
+    from anfir.abstract.values import AFunction, ATuple, JFn
+
+    if isinstance(x, AFunction):
+        return AFunction(frozenset(JFn(atom) for atom in x.options))
+    if isinstance(x, ATuple):
+        return ATuple(tuple(_infer_j(item) for item in x.items))
+    return x
+
+
+def _infer_newenv() -> Any:
+    from anfir.abstract.values import AEnv
+
+    return AEnv()
+
+
+def _infer_env_setitem(env: Any, key: Any, value: Any) -> Any:
+    from anfir.abstract.values import AEnv
+
+    return AEnv()
+
+
+def _infer_env_getitem(env: Any, key: Any, default: Any) -> Any:
+    return _widen(default)
+
+
+def _widen(a: Any) -> Any:
+    from anfir.abstract.lattice import widen
+
+    return widen(a)
+
+
+def _infer_gadd(a: Any, b: Any) -> Any:
+    from anfir.abstract.lattice import JoinError, join
+    from anfir.abstract.values import AEnv, AFunction
+
+    if isinstance(a, (AEnv, AFunction)) or isinstance(b, (AEnv, AFunction)):
+        return AEnv()
+    try:
+        return _widen(join(a, b))
+    except JoinError:
+        from anfir.errors import AnfirTypeError
+
+        raise AnfirTypeError(f"cannot add gradients of types {a} and {b}") from None
+
+
+def _like_shape(g: Any, x: Any, dtype_from: Any) -> Any:
+    """The abstract of a value with ``x``'s shape and ``dtype_from``'s dtype."""
+    from anfir.abstract.rules import _tensor_or_scalar, shape_of_abstract
+    from anfir.abstract.values import AEnv, ANone, ATuple
+
+    if isinstance(g, (AEnv, ANone, ATuple)):
+        return g
+    dtype, _ = shape_of_abstract(dtype_from, "a gradient")
+    _, shape = shape_of_abstract(x, "a gradient")
+    return _tensor_or_scalar(dtype, shape)
+
+
+def _infer_sum_to(g: Any, x: Any) -> Any:
+    return _like_shape(g, x, g)
+
+
+def _infer_unreduce(g: Any, x: Any, axis: Any) -> Any:
+    return _like_shape(g, x, g)
+
+
+def _infer_cast_like(g: Any, x: Any) -> Any:
+    return _like_shape(g, g, x)
+
+
+def _infer_size(x: Any) -> Any:
+    from anfir.abstract.values import AScalar
+
+    return AScalar("i64")
+
+
+def _infer_tuple_setitem(t: Any, i: Any, v: Any) -> Any:
+    from anfir.abstract.rules import int_value
+    from anfir.abstract.values import ATuple
+    from anfir.errors import AnfirTypeError
+
+    index = int_value(i, "a tuple index")
+    if not isinstance(t, ATuple) or index is None or not -len(t.items) <= index < len(t.items):
+        raise AnfirTypeError(f"tuple_setitem needs a tuple and a constant index in range, not {t}, {i}")
+    items = list(t.items)
+    items[index] = _widen(v)
+    return ATuple(tuple(items))
+
+
+def _infer_identity_first(x: Any, *rest: Any) -> Any:
+    return x
+
+
+def _infer_grad_seed(v: Any) -> Any:
+    from anfir.abstract.lattice import is_float_scalar
+
+    if not is_float_scalar(v):
+        raise GradientError(f"grad needs a function whose output is a float scalar, not {v}")
+    return _widen(v)
+
+
+def _infer_grad_arg_check(x: Any, g: Any) -> Any:
+    from anfir.abstract.values import AScalar, ATensor
+
+    if isinstance(x, (AScalar, ATensor)) and not x.dtype.startswith("f"):
+        raise GradientError(f"gradients with respect to integer or boolean arguments are not "
+                            f"supported (the argument is {x})")
+    return g
+
+
+J = declare("J", 1, _j_value, infer=_infer_j, family=FAMILY, internal=True, foldable=False,
             doc="J(f) — the transformed function returning (value, bprop)",
             bprop="lambda (x, out, dout) (dout,) end")
-newenv = declare("newenv", 0, GradEnv, family=FAMILY, internal=True,
+newenv = declare("newenv", 0, GradEnv, infer=_infer_newenv, family=FAMILY, internal=True,
                  doc="newenv() — an empty gradient environment",
                  bprop="lambda (out, dout) () end")
-env_setitem = declare("env_setitem", 3, _env_setitem, family=FAMILY, internal=True,
+env_setitem = declare("env_setitem", 3, _env_setitem, infer=_infer_env_setitem, family=FAMILY, internal=True,
                       doc="env_setitem(env, key, g) — env with key bound to g",
                       bprop="""lambda (e, k, v, out, dout)
                           (env_setitem(dout, k, zeros_like(v)), zeros_like(k), env_getitem(dout, k, zeros_like(v)))
                       end""")
-env_getitem = declare("env_getitem", 3, _env_getitem, family=FAMILY, internal=True,
+env_getitem = declare("env_getitem", 3, _env_getitem, infer=_infer_env_getitem, family=FAMILY, internal=True,
                       doc="env_getitem(env, key, default) — the gradient stored for key",
                       bprop="""lambda (e, k, d, out, dout)
                           (env_setitem(newenv(), k, dout), zeros_like(k), zeros_like(d))
                       end""")
-gadd = declare("gadd", 2, gadd_values, family=FAMILY, internal=True,
+gadd = declare("gadd", 2, gadd_values, infer=_infer_gadd, family=FAMILY, internal=True,
                doc="gadd(a, b) — the sum of two gradients of one value",
                bprop="lambda (a, b, out, dout) (dout, dout) end")
-sum_to = declare("sum_to", 2, sum_to_value, family=FAMILY, internal=True,
+sum_to = declare("sum_to", 2, sum_to_value, infer=_infer_sum_to, family=FAMILY, internal=True,
                  doc="sum_to(g, x) — g summed back to x's shape (undoes broadcasting)",
                  bprop="lambda (g, x, out, dout) (broadcast_like(dout, g), zeros_like(x)) end")
-broadcast_like = declare("broadcast_like", 2, _broadcast_like, family=FAMILY, internal=True,
+broadcast_like = declare("broadcast_like", 2, _broadcast_like, infer=_infer_sum_to, family=FAMILY, internal=True,
                          doc="broadcast_like(g, x) — g broadcast to x's shape",
                          bprop="lambda (g, x, out, dout) (sum_to(dout, g), zeros_like(x)) end")
-unreduce = declare("unreduce", 3, _unreduce, family=FAMILY, internal=True,
+unreduce = declare("unreduce", 3, _unreduce, infer=_infer_unreduce, family=FAMILY, internal=True,
                    doc="unreduce(g, x, axis) — the gradient of sum(x, axis) spread over x",
                    bprop="lambda (g, x, axis, out, dout) (sum(dout, axis), zeros_like(x), zeros_like(axis)) end")
-size = declare("size", 1, _size, family=FAMILY, internal=True, differentiable=False,
+size = declare("size", 1, _size, infer=_infer_size, family=FAMILY, internal=True, differentiable=False,
                doc="size(x) — the number of elements of x (1 for a scalar)")
-cast_like = declare("cast_like", 2, _cast_like, family=FAMILY, internal=True,
+cast_like = declare("cast_like", 2, _cast_like, infer=_infer_cast_like, family=FAMILY, internal=True,
                     doc="cast_like(g, x) — g converted to x's dtype",
                     bprop="lambda (g, x, out, dout) (cast_like(dout, g), zeros_like(x)) end")
-tuple_setitem = declare("tuple_setitem", 3, _tuple_setitem, family=FAMILY, internal=True,
+tuple_setitem = declare("tuple_setitem", 3, _tuple_setitem, infer=_infer_tuple_setitem, family=FAMILY, internal=True,
                         doc="tuple_setitem(t, i, v) — t with element i replaced by v",
                         bprop="""lambda (t, i, v, out, dout)
                             (tuple_setitem(dout, i, zeros_like(v)), zeros_like(i), tuple_getitem(dout, i))
                         end""")
-invert_permutation = declare("invert_permutation", 1, _invert_permutation, family=FAMILY,
+invert_permutation = declare("invert_permutation", 1, _invert_permutation, infer=_infer_identity_first, family=FAMILY,
                              internal=True, differentiable=False,
                              doc="invert_permutation(p) — the inverse of an axis permutation")
-grad_seed = declare("grad_seed", 1, grad_seed_value, family=FAMILY, internal=True,
+grad_seed = declare("grad_seed", 1, grad_seed_value, infer=_infer_grad_seed, family=FAMILY, internal=True,
                     differentiable=False, foldable=False,
                     doc="grad_seed(v) — 1.0 of v's type; an error unless v is a float scalar")
 
@@ -199,7 +310,7 @@ def _grad_arg_check(x: Any, g: Any) -> Any:
     return g
 
 
-grad_arg_check = declare("grad_arg_check", 2, _grad_arg_check, family=FAMILY, internal=True,
+grad_arg_check = declare("grad_arg_check", 2, _grad_arg_check, infer=_infer_grad_arg_check, family=FAMILY, internal=True,
                          foldable=False,
                          doc="grad_arg_check(x, g) — g, or an error if x is an integer or bool",
                          bprop="lambda (x, g, out, dout) (zeros_like(x), dout) end")

@@ -1,0 +1,175 @@
+"""Rewrite rules that clean up gradient graphs (registered with the optimizer).
+
+The J transform is written for generality — gradients travel in tuples and
+environments, every primitive's rule sums back to its input's shape, the
+seed is ``grad_seed(v)`` — and these rules remove that generality wherever
+the types show it is not needed, so the gradient of a straight-line program
+becomes one flat graph of arithmetic:
+
+* ``sum_to(g, x)``, ``broadcast_like(g, x)``, ``cast_like(g, x)``,
+  ``unreduce(g, x, axis)`` → ``g`` when ``g`` already has the result's type;
+* ``env_getitem(env_setitem(e, k, v), k, d)`` → ``v`` (another key: look in
+  ``e``); ``env_getitem(newenv(), k, d)`` → ``d``;
+* ``gadd(0, b)`` → ``b``; ``gadd(a, b)`` of two numbers/tensors of one type → ``add``;
+* ``zeros_like(x)`` of a scalar → ``0.0``; of a tuple built by ``make_tuple`` →
+  the tuple of zeros;
+* ``tuple_setitem(make_tuple(...), i, v)`` → ``make_tuple(..., v, ...)``;
+  ``tuple_getitem(tuple_setitem(t, i, v), i)`` → ``v``;
+* ``grad_seed(v)`` of a float scalar → ``1.0``; ``grad_arg_check(x, g)`` with
+  ``x`` a float → ``g``;
+* ``neg(neg(x))`` → ``x``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from anfir.abstract.values import AScalar, ATensor, ATuple
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.passes.optimize_rules import callee_primitive, register_rule
+from anfir.primitives import PRIMITIVES as P
+from anfir.values import SymbolicKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.passes.optimize import RewriteContext
+
+
+def _is(node: Node, name: str) -> bool:
+    return isinstance(node, CNode) and callee_primitive(node) is P[name]
+
+
+def _is_zero(node: Node) -> bool:
+    """A node that is certainly a zero gradient."""
+    if _is(node, "zeros_like") or _is(node, "newenv"):
+        return True
+    if isinstance(node, ValueNode) and type(node.value) in (int, float) and node.value == 0:
+        return True
+    return False
+
+
+def _is_float(abstract: object) -> bool:
+    if isinstance(abstract, AScalar):
+        return abstract.dtype.startswith("f")
+    if isinstance(abstract, ATensor):
+        return abstract.dtype.startswith("f")
+    return False
+
+
+def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``sum_to/broadcast_like/cast_like/unreduce(g, ...)`` → ``g`` when types agree."""
+    prim = callee_primitive(node)
+    if prim not in (P["sum_to"], P["broadcast_like"], P["cast_like"], P["unreduce"]):
+        return None
+    g = node.inputs[1]
+    if ctx.same_type(g, node):
+        return g
+    return None
+
+
+def env_get_after_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``env_getitem(env_setitem(e, k, v), k, d)`` → ``v``; another constant key
+    looks further down; ``env_getitem(newenv(), k, d)`` → ``d``."""
+    if not _is(node, "env_getitem") or len(node.inputs) != 4:
+        return None
+    _, env, key, default = node.inputs
+    if _is(env, "newenv"):
+        return default
+    if not _is(env, "env_setitem") or not isinstance(key, ValueNode):
+        return None
+    _, inner, key2, value = env.inputs
+    if not (isinstance(key2, ValueNode) and isinstance(key.value, SymbolicKey)
+            and isinstance(key2.value, SymbolicKey)):
+        return None
+    if key.value == key2.value:
+        return value
+    assert node.graph is not None
+    return ctx.apply(node.graph, [node.inputs[0], inner, key, default], like=node,
+                     abstract=node.abstract)
+
+
+def gadd_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``gadd(0, b)`` → ``b``; ``gadd(a, b)`` on numbers or tensors of one type → ``add(a, b)``."""
+    if not _is(node, "gadd"):
+        return None
+    _, a, b = node.inputs
+    if _is_zero(a) and ctx.same_type(b, node):
+        return b
+    if _is_zero(b) and ctx.same_type(a, node):
+        return a
+    if (isinstance(node.abstract, (AScalar, ATensor)) and ctx.same_type(a, node)
+            and ctx.same_type(b, node)):
+        assert node.graph is not None
+        return ctx.apply(node.graph, [ctx.constant(P["add"], like=node), a, b], like=node,
+                         abstract=node.abstract)
+    return None
+
+
+def zeros_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``zeros_like`` of a float/int scalar → a constant; of ``make_tuple(...)`` → elementwise."""
+    if not _is(node, "zeros_like"):
+        return None
+    x = node.inputs[1]
+    abstract = x.abstract
+    if isinstance(abstract, AScalar) and abstract.dtype in ("f64", "f32", "f16"):
+        return ctx.constant(0.0, like=node)
+    if isinstance(abstract, AScalar) and abstract.dtype.startswith("i"):
+        return ctx.constant(0, like=node)
+    if _is(x, "make_tuple") and isinstance(node.abstract, ATuple):
+        assert node.graph is not None
+        zeros = [ctx.apply(node.graph, [node.inputs[0], item], like=node) for item in x.inputs[1:]]
+        return ctx.apply(node.graph, [ctx.constant(P["make_tuple"], like=node), *zeros], like=node,
+                         abstract=node.abstract)
+    return None
+
+
+def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``tuple_setitem(make_tuple(...), i, v)`` → ``make_tuple(..., v, ...)``;
+    ``tuple_getitem(tuple_setitem(t, i, v), j)`` → ``v`` or ``tuple_getitem(t, j)``."""
+    if _is(node, "tuple_setitem"):
+        _, tup, index, value = node.inputs
+        if _is(tup, "make_tuple") and isinstance(index, ValueNode) and type(index.value) is int:
+            items = list(tup.inputs[1:])
+            i = index.value
+            if -len(items) <= i < len(items):
+                items[i] = value
+                assert node.graph is not None
+                return ctx.apply(node.graph, [tup.inputs[0], *items], like=node, abstract=node.abstract)
+        return None
+    if _is(node, "tuple_getitem"):
+        _, tup, index = node.inputs
+        if not (_is(tup, "tuple_setitem") and isinstance(index, ValueNode)):
+            return None
+        _, inner, index2, value = tup.inputs
+        if not isinstance(index2, ValueNode) or type(index.value) is not int or type(index2.value) is not int:
+            return None
+        if index.value == index2.value:
+            return value
+        assert node.graph is not None
+        return ctx.apply(node.graph, [node.inputs[0], inner, index], like=node, abstract=node.abstract)
+    return None
+
+
+def seed_and_check(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``grad_seed(v)`` → ``1.0`` and ``grad_arg_check(x, g)`` → ``g`` once types prove them."""
+    if _is(node, "grad_seed"):
+        abstract = node.inputs[1].abstract
+        if isinstance(abstract, AScalar) and abstract.dtype.startswith("f"):
+            return ctx.constant(1.0, like=node)
+        return None
+    if _is(node, "grad_arg_check") and _is_float(node.inputs[1].abstract):
+        return node.inputs[2]
+    return None
+
+
+def double_negation(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``neg(neg(x))`` → ``x``."""
+    if _is(node, "neg") and _is(node.inputs[1], "neg"):
+        return node.inputs[1].inputs[1]
+    return None
+
+
+RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, zeros_simplify,
+         tuple_set_simplify, seed_and_check, double_negation)
+
+for _rule in RULES:
+    register_rule(_rule, before="inline_known_call")

@@ -1,0 +1,200 @@
+"""The ``ad`` phase: expand ``grad`` / ``value_and_grad`` calls with the J transform.
+
+For every call ``grad(f, i...)`` in the specialized program, innermost first
+(a ``grad`` inside ``f`` is expanded before ``f`` is transformed, so grad of
+grad of grad works):
+
+1. the call becomes the body of :func:`anfir.autodiff.runtime.grad_graph` —
+   a closure ``∇(x...)`` that calls ``J(f)``, seeds the backward pass with
+   ``1.0`` and picks the requested gradients (the same graph the evaluator
+   runs when it meets ``grad`` at run time);
+2. ``J(f)`` with ``f`` a known graph becomes the constant ``▸f`` built by the
+   J transform (for a closure, ``▸f`` captures the same nodes, so the constant
+   makes the right closure where it stands); a function only known at run
+   time keeps a run-time ``J``;
+3. the new graphs are typed where they are (``specialize.infer_new_graph``):
+   the rest of the program is not inferred again.
+
+Transformed graphs get readable names (``▸f`` forward, ``◂f`` backward) and
+every node they contain is located at the user's node it was made from
+(``# file:line:col ... (ad: ◂f)`` in the dumps).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, PrimFn
+from anfir.autodiff import rules as _rules  # noqa: F401  (registers the gradient cleanup rules)
+from anfir.autodiff import typing as _typing  # noqa: F401  (types calls of J-transformed functions)
+from anfir.autodiff.jtransform import JContext, check_differentiable_graph
+from anfir.autodiff.runtime import grad_graph, normalize_wrt
+from anfir.errors import AnfirError, GradientError
+from anfir.ir.clone import clone_scope, inline_call
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import Manager
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.walk import reachable_graphs, toposort
+from anfir.primitives import META_FUNCTIONS, PRIMITIVES
+from anfir.primitives.registry import MetaFunction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.passes.pipeline import Program
+
+_GRADS = (META_FUNCTIONS["grad"], META_FUNCTIONS["value_and_grad"])
+
+
+def run(program: "Program") -> "Program":
+    """Expand every ``grad``/``value_and_grad`` call of the program (innermost first)."""
+    manager = program.require_manager()
+    context = JContext()
+    count = 0
+    while True:
+        calls = _meta_calls(manager)
+        if not calls:
+            break
+        call = _innermost(calls)
+        _expand(manager, call, context)
+        count += 1
+    if count:
+        program.stats["ad: grad expanded"] += count
+    return program
+
+
+def _meta_calls(manager: Manager) -> list[CNode]:
+    found = []
+    for graph in list(manager.graphs):
+        for node in toposort(graph, manager):
+            if isinstance(node, CNode):
+                head = node.inputs[0]
+                if isinstance(head, ValueNode) and any(head.value is m for m in _GRADS):
+                    found.append(node)
+    return found
+
+
+def _innermost(calls: list[CNode]) -> CNode:
+    """A call whose differentiated function reaches no other grad call."""
+    owners = {call.graph for call in calls}
+    for call in calls:
+        target = _known_graph(call.inputs[1]) if len(call.inputs) > 1 else None
+        if target is None or not owners.intersection(reachable_graphs([target])):
+            return call
+    return calls[0]  # a grad reaching itself (recursion through grad): any order works
+
+
+def _known_graph(node: Node) -> Optional[FuncGraph]:
+    if isinstance(node, ValueNode) and isinstance(node.value, FuncGraph):
+        return node.value
+    return None
+
+
+def _arity(node: Node) -> int:
+    graph = _known_graph(node)
+    if graph is not None:
+        return len(graph.parameters)
+    abstract = node.abstract
+    if isinstance(abstract, AFunction):
+        arities = {_atom_arity(atom) for atom in abstract.options}
+        arities.discard(None)
+        if len(arities) == 1:
+            return arities.pop()
+    raise GradientError("grad needs a function whose number of arguments is known at compile time",
+                        node.loc)
+
+
+def _atom_arity(atom: Any) -> Optional[int]:
+    if isinstance(atom, GraphFn):
+        return len(atom.graph.parameters)
+    if isinstance(atom, PrimFn):
+        prim = atom.prim
+        if getattr(prim, "max_args", None) is not None and prim.min_args == prim.max_args:
+            return prim.min_args
+        return None
+    if isinstance(atom, PartialFn):
+        inner = _atom_arity(atom.fn)
+        return None if inner is None else inner - len(atom.args)
+    if isinstance(atom, (JFn, GradFn)):
+        return _atom_arity(atom.fn)
+    return None
+
+
+def _expand(manager: Manager, call: CNode, context: JContext) -> None:
+    meta: MetaFunction = call.inputs[0].value  # type: ignore[attr-defined]
+    if len(call.inputs) < 2:
+        raise GradientError(f"{meta.name} needs a function", call.loc)
+    fn = call.inputs[1]
+    indices = []
+    for node in call.inputs[2:]:
+        if not (isinstance(node, ValueNode) and type(node.value) is int):
+            raise GradientError(f"{meta.name}'s argument indices must be integer constants", node.loc)
+        indices.append(node.value)
+    nparams = _arity(fn)
+    try:
+        wrt, multi = normalize_wrt(indices, nparams)
+    except AnfirError as err:
+        raise GradientError(err.message, call.loc) from None
+    target = _known_graph(fn)
+    if target is not None:
+        _located(check_differentiable_graph, target)
+    template = grad_graph(nparams, wrt, multi, meta is META_FUNCTIONS["value_and_grad"], len(indices))
+    maker, _ = clone_scope(template, note=f"ad: {meta.name}")
+    _locate(maker, call)
+    expanded = CNode(call.graph, [ValueNode(maker, call.loc), *call.inputs[1:]], call.loc, call.name)
+    expanded.abstract = call.abstract
+    manager.replace(call, expanded)
+    closure = inline_call(manager, expanded, note=f"ad: {meta.name}")
+    assert isinstance(closure, ValueNode) and isinstance(closure.value, FuncGraph)
+    nabla = closure.value
+    nabla.name = f"∇{target.name}" if target is not None else "∇"
+    if target is not None:
+        forward = _located(context.j_graph, target)
+        for node in toposort(nabla, manager):
+            if isinstance(node, CNode) and node.is_apply(PRIMITIVES["J"]) and node.inputs[1] is fn:
+                manager.replace(node, ValueNode(forward, fn.loc, fn.name))
+    closure.abstract = AFunction(frozenset({GraphFn(nabla)}))
+    _type_new_graph(manager, closure, nabla, fn)
+
+
+def _located(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except AnfirError:
+        raise
+    except RecursionError:  # pragma: no cover - transforms are iterative
+        raise
+
+
+def _locate(graph: FuncGraph, call: CNode) -> None:
+    """Point the generated grad wrapper's nodes at the user's ``grad`` call."""
+    manager = graph.manager
+    if manager is None or call.loc is None:
+        return
+    for g in manager.scope(graph):
+        g.loc = call.loc
+        for node in manager.nodes.get(g, ()):
+            if node.loc is None:
+                node.loc = call.loc.derive(f"ad: {g.name}")
+
+
+def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: Node) -> None:
+    """Type ``∇`` (and the transformed graphs it reaches) for its first call site."""
+    from anfir.passes.specialize import infer_new_graph
+
+    sig = None
+    for user, index in manager.users.get(closure, {}):
+        if isinstance(user, CNode) and index == 0 and all(a.abstract is not None for a in user.inputs[1:]):
+            sig = [a.abstract for a in user.inputs[1:]]
+            break
+    if sig is None:
+        target = _known_graph(fn)
+        if target is not None and all(p.abstract is not None for p in target.parameters):
+            sig = [p.abstract for p in target.parameters]
+    if sig is None:
+        abstract = fn.abstract
+        atoms = list(abstract.options) if isinstance(abstract, AFunction) else []
+        graphs = [a.graph for a in atoms if isinstance(a, GraphFn)]
+        if graphs and all(p.abstract is not None for p in graphs[0].parameters):
+            sig = [p.abstract for p in graphs[0].parameters]
+    if sig is None:
+        raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
+    infer_new_graph(nabla, sig)
