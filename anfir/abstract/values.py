@@ -219,6 +219,24 @@ class JFn(FunctionAtom):
 
 
 @dataclass(frozen=True)
+class GradFn(FunctionAtom):
+    """``grad(fn, *wrt)`` (``with_value=False``) or ``value_and_grad(fn, *wrt)``.
+
+    Calling it infers ``fn`` on the arguments, requires a float scalar result
+    and returns the arguments' types at ``wrt`` (a tuple when several); with
+    ``with_value`` the result is ``(out, grads)``.  The ``ad`` phase expands it.
+    """
+
+    fn: FunctionAtom
+    wrt: tuple[int, ...] = (0,)
+    with_value: bool = False
+
+    def __str__(self) -> str:
+        name = "value_and_grad" if self.with_value else "grad"
+        return f"{name}({self.fn}, {', '.join(str(i) for i in self.wrt)})"
+
+
+@dataclass(frozen=True)
 class AFunction(AbstractValue):
     """A function value: one of ``options`` (a switch may merge several)."""
 
@@ -229,6 +247,17 @@ class AFunction(AbstractValue):
         if len(names) == 1:
             return f"<Func {names[0]}>"
         return f"<Func {{{', '.join(names)}}}>"
+
+
+@dataclass(frozen=True)
+class GraphSig(AbstractValue):
+    """A specialized graph's signature (``graph.abstract``): ``(<Float64>, <Int64>) -> <Float64>``."""
+
+    params: tuple[AbstractValue, ...]
+    out: AbstractValue
+
+    def __str__(self) -> str:
+        return f"({', '.join(str(p) for p in self.params)}) -> {self.out}"
 
 
 # -- text helpers ------------------------------------------------------------

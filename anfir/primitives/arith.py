@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from anfir.primitives.registry import declare
+from anfir.abstract import rules
 
 FAMILY = "arithmetic"
 _SCALARS = (int, float, bool)
@@ -109,62 +110,62 @@ def _logical_not(x: Any) -> Any:
     return np.logical_not(x)
 
 
-add = declare("add", 2, operator.add, family=FAMILY, doc="add(x, y) — x + y, elementwise",
+add = declare("add", 2, operator.add, infer=rules.elementwise("add"), family=FAMILY, doc="add(x, y) — x + y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(dout, y)) end")
-sub = declare("sub", 2, operator.sub, family=FAMILY, doc="sub(x, y) — x - y, elementwise",
+sub = declare("sub", 2, operator.sub, infer=rules.elementwise("sub"), family=FAMILY, doc="sub(x, y) — x - y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(-dout, y)) end")
-mul = declare("mul", 2, operator.mul, family=FAMILY, doc="mul(x, y) — x * y, elementwise",
+mul = declare("mul", 2, operator.mul, infer=rules.elementwise("mul"), family=FAMILY, doc="mul(x, y) — x * y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * y, x), sum_to(x * dout, y)) end")
-div = declare("div", 2, _div, family=FAMILY,
+div = declare("div", 2, _div, infer=rules.elementwise("div"), family=FAMILY,
               doc="div(x, y) — x / y, true division (ints give a float); x / 0 is inf or nan",
     bprop="lambda (x, y, out, dout) (sum_to(dout / y, x), sum_to(-dout * out / y, y)) end")
-neg = declare("neg", 1, operator.neg, family=FAMILY, doc="neg(x) — -x",
+neg = declare("neg", 1, operator.neg, infer=rules.elementwise("neg"), family=FAMILY, doc="neg(x) — -x",
     bprop="lambda (x, out, dout) (-dout,) end")
-pow_ = declare("pow", 2, _pow, family=FAMILY, doc="pow(x, y) — x ** y, elementwise",
+pow_ = declare("pow", 2, _pow, infer=rules.elementwise("pow"), family=FAMILY, doc="pow(x, y) — x ** y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * y * x ** (y - 1), x), sum_to(dout * out * log(x), y)) end")
-exp = declare("exp", 1, _float_fn(math.exp, np.exp), family=FAMILY, doc="exp(x) — e ** x",
+exp = declare("exp", 1, _float_fn(math.exp, np.exp), infer=rules.elementwise("exp"), family=FAMILY, doc="exp(x) — e ** x",
     bprop="lambda (x, out, dout) (dout * out,) end")
-log = declare("log", 1, _float_fn(math.log, np.log), family=FAMILY,
+log = declare("log", 1, _float_fn(math.log, np.log), infer=rules.elementwise("log"), family=FAMILY,
               doc="log(x) — natural logarithm (nan below 0, -inf at 0)",
     bprop="lambda (x, out, dout) (dout / x,) end")
-sin = declare("sin", 1, _float_fn(math.sin, np.sin), family=FAMILY, doc="sin(x)",
+sin = declare("sin", 1, _float_fn(math.sin, np.sin), infer=rules.elementwise("sin"), family=FAMILY, doc="sin(x)",
     bprop="lambda (x, out, dout) (dout * cos(x),) end")
-cos = declare("cos", 1, _float_fn(math.cos, np.cos), family=FAMILY, doc="cos(x)",
+cos = declare("cos", 1, _float_fn(math.cos, np.cos), infer=rules.elementwise("cos"), family=FAMILY, doc="cos(x)",
     bprop="lambda (x, out, dout) (-(dout * sin(x)),) end")
-tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh), family=FAMILY, doc="tanh(x)",
+tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh), infer=rules.elementwise("tanh"), family=FAMILY, doc="tanh(x)",
     bprop="lambda (x, out, dout) (dout * (1.0 - out * out),) end")
-sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), family=FAMILY,
+sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), infer=rules.elementwise("sqrt"), family=FAMILY,
                doc="sqrt(x) — square root (nan below 0)",
     bprop="lambda (x, out, dout) (dout / (2.0 * out),) end")
-abs_ = declare("abs", 1, _unary(abs, np.abs), family=FAMILY, doc="abs(x) — |x|",
+abs_ = declare("abs", 1, _unary(abs, np.abs), infer=rules.elementwise("abs"), family=FAMILY, doc="abs(x) — |x|",
     bprop="lambda (x, out, dout) (dout * sign(x),) end")
-sign = declare("sign", 1, _unary(_sign_scalar, np.sign), family=FAMILY,
+sign = declare("sign", 1, _unary(_sign_scalar, np.sign), infer=rules.elementwise("sign"), family=FAMILY,
                doc="sign(x) — -1, 0 or 1 (as x's type)")
-maximum = declare("maximum", 2, _binary_np(np.maximum, max), family=FAMILY,
+maximum = declare("maximum", 2, _binary_np(np.maximum, max), infer=rules.elementwise("maximum"), family=FAMILY,
                   doc="maximum(x, y) — the larger, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * cast_like(x >= y, dout), x), sum_to(dout * cast_like(x < y, dout), y)) end")
-minimum = declare("minimum", 2, _binary_np(np.minimum, min), family=FAMILY,
+minimum = declare("minimum", 2, _binary_np(np.minimum, min), infer=rules.elementwise("minimum"), family=FAMILY,
                   doc="minimum(x, y) — the smaller, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * cast_like(x <= y, dout), x), sum_to(dout * cast_like(x > y, dout), y)) end")
-sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array), family=FAMILY,
+sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array), infer=rules.elementwise("sigmoid"), family=FAMILY,
                   doc="sigmoid(x) — 1 / (1 + exp(-x))",
     bprop="lambda (x, out, dout) (dout * out * (1.0 - out),) end")
-relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), family=FAMILY,
+relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), infer=rules.elementwise("relu"), family=FAMILY,
                doc="relu(x) — max(x, 0)",
     bprop="lambda (x, out, dout) (dout * cast_like(x > 0, dout),) end")
 
 _CMP = "comparison"
-lt = declare("lt", 2, operator.lt, family=_CMP, differentiable=False, doc="lt(x, y) — x < y")
-le = declare("le", 2, operator.le, family=_CMP, differentiable=False, doc="le(x, y) — x <= y")
-gt = declare("gt", 2, operator.gt, family=_CMP, differentiable=False, doc="gt(x, y) — x > y")
-ge = declare("ge", 2, operator.ge, family=_CMP, differentiable=False, doc="ge(x, y) — x >= y")
-eq = declare("eq", 2, operator.eq, family=_CMP, differentiable=False, doc="eq(x, y) — x == y")
-ne = declare("ne", 2, operator.ne, family=_CMP, differentiable=False, doc="ne(x, y) — x != y")
+lt = declare("lt", 2, operator.lt, infer=rules.elementwise("lt"), family=_CMP, differentiable=False, doc="lt(x, y) — x < y")
+le = declare("le", 2, operator.le, infer=rules.elementwise("le"), family=_CMP, differentiable=False, doc="le(x, y) — x <= y")
+gt = declare("gt", 2, operator.gt, infer=rules.elementwise("gt"), family=_CMP, differentiable=False, doc="gt(x, y) — x > y")
+ge = declare("ge", 2, operator.ge, infer=rules.elementwise("ge"), family=_CMP, differentiable=False, doc="ge(x, y) — x >= y")
+eq = declare("eq", 2, operator.eq, infer=rules.elementwise("eq"), family=_CMP, differentiable=False, doc="eq(x, y) — x == y")
+ne = declare("ne", 2, operator.ne, infer=rules.elementwise("ne"), family=_CMP, differentiable=False, doc="ne(x, y) — x != y")
 logical_and = declare("logical_and", 2, _logical(np.logical_and, lambda a, b: a and b),
-                      family=_CMP, differentiable=False,
+                      infer=rules.elementwise("logical_and"), family=_CMP, differentiable=False,
                       doc="logical_and(x, y) — x and y (both are evaluated: calls are strict)")
 logical_or = declare("logical_or", 2, _logical(np.logical_or, lambda a, b: a or b),
-                     family=_CMP, differentiable=False,
+                     infer=rules.elementwise("logical_or"), family=_CMP, differentiable=False,
                      doc="logical_or(x, y) — x or y (both are evaluated: calls are strict)")
-logical_not = declare("logical_not", 1, _logical_not, family=_CMP, differentiable=False,
+logical_not = declare("logical_not", 1, _logical_not, infer=rules.elementwise("logical_not"), family=_CMP, differentiable=False,
                       doc="logical_not(x) — not x")

@@ -8,6 +8,7 @@ import numpy as np
 
 from anfir.errors import AnfirRuntimeError, AnfirTypeError
 from anfir.primitives.registry import declare
+from anfir.abstract import rules
 from anfir.values import Closure, GradEnv, Partial
 
 FAMILY = "tuple"
@@ -65,25 +66,25 @@ def zeros_like_value(x: Any) -> Any:
     return GradEnv()  # a function value: its gradient is an (empty) environment
 
 
-make_tuple = declare("make_tuple", (0, None), _make_tuple, family=FAMILY,
+make_tuple = declare("make_tuple", (0, None), _make_tuple, infer=rules.make_tuple_rule, family=FAMILY,
                      doc="make_tuple(a, b, ...) — the tuple (a, b, ...)")
-tuple_getitem = declare("tuple_getitem", 2, _tuple_getitem, family=FAMILY,
+tuple_getitem = declare("tuple_getitem", 2, _tuple_getitem, infer=rules.tuple_getitem_rule, family=FAMILY,
                         doc="tuple_getitem(t, i) — element i of t (t[i]); negative i counts from the end",
     bprop="lambda (t, i, out, dout) (tuple_setitem(zeros_like(t), i, dout), zeros_like(i)) end")
-len_ = declare("len", 1, _len, family=FAMILY, differentiable=False,
+len_ = declare("len", 1, _len, infer=rules.len_rule, family=FAMILY, differentiable=False,
                doc="len(t) — the number of elements of a tuple")
 
 CONTROL = "control"
-switch = declare("switch", 3, _switch, family=CONTROL,
+switch = declare("switch", 3, _switch, infer=rules.switch_rule, family=CONTROL,
                  doc="switch(c, a, b) — a if c else b (selects only; `if` calls the result)",
     bprop="lambda (c, a, b, out, dout) (zeros_like(c), switch(c, dout, zeros_like(a)), switch(c, zeros_like(b), dout)) end")
-partial = declare("partial", (1, None), _partial, family=CONTROL,
+partial = declare("partial", (1, None), _partial, infer=rules.partial_rule, family=CONTROL,
                   doc="partial(f, a, ...) — f with its first arguments fixed")
-identity = declare("identity", 1, lambda x: x, family=CONTROL, doc="identity(x) — x",
+identity = declare("identity", 1, lambda x: x, infer=rules.identity_rule, family=CONTROL, doc="identity(x) — x",
     bprop="lambda (x, out, dout) (dout,) end")
-stop_gradient = declare("stop_gradient", 1, lambda x: x, family=CONTROL, differentiable=False,
+stop_gradient = declare("stop_gradient", 1, lambda x: x, infer=rules.identity_rule, family=CONTROL, differentiable=False,
                         doc="stop_gradient(x) — x, through which no gradient flows")
-zeros_like = declare("zeros_like", 1, zeros_like_value, family="tensor", differentiable=False,
+zeros_like = declare("zeros_like", 1, zeros_like_value, infer=rules.zeros_like_rule, family="tensor", differentiable=False,
                      doc="zeros_like(x) — zeros of x's shape and type (tuples elementwise)")
 
 __all__ = ["Closure", "zeros_like_value"]

@@ -8,6 +8,7 @@ import numpy as np
 
 from anfir.errors import AnfirTypeError
 from anfir.primitives.registry import declare
+from anfir.abstract import rules
 from anfir.values import DTYPE_TO_NUMPY, DType
 
 FAMILY = "tensor"
@@ -102,38 +103,38 @@ def _cast(x: Any, dtype: Any) -> Any:
     return int(x)
 
 
-matmul = declare("matmul", 2, _matmul, family=FAMILY,
+matmul = declare("matmul", 2, _matmul, infer=rules.matmul_rule, family=FAMILY,
                  doc="matmul(a, b) — matrix product a @ b (numpy rules for rank 1 and batches)",
     bprop="lambda (x, y, out, dout) (dout @ transpose(y), transpose(x) @ dout) end")
-transpose = declare("transpose", (1, 2), _transpose, family=FAMILY,
+transpose = declare("transpose", (1, 2), _transpose, infer=rules.transpose_rule, family=FAMILY,
                     doc="transpose(x) — reverse the axes; transpose(x, perm) — permute them",
     bprop={1: "lambda (x, out, dout) (transpose(dout),) end", 2: "lambda (x, p, out, dout) (transpose(dout, invert_permutation(p)), zeros_like(p)) end"})
-reshape = declare("reshape", 2, _reshape, family=FAMILY,
+reshape = declare("reshape", 2, _reshape, infer=rules.reshape_rule, family=FAMILY,
                   doc="reshape(x, shape) — same elements, new shape (a tuple of ints)",
     bprop="lambda (x, s, out, dout) (reshape(dout, shape(x)), zeros_like(s)) end")
-sum_ = declare("sum", (1, 2), _sum, family=FAMILY,
+sum_ = declare("sum", (1, 2), _sum, infer=rules.reduction("sum"), family=FAMILY,
                doc="sum(x) — sum of all elements; sum(x, axis) — along an axis (or tuple of axes)",
     bprop={1: "lambda (x, out, dout) (unreduce(dout, x, None),) end", 2: "lambda (x, axis, out, dout) (unreduce(dout, x, axis), zeros_like(axis)) end"})
-mean = declare("mean", (1, 2), _mean, family=FAMILY,
+mean = declare("mean", (1, 2), _mean, infer=rules.reduction("mean"), family=FAMILY,
                doc="mean(x) — mean of all elements; mean(x, axis) — along an axis",
     bprop={1: "lambda (x, out, dout) (unreduce(dout, x, None) / size(x),) end", 2: "lambda (x, axis, out, dout) (unreduce(dout, x, axis) * (size(out) / size(x)), zeros_like(axis)) end"})
-broadcast_to = declare("broadcast_to", 2, _broadcast_to, family=FAMILY,
+broadcast_to = declare("broadcast_to", 2, _broadcast_to, infer=rules.broadcast_to_rule, family=FAMILY,
                        doc="broadcast_to(x, shape) — x repeated to shape (numpy broadcasting)",
     bprop="lambda (x, s, out, dout) (sum_to(dout, x), zeros_like(s)) end")
-shape = declare("shape", 1, _shape, family=FAMILY, differentiable=False,
+shape = declare("shape", 1, _shape, infer=rules.shape_rule, family=FAMILY, differentiable=False,
                 doc="shape(x) — the shape of x as a tuple of ints (() for a scalar)")
 ones_like = declare("ones_like", 1, lambda x: np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1),
-                    family=FAMILY, differentiable=False,
+                    infer=rules.ones_like_rule, family=FAMILY, differentiable=False,
                     doc="ones_like(x) — ones of x's shape and type")
-zeros = declare("zeros", (1, 2), _zeros, family=FAMILY, differentiable=False,
+zeros = declare("zeros", (1, 2), _zeros, infer=rules.constructor_rule("zeros"), family=FAMILY, differentiable=False,
                 doc='zeros(shape) — an f64 tensor of zeros; zeros(shape, "f32") — of that dtype')
-ones = declare("ones", (1, 2), _ones, family=FAMILY, differentiable=False,
+ones = declare("ones", (1, 2), _ones, infer=rules.constructor_rule("ones"), family=FAMILY, differentiable=False,
                doc='ones(shape) — an f64 tensor of ones; ones(shape, "f32") — of that dtype')
-where = declare("where", 3, _where, family=FAMILY,
+where = declare("where", 3, _where, infer=rules.where_rule, family=FAMILY,
                 doc="where(c, a, b) — a where c is true, else b, elementwise",
     bprop="lambda (c, a, b, out, dout) (zeros_like(c), sum_to(where(c, dout, zeros_like(dout)), a), sum_to(where(c, zeros_like(dout), dout), b)) end")
-array = declare("array", 1, _array, family=FAMILY, differentiable=False,
+array = declare("array", 1, _array, infer=rules.array_rule, family=FAMILY, differentiable=False,
                 doc="array(t) — a tensor from a nested tuple of numbers: array(((1.0, 2.0), (3.0, 4.0)))")
-cast = declare("cast", 2, _cast, family=FAMILY,
+cast = declare("cast", 2, _cast, infer=rules.cast_rule, family=FAMILY,
                doc='cast(x, "f32") — convert to a dtype (f16 f32 f64 i8 i16 i32 i64 u8 bool)',
     bprop="lambda (x, t, out, dout) (cast_like(dout, x), zeros_like(t)) end")

@@ -1,0 +1,230 @@
+"""The order on abstract values: bottom, join, widening, and values of constants.
+
+* ``BOTTOM`` (⊥) is "no value yet": the provisional result of a recursive call
+  whose type is still being inferred.  Calls are strict, so an operation with a
+  ⊥ argument gives ⊥; ``join(⊥, x) = x``.  ⊥ never survives a finished
+  inference (a recursion that only ever yields ⊥ is an error).
+* ``join(a, b)`` is the least type of both (used by ``switch`` and by the
+  recursion fixpoint): scalar values are dropped, tuples join elementwise,
+  functions by union.  Tensors of different shapes do **not** join: the
+  specializer reports them (a dimension that differs between two branches is
+  almost always a bug, and an unknown-dimension result would weaken every
+  shape check after it).
+* ``widen(a)`` forgets scalar values; graph signatures are widened so that
+  ``fibonacci(10)`` specializes once per type, not once per ``n``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, AKey, ANone,
+                                   AScalar, AString, ATensor, ATuple, AType, FunctionAtom, GradFn,
+                                   GraphFn, GraphSig, JFn, PartialFn, PrimFn, scalar_dtype_of)
+from anfir.errors import AnfirTypeError
+
+
+class ABottom(AbstractValue):
+    """⊥: the value of a computation that has not returned yet (internal to inference)."""
+
+    __slots__ = ()
+    _instance: "ABottom | None" = None
+
+    def __new__(cls) -> "ABottom":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __str__(self) -> str:
+        return "<Bottom>"
+
+    __repr__ = __str__
+
+
+BOTTOM = ABottom()
+"""The single ⊥ value."""
+
+
+class JoinError(Exception):
+    """Two abstract values have no common type (the engine adds location and context)."""
+
+    def __init__(self, a: AbstractValue, b: AbstractValue, why: str = "") -> None:
+        self.a, self.b, self.why = a, b, why
+        super().__init__(f"{a} and {b}" + (f" ({why})" if why else ""))
+
+
+def join(a: AbstractValue, b: AbstractValue) -> AbstractValue:
+    """The least abstract value above both ``a`` and ``b``; raises :class:`JoinError`."""
+    if a is BOTTOM:
+        return b
+    if b is BOTTOM or a == b:
+        return a
+    if isinstance(a, AAny) or isinstance(b, AAny):
+        return AAny()
+    if isinstance(a, AScalar) and isinstance(b, AScalar):
+        if a.dtype != b.dtype:
+            raise JoinError(a, b)
+        return AScalar(a.dtype)
+    if isinstance(a, AString) and isinstance(b, AString):
+        return AString()
+    if isinstance(a, ATensor) and isinstance(b, ATensor):
+        if a.dtype != b.dtype:
+            raise JoinError(a, b)
+        if a.shape is None or b.shape is None:
+            return ATensor(a.dtype, None)
+        from anfir.abstract.shapes import dims_equal, is_unknown_dim
+
+        if len(a.shape) != len(b.shape):
+            raise JoinError(a, b, "different ranks")
+        dims = []
+        for x, y in zip(a.shape, b.shape):
+            if is_unknown_dim(x):
+                dims.append(x)
+            elif is_unknown_dim(y) or dims_equal(x, y):
+                dims.append(x if not is_unknown_dim(y) else y)
+            else:
+                raise JoinError(a, b, "different shapes")
+        return ATensor(a.dtype, tuple(dims))
+    if isinstance(a, ATuple) and isinstance(b, ATuple):
+        if len(a.items) != len(b.items):
+            raise JoinError(a, b, "tuples of different lengths")
+        return ATuple(tuple(join(x, y) for x, y in zip(a.items, b.items)))
+    if isinstance(a, AFunction) and isinstance(b, AFunction):
+        return AFunction(a.options | b.options)
+    if type(a) is type(b) and isinstance(a, (ANone, AEnv, AKey, AType)):
+        return a
+    raise JoinError(a, b)
+
+
+def widen(a: AbstractValue) -> AbstractValue:
+    """``a`` with every scalar value forgotten (strings keep theirs: they name dtypes)."""
+    if isinstance(a, AScalar):
+        return a.widen()
+    if isinstance(a, ATuple):
+        items = tuple(widen(i) for i in a.items)
+        return a if items == a.items else ATuple(items)
+    return a
+
+
+def contains_bottom(a: AbstractValue) -> bool:
+    """Whether ⊥ occurs in ``a`` (at any depth of tuples)."""
+    stack = [a]
+    while stack:
+        x = stack.pop()
+        if x is BOTTOM:
+            return True
+        if isinstance(x, ATuple):
+            stack.extend(x.items)
+    return False
+
+
+# -- constants -----------------------------------------------------------------
+def abstract_of_value(value: Any) -> AbstractValue:
+    """The abstract value of a concrete one: example arguments and constants.
+
+    Python ``bool``/``int``/``float`` are ``AScalar("bool"/"i64"/"f64", value)``;
+    numpy scalars keep their dtype; arrays are ``ATensor(dtype, shape)``;
+    tuples, strings and None map to ``ATuple``, ``AString``, ``ANone``; an
+    :class:`AbstractValue` stands for itself.
+    """
+    from anfir.values import DTYPE_TO_NUMPY, NUMPY_TO_DTYPE, DType, GradEnv, SymbolicKey, dtype_of_array
+
+    if isinstance(value, AbstractValue):
+        return value
+    dtype = scalar_dtype_of(value)
+    if dtype is not None:
+        return AScalar(dtype, value)
+    if isinstance(value, np.ndarray):
+        return ATensor(dtype_of_array(value), tuple(int(d) for d in value.shape))
+    if isinstance(value, np.generic):
+        name = NUMPY_TO_DTYPE.get(value.dtype.name)
+        if name is None:
+            raise AnfirTypeError(f"unsupported scalar type {value.dtype.name}")
+        return AScalar(name, value.item())
+    if isinstance(value, str):
+        return AString(value)
+    if value is None:
+        return ANone()
+    if isinstance(value, tuple):
+        return ATuple(tuple(abstract_of_value(v) for v in value))
+    if isinstance(value, DType) and value.name in DTYPE_TO_NUMPY:
+        return AType()
+    if isinstance(value, GradEnv):
+        return AEnv()
+    if isinstance(value, SymbolicKey):
+        return AKey()
+    from anfir.ir.graph import FuncGraph
+    from anfir.primitives.registry import MetaFunction, Primitive
+
+    if isinstance(value, FuncGraph):
+        return AFunction(frozenset({GraphFn(value)}))
+    if isinstance(value, (Primitive, MetaFunction)):
+        return AFunction(frozenset({PrimFn(value)}))
+    raise AnfirTypeError(f"cannot use a value of type {type(value).__name__} here "
+                         "(expected a number, bool, string, None, tuple or numpy array)")
+
+
+# -- walking function atoms ------------------------------------------------------
+def sorted_atoms(fn: AFunction) -> list[FunctionAtom]:
+    """``fn``'s options in a deterministic order (by text, then by creation)."""
+    return sorted(fn.options, key=_atom_key)
+
+
+def _atom_key(atom: FunctionAtom) -> tuple:
+    if isinstance(atom, GraphFn):
+        return (str(atom), atom.graph.seq)
+    return (str(atom), 0)
+
+
+def map_graphs(a: AbstractValue, fn: Callable[[Any], Any], memo: dict | None = None) -> AbstractValue:
+    """``a`` with every ``GraphFn(g)`` replaced by ``GraphFn(fn(g))``."""
+    memo = {} if memo is None else memo
+
+    def value(x: AbstractValue) -> AbstractValue:
+        if isinstance(x, (AScalar, ATensor, AString, ANone)) or x is BOTTOM:
+            return x
+        try:
+            hit = memo.get(x)
+        except TypeError:  # pragma: no cover - every abstract value is hashable
+            hit = None
+        if hit is not None:
+            return hit
+        if isinstance(x, ATuple):
+            out: AbstractValue = ATuple(tuple(value(i) for i in x.items))
+        elif isinstance(x, AFunction):
+            out = AFunction(frozenset(atom(o) for o in x.options))
+        elif isinstance(x, GraphSig):
+            out = GraphSig(tuple(value(p) for p in x.params), value(x.out))
+        else:
+            out = x
+        memo[x] = out
+        return out
+
+    def atom(x: FunctionAtom) -> FunctionAtom:
+        if isinstance(x, GraphFn):
+            new = fn(x.graph)
+            return x if new is x.graph else GraphFn(new)
+        if isinstance(x, PartialFn):
+            return PartialFn(atom(x.fn), tuple(value(i) for i in x.args))
+        if isinstance(x, GradFn):
+            return GradFn(atom(x.fn), x.wrt, x.with_value)
+        if isinstance(x, JFn):
+            return JFn(atom(x.fn))
+        return x
+
+    return value(a)
+
+
+def is_float_scalar(a: AbstractValue) -> bool:
+    """A float Python scalar or a 0-d float tensor (what ``grad`` differentiates)."""
+    if isinstance(a, AScalar):
+        return a.dtype.startswith("f")
+    if isinstance(a, ATensor):
+        return a.dtype.startswith("f") and a.shape == ()
+    return False
+
+
+__all__ = ["ABottom", "BOTTOM", "JoinError", "UNKNOWN", "abstract_of_value", "contains_bottom",
+           "is_float_scalar", "join", "map_graphs", "sorted_atoms", "widen"]

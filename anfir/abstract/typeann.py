@@ -1,0 +1,204 @@
+"""Type annotations as abstract values, and checking values against annotations.
+
+A *binding* maps dimension-variable names to dimensions; it is shared by all
+the annotations of one signature, so ``w1: f64[D, H], w2: f64[H, K]`` makes the
+two ``H`` the same symbol.  ``*`` in a shape stands for any number of
+dimensions (the tensor's rank is then unknown when built from the annotation).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from anfir.abstract.shapes import dim_symbol, dims_compatible, is_unknown_dim
+from anfir.abstract.values import (AAny, AbstractValue, AScalar, AString, ATensor, ATuple, Dim,
+                                   dim_text)
+from anfir.errors import AnfirSyntaxError
+from anfir.ir.annotations import SCALAR_TYPES, ScalarAnn, TensorAnn, TupleAnn, TypeAnn
+
+Binding = dict[str, Dim]
+
+
+def abstract_from_annotation(ann: TypeAnn, binding: Optional[Binding] = None) -> AbstractValue:
+    """The abstract value an annotation describes (dimension variables from ``binding``)."""
+    binding = {} if binding is None else binding
+    if isinstance(ann, ScalarAnn):
+        return AString() if ann.dtype == "str" else AScalar(ann.dtype)
+    if isinstance(ann, TensorAnn):
+        if "*" in ann.dims:
+            return ATensor(ann.dtype, None)
+        dims: list[Dim] = []
+        for d in ann.dims:
+            if isinstance(d, int):
+                dims.append(d)
+            else:
+                dims.append(binding.setdefault(d, dim_symbol(d)))
+        return ATensor(ann.dtype, tuple(dims))
+    if isinstance(ann, TupleAnn):
+        return ATuple(tuple(abstract_from_annotation(i, binding) for i in ann.items))
+    raise TypeError(f"not an annotation: {ann!r}")
+
+
+def match_annotation(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Optional[str]:
+    """Check ``value`` against ``ann``, binding new dimension variables.
+
+    Returns None when it fits, else a short reason.  A 0-d tensor fits a
+    scalar annotation and vice versa; ``AAny`` fits everything.
+    """
+    if isinstance(value, AAny):
+        return None
+    if isinstance(ann, ScalarAnn):
+        if ann.dtype == "str":
+            return None if isinstance(value, AString) else "not a string"
+        if isinstance(value, AScalar) and value.dtype == ann.dtype:
+            return None
+        if isinstance(value, ATensor) and value.dtype == ann.dtype and value.shape == ():
+            return None
+        return f"not {ann.dtype}"
+    if isinstance(ann, TensorAnn):
+        if isinstance(value, AScalar) and value.dtype == ann.dtype and ann.dims == ():
+            return None
+        if not isinstance(value, ATensor):
+            return "not a tensor"
+        if value.dtype != ann.dtype:
+            return f"its dtype is {value.dtype}, not {ann.dtype}"
+        return _match_dims(ann.dims, value.shape, binding)
+    if isinstance(ann, TupleAnn):
+        if not isinstance(value, ATuple):
+            return "not a tuple"
+        if len(value.items) != len(ann.items):
+            return f"a tuple of {len(value.items)} elements, not {len(ann.items)}"
+        for a, v in zip(ann.items, value.items):
+            why = match_annotation(a, v, binding)
+            if why is not None:
+                return why
+        return None
+    raise TypeError(f"not an annotation: {ann!r}")
+
+
+def _match_dims(dims: tuple, shape: Optional[tuple[Dim, ...]], binding: Binding) -> Optional[str]:
+    if shape is None:
+        return None  # any rank: nothing to check
+    if "*" in dims:
+        first = dims.index("*")
+        last = len(dims) - 1 - dims[::-1].index("*")
+        head, tail = dims[:first], dims[last + 1:]
+        if len(shape) < len(head) + len(tail):
+            return f"rank {len(shape)} is less than {len(head) + len(tail)}"
+        pairs = list(zip(head, shape[:len(head)])) + list(zip(tail, shape[len(shape) - len(tail):]))
+    else:
+        if len(shape) != len(dims):
+            return f"rank {len(shape)}, not {len(dims)}"
+        pairs = list(zip(dims, shape))
+    for ann_dim, dim in pairs:
+        if isinstance(ann_dim, int):
+            if not dims_compatible(ann_dim, dim):
+                return f"dimension {dim_text(dim)} is not {ann_dim}"
+            continue
+        bound = binding.get(ann_dim)
+        if bound is None:
+            binding[ann_dim] = dim
+        elif not dims_compatible(bound, dim):
+            return (f"dimension {ann_dim} is {dim_text(bound)} elsewhere in the signature but "
+                    f"{dim_text(dim)} here")
+        elif is_unknown_dim(bound) and not is_unknown_dim(dim):
+            binding[ann_dim] = dim
+    return None
+
+
+# -- type text -----------------------------------------------------------------------
+def parse_type_text(text: str) -> TypeAnn:
+    """Parse ``f64``, ``f64[B, 3]``, ``f32[*]``, ``(f64, i64)`` into an annotation object."""
+    tokens = _tokens(text)
+    pos = 0
+    # An explicit stack of open tuples (no recursion on nesting depth).
+    stack: list[list[TypeAnn]] = []
+    result: Optional[TypeAnn] = None
+
+    def error(msg: str) -> AnfirSyntaxError:
+        return AnfirSyntaxError(f"bad type {text!r}: {msg}")
+
+    while True:
+        if pos >= len(tokens):
+            raise error("unexpected end")
+        tok = tokens[pos]
+        if tok == "(":
+            stack.append([])
+            pos += 1
+            if pos < len(tokens) and tokens[pos] == ")":
+                stack.pop()
+                pos += 1
+                item: TypeAnn = TupleAnn(())
+            else:
+                continue
+        elif tok in SCALAR_TYPES:
+            pos += 1
+            if pos < len(tokens) and tokens[pos] == "[":
+                pos += 1
+                dims: list = []
+                while pos < len(tokens) and tokens[pos] != "]":
+                    d = tokens[pos]
+                    if d.isdigit():
+                        dims.append(int(d))
+                    elif d == "*" or d.isidentifier():
+                        dims.append(d)
+                    elif d != ",":
+                        raise error(f"bad dimension {d!r}")
+                    pos += 1
+                if pos >= len(tokens):
+                    raise error("missing ]")
+                pos += 1
+                item = TensorAnn(tok, tuple(dims))
+            else:
+                item = ScalarAnn(tok)
+        else:
+            raise error(f"unexpected {tok!r}")
+        # Close finished tuples.
+        while True:
+            if not stack:
+                result = item
+                break
+            stack[-1].append(item)
+            if pos < len(tokens) and tokens[pos] == ",":
+                pos += 1
+                if pos < len(tokens) and tokens[pos] == ")":
+                    pos += 1
+                    item = TupleAnn(tuple(stack.pop()))
+                    continue
+                break
+            if pos < len(tokens) and tokens[pos] == ")":
+                pos += 1
+                item = TupleAnn(tuple(stack.pop()))
+                continue
+            raise error("expected , or )")
+        if result is not None:
+            break
+    if pos != len(tokens):
+        raise error(f"unexpected {tokens[pos]!r}")
+    return result
+
+
+def _tokens(text: str) -> list[str]:
+    tokens: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif c in "()[],*":
+            tokens.append(c)
+            i += 1
+        elif c.isalnum() or c == "_":
+            j = i
+            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            tokens.append(text[i:j])
+            i = j
+        else:
+            raise AnfirSyntaxError(f"bad type {text!r}: unexpected {c!r}")
+    return tokens
+
+
+def abstract_from_annotation_text(text: str) -> AbstractValue:
+    """The abstract value of a type written as text: ``"f64[B, 3]"`` -> ``<f64[B, 3]>``."""
+    return abstract_from_annotation(parse_type_text(text), {})
