@@ -95,10 +95,14 @@ def parse_arg(text: str) -> Any:
             return np.load(text, allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise UsageError(f"cannot read {text} as a numpy array: {exc}") from None
-    from anfir.grammar.parser import parse_module
     from anfir.eval import run
+    from anfir.grammar.parser import parse_module
 
-    module = parse_module(f"def __arg__() = {text}", "<argument>")
+    try:
+        module = parse_module(f"def __arg__() = {text}", "<argument>")
+    except AnfirError:
+        raise UsageError(f"cannot read the argument {text!r}: expected an ANF literal such as "
+                         '3, 2.5, true, "s", (1, 2.0), or the path of an .npy file') from None
     graph = module["__arg__"]
     for node in graph.nodes():
         callee = node.inputs[0] if node.inputs else None
@@ -276,13 +280,33 @@ def cmd_dot(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse ``argv``, letting options stand anywhere among a command's ARGs.
+
+    Plain argparse stops a variable-length positional list at the first
+    option (``anfir grad f.anf --entry power 2.0 3`` would fail), so the
+    sub-command's own arguments are parsed with ``parse_intermixed_args``.
+    """
+    ns, extra = parser.parse_known_args(argv)
+    if not ns.command or not extra:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns
+    command = ns.command
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    rest = argv[argv.index(command) + 1:]
+    ns = sub.choices[command].parse_intermixed_args(rest)
+    ns.command = command
+    return ns
+
+
 COMMANDS = {"run": cmd_run, "grad": cmd_grad, "compile": cmd_compile, "fmt": cmd_fmt, "dot": cmd_dot}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``anfir`` command; returns the exit status."""
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    ns = _parse_command_line(parser, list(sys.argv[1:] if argv is None else argv))
     if not ns.command:
         parser.print_help()
         return 2
@@ -297,6 +321,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``anfir run ... | head``): stop quietly, as Unix tools do.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:  # pragma: no cover
+            pass
+        return 0
     except RecursionError:
         if os.environ.get("ANFIR_DEBUG"):
             raise

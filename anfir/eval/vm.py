@@ -83,9 +83,10 @@ def execute(code: Code, regs: list) -> Any:
 
     Errors are located at the CNode being evaluated (see :func:`locate`).
     """
-    stack: list[tuple[Any, list, int]] = []
+    stack: list[tuple[Any, list, tuple]] = []
     it = iter(code.instrs)
     ins: Optional[tuple] = None
+    tail_site: Optional[tuple] = None  # the last tail call: it left no frame behind
     try:
         while True:
             for ins in it:
@@ -102,7 +103,9 @@ def execute(code: Code, regs: list) -> Any:
                         callee = cell.refresh()
                     new = [*ins[3](regs), *callee.template]
                     if op == CALLG:
-                        stack.append((it, regs, ins[1]))
+                        stack.append((it, regs, ins))
+                    else:
+                        tail_site = ins
                     regs = new
                     it = iter(callee.instrs)
                     break
@@ -122,7 +125,7 @@ def execute(code: Code, regs: list) -> Any:
                         callee = cell.refresh()
                     new = [*get(regs), *callee.template]
                     if op == BRANCH:
-                        stack.append((it, regs, ins[1]))
+                        stack.append((it, regs, ins))
                     regs = new
                     it = iter(callee.instrs)
                     break
@@ -130,8 +133,8 @@ def execute(code: Code, regs: list) -> Any:
                     value = regs[ins[1]]
                     if not stack:
                         return value
-                    it, regs, dst = stack.pop()
-                    regs[dst] = value
+                    it, regs, caller = stack.pop()
+                    regs[caller[1]] = value
                     break
                 elif op == P3:
                     regs[ins[1]] = ins[2](regs[ins[3]], regs[ins[4]], regs[ins[5]])
@@ -152,7 +155,9 @@ def execute(code: Code, regs: list) -> Any:
                         callee, new = enter(fn, args)
                     if callee is not None:
                         if op == CALL:
-                            stack.append((it, regs, ins[1]))
+                            stack.append((it, regs, ins))
+                        else:
+                            tail_site = ins
                         regs = new
                         it = iter(callee.instrs)
                         break
@@ -162,8 +167,8 @@ def execute(code: Code, regs: list) -> Any:
                         # A tail call that finished on the spot: return its value.
                         if not stack:
                             return new
-                        it, regs, dst = stack.pop()
-                        regs[dst] = new
+                        it, regs, caller = stack.pop()
+                        regs[caller[1]] = new
                         break
                 elif op == RAISE:
                     error = ins[1]
@@ -173,6 +178,14 @@ def execute(code: Code, regs: list) -> Any:
     except AnfirError as exc:
         if exc.loc is None and ins is not None:
             attach_location(exc, ins[-1])
+        if exc.loc is None:
+            # Generated code (e.g. the graph behind a run-time grad) has no
+            # source: point at the nearest user call that led there.
+            sites = [tail_site] + [call for _, _, call in reversed(stack)]
+            for call in sites:
+                if call is not None and _node_loc(call[-1]) is not None:
+                    attach_location(exc, call[-1])
+                    break
         raise
     except Exception as exc:  # a primitive's numpy / Python error
         raise locate(exc, ins[-1] if ins is not None else None) from exc

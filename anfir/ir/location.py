@@ -31,7 +31,9 @@ class Location:
         """The source line and a caret under the column (empty if no text is known)."""
         if not self.line_text:
             return ""
-        text = self.line_text.expandtabs(1).rstrip("\r")
+        # Control characters (from binary input) would garble the terminal.
+        text = "".join(c if c.isprintable() else "\ufffd"
+                       for c in self.line_text.expandtabs(1).rstrip("\r"))
         shown = text if len(text) <= 200 else text[: max(self.col + 40, 200)]
         return f"    {shown}\n    {' ' * max(self.col - 1, 0)}^"
 

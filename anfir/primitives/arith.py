@@ -140,7 +140,8 @@ sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), infer=rules.elementwise
 abs_ = declare("abs", 1, _unary(abs, np.abs), infer=rules.elementwise("abs"), family=FAMILY, doc="abs(x) — |x|",
     bprop="lambda (x, out, dout) (dout * sign(x),) end")
 sign = declare("sign", 1, _unary(_sign_scalar, np.sign), infer=rules.elementwise("sign"), family=FAMILY,
-               doc="sign(x) — -1, 0 or 1 (as x's type)")
+               doc="sign(x) — -1, 0 or 1 (as x's type)",
+               bprop="lambda (x, out, dout) (zeros_like(x),) end")
 maximum = declare("maximum", 2, _binary_np(np.maximum, max), infer=rules.elementwise("maximum"), family=FAMILY,
                   doc="maximum(x, y) — the larger, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * cast_like(x >= y, dout), x), sum_to(dout * cast_like(x < y, dout), y)) end")

@@ -29,7 +29,7 @@ class Primitive:
     doc: str = ""
     """One line for the language reference: signature and meaning."""
     infer: Optional[Callable[..., Any]] = None
-    """Abstract rule: ``infer(node, *arg_abstracts) -> abstract`` (see anfir.abstract)."""
+    """Abstract rule: ``infer(*arg_abstracts) -> abstract`` (see anfir.abstract.engine)."""
     bprop: Optional[Union[str, dict[int, str]]] = None
     """Gradient rule as ANF text: ``lambda (x..., out, dout) (dx, ...) end``
     (a dict from argument count to text when the arity varies)."""

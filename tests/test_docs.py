@@ -1,0 +1,340 @@
+"""The documentation is executable: every example in docs/ must stay true.
+
+Conventions checked here (documented at the top of docs/language.md):
+
+* every non-internal built-in (primitive or meta function) has a table row or
+  a heading naming it in docs/language.md;
+* every fenced block tagged ``anf`` parses; a comment line
+  ``# run: NAME(ARGS) => RESULT`` runs definition NAME on literal ARGS and
+  compares the result, printed as ``anfir run`` prints it, with RESULT
+  (``=> error: TEXT`` expects an AnfirError containing TEXT); a comment line
+  ``# error: TEXT`` says the program must be rejected at load time;
+* every fenced block tagged ``python`` runs (in a scratch directory holding a
+  copy of ``examples/``), each block on its own;
+* every fenced block tagged ``console`` is a shell session: ``$ `` lines are
+  commands, the lines after one are its expected stdout and stderr; a line
+  ``...`` stands for any number of lines, and ``...`` inside a line for any
+  text (see :func:`run_session` for how commands run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import anfir
+from anfir.cli import format_value, main as cli_main
+from anfir.primitives import META_FUNCTIONS, PRIMITIVES
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+LANGUAGE = DOCS / "language.md"
+DOC_FILES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
+
+
+@dataclass
+class Block:
+    """One fenced code block of a Markdown file."""
+
+    path: Path
+    line: int
+    """1-based line of the opening fence."""
+    tag: str
+    text: str
+
+    def id(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+
+_FENCE = re.compile(r"^(\s*)```\s*([A-Za-z0-9_+-]*)\s*$")
+
+
+def fenced_blocks(path: Path) -> list[Block]:
+    """Every fenced block of ``path``, with its tag (``""`` if none)."""
+    blocks: list[Block] = []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    index = 0
+    while index < len(lines):
+        match = _FENCE.match(lines[index])
+        if match is None:
+            index += 1
+            continue
+        start, tag, body = index, match.group(2), []
+        index += 1
+        while index < len(lines) and lines[index].strip() != "```":
+            body.append(lines[index])
+            index += 1
+        blocks.append(Block(path, start + 1, tag, "\n".join(body) + "\n"))
+        index += 1
+    return blocks
+
+
+def blocks_tagged(tag: str) -> list[Block]:
+    return [b for path in DOC_FILES if path.exists() for b in fenced_blocks(path) if b.tag == tag]
+
+
+# -- the built-in reference ---------------------------------------------------------
+def public_builtins() -> list[str]:
+    names = [n for n, p in PRIMITIVES.items() if not p.internal]
+    names += [n for n, m in META_FUNCTIONS.items() if not m.internal]
+    return sorted(names)
+
+
+def documented_names(text: str) -> set[str]:
+    """Names that head a table row (first cell `` `name` ``) or a Markdown heading."""
+    found: set[str] = set()
+    in_code = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        if in_code:
+            continue
+        row = re.match(r"^\|\s*`([A-Za-z_][A-Za-z0-9_]*)`\s*\|", line)
+        if row:
+            found.add(row.group(1))
+        heading = re.match(r"^#{1,6}\s+`?([A-Za-z_][A-Za-z0-9_]*)`?", line)
+        if heading:
+            found.add(heading.group(1))
+    return found
+
+
+def test_builtin_registry_is_not_empty() -> None:
+    # Guards the test below against an empty registry (it would pass vacuously).
+    assert {"add", "grad", "switch", "matmul", "value_and_grad"} <= set(public_builtins())
+
+
+def test_every_builtin_has_an_entry_in_language_md() -> None:
+    documented = documented_names(LANGUAGE.read_text(encoding="utf-8"))
+    missing = [name for name in public_builtins() if name not in documented]
+    assert not missing, f"docs/language.md has no table row or heading for: {missing}"
+
+
+def test_no_entry_for_an_unknown_builtin() -> None:
+    """Rows of the built-in tables name real built-ins (catches renamed or removed ones)."""
+    text = LANGUAGE.read_text(encoding="utf-8")
+    section = text.split("## Built-in functions", 1)[1].split("\n## ", 1)[0]
+    rows = documented_names(section) - {"Arithmetic", "Comparison", "Tensors", "Tuples",
+                                         "Functions", "Differentiation"}
+    unknown = sorted(rows - set(PRIMITIVES) - set(META_FUNCTIONS))
+    assert not unknown, f"language.md documents built-ins that do not exist: {unknown}"
+
+
+def test_every_internal_primitive_is_explained_in_reading_dumps() -> None:
+    """Internal primitives only appear in dumps; reading-dumps.md says what each does."""
+    text = (DOCS / "reading-dumps.md").read_text(encoding="utf-8")
+    internal = sorted(n for n, p in PRIMITIVES.items() if p.internal)
+    assert internal, "no internal primitive registered"
+    missing = [n for n in internal if not re.search(rf"`{re.escape(n)}\(", text)]
+    assert not missing, f"docs/reading-dumps.md does not explain: {missing}"
+
+
+def test_documented_names_finds_rows_and_headings() -> None:
+    text = "| `add` | `add(x, y)` |\n### `grad`\n| name | x |\n`sub` in prose\n```anf\n# mul\n```\n"
+    assert documented_names(text) == {"add", "grad"}
+
+
+# -- anf blocks ---------------------------------------------------------------------
+_RUN = re.compile(r"^\s*#\s*run:\s*([A-Za-z_%][A-Za-z0-9_]*)\((.*)\)\s*=>\s*(.*?)\s*$")
+_ERROR = re.compile(r"^\s*#\s*error:\s*(.*?)\s*$")
+
+
+def literal_args(text: str) -> tuple:
+    """The values of a comma-separated list of ANF literals (no free names)."""
+    if not text.strip():
+        return ()
+    module = anfir.parse(f"def __args__() = ({text},)", "<doc-args>")
+    return anfir.run(module["__args__"])
+
+
+ANF_BLOCKS = blocks_tagged("anf")
+
+
+def test_the_docs_have_anf_examples() -> None:
+    assert len(ANF_BLOCKS) >= 20
+    runs = sum(1 for b in ANF_BLOCKS for line in b.text.split("\n") if _RUN.match(line))
+    assert runs >= 20
+
+
+@pytest.mark.parametrize("block", ANF_BLOCKS, ids=Block.id)
+def test_anf_block(block: Block) -> None:
+    lines = block.text.split("\n")
+    load_errors = [m.group(1) for m in map(_ERROR.match, lines) if m]
+    runs = [m.groups() for m in map(_RUN.match, lines) if m]
+    # Padding with the lines above the block makes errors point into the .md file.
+    filename = f"{block.path.parent.name}/{block.path.name}"
+    source = "\n" * block.line + block.text
+    if load_errors:
+        assert not runs, "a block is either rejected at load time or run, not both"
+        with pytest.raises(anfir.AnfirError) as info:
+            anfir.parse(source, filename)
+        message = info.value.render()
+        assert load_errors[0] in message
+        assert re.search(r":\d+:\d+: ", message), f"error not located: {message}"
+        assert "^" in message
+        return
+    module = anfir.parse(source, filename)
+    for name, args, expected in runs:
+        values = literal_args(args)
+        if expected.startswith("error:"):
+            with pytest.raises(anfir.AnfirError) as info:
+                anfir.run(module[name], *values)
+            assert expected[len("error:"):].strip() in info.value.render()
+        else:
+            got = format_value(anfir.run(module[name], *values))
+            assert " ".join(got.split()) == " ".join(expected.split()), \
+                f"{name}({args}) printed {got!r}, the docs say {expected!r}"
+
+
+# -- python and console blocks ------------------------------------------------------
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory with a copy of examples/ (docs use relative paths)."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+PYTHON_BLOCKS = blocks_tagged("python")
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=Block.id)
+def test_python_block(block: Block, scratch: Path) -> None:
+    # Running documentation snippets is test code; the package itself never execs.
+    code = compile(block.text, f"{block.path.name}:{block.line}", "exec")
+    exec(code, {"__name__": "__doc__"})  # noqa: S102
+
+
+CONSOLE_BLOCKS = blocks_tagged("console")
+
+
+def parse_session(text: str) -> list[tuple[str, list[str]]]:
+    """``[(command, expected output lines)]`` of a console block."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+        elif line.strip():
+            raise AssertionError(f"a console block must start with '$ ': {line!r}")
+    return steps
+
+
+def lines_match(expected: list[str], got: list[str]) -> bool:
+    """Whether ``got`` matches ``expected``, where a ``...`` line matches any lines."""
+    exp = [line.rstrip() for line in expected]
+    out = [line.rstrip() for line in got]
+    while exp and not exp[-1]:
+        exp.pop()
+    while out and not out[-1]:
+        out.pop()
+    # Dynamic programming over (expected index, output index); no recursion.
+    reachable = {(0, 0)}
+    frontier = [(0, 0)]
+    while frontier:
+        i, j = frontier.pop()
+        if i == len(exp):
+            if j == len(out):
+                return True
+            continue
+        nexts = []
+        if exp[i] == "...":
+            nexts.append((i + 1, j))
+            if j < len(out):
+                nexts.append((i, j + 1))
+        elif j < len(out) and (exp[i] == out[j] or _ellipsis_line(exp[i], out[j])):
+            nexts.append((i + 1, j + 1))
+        for state in nexts:
+            if state not in reachable:
+                reachable.add(state)
+                frontier.append(state)
+    return False
+
+
+def _ellipsis_line(pattern: str, line: str) -> bool:
+    """A line containing `` ... `` in the middle matches any text there."""
+    if "..." not in pattern or pattern == "...":
+        return False
+    parts = [re.escape(p) for p in pattern.split("...")]
+    return re.fullmatch(".*".join(parts), line) is not None
+
+
+def test_lines_match() -> None:
+    assert lines_match(["a", "...", "d"], ["a", "b", "c", "d"])
+    assert lines_match(["a", "...", "b"], ["a", "b"])
+    assert not lines_match(["a", "b"], ["a", "c"])
+    assert not lines_match(["a"], ["a", "b"])
+    assert lines_match(["x = ... ms"], ["x = 1.25 ms"])
+
+
+_SHELL_SYNTAX = re.compile(r"[|;&<>$`*?]|\\$")
+
+
+def run_session(block: Block, cwd: Path) -> list[tuple[str, list[str], list[str]]]:
+    """Run the commands of a console block in ``cwd``: ``(command, expected, got)`` each.
+
+    A plain ``anfir ...`` command runs in this process through the CLI's
+    ``main`` (a Python start per command would make this test slow; that
+    ``python -m anfir`` behaves the same is checked in test_cli.py), its
+    stdout then its stderr; anything else (pipes, ``echo $?``, ``ls``) runs in
+    bash, where ``anfir`` is ``python -m anfir`` and ``$?`` is the previous
+    command's status.
+    """
+    steps = parse_session(block.text)
+    status = 0
+    report = []
+    for command, expected in steps:
+        if command.startswith("anfir ") and not _SHELL_SYNTAX.search(command):
+            status, output = _anfir_in_process(shlex.split(command)[1:], cwd)
+        else:
+            status, output = _bash(command, cwd, status)
+        report.append((command, expected, output.split("\n")))
+    return report
+
+
+def _anfir_in_process(args: list[str], cwd: Path) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = cli_main(args)
+            except SystemExit as stop:
+                status = stop.code if isinstance(stop.code, int) else 1
+    finally:
+        os.chdir(previous)
+    return status, out.getvalue() + err.getvalue()
+
+
+def _bash(command: str, cwd: Path, previous_status: int) -> tuple[int, str]:
+    script = (f'anfir() {{ "{sys.executable}" -m anfir "$@"; }}\n'
+              f'python() {{ "{sys.executable}" "$@"; }}\n'
+              f"(exit {previous_status}); {command}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="utf-8")
+    proc = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, encoding="utf-8", timeout=240)
+    return proc.returncode, proc.stdout
+
+
+@pytest.mark.parametrize("block", CONSOLE_BLOCKS, ids=Block.id)
+def test_console_block(block: Block, scratch: Path) -> None:
+    problems = [f"$ {command}\n--- the docs say:\n" + "\n".join(expected)
+                + "\n--- the tool printed:\n" + "\n".join(got)
+                for command, expected, got in run_session(block, scratch)
+                if not lines_match(expected, got)]
+    assert not problems, "\n\n".join(problems)
+
+
+def test_console_sessions_exist() -> None:
+    assert len(CONSOLE_BLOCKS) >= 5
