@@ -1,0 +1,774 @@
+"""Loading ``.ir`` dumps back into graphs (the reverse of ``anfir/printers/ir.py``).
+
+The grammar is ``ir.lark`` (Lark LALR, contextual lexer); the transformer
+below is passed to ``Lark(...)`` so graphs are built during the parse, with no
+parse tree.  Graphs are created on first mention (``@g`` may be used before its
+block), each CNode is created when its line is read and its inputs are wired
+once the whole file is read — so forward references to nodes and graphs
+work.  Constants, types (abstract values), annotations, flags and locations
+come back as the objects they were printed from; nothing is ``eval``-ed
+(dimension expressions are built with sympy operators, not ``sympify``).
+
+The loaded graphs are ordinary, managed FuncGraphs: ``anfir.run`` runs them
+and every pass accepts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import json
+import math
+import re
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional, Union
+
+import numpy as np
+import sympy
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from anfir.abstract.values import (SCALAR_DTYPES, AAny, AbstractValue, AEnv, AFunction, AKey,
+                                   ANone, AScalar, AString, ATensor, ATuple, AType, GradFn, GraphFn,
+                                   GraphSig, JFn, PartialFn, PrimFn)
+from anfir.errors import AnfirError, AnfirSyntaxError, NameResolutionError, UsageError
+from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.location import Location
+from anfir.ir.manager import manage
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.primitives import lookup
+from anfir.values import (DTYPE_TO_NUMPY, Closure, DType, GradEnv, Partial, Symbol,
+                          SymbolicKey)
+
+_LOC = re.compile(r"#[ \t]?(?P<file>.*?):(?P<line>\d+):(?P<col>\d+)"
+                  r"(?: \((?P<note>.*?)\))?(?:  (?P<text>.*))?\Z")
+_DIM_FUNCTIONS = {"floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max,
+                  "Min": sympy.Min, "Abs": sympy.Abs, "Mod": sympy.Mod}
+
+
+_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> tuple[Lark, "_IRBuilder"]:
+    """The compiled parser and the transformer it calls (built once).
+
+    Lark binds the transformer when the parser is built, so one builder object
+    serves every load; it is reset before each parse (under a lock).
+    """
+    grammar = (Path(__file__).parent / "ir.lark").read_text(encoding="utf-8")
+    builder = _IRBuilder()
+    lark = Lark(grammar, parser="lalr", lexer="contextual", start="start",
+                transformer=builder, maybe_placeholders=True)
+    return lark, builder
+
+
+def load_ir_text(text: str, filename: str = "<string>",
+                 side: Optional[Mapping[str, np.ndarray]] = None) -> Module:
+    """Build the Module a ``.ir`` text describes.
+
+    ``side`` holds the arrays the text refers to as ``npz["t0"]``; when it is
+    None and ``filename`` names a file, the side file next to it
+    (``x.ir`` -> ``x.npz``) is read if the text needs it.
+    """
+    lark, builder = _parser()
+    with _LOCK, _gc_paused():
+        builder._reset(filename, text, side)
+        try:
+            lark.parse(text)
+            return builder._finish()
+        except UnexpectedInput as exc:
+            raise _syntax_error(exc, builder) from None
+        finally:
+            builder._reset("<string>", "", None)  # drop the file's objects
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Building a big program allocates many long-lived objects and no garbage
+    cycles; pausing the cycle collector meanwhile saves its repeated scans."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def load_ir_file(path: Union[str, Path]) -> Module:
+    """Read a ``.ir`` file (and its ``.npz`` side file, if it has one) into a Module."""
+    target = Path(path)
+    try:
+        data = target.read_bytes()
+    except OSError as exc:
+        # A path that cannot be read is a usage error, as for ANF files.
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        shown = data[line_start:exc.start].decode("utf-8", "replace")
+        raise AnfirSyntaxError("the file is not valid UTF-8 text",
+                               Location(str(path), line, len(shown) + 1, shown)) from None
+    return load_ir_text(text, str(path))
+
+
+def _syntax_error(exc: UnexpectedInput, builder: "_IRBuilder") -> AnfirSyntaxError:
+    line = getattr(exc, "line", 0) or 0
+    col = getattr(exc, "column", 0) or 0
+    if isinstance(exc, UnexpectedEOF) or line <= 0:
+        line = max(len(builder.lines), 1)
+        col = len(builder.lines[-1]) + 1 if builder.lines else 1
+        message = "the dump ends too early (a subgraph is not closed with '}'?)"
+    elif isinstance(exc, UnexpectedCharacters):
+        ch = builder.text[exc.pos_in_stream] if exc.pos_in_stream < len(builder.text) else ""
+        message = f"unexpected character {ch!r} in the .ir text"
+    elif isinstance(exc, UnexpectedToken):
+        found = exc.token
+        shown = "end of file" if found.type == "$END" else repr(str(found))
+        expected = _expected_words(exc.expected)
+        message = f"unexpected {shown}" + (f"; expected {expected}" if expected else "")
+    else:  # pragma: no cover - other Lark errors
+        message = str(exc).splitlines()[0]
+    return AnfirSyntaxError(message, builder._location_at(line, col))
+
+
+_TERMINAL_WORDS = {
+    "LOCAL": "a node (%N)", "FREEVAR": "a free variable $(@g:%N)", "GRAPH": "a graph (@name)",
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
+    "LABEL": "a name", "TENSOR_DATA": "tensor elements [...]", "LOC": "a location comment",
+    "ENTRY_LINE": "'# IR entry: @name'", "PHASE_LINE": "'# Phase: ...'",
+    "DEFS_LINE": "'# Definitions: ...'", "$END": "the end of the file",
+}
+
+
+def _expected_words(expected: Any) -> str:
+    """The terminals a state accepts, in words (keywords and punctuation quoted)."""
+    lark, _ = _parser()
+    by_name = {t.name: t for t in lark.terminals}
+    words = set()
+    for name in expected:
+        term = by_name.get(name)
+        if name in _TERMINAL_WORDS:
+            words.add(_TERMINAL_WORDS[name])
+        elif term is not None and term.pattern.type == "str":
+            words.add(f"'{term.pattern.value}'")
+    ordered = sorted(words)
+    if len(ordered) > 8:
+        ordered = ordered[:8] + ["..."]
+    return ", ".join(ordered)
+
+
+# -- building ----------------------------------------------------------------------
+class _GraphState:
+    """What is known about one graph while its file is read."""
+
+    __slots__ = ("graph", "defined", "locals", "first_use", "pending", "output", "output_abstract")
+
+    def __init__(self, graph: FuncGraph) -> None:
+        self.graph = graph
+        self.defined = False
+        self.locals: dict[str, Node] = {}
+        self.first_use: Optional[Token] = None
+        self.pending: list[tuple[CNode, list[Any]]] = []
+        self.output: Any = None
+        self.output_abstract: Any = None
+
+
+class _Ref:
+    """An operand naming a node: ``%N`` of the current graph or ``$(@g:%N)``."""
+
+    __slots__ = ("graph", "local", "token")
+
+    def __init__(self, graph: "_GraphState", local: str, token: Token) -> None:
+        self.graph = graph
+        self.local = local
+        self.token = token
+
+
+class _Const:
+    """An operand that is a constant (its ValueNode is made per use)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+@v_args(inline=True)
+class _IRBuilder(Transformer):
+    """Builds graphs while Lark parses (callbacks run at each reduction)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reset("<string>", "", None)
+
+    def _reset(self, filename: str, text: str, side: Optional[Mapping[str, np.ndarray]]) -> None:
+        """Forget the previous file; read ``text`` next."""
+        self.filename = filename
+        self.text = text
+        self.lines = text.split("\n")
+        self.side = side
+        self.graphs: dict[str, _GraphState] = {}
+        self.order: list[_GraphState] = []
+        self.current: Optional[_GraphState] = None
+        self.entry: Optional[str] = None
+        self.phase = ""
+        self.definitions: list[tuple[str, str, Token]] = []
+
+    # -- helpers --------------------------------------------------------------------
+    def _location_at(self, line: int, col: int) -> Location:
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return Location(self.filename, line, col, text)
+
+    def _loc(self, token: Token) -> Location:
+        return self._location_at(token.line or 0, token.column or 0)
+
+    def _error(self, message: str, token: Token, kind: type = AnfirSyntaxError) -> AnfirError:
+        return kind(message, self._loc(token))
+
+    def _state(self, name: str, token: Token) -> _GraphState:
+        st = self.graphs.get(name)
+        if st is None:
+            # ``@?g``: a graph outside the dump (named by a type): a stub named ``g``.
+            st = self.graphs[name] = _GraphState(FuncGraph(name[1:] if name.startswith("?") else name))
+            st.first_use = token
+        return st
+
+    # -- header -----------------------------------------------------------------------
+    def entry_line(self, token: Token) -> None:
+        value = token.split(":", 1)[1].strip()
+        if not value.startswith("@"):
+            raise self._error("the IR entry line names a graph: '# IR entry: @name'", token)
+        self.entry = value[1:]
+
+    def phase_line(self, token: Token) -> None:
+        self.phase = token.split(":", 1)[1].strip()
+
+    def defs_line(self, token: Token) -> None:
+        for item in token.split(":", 1)[1].split():
+            key, sep, graph = item.partition("=")
+            if not sep or not graph.startswith("@") or not key:
+                raise self._error(f"a definition is written name=@graph, not {item!r}", token)
+            self.definitions.append((key, graph[1:], token))
+
+    # -- subgraphs ----------------------------------------------------------------------
+    def subgraph_head(self, loc: Optional[Token], name: Token, parent: Any, params: Any,
+                      ret: Any) -> None:
+        st = self._state(name[1:], name)
+        if st.defined:
+            raise self._error(f"graph @{st.graph.name} is defined twice", name)
+        st.defined = True
+        g = st.graph
+        g.loc = self._parse_loc(loc) if loc is not None else None
+        for token, annotation in params or ():
+            local = str(token)
+            if local in st.locals:
+                raise self._error(f"parameter {local} is declared twice", token)
+            p = g.add_parameter(_param_name(local), self._loc(token))
+            p.loc = None  # set by a 'param' line when the dump had one
+            p.annotation = annotation
+            st.locals[local] = p
+        if ret is not None:
+            g.flags["return_type"] = ret
+        self.current = st
+
+    def param_list(self, *decls: Any) -> list:
+        return [d for d in decls if d is not None]
+
+    def param_decl(self, token: Token, annotation: Any) -> tuple:
+        return (token, annotation)
+
+    def parent(self, token: Token) -> Token:
+        return token
+
+    def subgraph(self, _head: Any, *rest: Any) -> None:
+        self.current = None
+
+    def attr_stmt(self, name: Token, value: Any) -> None:
+        assert self.current is not None
+        self.current.graph.flags[str(name)] = self._constant(value)
+
+    def abstract_stmt(self, value: Any) -> None:
+        assert self.current is not None
+        self.current.graph.abstract = value
+
+    def graph_sig(self, *items: Any) -> None:
+        assert self.current is not None
+        *params, out = items
+        self.current.graph.abstract = GraphSig(tuple(p for p in params if p is not None), out)
+
+    def param_stmt(self, token: Token, abstract: Any, loc: Optional[Token]) -> None:
+        st = self.current
+        assert st is not None
+        node = st.locals.get(str(token))
+        if not isinstance(node, ParameterNode):
+            raise self._error(f"{token} is not a parameter of @{st.graph.name}", token,
+                             NameResolutionError)
+        node.abstract = abstract
+        node.loc = self._parse_loc(loc) if loc is not None else None
+
+    def cnode_stmt(self, token: Token, label: Any, callee: Any, args: Any, signature: Any,
+                   loc: Optional[Token]) -> None:
+        st = self.current
+        assert st is not None
+        local = str(token)
+        if local in st.locals:
+            raise self._error(f"{local} is defined twice in @{st.graph.name}", token)
+        name, annotation = label if label is not None else (None, None)
+        node = CNode(st.graph, (), self._parse_loc(loc) if loc is not None else None, name)
+        node.annotation = annotation
+        operands = [callee, *(args or [])]
+        if signature is not None:
+            ins, out = signature
+            if len(ins) != len(operands) - 1:
+                raise self._error(f"the type line of {local} lists {len(ins)} inputs, "
+                                 f"but the node has {len(operands) - 1}", token)
+            node.abstract = out
+            operands = [operands[0]] + [_typed(op, t) for op, t in zip(operands[1:], ins)]
+        st.locals[local] = node
+        st.pending.append((node, operands))
+
+    def label(self, name: Optional[Token], annotation: Any) -> tuple:
+        return (str(name) if name is not None else None, annotation)
+
+    def args(self, *operands: Any) -> list:
+        return list(operands)
+
+    def signature(self, ins: Any, out: Any) -> tuple:
+        return (list(ins or ()), out)
+
+    def abs_list(self, *items: Any) -> list:
+        return list(items)
+
+    def return_stmt(self, operand: Any, abstract: Any) -> None:
+        st = self.current
+        assert st is not None
+        st.output = operand
+        st.output_abstract = abstract
+
+    # -- operands -------------------------------------------------------------------------
+    def local_ref(self, token: Token) -> _Ref:
+        assert self.current is not None
+        return _Ref(self.current, str(token), token)
+
+    def free_ref(self, token: Token) -> _Ref:
+        inner = str(token)[3:-1]  # $(@g:%N) -> g:%N
+        graph, _, local = inner.rpartition(":")
+        return _Ref(self._state(graph, token), local, token)
+
+    def _parse_loc(self, token: Token) -> Location:
+        match = _LOC.match(str(token).rstrip("\r"))
+        if match is None:  # the lexer only makes LOC tokens of this shape
+            raise self._error("a location comment is written '# file:line:col  text'", token)
+        return Location(match["file"], int(match["line"]), int(match["col"]),
+                        match["text"] or "", match["note"] or "")
+
+    # -- constants -----------------------------------------------------------------------
+    def _constant(self, value: Any) -> Any:
+        return value.value if isinstance(value, _Const) else value
+
+    def int_(self, token: Token) -> _Const:
+        return _Const(int(token))
+
+    def neg_int(self, token: Token) -> _Const:
+        return _Const(-int(token))
+
+    def float_(self, token: Token) -> _Const:
+        return _Const(float(token))
+
+    def neg_float(self, token: Token) -> _Const:
+        return _Const(-float(token))
+
+    def inf(self) -> _Const:
+        return _Const(math.inf)
+
+    def neg_inf(self) -> _Const:
+        return _Const(-math.inf)
+
+    def nan(self) -> _Const:
+        return _Const(math.nan)
+
+    def true(self) -> _Const:
+        return _Const(True)
+
+    def false(self) -> _Const:
+        return _Const(False)
+
+    def none(self) -> _Const:
+        return _Const(None)
+
+    def string(self, token: Token) -> _Const:
+        return _Const(self._unquote(token))
+
+    def _unquote(self, token: Token) -> str:
+        try:
+            return json.loads(str(token), strict=False)
+        except ValueError:
+            raise self._error(f"bad string literal {token}", token) from None
+
+    def graph_ref(self, token: Token) -> _Const:
+        return _Const(self._state(str(token)[1:], token).graph)
+
+    def builtin(self, token: Token) -> _Const:
+        found = lookup(str(token))
+        if found is None:
+            raise self._error(f"unknown primitive {token!s}", token, NameResolutionError)
+        return _Const(found)
+
+    def empty_tuple(self) -> _Const:
+        return _Const(())
+
+    def tuple1(self, item: _Const) -> _Const:
+        return _Const((item.value,))
+
+    def tuple_n(self, *items: _Const) -> _Const:
+        return _Const(tuple(i.value for i in items))
+
+    def shape(self, *dims: Token) -> tuple:
+        return tuple(int(d) for d in dims if d is not None)
+
+    def tensor(self, dtype: Token, shape: tuple, data: Any) -> _Const:
+        name = str(dtype)
+        if name not in DTYPE_TO_NUMPY:
+            raise self._error(f"unknown tensor dtype {name}", dtype)
+        np_dtype = np.dtype(DTYPE_TO_NUMPY[name])
+        kind, payload, token = data
+        if kind == "side":
+            array = self._side_array(payload, token)
+            if array.dtype != np_dtype or array.shape != shape:
+                raise self._error(f"side array {payload!r} is {array.dtype}{list(array.shape)}, "
+                                 f"the dump says {name}{list(shape)}", token)
+            array.setflags(write=False)
+            return _Const(array)
+        values = payload
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if len(values) != count:
+            raise self._error(f"a {name} tensor of shape {shape} has {count} elements, "
+                             f"not {len(values)}", token or dtype)
+        if count == 0:
+            array = np.zeros(shape, np_dtype)
+        else:
+            array = np.array(values, dtype=np_dtype if np_dtype.kind != "f" else np.float64)
+            array = array.astype(np_dtype).reshape(shape)
+        array.setflags(write=False)
+        return _Const(array)
+
+    def tensor_lists(self, token: Token) -> tuple:
+        return ("inline", self._tensor_elements(token), token)
+
+    def tensor_scalar(self, value: _Const) -> tuple:
+        return ("inline", [value.value], None)
+
+    def tensor_side(self, token: Token) -> tuple:
+        return ("side", self._unquote(token), token)
+
+    def _tensor_elements(self, token: Token) -> list:
+        text = str(token)
+        if text.count("[") != text.count("]"):
+            raise self._error("unbalanced brackets in tensor data", token)
+        values: list[Any] = []
+        for piece in text.replace("[", " ").replace("]", " ").split(","):
+            word = piece.strip()
+            if not word:
+                continue
+            values.append(self._element(word, token))
+        return values
+
+    def _element(self, word: str, token: Token) -> Any:
+        if word == "true":
+            return True
+        if word == "false":
+            return False
+        try:
+            if re.fullmatch(r"-?\d+", word):
+                return int(word)
+            if re.fullmatch(r"-?(\d+\.\d*(e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)", word, re.I):
+                return float(word)
+        except ValueError:
+            pass
+        raise self._error(f"bad tensor element {word!r}", token)
+
+    def _side_array(self, key: str, token: Token) -> np.ndarray:
+        if self.side is None:
+            self.side = self._open_side_file(token)
+        try:
+            return np.asarray(self.side[key])
+        except KeyError:
+            raise self._error(f"the side file has no array {key!r}", token) from None
+
+    def _open_side_file(self, token: Token) -> Mapping[str, np.ndarray]:
+        path = Path(self.filename).with_suffix(".npz")
+        if not path.is_file():
+            raise self._error(f"this dump keeps large tensors in {path.name}, which is missing",
+                             token)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise self._error(f"cannot read the side file {path.name}: {exc}", token) from None
+
+    def np_scalar(self, dtype: Token, value: _Const) -> _Const:
+        name = str(dtype)
+        if name not in DTYPE_TO_NUMPY:
+            raise self._error(f"unknown dtype {name}", dtype)
+        return _Const(np.dtype(DTYPE_TO_NUMPY[name]).type(value.value))
+
+    def symbol(self, word: Token) -> _Const:
+        return _Const(Symbol(self._word(word)))
+
+    def key(self, word: Token) -> _Const:
+        return _Const(SymbolicKey(self._word(word)))
+
+    def _word(self, token: Token) -> str:
+        return self._unquote(token) if token.type == "STRING" else str(token)
+
+    def dtype(self, name: Token) -> _Const:
+        return _Const(DType(str(name)))
+
+    def partial(self, fn: _Const, *args: _Const) -> _Const:
+        return _Const(Partial(fn.value, tuple(a.value for a in args)))
+
+    def closure(self, graph: Token, env: _Const) -> _Const:
+        if not isinstance(env.value, tuple):
+            raise self._error("a closure's environment is a tuple", graph)
+        return _Const(Closure(self._state(str(graph)[1:], graph).graph, env.value))
+
+    def grad_env(self, *items: Any) -> _Const:
+        return _Const(GradEnv({k: v for k, v in (i for i in items if i is not None)}))
+
+    def env_item(self, word: Token, value: _Const) -> tuple:
+        return (SymbolicKey(self._word(word)), value.value)
+
+    # -- annotations --------------------------------------------------------------------
+    def ann_scalar(self, name: Token) -> ScalarAnn:
+        return ScalarAnn(str(name))
+
+    def ann_tensor(self, name: Token, *dims: Any) -> TensorAnn:
+        return TensorAnn(str(name), tuple(d for d in dims if d is not None))
+
+    def ann_tuple(self, *items: Any) -> TupleAnn:
+        return TupleAnn(tuple(i for i in items if i is not None))
+
+    def ann_int(self, token: Token) -> int:
+        return int(token)
+
+    def ann_name(self, token: Token) -> str:
+        return str(token)
+
+    def ann_star(self) -> str:
+        return "*"
+
+    # -- abstract values ------------------------------------------------------------------
+    def unknown_abstract(self) -> None:
+        return None
+
+    def abs_named(self, name: Token) -> Any:
+        text = str(name)
+        if text == "Type":
+            return AType()
+        if text == "Any":
+            return AAny()
+        if text == "Bottom":
+            from anfir.abstract.lattice import BOTTOM
+
+            return BOTTOM
+        return AScalar(SCALAR_DTYPES.get(text, text))
+
+    def abs_scalar_value(self, name: Token, value: _Const) -> AScalar:
+        dtype = SCALAR_DTYPES.get(str(name), str(name))
+        return AScalar(dtype, value.value)
+
+    def abs_true(self, name: Token) -> AScalar:
+        return AScalar(SCALAR_DTYPES.get(str(name), str(name)), True)
+
+    def abs_false(self, name: Token) -> AScalar:
+        return AScalar(SCALAR_DTYPES.get(str(name), str(name)), False)
+
+    def abs_tensor(self, dtype: Token, dims: Any) -> ATensor:
+        return ATensor(str(dtype), dims)
+
+    def dims_list(self, *dims: Any) -> tuple:
+        return tuple(_norm_dim(d) for d in dims if d is not None)
+
+    def dims_any(self) -> None:
+        return None
+
+    def abs_tuple(self, *items: Any) -> ATuple:
+        return ATuple(tuple(i for i in items if i is not None))
+
+    def abs_string(self) -> AString:
+        return AString()
+
+    def abs_string_value(self, token: Token) -> AString:
+        return AString(self._unquote(token))
+
+    def abs_none(self) -> ANone:
+        return ANone()
+
+    def abs_env(self) -> AEnv:
+        return AEnv()
+
+    def abs_key(self) -> AKey:
+        return AKey()
+
+    def abs_func(self, *atoms: Any) -> AFunction:
+        return AFunction(frozenset(atoms))
+
+    def fn_graph(self, token: Token) -> GraphFn:
+        return GraphFn(self._state(str(token)[1:], token).graph)
+
+    def fn_prim(self, token: Token) -> PrimFn:
+        found = lookup(str(token))
+        if found is None:
+            raise self._error(f"unknown primitive {token!s} in a type", token, NameResolutionError)
+        return PrimFn(found)
+
+    def fn_apply(self, name: Token, fn: Any, *args: Any) -> Any:
+        kind = str(name)
+        abstracts = all(isinstance(a, AbstractValue) for a in args)
+        indices = all(isinstance(a, int) for a in args)
+        if kind == "J" and not args:
+            return JFn(fn)
+        if kind == "partial" and abstracts:
+            return PartialFn(fn, tuple(args))
+        if kind in ("grad", "value_and_grad") and indices:
+            return GradFn(fn, tuple(args), with_value=kind == "value_and_grad")
+        raise self._error(f"unknown function type {name}(...)", name)
+
+    def fn_index(self, token: Token) -> int:
+        return int(token)
+
+    def dim_int(self, token: Token) -> int:
+        return int(token)
+
+    def dim_name(self, token: Token) -> Any:
+        return _dim_symbol(str(token))
+
+    def dim_add(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def dim_sub(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def dim_mul(self, a: Any, b: Any) -> Any:
+        return a * b
+
+    def dim_div(self, a: Any, b: Any) -> Any:
+        return sympy.Rational(a, b) if isinstance(a, int) and isinstance(b, int) else a / b
+
+    def dim_power(self, a: Any, b: Any) -> Any:
+        return sympy.Pow(a, b)
+
+    def dim_neg(self, a: Any) -> Any:
+        return -a
+
+    def dim_call(self, name: Token, *args: Any) -> Any:
+        fn = _DIM_FUNCTIONS.get(str(name))
+        if fn is None:
+            raise self._error(f"unknown function {name} in a dimension", name)
+        return fn(*args)
+
+    # -- the end ----------------------------------------------------------------------
+    def start(self, *_items: Any) -> None:
+        return None
+
+    def _finish(self) -> Module:
+        """Wire every node's inputs (all graphs are known now) and make the Module."""
+        for name, st in self.graphs.items():
+            if not st.defined and not name.startswith("?"):
+                assert st.first_use is not None
+                raise self._error(f"graph @{st.graph.name} is used but never defined",
+                                 st.first_use, NameResolutionError)
+        for st in self.graphs.values():
+            if not st.defined:
+                continue
+            for node, operands in st.pending:
+                node._inputs = tuple(self._operand_node(op) for op in operands)
+            if st.output is not None:
+                out = self._operand_node(st.output)
+                if isinstance(out, ValueNode):
+                    out.abstract = st.output_abstract
+                st.graph.output = out
+        graphs = {}
+        for key, name, token in self.definitions:
+            st = self.graphs.get(name)
+            if st is None or not st.defined:
+                raise self._error(f"definition {key} names @{name}, which the dump does not define",
+                                 token, NameResolutionError)
+            graphs[key] = st.graph
+        if not graphs and self.entry is not None and self.entry in self.graphs:
+            graphs[self.entry] = self.graphs[self.entry].graph
+        if not graphs:
+            defined = [st.graph for st in self.graphs.values() if st.defined]
+            if defined:
+                graphs[defined[0].name] = defined[0]
+        roots = [st.graph for st in self.graphs.values() if st.defined]
+        if not roots:
+            raise AnfirSyntaxError("the dump defines no subgraph",
+                                   self._location_at(max(len(self.lines), 1), 1))
+        if roots:
+            manage(*roots)
+        module = Module(graphs, self.filename)
+        module.phase = self.phase  # type: ignore[attr-defined]
+        entry = self.graphs.get(self.entry) if self.entry else None
+        module.ir_entry = entry.graph if entry is not None else None  # type: ignore[attr-defined]
+        return module
+
+    def _operand_node(self, op: Any) -> Node:
+        if isinstance(op, _Typed):
+            node = self._operand_node(op.operand)
+            if isinstance(node, ValueNode):
+                node.abstract = op.abstract
+            return node
+        if isinstance(op, _Const):
+            return ValueNode(op.value)
+        st = op.graph
+        node = st.locals.get(op.local)
+        if node is None:
+            where = f"@{st.graph.name}"
+            raise self._error(f"{op.local} is not defined in {where}", op.token, NameResolutionError)
+        return node
+
+
+class _Typed:
+    """An argument with the abstract value its node's type line gives it."""
+
+    __slots__ = ("operand", "abstract")
+
+    def __init__(self, operand: Any, abstract: Any) -> None:
+        self.operand = operand
+        self.abstract = abstract
+
+
+def _typed(operand: Any, abstract: Any) -> Any:
+    # Only constants take their type from the line (other nodes have their own).
+    return _Typed(operand, abstract) if isinstance(operand, _Const) and abstract is not None else operand
+
+
+def _param_name(local: str) -> str:
+    """``%para1_x`` -> ``x`` (``%para1`` -> ``""``)."""
+    match = re.match(r"%para\d+_?(.*)\Z", local, re.S)
+    return match.group(1) if match else local.lstrip("%")
+
+
+def _dim_symbol(name: str) -> Any:
+    try:
+        from anfir.abstract.shapes import dim_symbol
+    except ImportError:  # pragma: no cover - the shapes module is part of anfir
+        return sympy.Symbol(name, integer=True, positive=True)
+    return dim_symbol(name)
+
+
+def _norm_dim(dim: Any) -> Any:
+    if isinstance(dim, sympy.Basic) and dim.is_Integer:
+        return int(dim)
+    return dim
+
+
+__all__ = ["load_ir_text", "load_ir_file"]

@@ -1,0 +1,29 @@
+"""``anfir.load``: read a program from a file, whatever it holds.
+
+* ``*.ir`` — a dump written by ``dump_ir`` (any phase); its ``.npz`` side
+  file, if any, is read too.  The Module has ``phase`` (``"05_optimize"``) and
+  ``ir_entry`` (the graph the dump names as its entry) attributes.
+* anything else — ANF source text, parsed (with its imports) by
+  :func:`anfir.grammar.parser.parse_file`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+from anfir.ir.graph import Module
+
+
+def load_file(path: Union[str, Path]) -> Module:
+    """The Module stored in ``path`` (a ``.ir`` dump or ANF source)."""
+    if Path(path).suffix.lower() == ".ir":
+        from anfir.grammar.ir_loader import load_ir_file
+
+        return load_ir_file(path)
+    from anfir.grammar.parser import parse_file
+
+    return parse_file(str(path))
+
+
+__all__ = ["load_file"]
