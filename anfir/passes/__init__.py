@@ -1,0 +1,1 @@
+"""Pipeline phases, one module each (``resolve``, ``specialize``, ``ad``, ...)."""

@@ -1,0 +1,353 @@
+"""The optimizer's rule library: small local rewrites, applied in list order.
+
+A rule is a function ``rule(node, ctx) -> Node | None`` that looks at one
+CNode (and its inputs) and returns the node that should replace it, or None
+when it does not apply.  Rules never edit edges themselves: the engine
+(:mod:`anfir.passes.optimize`) does ``manager.replace(node, result)``, counts
+the firing under the rule's name and revisits the users.
+
+New nodes are made through the context, which types them locally and marks
+their location with the rule's name (``loc.derive("optimize: fold_constant")``):
+
+* ``ctx.constant(value, like)`` — a typed constant;
+* ``ctx.apply(graph, inputs, like, abstract=...)`` — a typed CNode (the type
+  is given when the rewrite provably keeps it, else ``specialize.infer_call``);
+* ``ctx.inline(call)`` — the body of the called graph, copied into the caller;
+* ``ctx.same_type(a, b)`` — whether two nodes have the same (widened) type;
+* ``ctx.same_value(a, b)`` — whether two nodes are one node or equal constants.
+
+Adding a rule (e.g. from the autodiff package)::
+
+    from anfir.passes.optimize_rules import register_rule
+
+    def env_get_after_set(node, ctx):
+        ...
+        return None
+
+    register_rule(env_get_after_set, "env_get_after_set")
+
+The default rules, in order: constant folding, switch on a constant,
+tuple_getitem of make_tuple, selects for branches that only return a value,
+partial elimination, arithmetic identities, identity elimination, inlining of
+known graph calls, CSE.  Dead code goes
+without a rule (the manager releases unused nodes; the engine sweeps graphs
+nobody reaches and counts them as ``dead_graph_elimination``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import numpy as np
+
+from anfir.ir.graph import FuncGraph
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.primitives import PRIMITIVES, Primitive
+from anfir.values import DType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.passes.optimize import RewriteContext
+
+RuleFn = Callable[[CNode, "RewriteContext"], Optional[Node]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named rewrite rule."""
+
+    name: str
+    """The name the rule's firings are counted under (``CompileResult.rule_counts``)."""
+    fn: RuleFn
+    """``fn(node, ctx) -> replacement or None``."""
+
+
+RULES: list[Rule] = []
+"""The rules the optimizer tries on each node, in order (first match wins)."""
+
+
+def register_rule(fn: RuleFn, name: Optional[str] = None, *, before: Optional[str] = None) -> RuleFn:
+    """Add ``fn`` to :data:`RULES` under ``name`` (default: the function's name).
+
+    ``before`` inserts it ahead of the rule of that name (e.g. before ``cse``)
+    instead of at the end.  Registering a name twice replaces the old rule, so
+    re-importing a module is harmless.  Returns ``fn`` (usable as a decorator
+    through ``functools.partial``).
+    """
+    rule_name = name or fn.__name__
+    for i, rule in enumerate(RULES):
+        if rule.name == rule_name:
+            RULES[i] = Rule(rule_name, fn)
+            return fn
+    rule = Rule(rule_name, fn)
+    if before is not None:
+        for i, existing in enumerate(RULES):
+            if existing.name == before:
+                RULES.insert(i, rule)
+                return fn
+    RULES.append(rule)
+    return fn
+
+
+def rule_names() -> list[str]:
+    """The registered rule names, in order."""
+    return [r.name for r in RULES]
+
+
+# -- helpers -----------------------------------------------------------------
+FOLD_MAX_ELEMENTS = 1024
+"""Folding never creates a tensor constant with more elements than this: a
+large constant would bloat the dumps (and memory) for little gain."""
+
+_SWITCH = PRIMITIVES["switch"]
+_PARTIAL = PRIMITIVES["partial"]
+_MAKE_TUPLE = PRIMITIVES["make_tuple"]
+_TUPLE_GETITEM = PRIMITIVES["tuple_getitem"]
+_IDENTITY = PRIMITIVES["identity"]
+_ZEROS_LIKE = PRIMITIVES["zeros_like"]
+_ADD = PRIMITIVES["add"]
+_SUB = PRIMITIVES["sub"]
+_MUL = PRIMITIVES["mul"]
+_DIV = PRIMITIVES["div"]
+_POW = PRIMITIVES["pow"]
+
+
+def callee_primitive(node: CNode) -> Optional[Primitive]:
+    """The primitive a CNode calls (its callee is a primitive constant), else None."""
+    head = node.inputs[0] if node.inputs else None
+    if isinstance(head, ValueNode) and isinstance(head.value, Primitive):
+        return head.value
+    return None
+
+
+def is_data(value: Any) -> bool:
+    """Whether ``value`` is plain data a constant can hold (no functions)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, tuple):
+            stack.extend(v)
+        elif isinstance(v, np.ndarray):
+            if v.dtype.kind not in "biuf" or v.size > FOLD_MAX_ELEMENTS:
+                return False
+        elif v is None or isinstance(v, (bool, int, float, str, np.generic, DType)):
+            continue
+        else:
+            return False
+    return True
+
+
+def _numeric_constant(node: Node, target: int) -> bool:
+    """Whether ``node`` is the constant ``target`` (0 or 1): a number, not a bool,
+    or a numeric array all of whose elements equal it."""
+    if not isinstance(node, ValueNode):
+        return False
+    v = node.value
+    if isinstance(v, bool) or isinstance(v, np.bool_):
+        return False
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return bool(v == target)
+    if isinstance(v, np.ndarray) and v.dtype.kind in "iuf":
+        return bool(np.all(v == target))
+    return False
+
+
+def constant_bool(node: Node) -> Optional[bool]:
+    """The value of a condition known at compile time (a bool constant, or a
+    node the specializer typed with a known bool value), else None."""
+    if isinstance(node, ValueNode):
+        v = node.value
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        return None
+    abstract = node.abstract
+    value = getattr(abstract, "value", None)
+    if getattr(abstract, "dtype", None) == "bool" and isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return None
+
+
+# -- rules -------------------------------------------------------------------
+def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``prim(c1, c2)`` with constant data arguments → the constant result.
+
+    Only ``prim.foldable`` primitives; an error while evaluating (a runtime
+    error the program may never reach) means no fold; a result whose type
+    differs from the node's inferred type is not folded either.
+    """
+    prim = callee_primitive(node)
+    if prim is None or not prim.foldable or prim is _SWITCH or prim is _PARTIAL:
+        return None
+    args = node.inputs[1:]
+    if not all(isinstance(a, ValueNode) and is_data(a.value) for a in args):
+        return None
+    if not prim.accepts(len(args)):
+        return None
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            value = prim.impl(*[a.value for a in args])  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - any failure simply means "do not fold"
+        return None
+    if not is_data(value):
+        return None
+    new = ctx.constant(value, like=node)
+    if not ctx.compatible(new.abstract, node.abstract):
+        return None
+    return new
+
+
+def switch_on_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``switch(true, a, b)`` → ``a``; ``switch(false, a, b)`` → ``b``;
+    ``switch(c, a, a)`` → ``a``."""
+    if callee_primitive(node) is not _SWITCH or len(node.inputs) != 4:
+        return None
+    _, cond, yes, no = node.inputs
+    if ctx.same_value(yes, no):
+        return yes
+    known = constant_bool(cond)
+    if known is None:
+        return None
+    return yes if known else no
+
+
+def getitem_of_make_tuple(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``tuple_getitem(make_tuple(a, b, c), 1)`` → ``b``."""
+    if callee_primitive(node) is not _TUPLE_GETITEM or len(node.inputs) != 3:
+        return None
+    _, tup, index = node.inputs
+    if not (isinstance(tup, CNode) and callee_primitive(tup) is _MAKE_TUPLE):
+        return None
+    if not isinstance(index, ValueNode) or isinstance(index.value, (bool, np.bool_)):
+        return None
+    if not isinstance(index.value, (int, np.integer)):
+        return None
+    items = tup.inputs[1:]
+    i = int(index.value)
+    if not -len(items) <= i < len(items):
+        return None  # out of range: leave the runtime error where it is
+    return items[i]
+
+
+def _trivial_output(graph_node: Node) -> Optional[Node]:
+    # The value a parameterless branch graph returns without computing
+    # anything (a constant, or a value of an enclosing graph), else None.
+    if not (isinstance(graph_node, ValueNode) and isinstance(graph_node.value, FuncGraph)):
+        return None
+    graph = graph_node.value
+    if graph.parameters or not graph.has_output:
+        return None
+    out = graph.output
+    if isinstance(out, ValueNode) or out.graph is not graph:
+        return out
+    return None
+
+
+def select_trivial_branches(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``switch(c, ✓g, ✗g)()`` where both branches only return a value that
+    exists already (``if c then 0 else x``) → ``switch(c, 0, x)``: a select,
+    no call.  The value is the call's, so its type is kept."""
+    head = node.inputs[0]
+    if len(node.inputs) != 1 or not isinstance(head, CNode) or callee_primitive(head) is not _SWITCH:
+        return None
+    if len(head.inputs) != 4:
+        return None
+    yes, no = _trivial_output(head.inputs[2]), _trivial_output(head.inputs[3])
+    if yes is None or no is None:
+        return None
+    assert node.graph is not None
+    return ctx.apply(node.graph, [head.inputs[0], head.inputs[1], yes, no], like=node,
+                     abstract=node.abstract)
+
+
+def partial_elimination(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``partial(f, a)(b)`` → ``f(a, b)`` (same result, so the node's type is kept)."""
+    head = node.inputs[0]
+    if not (isinstance(head, CNode) and callee_primitive(head) is _PARTIAL and len(head.inputs) >= 2):
+        return None
+    assert node.graph is not None
+    inputs = [*head.inputs[1:], *node.inputs[1:]]
+    return ctx.apply(node.graph, inputs, like=node, abstract=node.abstract)
+
+
+def arithmetic_identity(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``x * 1``, ``1 * x``, ``x + 0``, ``0 + x``, ``x - 0``, ``x / 1``, ``x ** 1`` → ``x``;
+    ``x * 0``, ``0 * x`` → zeros.
+
+    Only when the types prove it: ``x`` has the result's type (so an int never
+    becomes a float, and broadcasting never changes a shape).
+    """
+    prim = callee_primitive(node)
+    if prim is None or len(node.inputs) != 3:
+        return None
+    _, a, b = node.inputs
+    candidate: Optional[Node] = None
+    if prim is _MUL:
+        if _numeric_constant(b, 1):
+            candidate = a
+        elif _numeric_constant(a, 1):
+            candidate = b
+        elif _numeric_constant(b, 0) or _numeric_constant(a, 0):
+            other = a if _numeric_constant(b, 0) else b
+            return _zeros_for(node, other, ctx)
+    elif prim is _ADD:
+        if _numeric_constant(b, 0):
+            candidate = a
+        elif _numeric_constant(a, 0):
+            candidate = b
+    elif prim is _SUB or prim is _DIV or prim is _POW:
+        if _numeric_constant(b, 0 if prim is _SUB else 1):
+            candidate = a
+    if candidate is None or not ctx.same_type(candidate, node):
+        return None
+    return candidate
+
+
+def _zeros_for(node: CNode, other: Node, ctx: "RewriteContext") -> Optional[Node]:
+    # x * 0: zeros of the result's type, only when that is x's type too.
+    if not ctx.same_type(other, node):
+        return None
+    abstract = node.abstract
+    kind = type(abstract).__name__
+    dtype = getattr(abstract, "dtype", "")
+    if kind == "AScalar":
+        if dtype.startswith("f"):
+            return ctx.constant(0.0, like=node)
+        if dtype.startswith("i") or dtype.startswith("u"):
+            return ctx.constant(0, like=node)
+        return None
+    if kind == "ATensor":
+        assert node.graph is not None
+        callee = ctx.constant(_ZEROS_LIKE, like=node)
+        return ctx.apply(node.graph, [callee, other], like=node, abstract=abstract)
+    return None
+
+
+def identity_elimination(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``identity(x)`` → ``x``."""
+    if callee_primitive(node) is _IDENTITY and len(node.inputs) == 2:
+        return node.inputs[1]
+    return None
+
+
+def inline_known_call(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """A call of a graph constant (e.g. after a switch was folded) → the graph's
+    body, when the inlining policy allows (called once, or small and not recursive)."""
+    if not ctx.can_inline(node):
+        return None
+    return ctx.inline(node)
+
+
+def cse(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """Common subexpression elimination: a CNode equal to an earlier one of the
+    same graph (same callee, same inputs) → that one.  Hash-consing: one table
+    lookup per visit, so the whole pass is linear."""
+    return ctx.hash_cons(node)
+
+
+for _fn in (fold_constant, switch_on_constant, getitem_of_make_tuple, select_trivial_branches,
+            partial_elimination, arithmetic_identity, identity_elimination, inline_known_call, cse):
+    register_rule(_fn)
+
+__all__ = ["RULES", "Rule", "RuleFn", "register_rule", "rule_names"]

@@ -1,0 +1,452 @@
+"""The compile pipeline: an ordered, visible list of phases, with numbered dumps.
+
+:data:`PHASES` is the whole compiler::
+
+    parse → resolve → specialize → ad → inline → optimize → validate
+
+Each phase is one function ``run(program) -> program`` (one module per phase
+under ``anfir/passes``; the parse, resolve and specialize adapters below wrap
+the parser, resolver and specializer).  A :class:`Program` carries everything
+that flows between phases.  :func:`compile_program` runs the phases in order,
+times each one, and — given a ``dump_dir`` — writes ``NN_phase.ir`` and
+``NN_phase.dot`` after each, numbered in the order the phases ran.
+
+Extending the pipeline
+----------------------
+Write a module under ``anfir/passes`` with ``def run(program: Program) ->
+Program`` that edits the graphs through ``program.require_manager()``
+(``Manager.replace``, ``CNode.set_input``, ``graph.output = ...``), keeps
+every node typed (copy ``.abstract`` or use ``specialize.infer_call``), and
+marks the locations of the nodes it makes (``loc.derive("mypass")``).  Then
+add it where it belongs::
+
+    from anfir.passes import pipeline, mypass
+
+    phases = list(pipeline.PHASES)
+    phases.insert(-1, pipeline.Phase("mypass", mypass.run, "what it does"))
+    result = pipeline.compile_program("prog.anf", phases=phases, dump_dir="dumps")
+
+(or edit :data:`PHASES` itself for a permanent phase).  It gets its numbered
+dump and its timing for free; ``validate`` still runs last and checks it.
+A new rewrite rule does not need a phase: see
+:func:`anfir.passes.optimize_rules.register_rule`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+import time as _time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from anfir.errors import AnfirError, UsageError
+from anfir.ir.clone import Cloner
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.manager import Manager
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.passes import ad, inline, optimize, validate
+
+Source = Union[Module, FuncGraph, str, "os.PathLike[str]"]
+
+
+@dataclass
+class Program:
+    """What flows from phase to phase."""
+
+    source: Any
+    """What the user passed: a Module, a FuncGraph or a path (never mutated)."""
+    entry_name: Optional[str] = None
+    """The entry definition asked for (None: ``main``, else the only one)."""
+    args: Optional[Sequence[Any]] = None
+    """Example values, abstract values or annotation strings (None: annotations)."""
+    module: Optional[Module] = None
+    """The program's own copy of the module (set by ``parse``)."""
+    entry: Optional[FuncGraph] = None
+    """The entry graph: the module's after ``resolve``, the specialized one after ``specialize``."""
+    arg_abstracts: Optional[list] = None
+    """The abstract values the entry was specialized for."""
+    manager: Optional[Manager] = None
+    """Tracks the specialized program (rooted at ``entry``) from ``specialize`` on."""
+    stats: Counter = field(default_factory=Counter)
+    """Counters: rule name → times fired, ``inline`` → calls inlined..."""
+    specialized: bool = False
+    """Whether ``entry`` is the typed, specialized graph."""
+    dump_dir: Optional[Path] = None
+    """Where the numbered dumps go (None: no dumps)."""
+    fine_dumps: bool = False
+    """Whether phases write finer dumps (one per optimizer round) in a sub-folder."""
+    last_phase: str = ""
+    """The numbered name of the phase that ran last (``04_inline``), for messages."""
+    dump_files: list[str] = field(default_factory=list)
+    """Every file written so far, in order."""
+
+    def require_manager(self) -> Manager:
+        """The manager of the specialized program (created on first use)."""
+        if self.manager is None:
+            if self.entry is None:
+                raise UsageError("this phase needs the entry graph: run parse and resolve first")
+            self.manager = Manager([self.entry])
+        return self.manager
+
+    def dump_object(self) -> Union[Module, FuncGraph, None]:
+        """What a dump shows: the whole module before specialization, the entry after."""
+        if self.specialized and self.entry is not None:
+            return self.entry
+        return self.module if self.module is not None else self.entry
+
+    def round_dumper(self, phase: str) -> Optional[Callable[[int], None]]:
+        """With ``fine_dumps``: a callback writing ``dump_dir/phase/NN_round.ir``."""
+        if not (self.fine_dumps and self.dump_dir is not None):
+            return None
+        folder = self.dump_dir / sanitize_file_part(phase)
+
+        def dump_round(number: int) -> None:
+            stem = f"{number:02d}_round"
+            self.dump_files.extend(write_dumps(self, folder, stem, dot=False))
+
+        return dump_round
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of the pipeline."""
+
+    name: str
+    """The name used for the dump files (``NN_name.ir``) and timings."""
+    run: Callable[[Program], Program]
+    """The phase's entry function."""
+    doc: str = ""
+    """One line saying what the phase does."""
+
+
+@dataclass
+class CompileResult:
+    """What :func:`compile_program` returns."""
+
+    graph: FuncGraph
+    """The optimized entry graph (``anfir.run(result.graph, *args)``)."""
+    timings: dict[str, float]
+    """Phase name → seconds spent in it (dumps excluded)."""
+    rule_counts: dict[str, int]
+    """Rewrite rule name → times it fired (plus ``inline`` and ``dead_graph_elimination``)."""
+    dump_files: list[str]
+    """The files written, in order (empty without a dump directory)."""
+    program: Program
+    """The final program state (module copy, manager, argument types)."""
+
+
+# -- the adapters of the phases written elsewhere -------------------------------------
+def parse_phase(program: Program) -> Program:
+    """Read the source into the program's own Module (a path is parsed with
+    ``resolve=False``; a Module or FuncGraph is copied, never mutated)."""
+    source = program.source
+    if isinstance(source, Module):
+        program.entry_name = _entry_name(source, program.entry_name)
+        program.module = clone_module(source)
+    elif isinstance(source, FuncGraph):
+        program.module = clone_entry_graph(source)
+        if program.entry_name is not None and program.entry_name != source.name:
+            raise UsageError(f"entry {program.entry_name!r} given with the graph @{source.name}")
+        program.entry_name = next(iter(program.module.graphs))
+    elif isinstance(source, (str, os.PathLike)):
+        program.module = _read_file(Path(source))
+        program.entry_name = _entry_name(program.module, program.entry_name)
+    else:
+        raise UsageError(f"cannot compile a {type(source).__name__}: give a Module, a FuncGraph "
+                         "or the path of a .anf / .ir file")
+    return program
+
+
+def _entry_name(module: Module, entry: Optional[str]) -> str:
+    # A loaded ``.ir`` dump names its entry (``# IR entry: @f``): the default.
+    if entry is None:
+        named = getattr(module, "ir_entry", None)
+        for name, graph in module.graphs.items():
+            if graph is named:
+                return name
+    return module.entry_name(entry)
+
+
+def _read_file(path: Path) -> Module:
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    if path.suffix == ".ir":
+        from anfir.loading import load_file
+
+        return load_file(str(path))
+    from anfir.grammar.parser import parse_file
+
+    return parse_file(str(path), resolve=False)
+
+
+def resolve_phase(program: Program) -> Program:
+    """Resolve global names (``Symbol`` constants) to graphs and primitives."""
+    from anfir.passes.resolve import resolve_module
+
+    assert program.module is not None
+    resolved = resolve_module(program.module)
+    if isinstance(resolved, Module):
+        program.module = resolved
+    assert program.entry_name is not None
+    program.entry = program.module[program.entry_name]
+    return program
+
+
+def specialize_phase(program: Program) -> Program:
+    """Type every node for the argument types (per-signature clones of the graphs)."""
+    from anfir.passes.specialize import specialize
+
+    assert program.entry is not None
+    program.arg_abstracts = argument_abstracts(program.args)
+    entry = program.entry = specialize(program.entry, program.arg_abstracts)
+    # A manager of the specialized program only: reuse the specializer's when
+    # it tracks just that, else rebuild one (never adopt unspecialized graphs).
+    manager = entry.manager
+    if manager is None or list(manager.roots) != [entry]:
+        manager = validate.rebuild_manager([entry])
+    program.manager = manager
+    program.specialized = True
+    return program
+
+
+def argument_abstracts(args: Optional[Sequence[Any]]) -> Optional[list]:
+    """Abstract values for ``args``: example values are abstracted, abstract
+    values kept, annotation strings (``"f64[2, 3]"``) parsed; None stays None
+    (the specializer then reads the entry's annotations)."""
+    if args is None:
+        return None
+    from anfir.abstract.values import AbstractValue
+    from anfir.passes.specialize import abstract_of_value
+
+    result = []
+    for arg in args:
+        if isinstance(arg, AbstractValue):
+            result.append(arg)
+        elif isinstance(arg, str) and _looks_like_type(arg):
+            try:
+                result.append(_abstract_of_annotation(arg))
+            except AnfirError:  # not a type after all: an example string
+                result.append(abstract_of_value(arg))
+        else:
+            result.append(abstract_of_value(arg))
+    return result
+
+
+_TYPE_TEXT = re.compile(r"\s*(\(|(f16|f32|f64|i8|i16|i32|i64|u8|bool|str)\b)")
+
+
+def _looks_like_type(text: str) -> bool:
+    # A str argument is an annotation when it starts like one, else an example string.
+    return bool(_TYPE_TEXT.match(text))
+
+
+def _abstract_of_annotation(text: str) -> Any:
+    from anfir.passes.specialize import abstract_from_annotation_text
+
+    return abstract_from_annotation_text(text)
+
+
+PHASES: list[Phase] = [
+    Phase("parse", parse_phase, "read the text (or copy the given Module) into graphs"),
+    Phase("resolve", resolve_phase, "names -> graphs, primitives and meta functions"),
+    Phase("specialize", specialize_phase, "types for every node, one graph per signature"),
+    Phase("ad", ad.run, "expand grad / value_and_grad with the J transform"),
+    Phase("inline", inline.run, "inline graphs called once, or small and non-recursive"),
+    Phase("optimize", optimize.run, "rewrite rules to a fixed point (folding, CSE, ...)"),
+    Phase("validate", validate.run, "check the invariants of the compiled program"),
+]
+"""The compiler, in order.  Copy and edit the list to add a phase (see the module doc)."""
+
+
+# -- copying the user's program ---------------------------------------------------------
+def clone_module(module: Module) -> Module:
+    """A deep copy of ``module``: graphs, nodes and constants are new objects,
+    so no later phase can touch the user's module."""
+    imported: dict[str, FuncGraph] = dict(getattr(module, "imported", {}) or {})
+    graphs = list(dict.fromkeys([*module.graphs.values(), *imported.values()]))
+    copy = Module({}, module.filename)
+    if graphs:
+        cloner = _clone_graphs(graphs)
+        copy.graphs = {name: cloner.graph_map[g] for name, g in module.graphs.items()}
+        imported = {name: cloner.graph_map[g] for name, g in imported.items()}
+    # The parser's record of imports (definitions of other files, not in ``graphs``).
+    if hasattr(module, "imports"):
+        copy.imports = list(module.imports)  # type: ignore[attr-defined]
+    if hasattr(module, "imported"):
+        copy.imported = imported  # type: ignore[attr-defined]
+    return copy
+
+
+def clone_entry_graph(graph: FuncGraph) -> Module:
+    """A Module holding a deep copy of ``graph`` (and the graphs it uses)."""
+    manager, borrowed = _manager_of([graph])
+    closure = bool(manager.free_variables_total(graph))
+    for g in borrowed:
+        g.manager = None
+    if closure:
+        raise UsageError(f"@{graph.name} is a closure over values of an enclosing graph; "
+                         "compile the enclosing graph instead", graph.loc)
+    cloner = _clone_graphs([graph])
+    filename = graph.loc.file if graph.loc is not None else "<graph>"
+    return Module({graph.name: cloner.graph_map[graph]}, filename)
+
+
+def _manager_of(graphs: list[FuncGraph],
+                reachable: Optional[list[FuncGraph]] = None) -> tuple[Manager, list[FuncGraph]]:
+    """A manager tracking ``graphs`` (theirs if they share one) and the graphs
+    that had none: the caller hands those back (``g.manager = None``)."""
+    managers = {g.manager for g in graphs}
+    if len(managers) == 1:
+        (manager,) = managers
+        if manager is not None and all(g in manager.graphs for g in graphs):
+            return manager, []  # reuse it: nothing of the user's changes
+    if reachable is None:
+        reachable = validate.graphs_reachable(graphs)
+    unmanaged = [g for g in reachable if g.manager is None]
+    return Manager(graphs), unmanaged
+
+
+def _clone_graphs(graphs: list[FuncGraph]) -> Cloner:
+    everything = validate.graphs_reachable(graphs)
+    manager, borrowed = _manager_of(graphs, everything)
+    cloner = Cloner(manager, everything)
+    # The cloner shares constants between original and copy; give the copy its
+    # own ValueNodes so typing the copy never writes into the user's nodes.
+    fresh: dict[ValueNode, ValueNode] = {}
+
+    def own(node: Node) -> Node:
+        if not isinstance(node, ValueNode) or isinstance(node.value, FuncGraph):
+            return node
+        copy = fresh.get(node)
+        if copy is None:
+            copy = fresh[node] = ValueNode(node.value, node.loc, node.name)
+            copy.abstract = node.abstract
+            copy.annotation = node.annotation
+        return copy
+
+    for original, copy in list(cloner.node_map.items()):
+        if isinstance(copy, CNode) and copy is not original:
+            for index, inp in enumerate(copy.inputs):
+                mine = own(inp)
+                if mine is not inp:
+                    copy.set_input(index, mine)  # the copy is not managed yet: a plain edit
+    for g, new in cloner.graph_map.items():
+        if new.has_output and isinstance(new.output, ValueNode):
+            new.output = own(new.output)
+    for g in borrowed:
+        g.manager = None  # leave the user's graphs as they were
+    return cloner
+
+
+# -- dumps -------------------------------------------------------------------------------
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def sanitize_file_part(text: str) -> str:
+    """``text`` made safe as part of a file name (no separators, no dots first)."""
+    cleaned = _UNSAFE.sub("_", text).strip("._")
+    return cleaned or "phase"
+
+
+def write_dumps(program: Program, folder: Path, stem: str, dot: bool = True) -> list[str]:
+    """Write ``folder/stem.ir`` (plus ``stem.npz`` for large tensors) and
+    ``stem.dot`` for the program's current state; return the paths written."""
+    from anfir.printers.ir import dump_ir, side_file_path, write_side_file
+
+    obj = program.dump_object()
+    if obj is None:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    ir_path = folder / f"{stem}.ir"
+    side: dict[str, Any] = {}
+    _write_text(ir_path, dump_ir(obj, phase=stem, side=side))
+    written.append(str(ir_path))
+    npz_path = side_file_path(ir_path)
+    if side:
+        write_side_file(npz_path, side)
+        written.append(str(npz_path))
+    elif npz_path.exists():
+        npz_path.unlink()  # left by an earlier run: it would mislead a reader
+    if dot:
+        from anfir.printers.dot import dump_dot
+
+        dot_path = folder / f"{stem}.dot"
+        _write_text(dot_path, dump_dot(obj))
+        written.append(str(dot_path))
+    return written
+
+
+def _write_text(path: Path, text: str) -> None:
+    if not text.endswith("\n"):
+        text += "\n"
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(text)
+
+
+# -- the driver ----------------------------------------------------------------------------
+def compile_program(source: Source, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
+                    dump_dir: Optional[Union[str, "os.PathLike[str]"]] = None, *, time: bool = False,
+                    fine_dumps: bool = False, phases: Optional[Sequence[Phase]] = None) -> CompileResult:
+    """Run the pipeline on ``source`` and return the optimized entry graph.
+
+    ``source`` is a Module, a FuncGraph or the path of a ``.anf``/``.ir`` file;
+    ``entry`` names the definition to compile (default ``main``, else the only
+    one); ``args`` are example values, abstract values or annotation strings
+    for the entry's parameters (None: its annotations).  With ``dump_dir``,
+    each phase writes ``NN_phase.ir`` and ``NN_phase.dot`` there (and, with
+    ``fine_dumps``, the optimizer one ``.ir`` per round under ``optimize/``).
+    ``time=True`` prints the phase timings to stderr.  ``phases`` replaces
+    :data:`PHASES`.
+    """
+    program = Program(source=source, entry_name=entry, args=list(args) if args is not None else None,
+                      dump_dir=Path(dump_dir) if dump_dir is not None else None, fine_dumps=fine_dumps)
+    # The cyclic garbage collector's full passes grow with the live heap, which
+    # a compile fills with (cyclic) nodes: left on, it makes compile time
+    # superlinear in the program's size.  Nothing here needs it mid-compile.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        program, timings = _run_phases(program, PHASES if phases is None else phases)
+    finally:
+        if collecting:
+            gc.enable()
+    if program.entry is None or not program.specialized:
+        raise UsageError("the pipeline ended without a specialized entry graph "
+                         "(a phase list needs parse, resolve and specialize)")
+    if time:
+        _print_timings(timings, sys.stderr)
+    return CompileResult(program.entry, timings, dict(sorted(program.stats.items())),
+                         list(program.dump_files), program)
+
+
+def _run_phases(program: Program, phases: Sequence[Phase]) -> tuple[Program, dict[str, float]]:
+    timings: dict[str, float] = {}
+    for number, phase in enumerate(phases):
+        start = _time.perf_counter()
+        result = phase.run(program)
+        if not isinstance(result, Program):
+            raise UsageError(f"phase {phase.name!r} returned {type(result).__name__}, not a Program")
+        program = result
+        timings[phase.name] = timings.get(phase.name, 0.0) + _time.perf_counter() - start
+        stem = f"{number:02d}_{sanitize_file_part(phase.name)}"
+        program.last_phase = stem
+        if program.dump_dir is not None:
+            program.dump_files.extend(write_dumps(program, program.dump_dir, stem))
+    return program, timings
+
+
+def _print_timings(timings: dict[str, float], stream: Any) -> None:
+    total = sum(timings.values())
+    for name, seconds in timings.items():
+        stream.write(f"{name:>12}  {seconds * 1000:9.2f} ms\n")
+    stream.write(f"{'total':>12}  {total * 1000:9.2f} ms\n")
+
+
+__all__ = ["CompileResult", "PHASES", "Phase", "Program", "argument_abstracts", "clone_module",
+           "compile_program", "sanitize_file_part", "write_dumps", "AnfirError"]

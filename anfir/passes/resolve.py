@@ -1,0 +1,211 @@
+"""The resolve phase: global names -> graphs, primitives and meta functions.
+
+The parser leaves each use of a global name as ``ValueNode(Symbol(name))``
+(and lists them all, dead code included, in ``module.global_uses``).
+:func:`resolve_module` replaces each, in place, by ``ValueNode(graph)`` for a
+definition of the module (or an imported one), else by the primitive or meta
+function of that name.  Scoping: local names were settled by the parser; a
+module's definitions shadow imported ones, which shadow built-ins.
+
+It then checks the arity of every call whose callee is statically known (a
+graph constant — a top-level definition or a let-bound lambda — a primitive
+or a meta function).  Errors are located: an unknown name (the first in
+source order, with the close names that exist), a wrong number of arguments.
+
+One iterative walk over the nodes reachable from the module's graphs: linear
+in program size, no recursion.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from anfir.errors import ArityError, NameResolutionError
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.primitives import META_FUNCTIONS, PRIMITIVES, lookup
+from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.values import Symbol
+
+
+def resolve_module(module: Module) -> Module:
+    """Replace every Symbol constant reachable from ``module``'s graphs; check static arities.
+
+    Returns ``module`` (changed in place: a Symbol constant no manager tracks
+    becomes the resolved constant itself; under a manager, its uses are
+    redirected to a new ValueNode, so the manager's records stay exact).  Raises :class:`NameResolutionError`
+    for the first unknown name in source order, :class:`ArityError` for the
+    first call with a wrong argument count.
+    """
+    imported: dict[str, FuncGraph] = dict(getattr(module, "imported", None) or {})
+    scope: dict[str, FuncGraph] = dict(imported)
+    scope.update(module.graphs)
+    stop = set(imported.values()) - set(module.graphs.values())
+    symbol_uses, calls = _collect(list(module.graphs.values()), stop)
+    targets: dict[str, Any] = {}
+    unknown = []
+    for use in symbol_uses:
+        name = use[2].value.name
+        if name not in targets:
+            target = scope.get(name)
+            targets[name] = target if target is not None else lookup(name)
+        if targets[name] is None:
+            unknown.append(use)
+    # Uses the parser saw that are not reachable (dead let bindings) are
+    # checked too: a misspelt name is an error wherever it is.
+    for node in getattr(module, "global_uses", None) or ():
+        if isinstance(node.value, Symbol):
+            name = node.value.name
+            if name not in targets:
+                target = scope.get(name)
+                targets[name] = target if target is not None else lookup(name)
+            if targets[name] is None:
+                unknown.append((None, -1, node))
+    if unknown:
+        _, _, node = min(unknown, key=lambda use: _source_order(use[2]))
+        raise _unknown_name(node, scope)
+    if hasattr(module, "global_uses"):
+        module.global_uses = []  # type: ignore[attr-defined]  # settled: free the dead nodes
+    resolved = [(user, index, node, targets[node.value.name]) for user, index, node in symbol_uses]
+    for user, index, node, target in resolved:
+        graph = user if isinstance(user, FuncGraph) else user.graph
+        if graph is None or graph.manager is None:
+            # No manager tracks these edges yet (a fresh parse): the constant
+            # itself changes, which every use of it sees.
+            node.value = target
+        else:
+            replacement = ValueNode(target, node.loc, node.name)
+            replacement.annotation = node.annotation
+            if isinstance(user, FuncGraph):
+                user.output = replacement
+            else:
+                user.set_input(index, replacement)
+        if index == 0 and not isinstance(user, FuncGraph) \
+                and not _arity_fits(target, len(user.inputs) - 1):
+            calls.append(user)
+    if calls:
+        calls.sort(key=_source_order)
+        for cnode in calls:
+            check_arity(cnode)
+    return module
+
+
+def _arity_fits(callee: Any, count: int) -> bool:
+    """Whether calling the constant ``callee`` with ``count`` arguments may be right."""
+    cls = callee.__class__
+    if cls is Primitive or cls is MetaFunction:
+        return callee.accepts(count)
+    if cls is FuncGraph:
+        return len(callee.parameters) == count
+    if isinstance(callee, FuncGraph):
+        return len(callee.parameters) == count
+    if isinstance(callee, (Primitive, MetaFunction)):
+        return callee.accepts(count)
+    return True
+
+
+def check_arity(cnode: CNode) -> None:
+    """Raise :class:`ArityError` if ``cnode`` calls a known function with the wrong argument count."""
+    callee = cnode.inputs[0]
+    if not isinstance(callee, ValueNode):
+        return
+    value = callee.value
+    count = len(cnode.inputs) - 1
+    if isinstance(value, FuncGraph):
+        expected = len(value.parameters)
+        if count != expected:
+            raise ArityError(f"'{value.name}' takes {_arguments(expected)}, "
+                             f"but {count} {'was' if count == 1 else 'were'} given",
+                             cnode.loc or callee.loc)
+    elif isinstance(value, (Primitive, MetaFunction)):
+        if not value.accepts(count):
+            expected_text = (value.arity_text() if isinstance(value, Primitive)
+                             else _meta_arity(value))
+            raise ArityError(f"'{value.name}' takes {expected_text} argument"
+                             f"{'' if expected_text.split()[-1] == '1' else 's'}, but {count} "
+                             f"{'was' if count == 1 else 'were'} given",
+                             cnode.loc or callee.loc)
+
+
+def _collect(roots: list[FuncGraph], stop: set[FuncGraph]) -> tuple[list, list]:
+    """Symbol uses ``(user, index, node)`` and the calls to check, reachable from ``roots``.
+
+    Follows CNode inputs (whatever graph owns them: free-variable edges too)
+    and graph constants, except into the graphs of ``stop`` (imported ones,
+    already resolved).  The calls kept are those of a known function with
+    the wrong number of arguments (a Symbol callee is checked once replaced).
+    """
+    seen_graphs: set[FuncGraph] = set(roots)
+    seen: set[Node] = set()
+    stack: list[Node] = []
+    uses: list[tuple[Any, int, ValueNode]] = []
+    calls: list[CNode] = []
+    todo = list(roots)
+    while todo:
+        graph = todo.pop()
+        if not graph.has_output:
+            continue
+        out = graph.output
+        if isinstance(out, ValueNode):
+            value = out.value
+            if isinstance(value, Symbol):
+                uses.append((graph, -1, out))
+            elif isinstance(value, FuncGraph) and value not in seen_graphs and value not in stop:
+                seen_graphs.add(value)
+                todo.append(value)
+            continue
+        if not isinstance(out, CNode) or out in seen:
+            continue
+        seen.add(out)
+        stack.append(out)
+        while stack:
+            node = stack.pop()
+            inputs = node.inputs
+            index = 0
+            for item in inputs:
+                if isinstance(item, ValueNode):
+                    value = item.value
+                    if isinstance(value, Symbol):
+                        uses.append((node, index, item))
+                    elif isinstance(value, FuncGraph) and value not in seen_graphs \
+                            and value not in stop:
+                        seen_graphs.add(value)
+                        todo.append(value)
+                    if index == 0 and not _arity_fits(value, len(inputs) - 1):
+                        calls.append(node)
+                elif isinstance(item, CNode) and item not in seen:
+                    seen.add(item)
+                    stack.append(item)
+                index += 1
+    return uses, calls
+
+
+def _source_order(node: Node) -> tuple:
+    loc = node.loc
+    if loc is None:
+        return (1, "", 0, 0)
+    return (0, loc.file, loc.line, loc.col)
+
+
+def _unknown_name(node: ValueNode, scope: dict[str, FuncGraph]) -> NameResolutionError:
+    name = node.value.name
+    candidates = sorted(set(scope) | set(PRIMITIVES) | set(META_FUNCTIONS))
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else ""
+    return NameResolutionError(f"unknown name '{name}'", node.loc, hint=hint)
+
+
+def _arguments(count: int) -> str:
+    return f"{count} argument{'' if count == 1 else 's'}"
+
+
+def _meta_arity(meta: MetaFunction) -> str:
+    if meta.max_args is None:
+        return f"at least {meta.min_args}"
+    if meta.max_args == meta.min_args:
+        return str(meta.min_args)
+    return f"{meta.min_args} to {meta.max_args}"
+
+
+__all__ = ["check_arity", "resolve_module"]
