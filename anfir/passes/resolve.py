@@ -2,9 +2,9 @@
 
 The parser leaves each use of a global name as ``ValueNode(Symbol(name))``
 (and lists them all, dead code included, in ``module.global_uses``).
-:func:`resolve_module` replaces each, in place, by ``ValueNode(graph)`` for a
-definition of the module (or an imported one), else by the primitive or meta
-function of that name.  Scoping: local names were settled by the parser; a
+:func:`resolve_module` makes each stand for the graph of a definition of the
+module (or an imported one), else the primitive or meta function of that
+name.  Scoping: local names were settled by the parser; a
 module's definitions shadow imported ones, which shadow built-ins.
 
 It then checks the arity of every call whose callee is statically known (a
@@ -32,11 +32,11 @@ from anfir.values import Symbol
 def resolve_module(module: Module) -> Module:
     """Replace every Symbol constant reachable from ``module``'s graphs; check static arities.
 
-    Returns ``module`` (changed in place: a Symbol constant no manager tracks
+    Returns ``module``, changed in place: a Symbol constant no manager tracks
     becomes the resolved constant itself; under a manager, its uses are
-    redirected to a new ValueNode, so the manager's records stay exact).  Raises :class:`NameResolutionError`
-    for the first unknown name in source order, :class:`ArityError` for the
-    first call with a wrong argument count.
+    redirected to a new ValueNode, so the manager's records stay exact.
+    Raises :class:`NameResolutionError` for the first unknown name in source
+    order, :class:`ArityError` for the first call with a wrong argument count.
     """
     imported: dict[str, FuncGraph] = dict(getattr(module, "imported", None) or {})
     scope: dict[str, FuncGraph] = dict(imported)
