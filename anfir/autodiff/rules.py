@@ -17,18 +17,25 @@ becomes one flat graph of arithmetic:
   ``tuple_getitem(tuple_setitem(t, i, v), i)`` → ``v``;
 * ``grad_seed(v)`` of a float scalar → ``1.0``; ``grad_arg_check(x, g)`` with
   ``x`` a float → ``g``;
-* ``neg(neg(x))`` → ``x``.
+* ``neg(neg(x))`` → ``x``;
+* ``op(unreduce(s, r, None), c)`` with ``s`` and ``c`` scalars →
+  ``unreduce(op(s, c), r, None)`` (the constant part folds), and
+  ``op(unreduce(s, r, None), b)`` with ``b`` of the result's type →
+  ``op(s, b)``: numpy broadcasting spreads the scalar anyway.  This is what
+  turns the seed of ``sum(e ** 2) / 2`` into ``e`` itself.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+import numpy as np
+
 from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.passes.optimize_rules import callee_primitive, register_rule
 from anfir.primitives import PRIMITIVES as P
-from anfir.values import SymbolicKey
+from anfir.values import DTYPE_TO_NUMPY, SymbolicKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.passes.optimize import RewriteContext
@@ -154,7 +161,9 @@ def seed_and_check(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     if _is(node, "grad_seed"):
         abstract = node.inputs[1].abstract
         if isinstance(abstract, AScalar) and abstract.dtype.startswith("f"):
-            return ctx.constant(1.0, like=node)
+            # 1 of the output's own float type: an f32 loss seeds with float32(1).
+            one = 1.0 if abstract.dtype == "f64" else np.dtype(DTYPE_TO_NUMPY[abstract.dtype]).type(1.0)
+            return ctx.constant(one, like=node)
         return None
     if _is(node, "grad_arg_check") and _is_float(node.inputs[1].abstract):
         return node.inputs[2]
@@ -168,8 +177,47 @@ def double_negation(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return None
 
 
+_ELEMENTWISE = ("add", "sub", "mul", "div")
+
+
+def _scalar_unreduce(node: Node) -> bool:
+    # unreduce(s, r, None) of a scalar s: a tensor filled with s, shaped like r.
+    return (_is(node, "unreduce") and isinstance(node.inputs[3], ValueNode)
+            and node.inputs[3].value is None and isinstance(node.inputs[1].abstract, AScalar))
+
+
+def scalar_unreduce_into_elementwise(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """Push a broadcast scalar gradient into the elementwise op that uses it.
+
+    ``op(unreduce(s, r, None), c)`` with ``c`` a scalar → ``unreduce(op(s, c), r, None)``;
+    ``op(unreduce(s, r, None), b)`` with ``b`` already of the result's type →
+    ``op(s, b)`` (and the same with the operands swapped).  Only when the
+    result's type is unchanged, so no dtype or shape can differ.
+    """
+    prim = callee_primitive(node)
+    if prim is None or prim.name not in _ELEMENTWISE or len(node.inputs) != 3:
+        return None
+    _, a, b = node.inputs
+    for spread, other, spread_first in ((a, b, True), (b, a, False)):
+        if not _scalar_unreduce(spread):
+            continue
+        scalar, ref = spread.inputs[1], spread.inputs[2]
+        operands = [scalar, other] if spread_first else [other, scalar]
+        assert node.graph is not None
+        if ctx.same_type(other, node):
+            return ctx.apply(node.graph, [node.inputs[0], *operands], like=node,
+                             abstract=node.abstract)
+        if isinstance(other.abstract, AScalar) and ctx.same_type(spread, node):
+            inner = ctx.apply(node.graph, [node.inputs[0], *operands], like=node)
+            if not isinstance(inner.abstract, AScalar):
+                return None
+            return ctx.apply(node.graph, [spread.inputs[0], inner, ref, spread.inputs[3]],
+                             like=node, abstract=node.abstract)
+    return None
+
+
 RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, zeros_simplify,
-         tuple_set_simplify, seed_and_check, double_negation)
+         tuple_set_simplify, seed_and_check, double_negation, scalar_unreduce_into_elementwise)
 
 for _rule in RULES:
     register_rule(_rule, before="inline_known_call")
