@@ -27,7 +27,14 @@ def _unary(scalar_fn: Callable[[Any], Any], array_fn: Callable[[Any], Any]) -> C
     return impl
 
 
-def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any],
+              total: bool = False) -> Callable[[Any], Any]:
+    """A unary float function: ``fn`` on Python numbers, ``np_fn`` on arrays.
+
+    ``total`` says ``np_fn`` never warns (defined and finite everywhere, like
+    tanh), so arrays skip the ``errstate`` guard, which costs more than a
+    small array's computation.
+    """
     def scalar(x: Any) -> float:
         try:
             return fn(x)
@@ -40,7 +47,7 @@ def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any]) -> Call
         with np.errstate(all="ignore"):
             return np_fn(x)
 
-    return _unary(scalar, array)
+    return _unary(scalar, np_fn if total else array)
 
 
 def _pow(x: Any, y: Any) -> Any:
@@ -132,7 +139,7 @@ sin = declare("sin", 1, _float_fn(math.sin, np.sin), infer=rules.elementwise("si
     bprop="lambda (x, out, dout) (dout * cos(x),) end")
 cos = declare("cos", 1, _float_fn(math.cos, np.cos), infer=rules.elementwise("cos"), family=FAMILY, doc="cos(x)",
     bprop="lambda (x, out, dout) (-(dout * sin(x)),) end")
-tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh), infer=rules.elementwise("tanh"), family=FAMILY, doc="tanh(x)",
+tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh, total=True), infer=rules.elementwise("tanh"), family=FAMILY, doc="tanh(x)",
     bprop="lambda (x, out, dout) (dout * (1.0 - out * out),) end")
 sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), infer=rules.elementwise("sqrt"), family=FAMILY,
                doc="sqrt(x) — square root (nan below 0)",
@@ -148,7 +155,7 @@ maximum = declare("maximum", 2, _binary_np(np.maximum, max), infer=rules.element
 minimum = declare("minimum", 2, _binary_np(np.minimum, min), infer=rules.elementwise("minimum"), family=FAMILY,
                   doc="minimum(x, y) — the smaller, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * cast_like(x <= y, dout), x), sum_to(dout * cast_like(x > y, dout), y)) end")
-sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array), infer=rules.elementwise("sigmoid"), family=FAMILY,
+sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array, total=True), infer=rules.elementwise("sigmoid"), family=FAMILY,
                   doc="sigmoid(x) — 1 / (1 + exp(-x))",
     bprop="lambda (x, out, dout) (dout * out * (1.0 - out),) end")
 relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), infer=rules.elementwise("relu"), family=FAMILY,

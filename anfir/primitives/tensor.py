@@ -31,12 +31,17 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
 
 
 def _matmul(x: Any, y: Any) -> Any:
+    # The common case first: two arrays of rank >= 1 (np.ndim costs a dispatch).
+    if type(x) is np.ndarray and type(y) is np.ndarray and x.ndim and y.ndim:
+        return x @ y
     if np.ndim(x) == 0 or np.ndim(y) == 0:
         raise AnfirTypeError("matmul needs tensors of rank >= 1, not scalars")
     return np.matmul(x, y)
 
 
 def _transpose(x: Any, perm: Optional[tuple] = None) -> Any:
+    if perm is None and type(x) is np.ndarray:
+        return x.T  # reverses the axes, as np.transpose does, without its dispatch
     return np.transpose(x, perm)
 
 
