@@ -358,6 +358,15 @@ class _ScopeTransform:
         return order
 
 
+def j_graph_checked(graph: FuncGraph) -> FuncGraph:
+    """``▸graph`` in the shared context (the run-time ``J``); a graph met for the
+    first time is checked first, so every missing gradient rule in its reach is
+    reported at once, with locations."""
+    if graph not in _default_context.forward:
+        check_differentiable_graph(graph)
+    return _default_context.j_graph(graph)
+
+
 def check_differentiable_graph(graph: FuncGraph) -> None:
     """Raise a GradientError listing, with locations, every primitive used in
     ``graph``'s reach that is differentiable but has no gradient rule."""
@@ -376,5 +385,12 @@ def check_differentiable_graph(graph: FuncGraph) -> None:
                 where = node.loc.short() if node.loc else "?"
                 missing.append(f"  {where}: {prim.name}")
                 first_loc = first_loc or node.loc
+            for arg in node.inputs[1:]:  # a primitive passed as a function value
+                value = arg.value if isinstance(arg, ValueNode) else None
+                if (isinstance(value, Primitive) and value.differentiable and value.bprop is None
+                        and not has_rule(value, value.min_args)):
+                    where = (arg.loc or node.loc).short() if (arg.loc or node.loc) else "?"
+                    missing.append(f"  {where}: {value.name}")
+                    first_loc = first_loc or arg.loc or node.loc
     if missing:
         raise GradientError("no gradient rule for:\n" + "\n".join(missing), first_loc)

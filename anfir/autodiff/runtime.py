@@ -32,14 +32,14 @@ _partial_calls: dict[int, MetaFunction] = {}
 # -- J on values ----------------------------------------------------------------
 def j_value(x: Any) -> Any:
     """The J-transform of a run-time value."""
-    from anfir.autodiff.jtransform import j_graph
+    from anfir.autodiff.jtransform import j_graph_checked
     from anfir.autodiff.primitive_j import j_primitive_value
 
     if isinstance(x, Closure):
-        forward = j_graph(x.graph)
+        forward = j_graph_checked(x.graph)
         return Closure(forward, _remap_env(x.graph, forward, x.env))
     if isinstance(x, FuncGraph):
-        forward = j_graph(x)
+        forward = j_graph_checked(x)
         if manage(forward).free_variables_total(forward):
             raise GradientError(f"cannot differentiate @{x.name} outside of its closure")
         return forward

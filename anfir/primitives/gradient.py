@@ -9,6 +9,8 @@
 * ``sum_to(g, x)`` — sums a broadcast gradient back to ``x``'s shape;
   ``broadcast_like(g, x)`` is its transpose.
 * ``unreduce(g, x, axis)`` — spreads the gradient of ``sum(x, axis)`` over x.
+* ``matmul_dx(dout, y, x)``, ``matmul_dy(x, dout, y)`` — the gradients of
+  ``x @ y`` with numpy's rules for vectors (rank 1) and batches.
 * ``size(x)``, ``cast_like(g, x)``, ``tuple_setitem(t, i, v)``,
   ``invert_permutation(p)``, ``grad_seed(v)`` — small helpers of gradient rules.
 
@@ -97,6 +99,37 @@ def _unreduce(g: Any, x: Any, axis: Any) -> Any:
     axes = tuple(a % len(shape) for a in axes)
     expanded = np.expand_dims(g, axes)
     return np.broadcast_to(expanded, shape)
+
+
+def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
+    """``x``, ``y`` and ``dout`` of ``dout = d(x @ y)`` as (batches of) matrices:
+    a vector ``x`` is a row, a vector ``y`` a column, as numpy's matmul promotes them."""
+    x, y, dout = np.asarray(x), np.asarray(y), np.asarray(dout)
+    if y.ndim == 1:
+        y = y[:, None]
+        dout = dout[..., None]
+    if x.ndim == 1:
+        x = x[None, :]
+        dout = np.expand_dims(dout, -2)
+    return x, y, dout
+
+
+def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
+    """The gradient of ``x @ y`` with respect to ``x``: ``dout @ yᵀ`` in ``x``'s shape."""
+    if type(dout) is np.ndarray and type(y) is np.ndarray and type(x) is np.ndarray \
+            and dout.ndim == y.ndim == x.ndim == 2:
+        return dout @ y.T
+    x2, y2, d2 = _as_matrices(x, y, dout)
+    return np.reshape(sum_to_value(d2 @ np.swapaxes(y2, -1, -2), x2), np.shape(x))
+
+
+def _matmul_dy(x: Any, dout: Any, y: Any) -> Any:
+    """The gradient of ``x @ y`` with respect to ``y``: ``xᵀ @ dout`` in ``y``'s shape."""
+    if type(dout) is np.ndarray and type(y) is np.ndarray and type(x) is np.ndarray \
+            and dout.ndim == y.ndim == x.ndim == 2:
+        return x.T @ dout
+    x2, y2, d2 = _as_matrices(x, y, dout)
+    return np.reshape(sum_to_value(np.swapaxes(x2, -1, -2) @ d2, y2), np.shape(y))
 
 
 def _size(x: Any) -> int:
@@ -212,6 +245,14 @@ def _infer_unreduce(g: Any, x: Any, axis: Any) -> Any:
     return _like_shape(g, x, g)
 
 
+def _infer_matmul_dx(dout: Any, y: Any, x: Any) -> Any:
+    return _like_shape(dout, x, dout)
+
+
+def _infer_matmul_dy(x: Any, dout: Any, y: Any) -> Any:
+    return _like_shape(dout, y, dout)
+
+
 def _infer_cast_like(g: Any, x: Any) -> Any:
     return _like_shape(g, g, x)
 
@@ -284,6 +325,12 @@ broadcast_like = declare("broadcast_like", 2, _broadcast_like, infer=_infer_sum_
 unreduce = declare("unreduce", 3, _unreduce, infer=_infer_unreduce, family=FAMILY, internal=True,
                    doc="unreduce(g, x, axis) — the gradient of sum(x, axis) spread over x",
                    bprop="lambda (g, x, axis, out, dout) (sum(dout, axis), zeros_like(x), zeros_like(axis)) end")
+matmul_dx = declare("matmul_dx", 3, _matmul_dx, infer=_infer_matmul_dx, family=FAMILY, internal=True,
+                    doc="matmul_dx(dout, y, x) — the gradient of x @ y with respect to x",
+                    bprop="lambda (dout, y, x, out, g) (g @ y, matmul_dy(g, dout, y), zeros_like(x)) end")
+matmul_dy = declare("matmul_dy", 3, _matmul_dy, infer=_infer_matmul_dy, family=FAMILY, internal=True,
+                    doc="matmul_dy(x, dout, y) — the gradient of x @ y with respect to y",
+                    bprop="lambda (x, dout, y, out, g) (matmul_dx(dout, g, x), x @ g, zeros_like(y)) end")
 size = declare("size", 1, _size, infer=_infer_size, family=FAMILY, internal=True, differentiable=False,
                doc="size(x) — the number of elements of x (1 for a scalar)")
 cast_like = declare("cast_like", 2, _cast_like, infer=_infer_cast_like, family=FAMILY, internal=True,

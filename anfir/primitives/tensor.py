@@ -110,7 +110,7 @@ def _cast(x: Any, dtype: Any) -> Any:
 
 matmul = declare("matmul", 2, _matmul, infer=rules.matmul_rule, family=FAMILY,
                  doc="matmul(a, b) — matrix product a @ b (numpy rules for rank 1 and batches)",
-    bprop="lambda (x, y, out, dout) (dout @ transpose(y), transpose(x) @ dout) end")
+    bprop="lambda (x, y, out, dout) (matmul_dx(dout, y, x), matmul_dy(x, dout, y)) end")
 transpose = declare("transpose", (1, 2), _transpose, infer=rules.transpose_rule, family=FAMILY,
                     doc="transpose(x) — reverse the axes; transpose(x, perm) — permute them",
     bprop={1: "lambda (x, out, dout) (transpose(dout),) end", 2: "lambda (x, p, out, dout) (transpose(dout, invert_permutation(p)), zeros_like(p)) end"})
