@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+import numpy as np
 import sympy
 
 Dim = Union[int, sympy.Expr]
@@ -271,6 +272,8 @@ def dim_text(dim: Dim) -> str:
 
 
 def _scalar_text(value: Any) -> str:
+    if isinstance(value, np.generic):  # np.float64 is a float, but its repr is not ANF
+        value = value.item()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

@@ -58,7 +58,25 @@ def run(program: "Program") -> "Program":
         count += 1
     if count:
         program.stats["ad: grad expanded"] += count
+        _track_entry_only(program)
     return program
+
+
+def _track_entry_only(program: "Program") -> None:
+    """Give the program a manager of exactly its entry's graphs again.
+
+    Typing a call of a run-time ``J`` builds a ``▸g`` for the types alone; when
+    ``g`` is a closure over the program, the manager made for ``▸g`` adopts the
+    program's graphs (managers merge) and keeps ``▸g`` and its graphs as extra
+    roots.  The program's manager object would then no longer own its graphs.
+    """
+    from anfir.passes.validate import rebuild_manager
+
+    entry = program.entry
+    manager = program.manager
+    if entry is not None and (manager is None or entry.manager is not manager
+                              or list(manager.roots) != [entry]):
+        program.manager = rebuild_manager([entry])
 
 
 def _meta_calls(manager: Manager) -> list[CNode]:
