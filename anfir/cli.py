@@ -54,18 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=raw,
                        epilog="example:\n  anfir grad examples/power.anf --entry power --wrt 0 2.0 3\n"
                               "  anfir grad examples/mlp.anf --wrt 0,1 -o grad.ir w1.npy w2.npy x.npy y.npy")
-    p.add_argument("file")
-    p.add_argument("--entry")
+    p.add_argument("file", help="an .anf program (or an .ir dump)")
+    p.add_argument("--entry", help="the definition to differentiate (default: main, or the only one)")
     p.add_argument("--wrt", default="0", help="argument indices, comma separated (default 0)")
-    p.add_argument("-o", "--output", help="also write the gradient graph's .ir here")
-    p.add_argument("args", nargs="*", metavar="ARG")
+    p.add_argument("-o", "--output", help="also write the gradient graph's .ir here "
+                   "(then the ARGs may be left out)")
+    p.add_argument("args", nargs="*", metavar="ARG",
+                   help="the point at which to evaluate the gradient: ANF literals or .npy files")
 
     p = sub.add_parser("compile", help="run the pipeline, writing numbered per-phase dumps",
                        formatter_class=raw,
                        epilog="example:\n  anfir compile examples/mlp.anf --dump-dir dumps --time\n"
                               "  anfir compile examples/power.anf --entry dpower --args 3.0 --dump-dir dumps")
-    p.add_argument("file")
-    p.add_argument("--entry")
+    p.add_argument("file", help="an .anf program (or an .ir dump)")
+    p.add_argument("--entry", help="the definition to compile (default: main, or the only one)")
     p.add_argument("--args", nargs="*", default=None, metavar="ARG",
                    help="example arguments (values, .npy files or types such as 'f64[B, 3]'); "
                         "without them the entry's annotations are used; with values the "
@@ -75,12 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
                        epilog="example:\n  anfir fmt examples/hof.anf")
-    p.add_argument("file")
+    p.add_argument("file", help="an .anf program (or an .ir dump)")
 
     p = sub.add_parser("dot", help="draw a definition with Graphviz", formatter_class=raw,
                        epilog="example:\n  anfir dot examples/fibonacci.anf -o fib.svg")
-    p.add_argument("file")
-    p.add_argument("--entry")
+    p.add_argument("file", help="an .anf program (or an .ir dump)")
+    p.add_argument("--entry", help="the definition to draw (default: main, or the only one)")
     p.add_argument("-o", "--output", help="OUT.dot, OUT.svg or OUT.png (default: dot source on stdout)")
     return parser
 
@@ -118,7 +120,31 @@ def parse_args_list(texts: Sequence[str]) -> list[Any]:
 
 
 def format_value(value: Any) -> str:
-    """A result as ANF-like text (floats round-trip, arrays in full)."""
+    """A result as ANF-like text (floats round-trip, arrays in full).
+
+    Tuples may nest thousands deep, so they are written with an explicit stack.
+    """
+    out: list[str] = []
+    stack: list[tuple[bool, Any]] = [(False, value)]
+    while stack:
+        is_text, item = stack.pop()
+        if is_text:
+            out.append(item)
+        elif isinstance(item, tuple) and item:
+            pieces: list[tuple[bool, Any]] = [(True, "(")]
+            for i, element in enumerate(item):
+                if i:
+                    pieces.append((True, ", "))
+                pieces.append((False, element))
+            pieces.append((True, ",)" if len(item) == 1 else ")"))
+            stack.extend(reversed(pieces))
+        else:
+            out.append(_format_atom(item))
+    return "".join(out)
+
+
+def _format_atom(value: Any) -> str:
+    """One non-tuple result (or the empty tuple) as text."""
     if isinstance(value, bool) or isinstance(value, np.bool_):
         return "true" if value else "false"
     if value is None:
@@ -130,8 +156,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(value, tuple):
-        inner = ", ".join(format_value(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return "()"
     if isinstance(value, np.ndarray):
         from anfir.values import NUMPY_TO_DTYPE
 
@@ -328,6 +353,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:  # pragma: no cover
             pass
         return 0
+    except OSError as exc:
+        # A path on the command line that cannot be used (``-o`` into a missing
+        # directory, ``--dump-dir`` naming a file): a usage error, not a crash.
+        target = f" {exc.filename}" if exc.filename else ""
+        print(f"anfir {ns.command}: usage error: cannot use{target}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
     except RecursionError:
         if os.environ.get("ANFIR_DEBUG"):
             raise

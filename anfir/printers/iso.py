@@ -19,6 +19,7 @@ over node pairs with an explicit worklist: linear, no recursion.
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -340,12 +341,17 @@ def _describe(node: Node) -> str:
     return f"CNode{label} ({callee}(...)) of @{owner}"
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 4
+_REPR.maxtuple = _REPR.maxother = _REPR.maxstring = 60
+
+
 def _short(value: Any) -> str:
     if isinstance(value, FuncGraph):
         return f"@{value.name}"
     if isinstance(value, np.ndarray):
         return f"Tensor[{value.dtype}, {value.shape}]"
-    text = repr(value)
+    text = _REPR.repr(value)  # depth-limited: a constant tuple may nest thousands deep
     return text if len(text) <= 60 else text[:57] + "..."
 
 
