@@ -400,3 +400,19 @@ def test_annotations_round_trip_through_text_objects():
     printed = anfir.to_text(g)
     assert printed.startswith("def f(x: f64[N, 3]) -> f64 =")
     assert_isomorphic(g, anfir.parse(printed)["f"])
+
+
+def test_location_comments_of_a_very_long_line_show_a_window_and_reload(tmp_path):
+    # 400 nested ifs on one line: each node's comment shows the text around its
+    # own column, not the whole 10 KB line, and the dump still loads back to
+    # a program that prints the same and computes the same.
+    source = "def main(x) = " + "if x < 0.0 then 1.0 else " * 400 + "x\n"
+    text = anfir.dump_ir(anfir.parse(source, filename="long.anf"))
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("# long.anf:")]
+    assert comments and max(len(line) for line in comments) < 220
+    assert any(line.count("…") == 2 and "if x < 0.0 then 1.0" in line for line in comments)
+    path = tmp_path / "long.ir"
+    path.write_text(text, encoding="utf-8")
+    loaded = anfir.load(str(path))
+    assert anfir.dump_ir(loaded) == text
+    assert anfir.run(loaded["main"], 2.0) == 2.0 and anfir.run(loaded["main"], -1.0) == 1.0

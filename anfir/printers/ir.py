@@ -295,8 +295,25 @@ def location_comment(loc: Location) -> str:
     if loc.note:
         text += f" ({loc.note})"
     if loc.line_text:
-        text += "  " + loc.line_text.replace("\n", " ").replace("\r", "")
+        text += "  " + _line_window(loc.line_text.replace("\n", " ").replace("\r", ""), loc.col)
     return text
+
+
+LINE_WINDOW = 120
+"""A source line longer than :data:`LINE_LIMIT` is shown as this many
+characters around the node's column: every node of a 60 KB one-line program
+would otherwise repeat the whole line (gigabytes of dump)."""
+LINE_LIMIT = 160
+
+
+def _line_window(line: str, col: int) -> str:
+    # Idempotent: a window is never longer than LINE_LIMIT, so a dump that is
+    # loaded back and dumped again prints the same text.
+    if len(line) <= LINE_LIMIT:
+        return line
+    start = max(0, min(col - 1 - LINE_WINDOW // 2, len(line) - LINE_WINDOW))
+    end = start + LINE_WINDOW
+    return ("…" if start > 0 else "") + line[start:end] + ("…" if end < len(line) else "")
 
 
 __all__ = ["dump_ir", "write_ir", "write_side_file", "side_file_path", "location_comment", "dump_name", "string_text"]
