@@ -167,18 +167,25 @@ def _format_atom(value: Any) -> str:
 
 
 # -- commands -------------------------------------------------------------------
-def _load(path: str) -> Any:
+def _load(path: str, runnable: bool = False) -> Any:
     if not os.path.exists(path):
         raise UsageError(f"no such file: {path}")
     from anfir.loading import load_file
 
-    return load_file(path)
+    module = load_file(path)
+    if runnable and getattr(module, "phase", None) is not None:
+        # A dump written before the resolve phase still holds global names;
+        # resolve them, as compile would (a no-op on later dumps).
+        from anfir.passes.resolve import resolve_module
+
+        resolve_module(module)
+    return module
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
     from anfir.eval import run
 
-    module = _load(ns.file)
+    module = _load(ns.file, runnable=True)
     graph = module[module.entry_name(ns.entry)]
     print(format_value(run(graph, *parse_args_list(ns.args))))
     return 0
@@ -195,7 +202,7 @@ def cmd_grad(ns: argparse.Namespace) -> int:
     from anfir.autodiff.api import grad
     from anfir.eval import run
 
-    module = _load(ns.file)
+    module = _load(ns.file, runnable=True)
     graph = module[module.entry_name(ns.entry)]
     indices = _wrt(ns.wrt)
     if not indices:

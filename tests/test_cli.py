@@ -414,3 +414,29 @@ def test_user_error_is_located(results: dict, name: str) -> None:
     assert carets, err
     caret_col = lines[carets[0]].index("^") - 4 + 1
     assert caret_col == int(col), err
+
+
+def test_every_dump_of_a_compile_runs_its_entry_by_default(tmp_path):
+    # Compiling dpower (not main, not the only definition): every phase's dump
+    # names @dpower as its entry, and `anfir run` of any dump — the parse dump
+    # included, whose global names are not resolved yet — runs it.
+    dumps = tmp_path / "d"
+    result = anfir_in_process(["compile", str(EXAMPLES / "power.anf"), "--entry", "dpower",
+                               "--args", "3.0", "--dump-dir", str(dumps)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    irs = sorted(dumps.glob("*.ir"))
+    assert len(irs) == 7
+    for ir in irs:
+        assert ir.read_text(encoding="utf-8").startswith("# IR entry: @dpower\n"), ir.name
+        ran = anfir_in_process(["run", str(ir), "2.0"], tmp_path)
+        assert (ran.returncode, ran.stdout.strip()) == (0, "12.0"), (ir.name, ran.stderr)
+
+
+def test_running_a_parse_dump_from_the_api_says_it_is_unresolved(tmp_path):
+    dumps = tmp_path / "d"
+    anfir.compile(str(EXAMPLES / "power.anf"), entry="dpower", args=[3.0],
+                  dump_dir=str(dumps))
+    module = anfir.load(str(dumps / "00_parse.ir"))
+    assert module.entry_name() == "dpower"
+    with pytest.raises(anfir.AnfirError, match="unresolved name 'grad'.*before the resolve phase"):
+        anfir.run(module.entry, 3.0)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from anfir.ir.graph import FuncGraph
-from anfir.values import Closure, Partial
+from anfir.values import Closure, Partial, Symbol
 
 _SHOWN = 40
 """Longest value text quoted in a message (longer ones are cut)."""
@@ -38,6 +38,9 @@ def describe(value: Any) -> str:
         return f"closure @{value.graph.name}"
     if isinstance(value, Partial):
         return f"partial of {describe(value.fn)}"
+    if isinstance(value, Symbol):
+        return (f"the unresolved name {value.name!r}: this graph is from before the resolve "
+                "phase; compile it, or run a later dump")
     return type(value).__name__
 
 

@@ -718,6 +718,8 @@ class _IRBuilder(Transformer):
         module.phase = self.phase  # type: ignore[attr-defined]
         entry = self.graphs.get(self.entry) if self.entry else None
         module.ir_entry = entry.graph if entry is not None else None  # type: ignore[attr-defined]
+        module.default_entry = next((name for name, g in graphs.items()
+                                     if entry is not None and g is entry.graph), None)
         return module
 
     def _operand_node(self, op: Any) -> Node:

@@ -129,6 +129,9 @@ class Module:
         """Top-level graphs by name, in definition order."""
         self.filename = filename
         """The file the module was read from."""
+        self.default_entry: Optional[str] = None
+        """The definition to run when none is named, when the module itself says
+        which (a dump's ``# IR entry``; the entry a compile was asked for)."""
 
     def __getitem__(self, name: str) -> FuncGraph:
         try:
@@ -149,7 +152,8 @@ class Module:
         return len(self.graphs)
 
     def entry_name(self, entry: Optional[str] = None) -> str:
-        """Resolve the entry point name: ``entry``, else ``main``, else the only graph."""
+        """Resolve the entry point name: ``entry``, else :attr:`default_entry`,
+        else ``main``, else the only graph."""
         from anfir.errors import UsageError
 
         if entry is not None:
@@ -157,6 +161,8 @@ class Module:
                 raise UsageError(f"no definition named {entry!r}; the module defines "
                                  f"{', '.join(self.graphs) or 'nothing'}")
             return entry
+        if self.default_entry is not None and self.default_entry in self.graphs:
+            return self.default_entry
         if "main" in self.graphs:
             return "main"
         if len(self.graphs) == 1:

@@ -159,16 +159,14 @@ def parse_phase(program: Program) -> Program:
     else:
         raise UsageError(f"cannot compile a {type(source).__name__}: give a Module, a FuncGraph "
                          "or the path of a .anf / .ir file")
+    # The dumps of the whole module name the entry being compiled (``# IR entry``),
+    # so a dump loaded back runs that definition by default.
+    program.module.default_entry = program.entry_name
     return program
 
 
 def _entry_name(module: Module, entry: Optional[str]) -> str:
-    # A loaded ``.ir`` dump names its entry (``# IR entry: @f``): the default.
-    if entry is None:
-        named = getattr(module, "ir_entry", None)
-        for name, graph in module.graphs.items():
-            if graph is named:
-                return name
+    # A loaded ``.ir`` dump names its entry (``# IR entry: @f``): its default_entry.
     return module.entry_name(entry)
 
 
