@@ -156,7 +156,7 @@ formatter = DisplayFormatter()
 for obj in (graph, mod):
     data, _ = formatter.format(obj)
     print(sorted(data), "svg" if "<svg" in data.get("image/svg+xml", "") else "-")
-    print(data["text/plain"])
+    print(data["text/plain"].splitlines()[0], "| lines:", len(data["text/plain"].splitlines()))
 print(str(graph).splitlines()[0])
 """
 
@@ -178,20 +178,21 @@ def test_graphs_display_as_svg_when_dot_is_installed() -> None:
         pytest.skip("Graphviz's dot is not installed")
     lines = _display(os.environ.get("PATH", ""))
     assert lines[0] == "['image/svg+xml', 'text/plain'] svg"
-    assert lines[1] == "<FuncGraph @fibonacci(n)>"
+    assert lines[1] == "def fibonacci(n) = | lines: 12"  # the canonical text
     assert lines[2] == "['image/svg+xml', 'text/plain'] svg"
-    assert lines[3].startswith("<Module ") and lines[3].endswith("fibonacci.anf: fibonacci>")
+    assert lines[3] == "def fibonacci(n) = | lines: 12"
     assert lines[4] == "def fibonacci(n) ="
 
 
 def test_graphs_display_as_text_when_dot_is_missing(tmp_path: Path) -> None:
-    """No dot on the PATH: no picture, no error, the text representation only."""
+    """No dot on the PATH: no picture, no error, the program as text instead."""
     bare = tmp_path / "bin"
     bare.mkdir()
     lines = _display(str(bare))
     assert lines[0] == "['text/plain'] -"
-    assert lines[1] == "<FuncGraph @fibonacci(n)>"
+    assert lines[1] == "def fibonacci(n) = | lines: 12"
     assert lines[2] == "['text/plain'] -"
+    assert lines[3] == "def fibonacci(n) = | lines: 12"
     assert lines[4] == "def fibonacci(n) ="
 
 

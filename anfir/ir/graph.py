@@ -111,6 +111,10 @@ class FuncGraph:
 
         return graph_svg(self)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython's text form (shown when Graphviz is missing): the program itself.
+        printer.text(repr(self) if cycle else str(self))
+
     def __str__(self) -> str:
         from anfir.printers.text import to_text
 
@@ -182,6 +186,10 @@ class Module:
         from anfir.printers.display import graph_svg
 
         return graph_svg(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython's text form (shown when Graphviz is missing): the program itself.
+        printer.text(repr(self) if cycle else str(self))
 
     def __str__(self) -> str:
         from anfir.printers.text import to_text
