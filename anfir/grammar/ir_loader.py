@@ -15,15 +15,13 @@ and every pass accepts them.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import json
 import math
 import re
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 import sympy
@@ -33,6 +31,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from anfir.abstract.values import (SCALAR_DTYPES, AAny, AbstractValue, AEnv, AFunction, AKey,
                                    ANone, AScalar, AString, ATensor, ATuple, AType, GradFn, GraphFn,
                                    GraphSig, JFn, PartialFn, PrimFn)
+from anfir.gcpause import gc_paused
 from anfir.errors import AnfirError, AnfirSyntaxError, NameResolutionError, UsageError
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
 from anfir.ir.graph import FuncGraph, Module
@@ -75,7 +74,7 @@ def load_ir_text(text: str, filename: str = "<string>",
     (``x.ir`` -> ``x.npz``) is read if the text needs it.
     """
     lark, builder = _parser()
-    with _LOCK, _gc_paused():
+    with _LOCK, gc_paused():
         builder._reset(filename, text, side)
         try:
             lark.parse(text)
@@ -84,19 +83,6 @@ def load_ir_text(text: str, filename: str = "<string>",
             raise _syntax_error(exc, builder) from None
         finally:
             builder._reset("<string>", "", None)  # drop the file's objects
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Building a big program allocates many long-lived objects and no garbage
-    cycles; pausing the cycle collector meanwhile saves its repeated scans."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_ir_file(path: Union[str, Path]) -> Module:

@@ -23,13 +23,12 @@ those names too, then drops the list.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from typing import Iterator, Optional
+from typing import Optional
 
 from lark.exceptions import UnexpectedInput
 
+from anfir.gcpause import gc_paused
 from anfir.errors import (AnfirSyntaxError, DuplicateDefinitionError, NameResolutionError,
                           UsageError)
 from anfir.grammar import anf_engine
@@ -50,13 +49,13 @@ def parse_module(text: str, filename: str = "<string>", resolve: bool = True,
                          "use parse_file for a path")
     if engine not in ("tables", "lark"):
         raise UsageError(f"unknown parser engine {engine!r}; use 'tables' or 'lark'")
-    with _gc_paused():
+    with gc_paused():
         return _Loader(engine).load_text(text, filename, os.getcwd(), resolve)
 
 
 def parse_file(path: str, resolve: bool = True) -> Module:
     """Read and parse the ANF file ``path`` and, recursively, the files it imports."""
-    with _gc_paused():
+    with gc_paused():
         return _Loader("tables").load_path(path, resolve, None)
 
 
@@ -88,23 +87,6 @@ def read_source(path: str, loc: Optional[Location] = None) -> str:
     if text.startswith("\ufeff"):
         text = text[1:]
     return text
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while parsing.
-
-    A parse allocates many long-lived objects and frees almost none, so the
-    collector would rescan the growing heap again and again: about a third
-    of the parse time.  Reference counting still frees garbage meanwhile.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Loader:

@@ -34,7 +34,6 @@ A new rewrite rule does not need a phase: see
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import sys
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
+from anfir.gcpause import gc_paused
 from anfir.errors import AnfirError, UsageError
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph, Module
@@ -407,13 +407,8 @@ def compile_program(source: Source, entry: Optional[str] = None, args: Optional[
     # The cyclic garbage collector's full passes grow with the live heap, which
     # a compile fills with (cyclic) nodes: left on, it makes compile time
     # superlinear in the program's size.  Nothing here needs it mid-compile.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         program, timings = _run_phases(program, PHASES if phases is None else phases)
-    finally:
-        if collecting:
-            gc.enable()
     if program.entry is None or not program.specialized:
         raise UsageError("the pipeline ended without a specialized entry graph "
                          "(a phase list needs parse, resolve and specialize)")

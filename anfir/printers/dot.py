@@ -32,7 +32,7 @@ from anfir.primitives.registry import MetaFunction, Primitive
 from anfir.printers.abstract_text import abstract_text
 from anfir.printers.ir import dump_name
 from anfir.printers.ir_constants import ConstantPrinter
-from anfir.printers.gcpause import without_gc
+from anfir.gcpause import without_gc
 from anfir.printers.naming import NameAllocator
 from anfir.printers.scopes import depths, discover_managed, plan_scopes
 

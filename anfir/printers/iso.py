@@ -30,7 +30,7 @@ from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.primitives.registry import MetaFunction, Primitive
 from anfir.printers.abstract_text import abstract_text
-from anfir.printers.gcpause import without_gc
+from anfir.gcpause import without_gc
 from anfir.values import Closure, GradEnv, Partial
 
 GraphOrModule = Union[FuncGraph, Module]

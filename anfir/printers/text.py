@@ -30,7 +30,7 @@ from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives.registry import MetaFunction, Primitive
 from anfir.printers.anf_literals import HELPER_NAMES, anf_literal, helpers_needed, string_literal
-from anfir.printers.gcpause import without_gc
+from anfir.gcpause import without_gc
 from anfir.printers.naming import KEYWORDS, NameAllocator, anf_name
 from anfir.printers.scopes import ScopePlan, discover_managed, plan_scopes
 from anfir.values import Symbol
@@ -235,7 +235,7 @@ class _TextPrinter:
         if item.kind == "node":
             node = item.node
             assert node is not None
-            expr = self._expr(node)
+            expr = self._ascribed(node) or self._expr(node)
             name = self._bind(node)
             return [("line", ind, f"let {name}{self._ann(node)} = {expr} in")]
         if item.kind == "lambda":
@@ -306,6 +306,17 @@ class _TextPrinter:
     @staticmethod
     def _ann(node: Node) -> str:
         return f": {node.annotation}" if node.annotation is not None else ""
+
+    def _ascribed(self, node: CNode) -> Optional[str]:
+        """The operand of an annotated ``identity(x)``, which the parser makes of
+        ``let y: T = x`` (an annotated alias): printed back as ``x``."""
+        if node.annotation is None or len(node.inputs) != 2:
+            return None
+        callee = node.inputs[0]
+        if (isinstance(callee, ValueNode) and isinstance(callee.value, Primitive)
+                and callee.value.name == "identity"):
+            return self._atom(node.inputs[1])
+        return None
 
     def _expr(self, node: CNode) -> str:
         """A CNode as an expression over atoms."""

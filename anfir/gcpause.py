@@ -1,8 +1,9 @@
-"""Pausing Python's cycle collector while a printer walks a big program.
+"""Pausing Python's cycle collector while a big program is built or walked.
 
-Printing allocates many short-lived objects and no reference cycles; when a
-large program is alive, each automatic full collection rescans all of it, which
-can cost more than the printing itself.  (The ``.ir`` loader does the same.)
+Parsing, loading a dump, printing and compiling allocate many objects and free
+few reference cycles meanwhile; when a large program is alive, each automatic
+full collection rescans all of it, which can cost more than the work itself
+and makes it superlinear.  Reference counting still frees garbage meanwhile.
 """
 
 from __future__ import annotations
