@@ -59,7 +59,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
 from anfir.printers.abstract_text import abstract_text
 from anfir.printers.ir_constants import ConstantPrinter, string_text
-from anfir.printers.gcpause import without_gc
+from anfir.gcpause import without_gc
 from anfir.printers.naming import NameAllocator
 from anfir.printers.scopes import discover_managed
 
