@@ -23,6 +23,7 @@ from anfir.eval.opcodes import BRANCH, P1, P2, RET, TBRANCH, TCALLG
 from anfir.ir import CNode, FuncGraph, Location, Module, ValueNode
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction
 from anfir.values import Closure, Partial
+from spec_examples import PAPER
 
 P = PRIMITIVES
 
@@ -622,17 +623,6 @@ def test_call_function_on_primitives_and_errors() -> None:
 
 
 # -- the spec's examples through the parser ------------------------------------------------
-PAPER = """
-lambda (x, y)
-    let a = x - 1 in
-    let b = a + y in
-    let func = lambda (x, y)
-        let ret = x / y in
-        ret end in
-    let %1 = func(a, b) in
-    let c = b * %1 in
-    c end
-"""
 
 PROGRAM = """
 def hof(x) =

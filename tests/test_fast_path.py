@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import anfir
+from spec_examples import PAPER, MLP
 
 CLOSE = dict(rel_tol=1e-12, abs_tol=1e-12)
 """The tolerance for formulas computed outside anfir."""
@@ -46,17 +47,6 @@ def same(a: Any, b: Any) -> bool:
 
 
 # -- the spec's examples --------------------------------------------------------------------
-PAPER = """\
-lambda (x, y)
-    let a = x - 1 in
-    let b = a + y in
-    let func = lambda (x, y)
-        let ret = x / y in
-        ret end in
-    let %1 = func(a, b) in
-    let c = b * %1 in
-    c end
-"""
 
 CLOSURES = """\
 def func_outer(a, b) =
@@ -158,12 +148,6 @@ def test_loops_match_the_python_loop_bit_for_bit() -> None:
 
 
 # -- tensors ------------------------------------------------------------------------------------
-MLP = """\
-def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
-  let h = tanh(x @ w1) in
-  let out = h @ w2 in
-  sum((out - y) ** 2) / 2
-"""
 
 TENSORS = """\
 def stats(a, b) =

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import spec_examples
+
 from anfir.cli import build_parser, main as cli_main
 from anfir.passes.pipeline import PHASES
 
@@ -127,6 +129,22 @@ def test_the_first_quick_start_command_compiles_differentiates_and_dumps(scratch
 
 # -- the language reference covers the spec's built-ins -------------------------------
 SPEC = ROOT.parent / "shared" / "spec" / "anf-text.md"
+
+
+EXAMPLE_FILES = {"paper": "paper_lambda.anf", "hof": "hof.anf", "fibonacci": "fibonacci.anf",
+                 "closure": "closure.anf", "power": "power.anf", "mlp": "mlp.anf"}
+
+
+@pytest.mark.parametrize("name", sorted(spec_examples.ALL))
+def test_shared_examples_are_the_contracts_own_text(name: str) -> None:
+    """The tests' copy and the bundled example file hold the spec's text verbatim."""
+    text = spec_examples.ALL[name]
+    bundled = (ROOT / "examples" / EXAMPLE_FILES[name]).read_text(encoding="utf-8")
+    assert text in bundled
+    if not SPEC.exists():
+        return  # the file check above still ran; the spec sits beside the checkout in CI
+    indented = "\n".join(("    " + line) if line else "" for line in text.splitlines())
+    assert indented in SPEC.read_text(encoding="utf-8")
 
 
 def test_every_builtin_of_the_spec_is_documented() -> None:

@@ -10,13 +10,8 @@ import pytest
 import anfir
 from anfir.ir.nodes import CNode, ValueNode
 from anfir.ir.walk import reachable_graphs
+from spec_examples import MLP
 
-MLP = """
-def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
-  let h = tanh(x @ w1) in
-  let out = h @ w2 in
-  sum((out - y) ** 2) / 2
-"""
 
 FORBIDDEN = {"switch", "partial", "tuple_getitem", "zeros_like", "env_getitem", "env_setitem",
              "newenv", "gadd", "J", "grad_seed", "grad_arg_check"}

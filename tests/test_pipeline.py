@@ -22,62 +22,16 @@ from anfir.passes.pipeline import PHASES, Phase, Program, compile_program, sanit
 from anfir.passes.validate import validate
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES as P
 from anfir.values import Symbol
+from spec_examples import PAPER as MINDIR, HOF, FIBONACCI, CLOSURE, POWER, MLP
 
 PHASE_NAMES = ["parse", "resolve", "specialize", "ad", "inline", "optimize", "validate"]
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 
-MINDIR = """\
-lambda (x, y)
-    let a = x - 1 in
-    let b = a + y in
-    let func = lambda (x, y)
-        let ret = x / y in
-        ret end in
-    let %1 = func(a, b) in
-    let c = b * %1 in
-    c end
-"""
 
-HOF = """\
-def hof(x) =
-  let f = lambda (x) x + 3 end in
-  let g = lambda (function, x) function(x) * function(x) end in
-  g(f, x)
-"""
 
-FIBONACCI = """\
-def fibonacci(n) =
-  if n < 1 then 0
-  else if n == 1 then 1
-  else fibonacci(n - 1) + fibonacci(n - 2)
-"""
 
-CLOSURE = """\
-def func_outer(a, b) =
-  lambda (c) a + b + c end
 
-def ms_closure() =
-  let closure = func_outer(1, 2) in
-  let out1 = closure(1) in
-  let out2 = closure(2) in
-  (out1, out2)
-"""
 
-POWER = """\
-def power(x, n) =
-  let loop = lambda (i, acc)
-    if i < n then loop(i + 1, acc * x) else acc end in
-  loop(0, 1.0)
-
-def dpower(x) = grad(power)(x, 3)      # 3 * x ** 2
-"""
-
-MLP = """\
-def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
-  let h = tanh(x @ w1) in
-  let out = h @ w2 in
-  sum((out - y) ** 2) / 2
-"""
 
 _rng = np.random.default_rng(0)
 _MLP_ARGS = (_rng.normal(size=(3, 4)), _rng.normal(size=(4, 2)), _rng.normal(size=(5, 3)),

@@ -21,48 +21,8 @@ from anfir.primitives import PRIMITIVES as P
 from anfir.printers.display import graph_svg
 from anfir.printers.iso import IsomorphismError, assert_isomorphic, isomorphic
 from anfir.printers.naming import anf_name, is_anf_name
+from spec_examples import PAPER, HOF, FIBONACCI as FIB, CLOSURE, POWER, MLP
 
-PAPER = """lambda (x, y)
-    let a = x - 1 in
-    let b = a + y in
-    let func = lambda (x, y)
-        let ret = x / y in
-        ret end in
-    let %1 = func(a, b) in
-    let c = b * %1 in
-    c end
-"""
-HOF = """def hof(x) =
-  let f = lambda (x) x + 3 end in
-  let g = lambda (function, x) function(x) * function(x) end in
-  g(f, x)
-"""
-FIB = """def fibonacci(n) =
-  if n < 1 then 0
-  else if n == 1 then 1
-  else fibonacci(n - 1) + fibonacci(n - 2)
-"""
-CLOSURE = """def func_outer(a, b) =
-  lambda (c) a + b + c end
-
-def ms_closure() =
-  let closure = func_outer(1, 2) in
-  let out1 = closure(1) in
-  let out2 = closure(2) in
-  (out1, out2)
-"""
-POWER = """def power(x, n) =
-  let loop = lambda (i, acc)
-    if i < n then loop(i + 1, acc * x) else acc end in
-  loop(0, 1.0)
-
-def dpower(x) = grad(power)(x, 3)      # 3 * x ** 2
-"""
-MLP = """def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
-  let h = tanh(x @ w1) in
-  let out = h @ w2 in
-  sum((out - y) ** 2) / 2
-"""
 EXAMPLES = {"paper": PAPER, "hof": HOF, "fib": FIB, "closure": CLOSURE, "power": POWER, "mlp": MLP}
 RUNS = {"paper": ("main", (5.0, 2.0)), "hof": ("hof", (2.0,)), "fib": ("fibonacci", (10,)),
         "closure": ("ms_closure", ()), "power": ("dpower", (2.0,)),
