@@ -220,7 +220,7 @@ def test_join_and_widen() -> None:
 def test_annotation_text_and_binding() -> None:
     assert str(parse_type_text("f64[B, 3]")) == "f64[B, 3]"
     assert str(abstract_from_annotation_text("(f64[B, *], (i64, str), bool)")) == \
-        "<Tuple(<f64[*]>, <Tuple(<Int64>, <String>)>, <Bool>)>"
+        "<Tuple(<f64[B, *]>, <Tuple(<Int64>, <String>)>, <Bool>)>"
     assert abstract_from_annotation_text("(f64,)") == ATuple((AScalar("f64"),))
     with pytest.raises(AnfirSyntaxError):
         parse_type_text("f64[B")

@@ -280,7 +280,7 @@ def test_partial_and_nested_grad() -> None:
 def test_annotations_only_without_examples() -> None:
     mod = anfir.parse("def f(x: f32[N, *], k: i64) = x * 2.0")
     g = specialize(mod["f"], None)
-    assert str(g.abstract) == "(<f32[*]>, <Int64>) -> <f32[*]>"
+    assert str(g.abstract) == "(<f32[N, *]>, <Int64>) -> <f32[N, *]>"
     with pytest.raises(InferenceError, match="parameter x") as info:
         specialize(anfir.parse("def f(x) = x")["f"], None)
     located(info.value, 1)

@@ -56,7 +56,38 @@ class JoinError(Exception):
 
 
 def join(a: AbstractValue, b: AbstractValue) -> AbstractValue:
-    """The least abstract value above both ``a`` and ``b``; raises :class:`JoinError`."""
+    """The least abstract value above both ``a`` and ``b``; raises :class:`JoinError`.
+
+    Tuples are joined elementwise with an explicit stack (any nesting depth).
+    """
+    if a.__class__ is not ATuple or b.__class__ is not ATuple or a is b:
+        return _join_one(a, b)
+    if a == b:
+        return a
+    done: dict[tuple[int, int], AbstractValue] = {}  # (id, id) of tuples of a and b (alive)
+    stack: list[tuple[Any, Any, bool]] = [(a, b, False)]
+    while stack:
+        x, y, ready = stack.pop()
+        key = (id(x), id(y))
+        if key in done:
+            continue
+        if not ready:
+            if len(x.items) != len(y.items):
+                raise JoinError(x, y, "tuples of different lengths")
+            stack.append((x, y, True))
+            for i, j in zip(x.items, y.items):
+                if i.__class__ is ATuple and j.__class__ is ATuple and i is not j:
+                    stack.append((i, j, False))
+            continue
+        items = tuple(done[(id(i), id(j))] if (i.__class__ is ATuple and j.__class__ is ATuple
+                                               and i is not j) else _join_one(i, j)
+                      for i, j in zip(x.items, y.items))
+        done[key] = x if all(p is q for p, q in zip(items, x.items)) else ATuple(items)
+    return done[(id(a), id(b))]
+
+
+def _join_one(a: AbstractValue, b: AbstractValue) -> AbstractValue:
+    """:func:`join` of two values that are not both tuples (or are the same tuple)."""
     if a is BOTTOM:
         return b
     if b is BOTTOM or a == b:
@@ -72,9 +103,10 @@ def join(a: AbstractValue, b: AbstractValue) -> AbstractValue:
     if isinstance(a, ATensor) and isinstance(b, ATensor):
         if a.dtype != b.dtype:
             raise JoinError(a, b)
-        if a.shape is None or b.shape is None:
-            return ATensor(a.dtype, None)
         from anfir.abstract.shapes import dims_equal, is_unknown_dim
+
+        if a.shape is None or b.shape is None:
+            return ATensor(a.dtype, None, _join_leading(a, b))
 
         if len(a.shape) != len(b.shape):
             raise JoinError(a, b, "different ranks")
@@ -87,10 +119,6 @@ def join(a: AbstractValue, b: AbstractValue) -> AbstractValue:
             else:
                 raise JoinError(a, b, "different shapes")
         return ATensor(a.dtype, tuple(dims))
-    if isinstance(a, ATuple) and isinstance(b, ATuple):
-        if len(a.items) != len(b.items):
-            raise JoinError(a, b, "tuples of different lengths")
-        return ATuple(tuple(join(x, y) for x, y in zip(a.items, b.items)))
     if isinstance(a, AFunction) and isinstance(b, AFunction):
         return AFunction(a.options | b.options)
     if type(a) is type(b) and isinstance(a, (ANone, AEnv, AKey, AType)):
@@ -98,14 +126,54 @@ def join(a: AbstractValue, b: AbstractValue) -> AbstractValue:
     raise JoinError(a, b)
 
 
+def _join_leading(a: ATensor, b: ATensor) -> tuple:
+    """The first dimensions known of both tensors, one of unknown rank (for :func:`join`)."""
+    from anfir.abstract.shapes import dims_equal, is_unknown_dim
+
+    first_a = a.shape if a.shape is not None else a.leading
+    first_b = b.shape if b.shape is not None else b.leading
+    if a.shape is not None and len(a.shape) < b.min_rank or (
+            b.shape is not None and len(b.shape) < a.min_rank):
+        raise JoinError(a, b, "different ranks")
+    dims = []
+    for x, y in zip(first_a, first_b):
+        if is_unknown_dim(x):
+            dims.append(x)
+        elif is_unknown_dim(y) or dims_equal(x, y):
+            dims.append(x if not is_unknown_dim(y) else y)
+        else:
+            raise JoinError(a, b, "different shapes")
+    # Known first dimensions of both; the rank of the join is at least that many.
+    return tuple(dims[:min(a.min_rank, b.min_rank)])
+
+
 def widen(a: AbstractValue) -> AbstractValue:
     """``a`` with every scalar value forgotten (strings keep theirs: they name dtypes)."""
-    if isinstance(a, AScalar):
-        return a.widen()
-    if isinstance(a, ATuple):
-        items = tuple(widen(i) for i in a.items)
-        return a if items == a.items else ATuple(items)
-    return a
+    return map_tuple_leaves(a, _widen_leaf)
+
+
+def _widen_leaf(a: AbstractValue) -> AbstractValue:
+    return a.widen() if isinstance(a, AScalar) else a
+
+
+def map_tuple_leaves(a: AbstractValue, leaf: Callable[[Any], Any]) -> AbstractValue:
+    """``a`` with ``leaf`` applied to everything that is not a tuple, tuples rebuilt
+    (a tuple whose items are all unchanged is kept).  An explicit stack: any depth."""
+    if a.__class__ is not ATuple:
+        return leaf(a)
+    done: dict[int, AbstractValue] = {}  # id of a tuple of ``a`` (kept alive by ``a``) -> result
+    stack: list[tuple[Any, bool]] = [(a, False)]
+    while stack:
+        t, ready = stack.pop()
+        if id(t) in done:
+            continue
+        if not ready:
+            stack.append((t, True))
+            stack.extend((i, False) for i in t.items if i.__class__ is ATuple and id(i) not in done)
+            continue
+        items = tuple(done[id(i)] if i.__class__ is ATuple else leaf(i) for i in t.items)
+        done[id(t)] = t if all(p is q for p, q in zip(items, t.items)) else ATuple(items)
+    return done[id(a)]
 
 
 def contains_bottom(a: AbstractValue) -> bool:
@@ -129,6 +197,26 @@ def abstract_of_value(value: Any) -> AbstractValue:
     tuples, strings and None map to ``ATuple``, ``AString``, ``ANone``; an
     :class:`AbstractValue` stands for itself.
     """
+    if not isinstance(value, tuple):
+        return _abstract_of_leaf(value)
+    # Nested tuples with an explicit stack (a constant may nest thousands deep).
+    done: dict[int, AbstractValue] = {}  # id of a tuple of ``value`` (kept alive by it) -> result
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        t, ready = stack.pop()
+        if id(t) in done:
+            continue
+        if not ready:
+            stack.append((t, True))
+            stack.extend((i, False) for i in t if isinstance(i, tuple) and id(i) not in done)
+            continue
+        done[id(t)] = ATuple(tuple(done[id(i)] if isinstance(i, tuple) else _abstract_of_leaf(i)
+                                   for i in t))
+    return done[id(value)]
+
+
+def _abstract_of_leaf(value: Any) -> AbstractValue:
+    """:func:`abstract_of_value` of anything but a tuple."""
     from anfir.values import DTYPE_TO_NUMPY, NUMPY_TO_DTYPE, DType, GradEnv, SymbolicKey, dtype_of_array
 
     if isinstance(value, AbstractValue):
@@ -147,8 +235,6 @@ def abstract_of_value(value: Any) -> AbstractValue:
         return AString(value)
     if value is None:
         return ANone()
-    if isinstance(value, tuple):
-        return ATuple(tuple(abstract_of_value(v) for v in value))
     if isinstance(value, DType) and value.name in DTYPE_TO_NUMPY:
         return AType()
     if isinstance(value, GradEnv):
@@ -191,8 +277,8 @@ def map_graphs(a: AbstractValue, fn: Callable[[Any], Any], memo: dict | None = N
             hit = None
         if hit is not None:
             return hit
-        if isinstance(x, ATuple):
-            out: AbstractValue = ATuple(tuple(value(i) for i in x.items))
+        if isinstance(x, ATuple):  # (nested tuples with an explicit stack)
+            out: AbstractValue = map_tuple_leaves(x, value)
         elif isinstance(x, AFunction):
             out = AFunction(frozenset(atom(o) for o in x.options))
         elif isinstance(x, GraphSig):
@@ -227,4 +313,4 @@ def is_float_scalar(a: AbstractValue) -> bool:
 
 
 __all__ = ["ABottom", "BOTTOM", "JoinError", "UNKNOWN", "abstract_of_value", "contains_bottom",
-           "is_float_scalar", "join", "map_graphs", "sorted_atoms", "widen"]
+           "is_float_scalar", "join", "map_graphs", "map_tuple_leaves", "sorted_atoms", "widen"]

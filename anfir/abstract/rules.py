@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.lattice import JoinError, join
+from anfir.abstract.lattice import JoinError, join, map_tuple_leaves
 from anfir.abstract.shapes import (broadcast_shapes, broadcast_to_shape, dims_equal, fresh_dim,
                                    matmul_shape, norm_dim, reduce_shape, reshape_shape, shape_text,
                                    transpose_shape)
@@ -136,6 +136,10 @@ def elementwise(name: str) -> Rule:
         tensors = [a for a in args if isinstance(a, ATensor)]
         if kind == "str":
             return AString()
+        if (len(tensors) == 1 and tensors[0].leading
+                and all(isinstance(a, AScalar) for a in args if a is not tensors[0])):
+            # One tensor of unknown rank >= 1 with scalars: the result has its shape.
+            return ATensor(dtype, None, tensors[0].leading)
         if kind == "t" or (tensors and any(t.shape is None for t in tensors)):
             shape = broadcast_shapes([t.shape for t in tensors], [t.dtype for t in tensors])
             return ATensor(dtype, shape)
@@ -276,12 +280,12 @@ def ones_like_rule(x: AbstractValue) -> AbstractValue:
 
 def zeros_like_rule(x: AbstractValue) -> AbstractValue:
     """``zeros_like(x)``: x's type; tuples elementwise; None for None/str; a GradEnv for functions."""
+    if isinstance(x, ATuple):  # (nested tuples with an explicit stack)
+        return map_tuple_leaves(x, zeros_like_rule)
     if isinstance(x, AScalar):
         return x.widen()
     if isinstance(x, ATensor):
         return x
-    if isinstance(x, ATuple):
-        return ATuple(tuple(zeros_like_rule(i) for i in x.items))
     if isinstance(x, (ANone, AString)):
         return ANone()
     if isinstance(x, (AFunction, AEnv)):
@@ -320,9 +324,24 @@ def array_rule(nested: AbstractValue) -> AbstractValue:
     """``array(t)``: the shape is the nesting of the tuple, the dtype numpy's."""
     from anfir.values import NUMPY_TO_DTYPE
 
-    def sample(a: AbstractValue) -> Any:
-        if isinstance(a, ATuple):
-            return tuple(sample(i) for i in a.items)
+    def sample(root: AbstractValue) -> Any:
+        # Nested tuples with an explicit stack (post-order), leaves by ``leaf``.
+        if not isinstance(root, ATuple):
+            return leaf(root)
+        done: dict[int, Any] = {}
+        stack: list[tuple[ATuple, bool]] = [(root, False)]
+        while stack:
+            t, ready = stack.pop()
+            if id(t) in done:
+                continue
+            if not ready:
+                stack.append((t, True))
+                stack.extend((i, False) for i in t.items if isinstance(i, ATuple) and id(i) not in done)
+                continue
+            done[id(t)] = tuple(done[id(i)] if isinstance(i, ATuple) else leaf(i) for i in t.items)
+        return done[id(root)]
+
+    def leaf(a: AbstractValue) -> Any:
         if isinstance(a, AScalar):
             return a.value if isinstance(a.value, (bool, int, float)) else _sample(a)
         if isinstance(a, ATensor) and a.shape is not None and all(isinstance(d, int) for d in a.shape):
@@ -339,7 +358,7 @@ def cast_rule(x: AbstractValue, dtype: AbstractValue) -> AbstractValue:
     if isinstance(x, AScalar):
         return AScalar(name)
     if isinstance(x, ATensor):
-        return ATensor(name, x.shape)
+        return ATensor(name, x.shape, x.leading)
     raise AnfirTypeError(f"cast needs a number or a tensor, not {x}")
 
 

@@ -3,7 +3,8 @@
 A *binding* maps dimension-variable names to dimensions; it is shared by all
 the annotations of one signature, so ``w1: f64[D, H], w2: f64[H, K]`` makes the
 two ``H`` the same symbol.  ``*`` in a shape stands for any number of
-dimensions (the tensor's rank is then unknown when built from the annotation).
+dimensions (the tensor's rank is then unknown when built from the annotation,
+but the dimensions before the ``*`` are kept: ``ATensor.leading``).
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ def abstract_from_annotation(ann: TypeAnn, binding: Optional[Binding] = None) ->
     if isinstance(ann, ScalarAnn):
         return AString() if ann.dtype == "str" else AScalar(ann.dtype)
     if isinstance(ann, TensorAnn):
-        if "*" in ann.dims:
-            return ATensor(ann.dtype, None)
+        star = "*" in ann.dims
+        # With a ``*`` only the dimensions before it are kept (``f64[N, *]``: rank >= 1,
+        # first dimension N); the ones after it are checked on values, not represented.
+        written = ann.dims[:ann.dims.index("*")] if star else ann.dims
         dims: list[Dim] = []
-        for d in ann.dims:
+        for d in written:
             if isinstance(d, int):
                 dims.append(d)
             else:
                 dims.append(binding.setdefault(d, dim_symbol(d)))
+        if star:
+            return ATensor(ann.dtype, None, tuple(dims))
         return ATensor(ann.dtype, tuple(dims))
     if isinstance(ann, TupleAnn):
         return ATuple(tuple(abstract_from_annotation(i, binding) for i in ann.items))
@@ -62,6 +67,8 @@ def match_annotation(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Op
             return "not a tensor"
         if value.dtype != ann.dtype:
             return f"its dtype is {value.dtype}, not {ann.dtype}"
+        if value.shape is None:
+            return _match_leading(ann.dims, value.leading, binding)
         return _match_dims(ann.dims, value.shape, binding)
     if isinstance(ann, TupleAnn):
         if not isinstance(value, ATuple):
@@ -74,6 +81,17 @@ def match_annotation(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Op
                 return why
         return None
     raise TypeError(f"not an annotation: {ann!r}")
+
+
+def _match_leading(dims: tuple, leading: tuple[Dim, ...], binding: Binding) -> Optional[str]:
+    """Annotation ``dims`` against a tensor of unknown rank whose first dims are ``leading``."""
+    if "*" in dims:
+        head = dims[:dims.index("*")]
+        count = min(len(head), len(leading))
+        return _match_pairs(list(zip(head[:count], leading[:count])), binding)
+    if len(dims) < len(leading):
+        return f"rank at least {len(leading)}, not {len(dims)}"
+    return _match_pairs(list(zip(dims, leading)), binding)
 
 
 def _match_dims(dims: tuple, shape: Optional[tuple[Dim, ...]], binding: Binding) -> Optional[str]:
@@ -90,6 +108,11 @@ def _match_dims(dims: tuple, shape: Optional[tuple[Dim, ...]], binding: Binding)
         if len(shape) != len(dims):
             return f"rank {len(shape)}, not {len(dims)}"
         pairs = list(zip(dims, shape))
+    return _match_pairs(pairs, binding)
+
+
+def _match_pairs(pairs: list, binding: Binding) -> Optional[str]:
+    """Check (annotation dim, dim) pairs, binding new dimension variables."""
     for ann_dim, dim in pairs:
         if isinstance(ann_dim, int):
             if not dims_compatible(ann_dim, dim):

@@ -78,13 +78,26 @@ class AScalar(AbstractValue):
 
 @dataclass(frozen=True)
 class ATensor(AbstractValue):
-    """A numpy array of ``dtype`` whose shape is ``shape`` (None: any rank)."""
+    """A numpy array of ``dtype`` whose shape is ``shape`` (None: rank not known).
+
+    When the rank is not known, ``leading`` holds the dimensions known to come
+    first (``f64[N, *]``: ``shape=None, leading=(N,)``, so the rank is at least
+    ``len(leading)``); with a known ``shape`` it is always ``()``.  Code that
+    only looks at ``shape`` treats such a tensor as "any rank", which is sound.
+    """
 
     dtype: str
     shape: Optional[tuple[Dim, ...]]
+    leading: tuple[Dim, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.leading and self.shape is not None:
+            raise ValueError("ATensor: leading dimensions are only for a tensor of unknown rank")
 
     def __str__(self) -> str:
         if self.shape is None:
+            if self.leading:
+                return f"<{self.dtype}[{', '.join(dim_text(d) for d in self.leading)}, *]>"
             return f"<{self.dtype}[*]>"
         return f"<{self.dtype}[{', '.join(dim_text(d) for d in self.shape)}]>"
 
@@ -93,15 +106,71 @@ class ATensor(AbstractValue):
         """The number of dimensions, or None when unknown."""
         return None if self.shape is None else len(self.shape)
 
+    @property
+    def min_rank(self) -> int:
+        """The least number of dimensions the tensor can have."""
+        return len(self.leading) if self.shape is None else len(self.shape)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class ATuple(AbstractValue):
-    """A tuple whose elements are ``items``."""
+    """A tuple whose elements are ``items``.
+
+    Equality, hashing and text walk nested tuples with an explicit stack (a
+    constant may be a tuple nested thousands deep); the hash is cached.
+    """
 
     items: tuple[AbstractValue, ...]
 
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not ATuple:
+            return NotImplemented
+        stack: list[tuple[ATuple, ATuple]] = [(self, other)]  # type: ignore[list-item]
+        while stack:
+            a, b = stack.pop()
+            if len(a.items) != len(b.items):
+                return False
+            ha, hb = a.__dict__.get("_hash"), b.__dict__.get("_hash")
+            if ha is not None and hb is not None and ha != hb:
+                return False
+            for x, y in zip(a.items, b.items):
+                if x is y:
+                    continue
+                if x.__class__ is ATuple:
+                    if y.__class__ is not ATuple:
+                        return False
+                    stack.append((x, y))  # type: ignore[arg-type]
+                elif y.__class__ is ATuple or x != y:
+                    return False
+        return True
+
+    def __hash__(self) -> int:
+        cached = self.__dict__.get("_hash")
+        if cached is not None:
+            return cached
+        stack: list[tuple[ATuple, bool]] = [(self, False)]
+        while stack:
+            t, ready = stack.pop()
+            if "_hash" in t.__dict__:
+                continue
+            if ready:
+                h = hash(("ATuple",) + tuple(i.__dict__["_hash"] if i.__class__ is ATuple
+                                             else hash(i) for i in t.items))
+                object.__setattr__(t, "_hash", h)
+                continue
+            stack.append((t, True))
+            for i in t.items:
+                if i.__class__ is ATuple and "_hash" not in i.__dict__:
+                    stack.append((i, False))  # type: ignore[arg-type]
+        return self.__dict__["_hash"]
+
     def __str__(self) -> str:
-        return f"<Tuple({', '.join(str(i) for i in self.items)})>"
+        return _tuple_text(self, "<Tuple(", ")>", False, str)
+
+    def __repr__(self) -> str:
+        return _tuple_text(self, "ATuple(items=(", "))", True, repr)
 
 
 @dataclass(frozen=True)
@@ -262,6 +331,29 @@ class GraphSig(AbstractValue):
 
 
 # -- text helpers ------------------------------------------------------------
+def _tuple_text(root: "ATuple", opening: str, closing: str, one_comma: bool,
+                leaf: Any) -> str:
+    """Nested tuples as text with an explicit stack: ``opening`` items ``closing``,
+    items by ``leaf`` (``str`` or ``repr``); ``one_comma``: ``(x,)`` for one item."""
+    out: list[str] = []
+    stack: list[Any] = [root]
+    while stack:
+        item = stack.pop()
+        if item.__class__ is str:
+            out.append(item)
+        elif item.__class__ is ATuple:
+            parts: list[Any] = [opening]
+            for i, x in enumerate(item.items):
+                if i:
+                    parts.append(", ")
+                parts.append(x)
+            parts.append(("," if one_comma and len(item.items) == 1 else "") + closing)
+            stack.extend(reversed(parts))
+        else:
+            out.append(leaf(item))
+    return "".join(out)
+
+
 def dim_text(dim: Dim) -> str:
     """A dimension as text: ``3``, ``B``, ``2*B``."""
     if isinstance(dim, int):

@@ -28,7 +28,11 @@ Graph shapes (what the other phases rely on):
 * calls: ``CNode(graph, [callee, *args])`` located at the ``(``; tuples are
   ``make_tuple``, ``e[i]`` is ``tuple_getitem(e, i)``;
 * ``let x = e in b``: no node; uses of ``x`` are ``e``'s node, named ``x``
-  (and annotated) when it is a CNode;
+  (and annotated) when it is a CNode that ``e`` computed;
+* ``let x: T = e in b`` when ``e`` is not such a CNode (a parameter, another
+  let's node, a constant, a global): ``identity(e)`` named ``x``, annotated ``T``
+  and located at the annotation — an explicit check, so that every annotation
+  of one value is checked where it is written;
 * ``lambda``: a FuncGraph valued as ``ValueNode(graph)``, named after the let
   binding it, else ``lambda``;
 * ``if c then a else b`` in graph G: ``switch(c, ✓G, ✗G)()`` with two
@@ -68,6 +72,7 @@ _POW = PRIMITIVES["pow"]
 _SWITCH = PRIMITIVES["switch"]
 _MAKE_TUPLE = PRIMITIVES["make_tuple"]
 _GETITEM = PRIMITIVES["tuple_getitem"]
+_IDENTITY = PRIMITIVES["identity"]
 _TENSOR_DTYPES = tuple(t for t in SCALAR_TYPES if t != "str")
 
 TRUE_BRANCH = "✓"
@@ -437,13 +442,29 @@ class AnfBuilder(Transformer):
                     value = PendingUse(outer, value.line, value.col)
                 else:
                     value = outer
-            elif cls is CNode and value.name is None:
+            elif cls is CNode and value.name is None and value.annotation is None:
+                # The let names the node its expression computed.
                 value.name = name
-        if annotation is not None and (value.__class__ is CNode or value.__class__ is ValueNode):
-            # (An alias of a parameter keeps the parameter's own annotation.)
-            value.annotation = annotation
+                if annotation is not None:
+                    value.annotation = annotation
+                annotation = None
+        if annotation is not None:
+            # The value is not a node this let computed (a parameter, another
+            # let's node, a constant, a global...): the annotation is its own
+            # check, so every annotation of one value is checked at its place.
+            value = self.ascription(value, annotation, token, name)
         stack.append(value)
         return name
+
+    def ascription(self, value: Item, annotation: TypeAnn, token: Token, name: str) -> CNode:
+        """``let name: T = value`` where ``value`` is not a node the let computed:
+        ``identity(value)`` named ``name`` and annotated ``T`` (the specializer checks
+        each annotated CNode), located at the annotation."""
+        loc = annotation.loc or self.token_loc(token)
+        check = self.apply([ValueNode(_IDENTITY, loc), value], loc)
+        check.name = name
+        check.annotation = annotation
+        return check
 
     def let(self, c: list) -> Item:
         """``let_head EXPR``: the body's value; the name goes out of scope."""

@@ -186,6 +186,15 @@ class _Const:
         self.value = value
 
 
+class _Leading:
+    """The dims of ``<f64[N, *]>`` (a tensor of unknown rank whose first dims are known)."""
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims: tuple) -> None:
+        self.dims = dims
+
+
 @v_args(inline=True)
 class _IRBuilder(Transformer):
     """Builds graphs while Lark parses (callbacks run at each reduction)."""
@@ -577,7 +586,12 @@ class _IRBuilder(Transformer):
         return AScalar(SCALAR_DTYPES.get(str(name), str(name)), False)
 
     def abs_tensor(self, dtype: Token, dims: Any) -> ATensor:
+        if isinstance(dims, _Leading):  # ``<f64[N, *]>``: unknown rank, first dims known
+            return ATensor(str(dtype), None, dims.dims)
         return ATensor(str(dtype), dims)
+
+    def dims_leading(self, *dims: Any) -> "_Leading":
+        return _Leading(tuple(_norm_dim(d) for d in dims if d is not None))
 
     def dims_list(self, *dims: Any) -> tuple:
         return tuple(_norm_dim(d) for d in dims if d is not None)
