@@ -290,6 +290,8 @@ def zeros_like_rule(x: AbstractValue) -> AbstractValue:
         return ANone()
     if isinstance(x, (AFunction, AEnv)):
         return AEnv()
+    if isinstance(x, AAny):  # inside a tuple (a bare Any never reaches the rule): unknown too
+        return x
     raise AnfirTypeError(f"zeros_like cannot be applied to {x}")
 
 

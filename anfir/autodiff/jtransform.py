@@ -60,22 +60,43 @@ class JContext:
 
     The run-time ``J`` and ``anfir.grad`` share one default context (graphs
     are transformed once per process); the ``ad`` phase uses a fresh context
-    per compilation, so the graphs it hands to the optimizer are its own.
+    per compilation, so the graphs it hands to the optimizer are its own, and
+    the typing of ``J`` calls during inference uses one context per engine.
+
+    A cached ``▸g`` is only reused while ``g`` still captures the same free
+    variables: ``▸g`` captures exactly ``g``'s, so once a pass has changed them
+    (an optimizer folding away the only use of a captured node), the old
+    ``▸g`` no longer fits the closures made of ``g`` and is built again.
     """
 
-    def __init__(self, weak: bool = False) -> None:
+    def __init__(self, weak: bool = False, static: bool = False) -> None:
+        self.static = static
+        """Whether the graphs transformed are typed, so what depends on the arity of a
+        function value (the J-world partial) can be decided now (the ``ad`` phase)."""
         self.forward: Any = weakref.WeakKeyDictionary() if weak else {}
+        # The ids of the free variables ``g`` had when ``▸g`` was made.  The ids
+        # are stable: ``▸g`` refers to those very nodes and keeps them alive
+        # for as long as its entry exists (plain ints, so a weak key is not
+        # kept alive by its own entry).
+        self.captured: Any = weakref.WeakKeyDictionary() if weak else {}
         self.pending: list[tuple[FuncGraph, FuncGraph]] = []
 
     def request(self, graph: FuncGraph) -> FuncGraph:
-        """``▸graph``, created empty and queued if it is new."""
+        """``▸graph``, created empty and queued if it is new (or stale)."""
         forward = self.forward.get(graph)
-        if forward is None:
-            forward = FuncGraph(FORWARD + graph.name, graph.loc)
-            forward.flags["ad_of"] = graph.name
-            self.forward[graph] = forward
-            self.pending.append((graph, forward))
+        captured = _captured_ids(graph)
+        if forward is not None and self.captured.get(graph) == captured:
+            return forward
+        forward = FuncGraph(FORWARD + graph.name, graph.loc)
+        forward.flags["ad_of"] = graph.name
+        self.forward[graph] = forward
+        self.captured[graph] = captured
+        self.pending.append((graph, forward))
         return forward
+
+    def is_cached(self, graph: FuncGraph) -> bool:
+        """Whether ``▸graph`` is cached here and still fits ``graph``."""
+        return graph in self.forward and self.captured.get(graph) == _captured_ids(graph)
 
     def drain(self) -> None:
         """Build every queued graph (building may queue more: callees)."""
@@ -85,6 +106,7 @@ class JContext:
                 _ScopeTransform(graph, forward, self).build()
             except BaseException:
                 self.forward.pop(graph, None)
+                self.captured.pop(graph, None)
                 self.pending.clear()
                 raise
 
@@ -95,8 +117,16 @@ class JContext:
         return forward
 
 
+def _captured_ids(graph: FuncGraph) -> frozenset[int]:
+    """The identities of the nodes ``graph`` captures now (see :class:`JContext`)."""
+    manager = graph.manager or manage(graph)
+    return frozenset(id(node) for node in manager.free_variables_total(graph))
+
+
 _default_context = JContext(weak=True)
 _key_cache: "weakref.WeakKeyDictionary[Node, SymbolicKey]" = weakref.WeakKeyDictionary()
+# A forward node (a parameter or call of ``▸g``) -> the node of ``g`` it computes.
+_key_origin: "weakref.WeakKeyDictionary[Node, Node]" = weakref.WeakKeyDictionary()
 
 
 def j_graph(graph: FuncGraph, context: Optional[JContext] = None) -> FuncGraph:
@@ -108,7 +138,22 @@ def j_graph(graph: FuncGraph, context: Optional[JContext] = None) -> FuncGraph:
 
 
 def node_key(node: Node, manager: Manager) -> SymbolicKey:
-    """The GradEnv key naming ``node`` (stable and readable: ``f/loop:3``)."""
+    """The GradEnv key naming ``node`` (stable and readable: ``f/loop:3``).
+
+    A node of ``▸g`` has the key of the node of ``g`` it computes: ``J`` of a
+    closure of ``h`` is a closure of ``▸h`` over the same values, and its
+    gradient passes straight through to the closure of ``h``, so the GradEnv
+    that ``▸h``'s transform fills (keyed by ``▸h``'s free variables, nodes of
+    an enclosing ``▸g``) must be read by ``◂g`` with ``h``'s own keys (grad
+    of a function whose body takes ``grad`` of a closure over its argument).
+    """
+    origin = _key_origin.get(node)
+    if origin is not None:
+        while origin is not None:  # ▸▸g -> ▸g -> g, a loop: one step per order of derivative
+            node = origin
+            origin = _key_origin.get(node)
+        if node.graph is not None and node.graph.manager is not None:
+            manager = node.graph.manager  # the original's, which knows its graph
     key = _key_cache.get(node)
     if key is None:
         graph = node.graph
@@ -170,6 +215,7 @@ class _ScopeTransform:
                 q = fwd.add_parameter(p.name or "x", p.loc)
                 q.abstract = None
                 self.value[p] = q
+                _key_origin[q] = p
         for g in self.scope:
             self._forward_body(g)
         for g in self.scope:
@@ -235,10 +281,10 @@ class _ScopeTransform:
             if isinstance(prim, Primitive) and prim is not P["partial"]:
                 y = CNode(fwd, [callee, *args], loc, node.name)
             elif prim is P["partial"]:
-                from anfir.autodiff.runtime import j_partial_call
+                from anfir.autodiff.runtime import j_partial_maker
 
                 # The J-world partial calls a wrapper that regroups gradients.
-                maker = ValueNode(j_partial_call(len(args) - 1))
+                maker = j_partial_maker(node.inputs[1], len(args) - 1, self.context.static)
                 y = CNode(fwd, [callee, maker, *args], loc, node.name)
             else:
                 f = self.fmap(callee, g)
@@ -247,6 +293,7 @@ class _ScopeTransform:
                 self.bprop[node] = CNode(fwd, [ValueNode(P["tuple_getitem"]), t, ValueNode(1)], loc)
             y.abstract = None
             self.value[node] = y
+            _key_origin[y] = node
         out = self.fmap(g.output, g)
         fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), out, ValueNode(self.backward[g])],
                            self._note(g.output, g, FORWARD))
@@ -362,7 +409,7 @@ def j_graph_checked(graph: FuncGraph) -> FuncGraph:
     """``▸graph`` in the shared context (the run-time ``J``); a graph met for the
     first time is checked first, so every missing gradient rule in its reach is
     reported at once, with locations."""
-    if graph not in _default_context.forward:
+    if not _default_context.is_cached(graph):
         check_differentiable_graph(graph)
     return _default_context.j_graph(graph)
 

@@ -119,7 +119,8 @@ def j_primitive_value(prim: Primitive) -> Union[FuncGraph, MetaFunction]:
     if meta is None:
         meta = MetaFunction(f"J({prim.name})", f"the J-transform of {prim.name}",
                             prim.min_args, prim.max_args,
-                            generate=lambda args, p=prim: j_prim_graph(p, len(args)), internal=True)
+                            generate=lambda args, p=prim: j_prim_graph(p, len(args)), internal=True,
+                            generate_for_types=lambda args, p=prim: j_prim_graph(p, len(args)))
         _metas[prim.name] = meta
     return meta
 

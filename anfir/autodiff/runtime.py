@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
+from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, PrimFn
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
@@ -73,15 +74,25 @@ def j_meta(meta: MetaFunction) -> MetaFunction:
     if cached is None:
         from anfir.autodiff.jtransform import j_graph
 
+        typed = meta.generate_for_types
         cached = MetaFunction(f"J({meta.name})", f"the J-transform of {meta.name}",
                               meta.min_args, meta.max_args,
-                              generate=lambda args, m=meta: j_graph(m.generate(args)), internal=True)
+                              generate=lambda args, m=meta: j_graph(m.generate(args)), internal=True,
+                              # J(J_partial_call): typable when the meta function itself is.
+                              generate_for_types=None if typed is None else (
+                                  lambda args, t=typed: _j_of_generated(t(args))))
         _j_metas[id(meta)] = cached
         _keepalive.append(meta)
     return cached
 
 
 _keepalive: list[MetaFunction] = []
+
+
+def _j_of_generated(graph: Optional[FuncGraph]) -> Optional[FuncGraph]:
+    from anfir.autodiff.jtransform import j_graph
+
+    return None if graph is None else j_graph(graph)
 
 
 def j_partial_call(nbound: int) -> MetaFunction:
@@ -93,7 +104,10 @@ def j_partial_call(nbound: int) -> MetaFunction:
         cached = MetaFunction(f"J_partial_call{nbound}", "a J-world partial application",
                               nbound + 1, None,
                               generate=lambda args, k=nbound: _partial_call_graph(k, len(args) - 1 - k),
-                              internal=True)
+                              internal=True,
+                              # Only the argument count matters: the specializer can type it.
+                              generate_for_types=lambda args, k=nbound: _partial_call_graph(
+                                  k, len(args) - 1 - k))
         _partial_calls[nbound] = cached
     return cached
 
@@ -101,8 +115,63 @@ def j_partial_call(nbound: int) -> MetaFunction:
 def _partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     key = ("partial", nbound, nrest)
     graph = _grad_graphs.get(key)
-    if graph is not None:
-        return graph
+    if graph is None:
+        graph = _grad_graphs[key] = partial_call_graph(nbound, nrest)
+    return graph
+
+
+def j_partial_maker(fn: Node, nbound: int, static: bool) -> Node:
+    """What the J-world ``partial(fn, a...)`` (``nbound`` arguments bound) binds first.
+
+    With ``static`` (the ``ad`` phase, on a typed program) and the arity of
+    ``fn`` known from its constant or its type, a fresh regrouping graph for
+    that arity — a plain graph the optimizer and the printers handle; otherwise
+    the meta function :func:`j_partial_call`, which makes it at run time.
+    """
+    if static:
+        nparams = static_arity(fn)
+        if nparams is not None and nparams >= nbound:
+            return ValueNode(partial_call_graph(nbound, nparams - nbound), fn.loc)
+    return ValueNode(j_partial_call(nbound))
+
+
+def static_arity(node: Node) -> Optional[int]:
+    """The number of arguments of the function ``node`` stands for, when its
+    constant or its abstract value says so (the same for every function it may
+    be); None otherwise."""
+    value = node.value if isinstance(node, ValueNode) else None
+    if isinstance(value, FuncGraph):
+        return len(value.parameters)
+    if isinstance(value, Primitive):
+        return value.min_args if value.max_args == value.min_args else None
+    abstract = node.abstract
+    if not isinstance(abstract, AFunction):
+        return None
+    arities = {atom_arity(atom) for atom in abstract.options}
+    arities.discard(None)  # (an option whose arity varies takes the others' count)
+    return arities.pop() if len(arities) == 1 else None
+
+
+def atom_arity(atom: Any) -> Optional[int]:
+    """The number of arguments a function atom takes (None if it varies or is unknown)."""
+    bound = 0
+    while isinstance(atom, (PartialFn, JFn, GradFn)):  # J and grad keep the arity
+        if isinstance(atom, PartialFn):
+            bound += len(atom.args)
+        atom = atom.fn
+    if isinstance(atom, GraphFn):
+        return len(atom.graph.parameters) - bound
+    if isinstance(atom, PrimFn):
+        prim = atom.prim
+        max_args = getattr(prim, "max_args", None)
+        if max_args is not None and prim.min_args == max_args:
+            return max_args - bound
+    return None
+
+
+def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
+    """A new graph ``(f', a'..., b'...) -> (value, ◂)`` calling ``f'`` and regrouping
+    its gradients as ``((d_f, d_a...), d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
     fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}")
     f = fwd.add_parameter("f")
     xs = [fwd.add_parameter(f"x{i}") for i in range(nbound + nrest)]
@@ -116,7 +185,6 @@ def _partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     rest = [_item(bwd, grads, nbound + 1 + i) for i in range(nrest)]
     bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), bound, *rest])
     fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), value, ValueNode(bwd)])
-    _grad_graphs[key] = fwd
     return fwd
 
 
@@ -204,5 +272,6 @@ def _item(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
     return CNode(graph, [ValueNode(P["tuple_getitem"]), t, ValueNode(i)], loc)
 
 
-__all__ = ["GradEnv", "arity_of", "build_grad_body", "generate_grad", "grad_graph", "j_meta",
-           "j_partial_call", "j_value", "normalize_wrt"]
+__all__ = ["GradEnv", "arity_of", "atom_arity", "build_grad_body", "generate_grad", "grad_graph",
+           "j_meta", "j_partial_call", "j_partial_maker", "j_value", "normalize_wrt",
+           "partial_call_graph", "static_arity"]

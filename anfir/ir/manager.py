@@ -186,6 +186,22 @@ class Manager:
                     if not holders and target not in self.roots and target in self.graphs:
                         self._release_graph(target, todo)
 
+    def release_if_unused(self, graph: FuncGraph) -> bool:
+        """Stop tracking ``graph`` if it is no root and no constant holds it; return
+        whether it was released.
+
+        Releasing happens by itself when a graph's last constant goes; a graph
+        acquired only as the owner of a free variable (a closure's enclosing
+        graph, inlined away) has no constant to lose when that free variable
+        goes, so whoever proves it dead releases it with this.
+        """
+        if graph not in self.graphs or graph in self.roots or self.graph_value_nodes.get(graph):
+            return False
+        todo: list[tuple[User, int, Node]] = []
+        self._release_graph(graph, todo)
+        self._drop_edges(todo)
+        return True
+
     def _release_graph(self, graph: FuncGraph, todo: list) -> None:
         if graph.has_output:
             todo.append((graph, OUTPUT, graph.output))

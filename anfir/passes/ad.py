@@ -24,17 +24,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, PrimFn
+from anfir.abstract.lattice import BOTTOM, abstract_of_value
+from anfir.abstract.values import AFunction, AScalar, ATensor, GraphFn
 from anfir.autodiff import rules as _rules  # noqa: F401  (registers the gradient cleanup rules)
 from anfir.autodiff import typing as _typing  # noqa: F401  (types calls of J-transformed functions)
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
-from anfir.autodiff.runtime import grad_graph, normalize_wrt
+from anfir.autodiff.runtime import grad_graph, normalize_wrt, static_arity
 from anfir.errors import AnfirError, GradientError
 from anfir.ir.clone import clone_scope, inline_call
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.walk import reachable_graphs, toposort
+from anfir.ir.walk import toposort
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES
 from anfir.primitives.registry import MetaFunction
 
@@ -47,13 +48,13 @@ _GRADS = (META_FUNCTIONS["grad"], META_FUNCTIONS["value_and_grad"])
 def run(program: "Program") -> "Program":
     """Expand every ``grad``/``value_and_grad`` call of the program (innermost first)."""
     manager = program.require_manager()
-    context = JContext()
+    context = JContext(static=True)
     count = 0
     while True:
         calls = _meta_calls(manager)
         if not calls:
             break
-        call = _innermost(calls)
+        call = _innermost(calls, manager)
         _expand(manager, call, context)
         count += 1
     if count:
@@ -90,14 +91,38 @@ def _meta_calls(manager: Manager) -> list[CNode]:
     return found
 
 
-def _innermost(calls: list[CNode]) -> CNode:
+def _innermost(calls: list[CNode], manager: Manager) -> CNode:
     """A call whose differentiated function reaches no other grad call."""
     owners = {call.graph for call in calls}
+    pending: set[Node] = set(calls)
     for call in calls:
-        target = _known_graph(call.inputs[1]) if len(call.inputs) > 1 else None
-        if target is None or not owners.intersection(reachable_graphs([target])):
+        fn = call.inputs[1] if len(call.inputs) > 1 else None
+        if fn in pending:
+            continue  # grad(grad(f)): the inner call becomes a known closure first
+        target = _known_graph(fn) if fn is not None else None
+        if target is None or owners.isdisjoint(_code_of(target, manager)):
             return call
     return calls[0]  # a grad reaching itself (recursion through grad): any order works
+
+
+def _code_of(target: FuncGraph, manager: Manager) -> list[FuncGraph]:
+    """The graphs whose code ``J(target)`` transforms: ``target`` and every graph it
+    reaches through graph constants (nested closures, callees).
+
+    Graphs only reached through free variables are not among them: a closure's
+    enclosing graph has already computed the values it captures, so a ``grad``
+    there (``grad(lambda (z) grad(lambda (y) y * z end)(z) end)``) is outside
+    the inner differentiated function and must not keep it from going first.
+    """
+    seen: dict[FuncGraph, None] = {target: None}
+    queue = [target]
+    while queue:
+        graph = queue.pop()
+        for used in manager.graphs_used.get(graph, ()):
+            if used not in seen:
+                seen[used] = None
+                queue.append(used)
+    return list(seen)
 
 
 def _known_graph(node: Node) -> Optional[FuncGraph]:
@@ -107,36 +132,50 @@ def _known_graph(node: Node) -> Optional[FuncGraph]:
 
 
 def _arity(node: Node) -> int:
-    graph = _known_graph(node)
-    if graph is not None:
-        return len(graph.parameters)
-    abstract = node.abstract
-    if isinstance(abstract, AFunction):
-        arities = {_atom_arity(atom) for atom in abstract.options}
-        arities.discard(None)
-        if len(arities) == 1:
-            return arities.pop()
+    arity = static_arity(node)
+    if arity is not None:
+        return arity
     raise GradientError("grad needs a function whose number of arguments is known at compile time",
                         node.loc)
 
 
-def _atom_arity(atom: Any) -> Optional[int]:
-    if isinstance(atom, GraphFn):
-        return len(atom.graph.parameters)
-    if isinstance(atom, PrimFn):
-        prim = atom.prim
-        if getattr(prim, "max_args", None) is not None and prim.min_args == prim.max_args:
-            return prim.min_args
-        return None
-    if isinstance(atom, PartialFn):
-        inner = _atom_arity(atom.fn)
-        return None if inner is None else inner - len(atom.args)
-    if isinstance(atom, (JFn, GradFn)):
-        return _atom_arity(atom.fn)
-    return None
+def _fails_when_called(manager: Manager, call: CNode) -> bool:
+    """Replace the calls of ``grad(f)`` that can only raise; True if no other use is left.
+
+    The specializer types a gradient w.r.t. an integer argument as ⊥ (no value)
+    instead of rejecting the program: like ``anfir.run``, which raises only if
+    it gets there, the compiled program raises the located error only on the
+    path that calls it.  Each such call becomes ``grad_arg_check(n, n)`` on the
+    integer argument — the check that raises that error at run time — or, for a
+    call that is ⊥ because an argument is, that argument (which raises first).
+    """
+    users = list(manager.users.get(call, {}))
+    indices = [n.value for n in call.inputs[2:] if isinstance(n, ValueNode) and type(n.value) is int]
+    for site, index in users:
+        if not (isinstance(site, CNode) and index == 0 and site.abstract is BOTTOM):
+            continue
+        args = site.inputs[1:]
+        failing = next((a for a in args if a.abstract is BOTTOM), None)
+        if failing is None:
+            wrt = [args[i] for i in (indices or [0]) if -len(args) <= i < len(args)]
+            integer = next((a for a in wrt if _is_integer(a.abstract)), None)
+            if integer is None:
+                continue  # ⊥ for another reason: left to the expansion
+            check = ValueNode(PRIMITIVES["grad_arg_check"], site.loc)
+            check.abstract = abstract_of_value(PRIMITIVES["grad_arg_check"])
+            failing = CNode(site.graph, [check, integer, integer], site.loc, site.name)
+            failing.abstract = BOTTOM
+        manager.replace(site, failing)
+    return not manager.users.get(call)
+
+
+def _is_integer(abstract: Any) -> bool:
+    return isinstance(abstract, (AScalar, ATensor)) and not abstract.dtype.startswith("f")
 
 
 def _expand(manager: Manager, call: CNode, context: JContext) -> None:
+    if _fails_when_called(manager, call):
+        return
     meta: MetaFunction = call.inputs[0].value  # type: ignore[attr-defined]
     if len(call.inputs) < 2:
         raise GradientError(f"{meta.name} needs a function", call.loc)

@@ -246,6 +246,8 @@ def remove_dead_graphs(manager: Manager) -> int:
     for g in dead:
         if g in manager.graphs and g.has_output:
             g.output = ValueNode(None)
+    for g in dead:  # those only a (now gone) free variable had brought in
+        manager.release_if_unused(g)
     return len(dead)
 
 

@@ -72,7 +72,16 @@ def specialize(entry: FuncGraph, arg_abstracts: Optional[Sequence[Any]] = None) 
         return spec  # type: ignore[return-value]
 
     spec = engine.drive(root())
+    _raise_if_always_failing(engine, spec.out)  # type: ignore[attr-defined]
     return provider.finalize(engine, spec)  # type: ignore[arg-type]
+
+
+def _raise_if_always_failing(engine: Engine, out: AbstractValue) -> None:
+    """Reject a program whose result is ⊥ because a call on every path raises (a
+    gradient w.r.t. an integer); one that only might reach such a call compiles, and
+    raises there when it runs, as ``anfir.run`` does."""
+    if out is BOTTOM and engine.failures:
+        raise engine.failures[0]
 
 
 def run(entry: FuncGraph, arg_abstracts: Optional[Sequence[Any]] = None) -> FuncGraph:
@@ -101,6 +110,7 @@ def infer_new_graph(graph: FuncGraph, arg_abstracts: Sequence[AbstractValue]) ->
 
     try:
         out = engine.drive(root())
+        _raise_if_always_failing(engine, out)
     except BaseException:
         graph.abstract = saved
         raise
@@ -122,6 +132,7 @@ def infer_call(callee_abstract: AbstractValue, arg_abstracts: Sequence[AbstractV
         return (yield from engine.call(callee_abstract, tuple(arg_abstracts), site))  # type: ignore[arg-type]
 
     out = engine.drive(root())
+    _raise_if_always_failing(engine, out)
     provider.finish(engine)
     if out is BOTTOM:
         raise InferenceError("the call never returns a value", loc)

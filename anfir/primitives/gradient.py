@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from anfir.errors import GradientError
-from anfir.primitives.registry import declare
+from anfir.primitives.registry import PRIMITIVES, declare
 from anfir.values import GradEnv, SymbolicKey
 
 FAMILY = "gradient"
@@ -220,9 +220,25 @@ def _infer_gadd(a: Any, b: Any) -> Any:
     try:
         return _widen(join(a, b))
     except JoinError:
-        from anfir.errors import AnfirTypeError
+        pass
+    # The contributions to one gradient may differ in dtype: an integer intermediate
+    # used with floats (``(n, x)[0] * x``) gets float gradients next to its integer
+    # zeros.  At run time ``gadd`` is ``a + b``, which promotes; type it the same way.
+    from anfir.abstract.values import ANone, AScalar, ATensor, ATuple
+    from anfir.errors import AnfirError, AnfirTypeError
 
-        raise AnfirTypeError(f"cannot add gradients of types {a} and {b}") from None
+    if isinstance(a, ANone):
+        return _widen(b)
+    if isinstance(b, ANone):
+        return _widen(a)
+    if isinstance(a, ATuple) and isinstance(b, ATuple) and len(a.items) == len(b.items):
+        return ATuple(tuple(_infer_gadd(x, y) for x, y in zip(a.items, b.items)))
+    if isinstance(a, (AScalar, ATensor)) and isinstance(b, (AScalar, ATensor)):
+        try:
+            return _widen(PRIMITIVES["add"].infer(a, b))
+        except AnfirError:
+            pass
+    raise AnfirTypeError(f"cannot add gradients of types {a} and {b}") from None
 
 
 def _like_shape(g: Any, x: Any, dtype_from: Any) -> Any:

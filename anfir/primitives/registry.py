@@ -82,6 +82,12 @@ class MetaFunction:
     arity of a function argument, constant indices)."""
     internal: bool = False
     """True for meta functions only transformations create."""
+    generate_for_types: Optional[Callable[[tuple], Any]] = None
+    """``generate_for_types(abstract_args) -> FuncGraph | None``: the graph
+    ``generate`` would make for arguments of these abstract values, or None
+    when they do not determine it.  The specializer types a call of the meta
+    function as a call of that graph (it types a private copy, so the graph
+    may be a shared, cached one)."""
 
     def __repr__(self) -> str:
         return self.name

@@ -1,0 +1,283 @@
+"""A program that ``anfir.run`` evaluates must compile, and compute the same value.
+
+Regression tests for compile/run disagreements in the autodiff: a stale
+``▸g`` left in the run-time J cache by typing, ``grad`` through ``partial``,
+gradients of integer intermediates, grad of grad through closures — and a
+bounded property over generated programs (closures, ``if``, local recursion,
+tuples, ``partial`` and ``grad``).
+
+Known gaps the generator steers around (reported, not fixed here): a function
+bound by ``partial`` inside a differentiated function that closes over the
+differentiated parameter, under grad of grad, can leave a free variable at the
+root after optimization; and one function value bound by two ``partial``
+nodes and called with different argument types gets one generic (``Any``)
+specialization whose transform the ``ad`` phase cannot type twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import anfir
+from anfir.errors import AnfirError, GradientError
+from anfir.primitives import PRIMITIVES
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same(x, y) for x, y in zip(a, b)))
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, equal_nan=True))
+
+
+def _both(src: str, entry: str, *args: Any) -> tuple[Any, Any]:
+    """``anfir.run`` of the parsed program, and of the compiled one."""
+    ran = anfir.run(anfir.parse(src, "t.anf")[entry], *args)
+    compiled = anfir.compile(anfir.parse(src, "t.anf"), entry=entry, args=list(args))
+    return ran, anfir.run(compiled, *args)
+
+
+# -- 1. typing must not leave a stale ▸g in the run-time J cache ----------------------
+STALE = ("def main(x, y) = grad(lambda (p3) (let v4 = lambda (i, a4) if i < 0 then "
+         "v4(i + 1, (x, 0.0)[1]) else a4 end in v4(0, 0.0)) * p3 end)(0.0)\n")
+
+
+def test_optimized_away_free_variable_does_not_leave_a_stale_transform() -> None:
+    ran, compiled = _both(STALE, "main", 1.0, 2.0)
+    assert ran == compiled == 0.0
+
+
+def test_compiled_gradient_graph_runs_repeatedly_from_the_cache() -> None:
+    from anfir.autodiff import jtransform
+
+    graph = anfir.compile(anfir.parse(STALE, "t.anf"), entry="main", args=[1.0, 2.0])
+    assert anfir.run(graph, 1.0, 2.0) == 0.0
+    cached = dict(jtransform._default_context.forward.items())
+    for _ in range(3):
+        assert anfir.run(graph, 1.0, 2.0) == 0.0
+    # Repeated runs reuse the transforms made by the first one.
+    assert dict(jtransform._default_context.forward.items()) == cached
+
+
+def test_j_cache_rebuilds_a_transform_whose_free_variables_changed() -> None:
+    from anfir.autodiff.jtransform import JContext
+    from anfir.ir.manager import manage
+
+    mod = anfir.parse("def f(x) = let h = lambda (y) (x, 1.0)[1] * y end in h(x)\n")
+    graph = mod["f"]
+    manager = manage(graph)
+    h = next(g for g in manager.graphs if g.name == "h")
+    context = JContext()
+    first = context.j_graph(h)
+    assert manager.free_variables_total(h)
+    # Fold the tuple away, as the optimizer would: h no longer captures x.
+    item = next(n for n in manager.nodes[h] if n.is_apply(PRIMITIVES["tuple_getitem"]))
+    from anfir.ir.nodes import ValueNode
+
+    manager.replace(item, ValueNode(1.0))
+    assert not manager.free_variables_total(h)
+    second = context.j_graph(h)
+    assert second is not first
+    assert not manage(second).free_variables_total(second)
+    assert context.j_graph(h) is second
+
+
+# -- 2. grad through partial ---------------------------------------------------------
+PARTIAL = """
+def mul3(a, b, c) = a * b * c
+def p1(x) = grad(lambda (y) partial(mul3, y, 2.0)(y) end)(x)
+def p2(x) = grad(lambda (y) let k = partial(lambda (a, b) a * b * x end, y) in k(y) + k(1.0) end)(x)
+def p3(x) = grad(grad(lambda (y) let k = partial(lambda (a, b) a * b * x end, y) in k(y) + k(1.0) end))(x)
+def p4(x) = grad(lambda (y) partial(add, y)(y * y) end)(x)
+def ap(f, y) = f(y) * y
+def p5(x) = grad(lambda (y) ap(partial(mul3, y, y), y) end)(x)
+def p6(x) = grad(lambda (y) let k = if y > 0.0 then partial(mul3, y) else partial(lambda (a, b, c) a + b + c end, y) in k(y, 3.0) end)(x)
+"""
+PARTIAL_WANT: dict[str, Callable[[float], float]] = {
+    "p1": lambda x: 4 * x,
+    "p2": lambda x: 2 * x * x + x,          # d/dy (y*y*x + y*x) at y = x
+    "p3": lambda x: 2 * x,
+    "p4": lambda x: 1 + 2 * x,
+    "p5": lambda x: 4 * x ** 3,
+    "p6": lambda x: 6 * x if x > 0 else 2.0,
+}
+
+
+@pytest.mark.parametrize("entry", sorted(PARTIAL_WANT))
+@pytest.mark.parametrize("x", [1.5, -0.5])
+def test_grad_through_partial_compiles(entry: str, x: float) -> None:
+    ran, compiled = _both(PARTIAL, entry, x)
+    assert math.isclose(ran, PARTIAL_WANT[entry](x))
+    assert math.isclose(compiled, ran)
+
+
+# -- grad of grad: the inner grad's function closes over the outer argument -----------
+NESTED = """
+def g(z) = grad(lambda (y) y * y * z end)(z)
+def n1(x) = grad(g)(x)
+def n2(x) = grad(lambda (z) grad(lambda (y) y * y * z end)(z) end)(x)
+def g2(z) = grad(lambda (y) y * y * z * z end)(z)
+def n3(x) = grad(grad(g2))(x)
+def n4(x) = grad(grad(grad(lambda (y) y * y * y * x end)))(x)
+"""
+NESTED_WANT: dict[str, Callable[[float], float]] = {
+    "n1": lambda x: 4 * x,        # g(z) = 2 z^2
+    "n2": lambda x: 4 * x,
+    "n3": lambda x: 12 * x,       # g2(z) = 2 z^3
+    "n4": lambda x: 6 * x,
+}
+
+
+@pytest.mark.parametrize("entry", sorted(NESTED_WANT))
+def test_grad_of_grad_of_a_closure_over_the_outer_argument(entry: str) -> None:
+    ran, compiled = _both(NESTED, entry, 1.5)
+    assert math.isclose(ran, NESTED_WANT[entry](1.5))
+    assert math.isclose(compiled, ran)
+
+
+# -- 3. integers and gradients -------------------------------------------------------
+def test_integer_intermediate_mixing_with_floats_is_differentiated() -> None:
+    src = ("def main(x, y) = grad(lambda (p) (y, y)[1] * p end)(x)\n"
+           "def m2(x, y) = sum(ones((2, 3)) * partial(lambda (a, b) a - b end, "
+           "grad(lambda (p9) (1.0, y)[1] * p9 end)(sum(ones((2, 3)) * y)))"
+           "(grad(lambda (p12) (y, y)[1] * p12 end)((x, -1.5)[0])))\n")
+    assert _both(src, "main", 2.0, 2) == (2, 2)
+    ran, compiled = _both(src, "m2", 1.0, 2)
+    assert _same(ran, compiled)
+
+
+@pytest.mark.parametrize("mode", ["run", "compile"])
+def test_grad_with_respect_to_an_integer_argument_is_a_located_error(mode: str) -> None:
+    src = "def main(x, y) = grad(lambda (p) x * p end)(y)\n"
+    with pytest.raises(GradientError) as info:
+        if mode == "run":
+            anfir.run(anfir.parse(src, "t.anf")["main"], 2.0, 2)
+        else:
+            anfir.compile(anfir.parse(src, "t.anf"), entry="main", args=[2.0, 2])
+    assert str(info.value).startswith("t.anf:1:44:")
+    assert "integer" in str(info.value)
+
+
+UNTAKEN = """
+def main(x, y) = if x < 1.0 then 1.0 else grad(lambda (p) x * p end)(y)
+def twice(x, y) = if x < 1.0 then 1.0 else let g = grad(lambda (p) x * p end) in g(y) + g(1.0)
+def f(x, y) = grad(lambda (p) x * p end)(y)
+def callee(x, y) = if x < 1.0 then 1.0 else f(x, y)
+def loop(x, y) = let l = lambda (i) if i < 1 then grad(lambda (p) p * x end)(i) else x end in l(y)
+"""
+
+
+@pytest.mark.parametrize("entry", ["main", "twice", "callee", "loop"])
+def test_grad_wrt_an_integer_on_a_path_not_taken_compiles_and_raises_where_run_does(entry: str) -> None:
+    # Not taken: both give the value.
+    ran, compiled = _both(UNTAKEN, entry, 0.0 if entry != "loop" else 2.0, 2)
+    assert ran == compiled
+    # Taken: both raise the located gradient error, at the same place.
+    args = (2.0, 2) if entry != "loop" else (2.0, 0)
+    graph = anfir.compile(anfir.parse(UNTAKEN, "t.anf"), entry=entry, args=list(args))
+    with pytest.raises(GradientError) as from_run:
+        anfir.run(anfir.parse(UNTAKEN, "t.anf")[entry], *args)
+    with pytest.raises(GradientError) as from_compiled:
+        anfir.run(graph, *args)
+    assert str(from_compiled.value) == str(from_run.value)
+    assert "integer" in str(from_run.value)
+
+
+# -- the property --------------------------------------------------------------------
+FLOATS = st.sampled_from(["0.0", "1.0", "-1.5", "2.0", "0.5", "3.0"])
+KINDS = ["leaf", "bin", "let", "if", "clo", "tup", "call", "loop", "hof", "grad", "tensor",
+         "esc", "partial", "partial_grad"]
+
+
+@st.composite
+def _expr(draw: Any, names: tuple[str, ...], depth: int, counter: list[int],
+          callees: tuple[str, ...]) -> str:
+    """A random expression over ``names`` (built top-down; depth is bounded)."""
+
+    def leaf() -> str:
+        return draw(st.sampled_from(names)) if draw(st.booleans()) else draw(FLOATS)
+
+    if depth <= 0:
+        return leaf()
+    kind = draw(st.sampled_from(KINDS))
+    counter[0] += 1
+    n = counter[0]
+    v, p = f"v{n}", f"p{n}"
+
+    def sub(extra: tuple[str, ...] = ()) -> str:
+        return draw(_expr(names + extra, depth - 1, counter, callees))
+
+    if kind == "leaf":
+        return leaf()
+    if kind == "bin":
+        return f"({sub()} {draw(st.sampled_from(['+', '-', '*']))} {sub()})"
+    if kind == "let":
+        return f"(let {v} = {sub()} in {sub((v,))})"
+    if kind == "if":
+        return f"(if {sub()} < {sub()} then {sub()} else {sub()})"
+    if kind == "clo":
+        return f"(let {v} = lambda ({p}) {sub((p,))} end in {v}({sub()}) + {v}({sub()}))"
+    if kind == "tup":
+        return f"({sub()}, {sub()})[{draw(st.integers(0, 1))}]"
+    if kind == "call":
+        return f"{draw(st.sampled_from(callees))}({sub()}, {sub()})"
+    if kind == "loop":
+        bound = draw(st.integers(0, 3))
+        return (f"(let {v} = lambda (i, a{n}) if i < {bound} then {v}(i + 1, {sub(('a' + str(n),))}) "
+                f"else a{n} end in {v}(0, {sub()}))")
+    if kind == "hof":
+        return f"(let {v} = lambda (g, z) g(g(z)) end in {v}(lambda (q) q * {sub()} end, {sub()}))"
+    if kind == "grad":
+        # ``* 1.0``: the point is a float even when it is computed from the integer y.
+        return f"grad(lambda ({p}) {sub((p,))} * {p} end)({sub()} * 1.0)"
+    if kind == "tensor":
+        return f"sum(ones((2, 3)) * {sub()})"
+    if kind == "esc":
+        return f"(let {v} = lambda ({p}) lambda () {p} + {sub()} end end in {v}({sub()})())"
+    if kind == "partial":
+        return f"partial(lambda (a, b) a - b end, {sub()})({sub()})"
+    # partial inside a differentiated function; the bound function does not close over
+    # the differentiated parameter and is called with a float (see the module docstring)
+    return (f"grad(lambda ({p}) partial(lambda (a, b) a * b - {sub()} end, {p})({sub((p,))} * 1.0) "
+            f"end)({sub()} * 1.0)")
+
+
+@st.composite
+def _programs(draw: Any) -> str:
+    counter = [0]
+    h1 = draw(_expr(("a", "b"), 2, counter, ("add",)))
+    h0 = draw(_expr(("a", "b"), 2, counter, ("h1",)))
+    main = draw(_expr(("x", "y"), 3, counter, ("h0", "h1")))
+    return f"def h0(a, b) = {h0}\ndef h1(a, b) = {h1}\ndef main(x, y) = {main}\n"
+
+
+# Rejections that are the type system's by design (a program whose branches
+# return values of different types is ill-typed even if run never takes one).
+_STATIC_ONLY = ("different types", "branches")
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.data_too_large])
+@given(src=_programs(), x=st.sampled_from([0.0, 1.0, -1.5, 2.0, 0.5]),
+       y=st.sampled_from([1.0, 2, -3, 0.5]))
+def test_generated_programs_compute_the_same_value_compiled(src: str, x: float, y: Any) -> None:
+    try:
+        expected = anfir.run(anfir.parse(src, "gen.anf").entry, x, y)
+    except AnfirError:
+        return
+    try:
+        graph = anfir.compile(anfir.parse(src, "gen.anf"), entry="main", args=[x, y])
+    except AnfirError as exc:
+        if any(text in str(exc) for text in _STATIC_ONLY):
+            return
+        raise
+    got = anfir.run(graph, x, y)
+    assert _same(got, expected), (src, x, y, got, expected)
