@@ -23,7 +23,7 @@ from anfir.eval.opcodes import BRANCH, P1, P2, RET, TBRANCH, TCALLG
 from anfir.ir import CNode, FuncGraph, Location, Module, ValueNode
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction
 from anfir.values import Closure, Partial
-from spec_examples import PAPER
+from spec_examples import CLOSURE, FIBONACCI, HOF, MLP, PAPER, POWER
 
 P = PRIMITIVES
 
@@ -624,38 +624,7 @@ def test_call_function_on_primitives_and_errors() -> None:
 
 # -- the spec's examples through the parser ------------------------------------------------
 
-PROGRAM = """
-def hof(x) =
-  let f = lambda (x) x + 3 end in
-  let g = lambda (function, x) function(x) * function(x) end in
-  g(f, x)
-
-def fibonacci(n) =
-  if n < 1 then 0
-  else if n == 1 then 1
-  else fibonacci(n - 1) + fibonacci(n - 2)
-
-def func_outer(a, b) =
-  lambda (c) a + b + c end
-
-def ms_closure() =
-  let closure = func_outer(1, 2) in
-  let out1 = closure(1) in
-  let out2 = closure(2) in
-  (out1, out2)
-
-def power(x, n) =
-  let loop = lambda (i, acc)
-    if i < n then loop(i + 1, acc * x) else acc end in
-  loop(0, 1.0)
-
-def dpower(x) = grad(power)(x, 3)      # 3 * x ** 2
-
-def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
-  let h = tanh(x @ w1) in
-  let out = h @ w2 in
-  sum((out - y) ** 2) / 2
-
+PROGRAM = "\n".join([HOF, FIBONACCI, CLOSURE, POWER, MLP, """\
 def count(i, n, acc) = if i < n then count(i + 1, n, acc + i) else acc
 
 def rsum(n) = if n == 0 then 0 else n + rsum(n - 1)
@@ -683,7 +652,7 @@ def call_int(x) = x(1)
 def arity(f) = f(1, 2)
 
 def bad_add(a, b) = a + b
-"""
+"""])
 
 
 @pytest.fixture(scope="module")

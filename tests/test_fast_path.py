@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import anfir
-from spec_examples import PAPER, MLP
+from spec_examples import CLOSURE, HOF, MLP, PAPER
 
 CLOSE = dict(rel_tol=1e-12, abs_tol=1e-12)
 """The tolerance for formulas computed outside anfir."""
@@ -48,28 +48,14 @@ def same(a: Any, b: Any) -> bool:
 
 # -- the spec's examples --------------------------------------------------------------------
 
-CLOSURES = """\
-def func_outer(a, b) =
-  lambda (c) a + b + c end
-
-def ms_closure() =
-  let closure = func_outer(1, 2) in
-  let out1 = closure(1) in
-  let out2 = closure(2) in
-  (out1, out2)
-
-def hof(x) =
-  let f = lambda (x) x + 3 end in
-  let g = lambda (function, x) function(x) * function(x) end in
-  g(f, x)
-
+CLOSURES = "\n".join([CLOSURE, HOF, """\
 def adder(k) = lambda (v) v + k end
 
 def compose(x) =
   let add2 = adder(2.0) in
   let twice = lambda (f, v) f(f(v)) end in
   twice(add2, x) * twice(adder(x), 1.0)
-"""
+"""])
 
 
 def test_paper_example_compiles_to_the_same_value() -> None:

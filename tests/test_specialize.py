@@ -23,51 +23,10 @@ from anfir.ir.walk import reachable_graphs, toposort
 from anfir.passes.specialize import (abstract_of_value, infer_call, infer_new_graph, infer_node,
                                      run, specialize)
 from anfir.primitives import lookup
+from spec_examples import CLOSURE, FIBONACCI, HOF, MLP, PAPER, POWER
 
-SPEC = '''
-def fibonacci(n) =
-  if n < 1 then 0
-  else if n == 1 then 1
-  else fibonacci(n - 1) + fibonacci(n - 2)
+SPEC = "\n".join([FIBONACCI, HOF, CLOSURE, POWER, MLP])
 
-def hof(x) =
-  let f = lambda (x) x + 3 end in
-  let g = lambda (function, x) function(x) * function(x) end in
-  g(f, x)
-
-def func_outer(a, b) =
-  lambda (c) a + b + c end
-
-def ms_closure() =
-  let closure = func_outer(1, 2) in
-  let out1 = closure(1) in
-  let out2 = closure(2) in
-  (out1, out2)
-
-def power(x, n) =
-  let loop = lambda (i, acc)
-    if i < n then loop(i + 1, acc * x) else acc end in
-  loop(0, 1.0)
-
-def dpower(x) = grad(power)(x, 3)      # 3 * x ** 2
-
-def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
-  let h = tanh(x @ w1) in
-  let out = h @ w2 in
-  sum((out - y) ** 2) / 2
-'''
-
-PAPER = '''
-lambda (x, y)
-    let a = x - 1 in
-    let b = a + y in
-    let func = lambda (x, y)
-        let ret = x / y in
-        ret end in
-    let %1 = func(a, b) in
-    let c = b * %1 in
-    c end
-'''
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +147,8 @@ def test_mlp_loss_with_examples_checks_annotations(spec_mod: anfir.Module) -> No
     bad = [np.ones((3, 4)), np.ones((5, 2)), np.ones((5, 3)), np.ones((5, 2))]
     with pytest.raises(AnfirTypeError, match="dimension H") as info:
         specialize(spec_mod["mlp_loss"], bad)
-    located(info.value, 28, "w2: f64[H, K]")
+    mlp_line = SPEC.splitlines().index(MLP.splitlines()[0]) + 1
+    located(info.value, mlp_line, "w2: f64[H, K]")
 
 
 def test_user_graphs_are_not_modified(spec_mod: anfir.Module) -> None:
