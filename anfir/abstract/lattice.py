@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction
                                    AScalar, AString, ATensor, ATuple, AType, FunctionAtom, GradFn,
                                    GraphFn, GraphSig, JFn, PartialFn, PrimFn, scalar_dtype_of)
 from anfir.errors import AnfirTypeError
+from anfir.nested import fold_nested
 
 
 class ABottom(AbstractValue):
@@ -159,21 +160,14 @@ def _widen_leaf(a: AbstractValue) -> AbstractValue:
 def map_tuple_leaves(a: AbstractValue, leaf: Callable[[Any], Any]) -> AbstractValue:
     """``a`` with ``leaf`` applied to everything that is not a tuple, tuples rebuilt
     (a tuple whose items are all unchanged is kept).  An explicit stack: any depth."""
-    if a.__class__ is not ATuple:
-        return leaf(a)
-    done: dict[int, AbstractValue] = {}  # id of a tuple of ``a`` (kept alive by ``a``) -> result
-    stack: list[tuple[Any, bool]] = [(a, False)]
-    while stack:
-        t, ready = stack.pop()
-        if id(t) in done:
-            continue
-        if not ready:
-            stack.append((t, True))
-            stack.extend((i, False) for i in t.items if i.__class__ is ATuple and id(i) not in done)
-            continue
-        items = tuple(done[id(i)] if i.__class__ is ATuple else leaf(i) for i in t.items)
-        done[id(t)] = t if all(p is q for p, q in zip(items, t.items)) else ATuple(items)
-    return done[id(a)]
+    def combine(t: ATuple, items: list[Any]) -> AbstractValue:
+        return t if all(p is q for p, q in zip(items, t.items)) else ATuple(tuple(items))
+
+    return fold_nested(a, _items_of_atuple, combine, leaf)
+
+
+def _items_of_atuple(a: Any) -> Optional[tuple]:
+    return a.items if a.__class__ is ATuple else None
 
 
 def contains_bottom(a: AbstractValue) -> bool:
@@ -197,22 +191,9 @@ def abstract_of_value(value: Any) -> AbstractValue:
     tuples, strings and None map to ``ATuple``, ``AString``, ``ANone``; an
     :class:`AbstractValue` stands for itself.
     """
-    if not isinstance(value, tuple):
-        return _abstract_of_leaf(value)
-    # Nested tuples with an explicit stack (a constant may nest thousands deep).
-    done: dict[int, AbstractValue] = {}  # id of a tuple of ``value`` (kept alive by it) -> result
-    stack: list[tuple[Any, bool]] = [(value, False)]
-    while stack:
-        t, ready = stack.pop()
-        if id(t) in done:
-            continue
-        if not ready:
-            stack.append((t, True))
-            stack.extend((i, False) for i in t if isinstance(i, tuple) and id(i) not in done)
-            continue
-        done[id(t)] = ATuple(tuple(done[id(i)] if isinstance(i, tuple) else _abstract_of_leaf(i)
-                                   for i in t))
-    return done[id(value)]
+    # Nested tuples without recursion: a constant may nest thousands deep.
+    return fold_nested(value, lambda v: v if isinstance(v, tuple) else None,
+                       lambda _t, items: ATuple(tuple(items)), _abstract_of_leaf)
 
 
 def _abstract_of_leaf(value: Any) -> AbstractValue:
