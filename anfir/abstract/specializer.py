@@ -18,9 +18,11 @@ specialized program:
    branch (the branch not taken disappears);
 3. a call whose callee is a graph constant is redirected to the spec for its
    arguments' signature;
-4. any other use of a graph as a value is redirected to the graph's only live
-   spec; a graph used as a value with several signatures (or never called)
-   stays an untyped generic copy (see docs);
+4. ``partial(@g, a...)`` whose value is only called (directly, or by a graph it
+   is passed to) names the spec of ``g`` its calls need, copied once per spec
+   when they need several; any other use of a graph as a value is redirected
+   to the graph's only live spec; a graph used as a value with several
+   signatures (or never called) stays an untyped generic copy (see docs);
 5. ``GraphFn`` atoms inside abstract values are rewritten the same way, and
    every live spec gets ``graph.abstract = GraphSig(params, out)``.
 """
@@ -28,7 +30,7 @@ specialized program:
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from anfir.abstract.engine import MAX_SIGNATURES, Engine, Infer, Provider, Spec, set_parameters
 from anfir.abstract.lattice import map_graphs, widen
@@ -170,6 +172,110 @@ class CloneProvider(Provider):
         self.generic_specs[template] = spec
         return spec
 
+    def _partial_targets(self, live: dict[Spec, None], resolve: Callable[[Node], Node],
+                         in_context: Callable[[Optional[Spec], FuncGraph], Optional[FuncGraph]]
+                         ) -> dict[CNode, FuncGraph]:
+        """Specialize each ``partial(@g, a...)`` whose value is only ever called for the
+        signatures of its calls: map every such node to the spec of ``g`` it must name.
+
+        A graph used as a value with several signatures otherwise gets one generic
+        (untyped, ``Any``) version, and the ``ad`` phase cannot type the transform of
+        a generic graph for two signatures (``partial(f, p)(y) + partial(f, p)(x)``
+        with ``y`` an integer and ``x`` a float inside ``grad``).  The signature a
+        call of a partial value needs is the bound arguments' types followed by the
+        call's, exactly as the engine typed it (``PartialFn``), so such a ``partial``
+        can name its spec the way a direct call does.  A ``partial`` whose calls need
+        several specs (``let k = partial(f, p) in k(y) + k(x)``) is copied, one copy
+        per spec, each call using its own (the copies share the bound arguments and
+        are placed right after the original in their graph's order).  A partial
+        passed to a direct call of a graph names the spec that call (and what it
+        calls) needed, as a graph passed there does (``in_context``).
+
+        The value may be used only by calls in its own graph: a use anywhere else
+        (an output, a free variable of a nested graph, whose typing may be generic)
+        leaves the node to the general rule.  Every graph that could use it — the
+        live specs and the graphs nested in them — is scanned once.
+        """
+        from anfir.primitives.registry import PRIMITIVES
+
+        partial = PRIMITIVES["partial"]
+
+        def graph_partial(node: Node) -> bool:
+            if not (isinstance(node, CNode) and len(node.inputs) >= 2):
+                return False
+            head, fn = resolve(node.inputs[0]), node.inputs[1]
+            return (isinstance(head, ValueNode) and head.value is partial
+                    and isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph))
+
+        # partial node -> (user, input index, the spec it needs) for each use, in order.
+        needed: dict[CNode, list[tuple[CNode, int, Optional[Spec]]]] = {}
+        escapes: set[Node] = set()
+        scanned: set[FuncGraph] = set()
+        for s in live:
+            for g in self.info(s.graph).scope:
+                if g in scanned:
+                    continue
+                scanned.add(g)
+                own = self.spec_of_graph.get(g) in live
+                for node in self.info(g).order:
+                    if not isinstance(node, CNode):
+                        continue
+                    for i, raw in enumerate(node.inputs):
+                        inp = resolve(raw)
+                        if not graph_partial(inp):
+                            continue
+                        if not own or inp.graph is not g:
+                            escapes.add(inp)
+                            continue
+                        assert isinstance(inp, CNode)
+                        fn = inp.inputs[1].value  # type: ignore[attr-defined]
+                        spec = None
+                        if i == 0:  # called: the spec for the bound and the given arguments
+                            spec = self._spec_of_call(fn, [*inp.inputs[2:], *node.inputs[1:]])
+                        else:  # passed to a graph: the spec that call reaches
+                            head = resolve(node.inputs[0])
+                            if isinstance(head, ValueNode) and isinstance(head.value, FuncGraph):
+                                callee = self._spec_of_call(head.value, node.inputs[1:])
+                                found = in_context(callee, fn) if callee in live else None
+                                spec = self.spec_of_graph.get(found) if found is not None else None
+                        needed.setdefault(inp, []).append((node, i, spec if spec in live else None))
+                if g.has_output:
+                    escapes.add(resolve(g.output))
+        result: dict[CNode, FuncGraph] = {}
+        added: dict[FuncGraph, dict[CNode, list[CNode]]] = {}
+        for node, calls in needed.items():
+            if node in escapes or any(spec is None for _, _, spec in calls):
+                continue
+            copies: dict[Spec, CNode] = {}
+            for call, index, spec in calls:
+                assert spec is not None
+                copy = copies.get(spec)
+                if copy is None:
+                    if not copies:
+                        copy = node  # the first spec keeps the original node
+                    else:
+                        copy = CNode(node.graph, node.inputs, node.loc, node.name)
+                        copy.annotation = node.annotation
+                        copy.abstract = node.abstract
+                        added.setdefault(node.graph, {}).setdefault(node, []).append(copy)
+                    copies[spec] = copy
+                    result[copy] = spec.graph
+                if copy is not node:  # (an unmanaged private node: no manager to notify)
+                    call._inputs = (*call.inputs[:index], copy, *call.inputs[index + 1:])
+        for g, after in added.items():
+            order: list[Node] = []
+            for n in self.info(g).order:
+                order.append(n)
+                order.extend(after.get(n, ()))  # type: ignore[call-overload]
+            self.info(g).order[:] = order  # the spec shares this list
+        return result
+
+    def _spec_of_call(self, graph: FuncGraph, args: Sequence[Node]) -> Optional[Spec]:
+        """The spec a call of ``graph`` with these (typed) arguments used, if any."""
+        if any(a.abstract is None for a in args):
+            return None
+        return self.cache.get((self.template_of(graph), tuple(widen(a.abstract) for a in args)))
+
     # -- the specialized program -----------------------------------------------------------------
     def finalize(self, engine: Engine, entry: Spec) -> FuncGraph:
         """Rewrite the live specs into the specialized program; return the entry graph."""
@@ -273,6 +379,9 @@ class CloneProvider(Provider):
                 node = fold[node]
             return node
 
+        partial_target = self._partial_targets(live, resolve, in_context)
+
+
         graphs: list[FuncGraph] = []
         seen: set[FuncGraph] = set()
         queue = deque([entry.graph])
@@ -299,6 +408,8 @@ class CloneProvider(Provider):
                         if spec is not None and spec in live:
                             callee = spec
                             target = spec.graph
+                    if target is None and i == 1 and node in partial_target:
+                        target = partial_target[node]
                     if target is None and i > 0:
                         target = in_context(callee, inp.value)
                     if target is None:
@@ -329,7 +440,15 @@ class CloneProvider(Provider):
                 return local if local in seen else global_final_of(graph)
 
             for node in self.info(g).order:
-                if node.abstract is not None:
+                bound = partial_target.get(node) if isinstance(node, CNode) else None
+                if bound is not None and node.abstract is not None:
+                    # The partial value names the spec its calls need, like its input.
+                    template = self.template_of(bound)
+                    node.abstract = map_graphs(
+                        node.abstract,
+                        lambda graph, f=final_of, t=template, b=bound:  # type: ignore[misc]
+                            b if self.template_of(graph) is t else f(graph))
+                elif node.abstract is not None:
                     node.abstract = map_graphs(node.abstract, final_of, memo)
                 for inp in node.inputs:
                     if inp.abstract is not None:

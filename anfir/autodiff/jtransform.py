@@ -80,6 +80,9 @@ class JContext:
         # kept alive by its own entry).
         self.captured: Any = weakref.WeakKeyDictionary() if weak else {}
         self.pending: list[tuple[FuncGraph, FuncGraph]] = []
+        self.partial_makers: dict[tuple[Any, int, int], FuncGraph] = {}
+        """The J-world partial's regrouping graph per bound graph and arity (used
+        when ``static``; see :func:`anfir.autodiff.runtime.j_partial_maker`)."""
 
     def request(self, graph: FuncGraph) -> FuncGraph:
         """``▸graph``, created empty and queued if it is new (or stale)."""
@@ -284,7 +287,8 @@ class _ScopeTransform:
                 from anfir.autodiff.runtime import j_partial_maker
 
                 # The J-world partial calls a wrapper that regroups gradients.
-                maker = j_partial_maker(node.inputs[1], len(args) - 1, self.context.static)
+                maker = j_partial_maker(node.inputs[1], len(args) - 1, self.context.static,
+                                        self.context.partial_makers)
                 y = CNode(fwd, [callee, maker, *args], loc, node.name)
             else:
                 f = self.fmap(callee, g)

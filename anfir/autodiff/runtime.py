@@ -120,18 +120,33 @@ def _partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     return graph
 
 
-def j_partial_maker(fn: Node, nbound: int, static: bool) -> Node:
+def j_partial_maker(fn: Node, nbound: int, static: bool,
+                    shared: Optional[dict[tuple[Any, int, int], FuncGraph]] = None) -> Node:
     """What the J-world ``partial(fn, a...)`` (``nbound`` arguments bound) binds first.
 
     With ``static`` (the ``ad`` phase, on a typed program) and the arity of
-    ``fn`` known from its constant or its type, a fresh regrouping graph for
-    that arity — a plain graph the optimizer and the printers handle; otherwise
-    the meta function :func:`j_partial_call`, which makes it at run time.
+    ``fn`` known from its constant or its type, a regrouping graph for that
+    arity — a plain graph the optimizer and the printers handle; otherwise the
+    meta function :func:`j_partial_call`, which makes it at run time.
+
+    The graph is typed in place for the one signature it is called with, so it
+    is fresh per ``partial`` node — except that, given ``shared`` (a cache the
+    caller keeps for one compilation), the partials of one graph constant share
+    it: ``fn`` is then a specialized graph, so every call of the maker has the
+    signature of that graph's spec, and two such partial values have the same
+    type (``ap(partial(f, p), y) + ap(partial(f, p), x)`` must type ``ap`` once).
     """
     if static:
         nparams = static_arity(fn)
         if nparams is not None and nparams >= nbound:
-            return ValueNode(partial_call_graph(nbound, nparams - nbound), fn.loc)
+            graph = fn.value if isinstance(fn, ValueNode) else None
+            if shared is None or not isinstance(graph, FuncGraph):
+                return ValueNode(partial_call_graph(nbound, nparams - nbound), fn.loc)
+            key = (graph, nbound, nparams - nbound)
+            maker = shared.get(key)
+            if maker is None:
+                maker = shared[key] = partial_call_graph(nbound, nparams - nbound)
+            return ValueNode(maker, fn.loc)
     return ValueNode(j_partial_call(nbound))
 
 

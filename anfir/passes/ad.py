@@ -208,8 +208,48 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
         for node in toposort(nabla, manager):
             if isinstance(node, CNode) and node.is_apply(PRIMITIVES["J"]) and node.inputs[1] is fn:
                 manager.replace(node, ValueNode(forward, fn.loc, fn.name))
+    _resolve_known_j(manager, nabla, context)
     closure.abstract = AFunction(frozenset({GraphFn(nabla)}))
     _type_new_graph(manager, closure, nabla, fn)
+
+
+def _resolve_known_j(manager: Manager, nabla: FuncGraph, context: JContext) -> None:
+    """Replace each run-time ``J(@h)`` in the code of ``nabla`` by the constant ``▸h``.
+
+    The J transform brings a closure made outside the transformed scope in with
+    a run-time ``J`` (a ``grad`` inside ``f`` over a closure that captures
+    ``f``'s parameter, and the ``J(@▸h)`` the outer transform makes of it).
+    At run time that ``J`` transforms the graph it is handed and keys its
+    GradEnv by that graph's free variables *as they are then*; the readers of
+    that GradEnv were built now, with the keys of today's nodes.  Once
+    ``inline`` or the optimizer has copied ``h`` (its free variables are then
+    other nodes, with other keys), the two disagree and the gradient reaching
+    the captured value is silently zero.  ``▸h`` built now captures exactly
+    ``h``'s free variables (see :mod:`anfir.autodiff.jtransform`), so the
+    constant makes the same closure where the call stood, and its keys are
+    fixed with the readers' and copied along with them.
+
+    A worklist over the graphs reached from ``nabla``: the graphs ``▸h`` brings
+    are queued in turn (their own closures over outer nodes are ``J(@...)``
+    calls too); each graph is scanned once.
+    """
+    j_prim = PRIMITIVES["J"]
+    seen: set[FuncGraph] = set()
+    queue = [nabla]
+    while queue:
+        graph = queue.pop()
+        if graph in seen:
+            continue
+        seen.add(graph)
+        for node in list(toposort(graph, manager)):
+            if not (isinstance(node, CNode) and node.is_apply(j_prim) and len(node.inputs) == 2):
+                continue
+            target = _known_graph(node.inputs[1])
+            if target is None:
+                continue  # a value only known at run time keeps its run-time J
+            forward = _located(context.j_graph, target)
+            manager.replace(node, ValueNode(forward, node.loc, node.name))
+        queue.extend(g for g in manager.graphs_used.get(graph, ()) if g not in seen)
 
 
 def _located(fn: Any, *args: Any) -> Any:
