@@ -32,6 +32,7 @@ from anfir.abstract.shapes import (broadcast_shapes, broadcast_to_shape, dims_eq
                                    transpose_shape)
 from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, ANone, AScalar,
                                    AString, ATensor, ATuple, Dim, PartialFn)
+from anfir.nested import fold_nested
 from anfir.errors import AnfirTypeError, ShapeError
 
 Rule = Callable[..., AbstractValue]
@@ -338,23 +339,6 @@ def array_rule(nested: AbstractValue) -> AbstractValue:
     """``array(t)``: the shape is the nesting of the tuple, the dtype numpy's."""
     from anfir.values import NUMPY_TO_DTYPE
 
-    def sample(root: AbstractValue) -> Any:
-        # Nested tuples with an explicit stack (post-order), leaves by ``leaf``.
-        if not isinstance(root, ATuple):
-            return leaf(root)
-        done: dict[int, Any] = {}
-        stack: list[tuple[ATuple, bool]] = [(root, False)]
-        while stack:
-            t, ready = stack.pop()
-            if id(t) in done:
-                continue
-            if not ready:
-                stack.append((t, True))
-                stack.extend((i, False) for i in t.items if isinstance(i, ATuple) and id(i) not in done)
-                continue
-            done[id(t)] = tuple(done[id(i)] if isinstance(i, ATuple) else leaf(i) for i in t.items)
-        return done[id(root)]
-
     def leaf(a: AbstractValue) -> Any:
         if isinstance(a, AScalar):
             return a.value if isinstance(a.value, (bool, int, float)) else _sample(a)
@@ -362,7 +346,10 @@ def array_rule(nested: AbstractValue) -> AbstractValue:
             return np.ones(a.shape, _np_name(a.dtype))
         raise AnfirTypeError(f"array() needs a nested tuple of numbers, not {nested}")
 
-    value = _impl("array")(sample(nested))
+    # Sample values with the tuple's nesting (any depth: no recursion).
+    sample = fold_nested(nested, lambda a: a.items if isinstance(a, ATuple) else None,
+                         lambda _t, items: tuple(items), leaf)
+    value = _impl("array")(sample)
     return ATensor(NUMPY_TO_DTYPE[value.dtype.name], tuple(int(d) for d in value.shape))
 
 
