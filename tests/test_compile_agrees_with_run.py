@@ -352,3 +352,18 @@ def test_a_partial_per_call_signature_keeps_each_spec_typed() -> None:
     assert anfir.run(graph, 2.0, 2) == 4.0
     ir = anfir.dump_ir(graph)
     assert "Any" not in ir
+
+
+def test_released_graph_whose_parameter_a_live_loop_still_uses() -> None:
+    """The AD phase dropped the last constant of ``▸h1`` while the recursive
+    ``▸v1`` (kept alive by its own constant) still used ``h1``'s ``b``; the
+    manager forgot ``b``'s users and, once ``▸h1`` was reachable again,
+    validate found them stale."""
+    src = ("def h0(a, b) = grad(lambda (p4) h1(a, b) * p4 end)(2.0)\n"
+           "def h1(a, b) = (let v1 = lambda (i, a1) if i < 1 then v1(i + 1, b * 0.5) "
+           "else a1 end in v1(0, a))\n"
+           "def main(x, y) = grad(lambda (p9) grad(lambda (p10) h0(y, p9) * p10 end)(x) "
+           "* h1(0.5, h1(2.0, -1.5)) end)(x)\n")
+    ran, compiled = _both(src, "main", 2.0, 1.0)
+    # h1(a, b) = 0.5 b, h0(a, b) = 0.5 b: d/dp9 (0.5 p9 * h1(0.5, -0.75)) = -0.1875
+    assert ran == -0.1875 and compiled == ran

@@ -90,11 +90,24 @@ class Manager:
         other.__dict__ = self.__dict__
 
     # -- edges ----------------------------------------------------------------
-    def _add_edges(self, todo: list[tuple[User, int, Node]]) -> None:
-        """Record edges; newly reached nodes and graphs are acquired (iteratively)."""
+    def _add_edges(self, todo: list[tuple[User, int, Node]],
+                   releasing: Optional[dict[FuncGraph, None]] = None,
+                   revived: Optional[list[FuncGraph]] = None) -> None:
+        """Record edges; newly reached nodes and graphs are acquired (iteratively).
+
+        ``releasing``/``revived`` are given by :meth:`_settle`: an edge that
+        reaches a graph still being released (one of its nodes, or a constant
+        holding it) moves that graph from ``releasing`` to ``revived``.
+        """
         self.epoch += 1
         while todo:
             user, index, node = todo.pop()
+            if releasing:
+                touched = node.value if isinstance(node, ValueNode) else node.graph
+                if isinstance(touched, FuncGraph) and touched in releasing:
+                    del releasing[touched]
+                    assert revived is not None
+                    revived.append(touched)
             users = self.users.get(node)
             if users is None:
                 users = self.users[node] = {}
@@ -145,9 +158,15 @@ class Manager:
         if graph.has_output:
             todo.append((graph, OUTPUT, graph.output))
 
-    def _drop_edges(self, todo: list[tuple[User, int, Node]]) -> None:
-        """Forget edges; nodes and graphs left without users are released."""
+    def _drop_edges(self, todo: list[tuple[User, int, Node]],
+                    releasing: Optional[dict[FuncGraph, None]] = None) -> None:
+        """Forget edges; nodes and graphs left without users are released.
+
+        ``releasing`` holds graphs the caller already proved dead (their
+        output edge is in ``todo``).
+        """
         self.epoch += 1
+        releasing = {} if releasing is None else releasing
         while todo:
             user, index, node = todo.pop()
             users = self.users.get(node)
@@ -172,7 +191,8 @@ class Manager:
                 self._derived = None
             if users:
                 continue
-            # ``node`` lost its last user.
+            # ``node`` lost its last user (a parameter keeps its empty record
+            # while its graph is tracked).
             if isinstance(node, CNode):
                 del self.users[node]
                 self.nodes.get(node.graph, {}).pop(node, None)
@@ -183,12 +203,49 @@ class Manager:
                     target = node.value
                     holders = self.graph_value_nodes.get(target, {})
                     holders.pop(node, None)
-                    if not holders and target not in self.roots and target in self.graphs:
-                        self._release_graph(target, todo)
+                    if (not holders and target not in self.roots and target in self.graphs
+                            and target not in releasing):
+                        releasing[target] = None
+                        if target.has_output:
+                            todo.append((target, OUTPUT, target.output))
+        if releasing:
+            self._settle(releasing)
+
+    def _settle(self, releasing: dict[FuncGraph, None]) -> None:
+        """Finish releasing the graphs whose last constant went.
+
+        Their outputs' edges are dropped by now, but a graph stays reachable
+        while a live node elsewhere uses one of its parameters or CNodes as a
+        free variable (e.g. a closure nested in it that a recursive graph
+        keeps alive, or a constant of it that is still held): a manager built
+        from scratch would reach the graph through that node.  Such a graph
+        is kept and its output edge recorded again, which may in turn reach
+        other graphs of ``releasing`` (they are kept too).  The records of the
+        others are dropped only now, when none of their nodes has a user left,
+        so a graph acquired again later starts from exact (empty) records.
+        """
+        revived: list[FuncGraph] = [g for g in releasing if self._graph_in_use(g)]
+        for g in revived:
+            del releasing[g]
+        while revived:
+            graph = revived.pop()
+            if graph.has_output:
+                self._add_edges([(graph, OUTPUT, graph.output)], releasing, revived)
+        for graph in releasing:
+            self._forget_graph(graph)
+
+    def _graph_in_use(self, graph: FuncGraph) -> bool:
+        # After its output edge is gone, a graph's tracked CNodes and its
+        # parameters' users can only come from live nodes of other graphs.
+        if self.graph_value_nodes.get(graph):
+            return True
+        if any(self.users.get(p) for p in graph.parameters):
+            return True
+        return any(isinstance(n, CNode) for n in self.nodes.get(graph, {}))
 
     def release_if_unused(self, graph: FuncGraph) -> bool:
-        """Stop tracking ``graph`` if it is no root and no constant holds it; return
-        whether it was released.
+        """Stop tracking ``graph`` if it is no root, no constant holds it and no
+        live node uses one of its nodes; return whether it was released.
 
         Releasing happens by itself when a graph's last constant goes; a graph
         acquired only as the owner of a free variable (a closure's enclosing
@@ -198,13 +255,12 @@ class Manager:
         if graph not in self.graphs or graph in self.roots or self.graph_value_nodes.get(graph):
             return False
         todo: list[tuple[User, int, Node]] = []
-        self._release_graph(graph, todo)
-        self._drop_edges(todo)
-        return True
-
-    def _release_graph(self, graph: FuncGraph, todo: list) -> None:
         if graph.has_output:
             todo.append((graph, OUTPUT, graph.output))
+        self._drop_edges(todo, {graph: None})
+        return graph not in self.graphs
+
+    def _forget_graph(self, graph: FuncGraph) -> None:
         for param in graph.parameters:
             self.users.pop(param, None)
         self.graphs.pop(graph, None)
