@@ -11,8 +11,6 @@ whose status, stdout and stderr must be identical to the in-process run.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import shutil
@@ -27,7 +25,7 @@ import numpy as np
 import pytest
 
 import anfir
-from anfir.cli import main as cli_main
+from cli_harness import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -57,18 +55,7 @@ def anfir_cli(args: list[str], cwd: Path, timeout: float = 120) -> Result:
 
 def anfir_in_process(args: list[str], cwd: Path) -> Result:
     """Run the command's ``main(args)`` in this process, in ``cwd``."""
-    out, err = io.StringIO(), io.StringIO()
-    previous = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli_main(args)
-            except SystemExit as stop:  # argparse's --help and usage errors
-                code = stop.code if isinstance(stop.code, int) else 1
-    finally:
-        os.chdir(previous)
-    return Result(code, out.getvalue(), err.getvalue())
+    return Result(*run_in_process(args, cwd))
 
 
 SUBPROCESS = ("run_fib", "compile_time", "help_grad", "unknown_option", "bad_syntax",

@@ -19,8 +19,6 @@ Conventions checked here (documented at the top of docs/language.md):
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import shlex
@@ -33,7 +31,8 @@ from pathlib import Path
 import pytest
 
 import anfir
-from anfir.cli import format_value, main as cli_main
+from anfir.cli import format_value
+from cli_harness import run_in_process
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,18 +302,8 @@ def run_session(block: Block, cwd: Path) -> list[tuple[str, list[str], list[str]
 
 
 def _anfir_in_process(args: list[str], cwd: Path) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    previous = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = cli_main(args)
-            except SystemExit as stop:
-                status = stop.code if isinstance(stop.code, int) else 1
-    finally:
-        os.chdir(previous)
-    return status, out.getvalue() + err.getvalue()
+    status, out, err = run_in_process(args, cwd)
+    return status, out + err
 
 
 def _bash(command: str, cwd: Path, previous_status: int) -> tuple[int, str]:

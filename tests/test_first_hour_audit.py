@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import shlex
@@ -28,7 +26,8 @@ import pytest
 
 import spec_examples
 
-from anfir.cli import build_parser, main as cli_main
+from anfir.cli import build_parser
+from cli_harness import run_in_process
 from anfir.passes.pipeline import PHASES
 
 import test_docs
@@ -89,19 +88,7 @@ def test_the_quick_start_has_the_two_commands_ci_expects() -> None:
     assert re.search(pattern.group(1), install_and_test)
 
 
-def _anfir(args: list[str], cwd: Path) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    previous = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = cli_main(args)
-            except SystemExit as stop:
-                status = stop.code if isinstance(stop.code, int) else 1
-    finally:
-        os.chdir(previous)
-    return status, out.getvalue(), err.getvalue()
+_anfir = run_in_process
 
 
 @pytest.fixture

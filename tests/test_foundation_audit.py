@@ -13,25 +13,20 @@ Each test failed before its fix:
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
 
 import anfir
 from anfir.cli import format_value
-from anfir.cli import main as cli_main
+from cli_harness import run_in_process
 from anfir.printers.iso import IsomorphismError, assert_isomorphic
 
 DEPTH = 3000
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = cli_main(list(argv))
-    return status, out.getvalue(), err.getvalue()
+    return run_in_process(list(argv), Path.cwd())
 
 
 def _nested(depth: int) -> tuple:
