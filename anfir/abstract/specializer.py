@@ -381,7 +381,6 @@ class CloneProvider(Provider):
 
         partial_target = self._partial_targets(live, resolve, in_context)
 
-
         graphs: list[FuncGraph] = []
         seen: set[FuncGraph] = set()
         queue = deque([entry.graph])

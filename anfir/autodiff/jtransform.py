@@ -426,22 +426,23 @@ def check_differentiable_graph(graph: FuncGraph) -> None:
 
     missing: list[str] = []
     first_loc = None
+
+    def lacks_rule(value: Any, nargs: int, loc: Any) -> None:
+        nonlocal first_loc
+        if isinstance(value, Primitive) and value.differentiable and not has_rule(value, nargs):
+            missing.append(f"  {loc.short() if loc else '?'}: {value.name}")
+            first_loc = first_loc or loc
+
     for g in reachable_graphs([graph]):
         for node in toposort(g):
             if not isinstance(node, CNode):
                 continue
             callee = node.inputs[0]
-            prim = callee.value if isinstance(callee, ValueNode) else None
-            if isinstance(prim, Primitive) and prim.differentiable and not has_rule(prim, len(node.inputs) - 1):
-                where = node.loc.short() if node.loc else "?"
-                missing.append(f"  {where}: {prim.name}")
-                first_loc = first_loc or node.loc
+            if isinstance(callee, ValueNode):
+                lacks_rule(callee.value, len(node.inputs) - 1, node.loc)
             for arg in node.inputs[1:]:  # a primitive passed as a function value
                 value = arg.value if isinstance(arg, ValueNode) else None
-                if (isinstance(value, Primitive) and value.differentiable and value.bprop is None
-                        and not has_rule(value, value.min_args)):
-                    where = (arg.loc or node.loc).short() if (arg.loc or node.loc) else "?"
-                    missing.append(f"  {where}: {value.name}")
-                    first_loc = first_loc or arg.loc or node.loc
+                if isinstance(value, Primitive) and value.bprop is None:
+                    lacks_rule(value, value.min_args, arg.loc or node.loc)
     if missing:
         raise GradientError("no gradient rule for:\n" + "\n".join(missing), first_loc)

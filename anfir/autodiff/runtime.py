@@ -140,12 +140,12 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
         nparams = static_arity(fn)
         if nparams is not None and nparams >= nbound:
             graph = fn.value if isinstance(fn, ValueNode) else None
-            if shared is None or not isinstance(graph, FuncGraph):
-                return ValueNode(partial_call_graph(nbound, nparams - nbound), fn.loc)
             key = (graph, nbound, nparams - nbound)
-            maker = shared.get(key)
+            maker = shared.get(key) if shared is not None and isinstance(graph, FuncGraph) else None
             if maker is None:
-                maker = shared[key] = partial_call_graph(nbound, nparams - nbound)
+                maker = partial_call_graph(nbound, nparams - nbound)
+                if shared is not None and isinstance(graph, FuncGraph):
+                    shared[key] = maker
             return ValueNode(maker, fn.loc)
     return ValueNode(j_partial_call(nbound))
 

@@ -192,7 +192,7 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
         raise GradientError(err.message, call.loc) from None
     target = _known_graph(fn)
     if target is not None:
-        _located(check_differentiable_graph, target)
+        check_differentiable_graph(target)
     template = grad_graph(nparams, wrt, multi, meta is META_FUNCTIONS["value_and_grad"], len(indices))
     maker, _ = clone_scope(template, note=f"ad: {meta.name}")
     _locate(maker, call)
@@ -203,12 +203,7 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
     assert isinstance(closure, ValueNode) and isinstance(closure.value, FuncGraph)
     nabla = closure.value
     nabla.name = f"∇{target.name}" if target is not None else "∇"
-    if target is not None:
-        forward = _located(context.j_graph, target)
-        for node in toposort(nabla, manager):
-            if isinstance(node, CNode) and node.is_apply(PRIMITIVES["J"]) and node.inputs[1] is fn:
-                manager.replace(node, ValueNode(forward, fn.loc, fn.name))
-    _resolve_known_j(manager, nabla, context)
+    _resolve_known_j(manager, nabla, context)  # J(f) itself included, when f is known
     closure.abstract = AFunction(frozenset({GraphFn(nabla)}))
     _type_new_graph(manager, closure, nabla, fn)
 
@@ -244,21 +239,13 @@ def _resolve_known_j(manager: Manager, nabla: FuncGraph, context: JContext) -> N
         for node in list(toposort(graph, manager)):
             if not (isinstance(node, CNode) and node.is_apply(j_prim) and len(node.inputs) == 2):
                 continue
-            target = _known_graph(node.inputs[1])
+            fn = node.inputs[1]
+            target = _known_graph(fn)
             if target is None:
                 continue  # a value only known at run time keeps its run-time J
-            forward = _located(context.j_graph, target)
-            manager.replace(node, ValueNode(forward, node.loc, node.name))
+            # Located where the user wrote the function, as the graph constant was.
+            manager.replace(node, ValueNode(context.j_graph(target), fn.loc, fn.name))
         queue.extend(g for g in manager.graphs_used.get(graph, ()) if g not in seen)
-
-
-def _located(fn: Any, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except AnfirError:
-        raise
-    except RecursionError:  # pragma: no cover - transforms are iterative
-        raise
 
 
 def _locate(graph: FuncGraph, call: CNode) -> None:
