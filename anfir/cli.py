@@ -122,29 +122,15 @@ def parse_args_list(texts: Sequence[str]) -> list[Any]:
 def format_value(value: Any) -> str:
     """A result as ANF-like text (floats round-trip, arrays in full).
 
-    Tuples may nest thousands deep, so they are written with an explicit stack.
+    Tuples may nest thousands deep: they are written without recursion.
     """
-    out: list[str] = []
-    stack: list[tuple[bool, Any]] = [(False, value)]
-    while stack:
-        is_text, item = stack.pop()
-        if is_text:
-            out.append(item)
-        elif isinstance(item, tuple) and item:
-            pieces: list[tuple[bool, Any]] = [(True, "(")]
-            for i, element in enumerate(item):
-                if i:
-                    pieces.append((True, ", "))
-                pieces.append((False, element))
-            pieces.append((True, ",)" if len(item) == 1 else ")"))
-            stack.extend(reversed(pieces))
-        else:
-            out.append(_format_atom(item))
-    return "".join(out)
+    from anfir.nested import nested_text, tuple_items
+
+    return nested_text(value, tuple_items, _format_atom)
 
 
 def _format_atom(value: Any) -> str:
-    """One non-tuple result (or the empty tuple) as text."""
+    """One non-tuple result as text."""
     if isinstance(value, bool) or isinstance(value, np.bool_):
         return "true" if value else "false"
     if value is None:
@@ -155,8 +141,6 @@ def _format_atom(value: Any) -> str:
         return str(int(value))
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(value, tuple):
-        return "()"
     if isinstance(value, np.ndarray):
         from anfir.values import NUMPY_TO_DTYPE
 

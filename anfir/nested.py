@@ -1,8 +1,8 @@
-"""Folding nested tuples bottom-up without recursion.
+"""Walking nested tuples without recursion.
 
 Constants and abstract values nest tuples to any depth (a program may build a
-3,000-deep one), so every walk over them uses an explicit stack.  This is the
-one post-order fold they share.
+3,000-deep one), so every walk over them uses an explicit stack.  These are
+the two walks they share: a bottom-up fold, and writing them as text.
 """
 
 from __future__ import annotations
@@ -39,4 +39,37 @@ def fold_nested(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],
     return done[id(root)]
 
 
-__all__ = ["fold_nested"]
+def nested_text(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],
+                leaf: Callable[[Any], str], opening: str = "(", closing: str = ")",
+                one_comma: bool = True) -> str:
+    """``root`` as text: each tuple as ``opening`` items separated by ``", "``
+    ``closing`` (with ``one_comma``, a one-item tuple ends ``",)"``-style, as
+    Python and ANF write it); everything else by ``leaf``.  ``items_of`` as in
+    :func:`fold_nested`.  Any depth, constant stack."""
+    out: list[str] = []
+    stack: list[tuple[bool, Any]] = [(False, root)]
+    while stack:
+        is_text, item = stack.pop()
+        if is_text:
+            out.append(item)
+            continue
+        items = items_of(item)
+        if items is None:
+            out.append(leaf(item))
+            continue
+        pieces: list[tuple[bool, Any]] = [(True, opening)]
+        for i, element in enumerate(items):
+            if i:
+                pieces.append((True, ", "))
+            pieces.append((False, element))
+        pieces.append((True, ("," if one_comma and len(items) == 1 else "") + closing))
+        stack.extend(reversed(pieces))
+    return "".join(out)
+
+
+def tuple_items(value: Any) -> Optional[tuple]:
+    """``value`` itself if it is a Python tuple, else None (``items_of`` for plain values)."""
+    return value if isinstance(value, tuple) else None
+
+
+__all__ = ["fold_nested", "nested_text", "tuple_items"]

@@ -32,8 +32,8 @@ from anfir.abstract.shapes import (broadcast_shapes, broadcast_to_shape, dims_eq
                                    transpose_shape)
 from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, ANone, AScalar,
                                    AString, ATensor, ATuple, Dim, PartialFn)
-from anfir.nested import fold_nested
 from anfir.errors import AnfirTypeError, ShapeError
+from anfir.nested import fold_nested
 
 Rule = Callable[..., AbstractValue]
 

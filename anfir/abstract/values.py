@@ -17,6 +17,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import sympy
 
+from anfir.nested import nested_text
+
 Dim = Union[int, sympy.Expr]
 
 
@@ -167,10 +169,10 @@ class ATuple(AbstractValue):
         return self.__dict__["_hash"]
 
     def __str__(self) -> str:
-        return _tuple_text(self, "<Tuple(", ")>", False, str)
+        return nested_text(self, _atuple_items, str, "<Tuple(", ")>", one_comma=False)
 
     def __repr__(self) -> str:
-        return _tuple_text(self, "ATuple(items=(", "))", True, repr)
+        return nested_text(self, _atuple_items, repr, "ATuple(items=(", "))")
 
 
 @dataclass(frozen=True)
@@ -330,30 +332,11 @@ class GraphSig(AbstractValue):
         return f"({', '.join(str(p) for p in self.params)}) -> {self.out}"
 
 
+def _atuple_items(a: Any) -> Optional[tuple]:
+    return a.items if a.__class__ is ATuple else None
+
+
 # -- text helpers ------------------------------------------------------------
-def _tuple_text(root: "ATuple", opening: str, closing: str, one_comma: bool,
-                leaf: Any) -> str:
-    """Nested tuples as text with an explicit stack: ``opening`` items ``closing``,
-    items by ``leaf`` (``str`` or ``repr``); ``one_comma``: ``(x,)`` for one item."""
-    out: list[str] = []
-    stack: list[Any] = [root]
-    while stack:
-        item = stack.pop()
-        if item.__class__ is str:
-            out.append(item)
-        elif item.__class__ is ATuple:
-            parts: list[Any] = [opening]
-            for i, x in enumerate(item.items):
-                if i:
-                    parts.append(", ")
-                parts.append(x)
-            parts.append(("," if one_comma and len(item.items) == 1 else "") + closing)
-            stack.extend(reversed(parts))
-        else:
-            out.append(leaf(item))
-    return "".join(out)
-
-
 def dim_text(dim: Dim) -> str:
     """A dimension as text: ``3``, ``B``, ``2*B``."""
     if isinstance(dim, int):

@@ -31,8 +31,8 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from anfir.abstract.values import (SCALAR_DTYPES, AAny, AbstractValue, AEnv, AFunction, AKey,
                                    ANone, AScalar, AString, ATensor, ATuple, AType, GradFn, GraphFn,
                                    GraphSig, JFn, PartialFn, PrimFn)
-from anfir.gcpause import gc_paused
 from anfir.errors import AnfirError, AnfirSyntaxError, NameResolutionError, UsageError
+from anfir.gcpause import gc_paused
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.location import Location

@@ -28,9 +28,9 @@ from typing import Optional
 
 from lark.exceptions import UnexpectedInput
 
-from anfir.gcpause import gc_paused
 from anfir.errors import (AnfirSyntaxError, DuplicateDefinitionError, NameResolutionError,
                           UsageError)
+from anfir.gcpause import gc_paused
 from anfir.grammar import anf_engine
 from anfir.grammar.anf_lexer import tokenize
 from anfir.ir.graph import FuncGraph, Module

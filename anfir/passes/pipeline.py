@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from anfir.gcpause import gc_paused
 from anfir.errors import AnfirError, UsageError
+from anfir.gcpause import gc_paused
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.manager import Manager

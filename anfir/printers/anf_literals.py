@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from anfir.errors import UsageError
+from anfir.nested import nested_text, tuple_items
 from anfir.ir.graph import FuncGraph
 from anfir.primitives.registry import MetaFunction, Primitive
 from anfir.values import DType, Symbol
@@ -78,30 +79,7 @@ def anf_literal(value: Any, graph_name: Callable[[FuncGraph], str], strict: bool
             from anfir.printers.ir_constants import ConstantPrinter
 
             return ConstantPrinter(graph_name).text(value)
-    if not isinstance(value, tuple):
-        return _atom_literal(value, graph_name)
-    # Tuples nest; format them with an explicit stack of pending pieces.
-    out: list[str] = []
-    stack: list[Any] = [("value", value)]
-    while stack:
-        kind, item = stack.pop()
-        if kind == "text":
-            out.append(item)
-            continue
-        if isinstance(item, tuple):
-            if len(item) == 0:
-                out.append("()")
-                continue
-            pieces: list[Any] = [("text", "(")]
-            for i, element in enumerate(item):
-                if i:
-                    pieces.append(("text", ", "))
-                pieces.append(("value", element))
-            pieces.append(("text", ",)" if len(item) == 1 else ")"))
-            stack.extend(reversed(pieces))
-            continue
-        out.append(_atom_literal(item, graph_name))
-    return "".join(out)
+    return nested_text(value, tuple_items, lambda atom: _atom_literal(atom, graph_name))
 
 
 def _atom_literal(value: Any, graph_name: Callable[[FuncGraph], str]) -> str:
