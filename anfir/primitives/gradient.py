@@ -114,10 +114,13 @@ def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
     return x, y, dout
 
 
+def _all_matrices(*values: Any) -> bool:
+    return all(type(v) is np.ndarray and v.ndim == 2 for v in values)
+
+
 def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
     """The gradient of ``x @ y`` with respect to ``x``: ``dout @ yᵀ`` in ``x``'s shape."""
-    if type(dout) is np.ndarray and type(y) is np.ndarray and type(x) is np.ndarray \
-            and dout.ndim == y.ndim == x.ndim == 2:
+    if _all_matrices(dout, y, x):  # the common case, without reshaping
         return dout @ y.T
     x2, y2, d2 = _as_matrices(x, y, dout)
     return np.reshape(sum_to_value(d2 @ np.swapaxes(y2, -1, -2), x2), np.shape(x))
@@ -125,8 +128,7 @@ def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
 
 def _matmul_dy(x: Any, dout: Any, y: Any) -> Any:
     """The gradient of ``x @ y`` with respect to ``y``: ``xᵀ @ dout`` in ``y``'s shape."""
-    if type(dout) is np.ndarray and type(y) is np.ndarray and type(x) is np.ndarray \
-            and dout.ndim == y.ndim == x.ndim == 2:
+    if _all_matrices(dout, y, x):  # the common case, without reshaping
         return x.T @ dout
     x2, y2, d2 = _as_matrices(x, y, dout)
     return np.reshape(sum_to_value(np.swapaxes(x2, -1, -2) @ d2, y2), np.shape(y))
