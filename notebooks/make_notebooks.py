@@ -1,31 +1,57 @@
-"""Write the three tutorial notebooks from the cell lists below.
+"""Write the three tutorial notebooks from the cell lists below, executed.
 
 The notebooks are generated so that they stay reviewable (a diff of this file
-is a diff of the notebooks) and are committed with their outputs cleared;
-``tests/test_notebooks.py`` executes them.  Run ``python notebooks/make_notebooks.py``
-after editing a cell.
+is a diff of the notebooks' code), and committed *with their outputs* so that
+a reader of the repository sees the results and the pictures.  Run
+
+    .venv/bin/python notebooks/make_notebooks.py
+
+after editing a cell: it executes every notebook on a fresh kernel of this
+interpreter (Graphviz's ``dot`` must be installed, for the pictures) and
+writes it with outputs that do not depend on the machine or the moment: no
+absolute paths (the notebooks work from the repository root and print
+relative paths; the generator refuses to write one that still shows a path),
+no timing metadata, execution counts 1, 2, 3...  Running it twice writes the
+same bytes.  ``--clear`` writes the notebooks without outputs (no kernel).
+``tests/test_notebooks.py`` checks the committed files and executes them.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 Cell = tuple[str, str]
-"""``("md", text)`` or ``("py", code)``."""
+"""``("md", text)``, ``("py", code)``, or ``("py-varies", code)``: a code cell whose
+output differs from run to run (timings), executed but committed without its output."""
 
-# Every notebook starts by finding examples/ next to the anfir package, so it
-# runs from any working directory (a copy in a temporary folder, in CI).
+TIMEOUT = 300
+"""Seconds a cell may run."""
+
+# Every notebook starts by working from the repository root (the folder that
+# holds the anfir package and examples/), so it runs from any working
+# directory (a copy in a temporary folder, in CI) and the paths it prints,
+# e.g. in the location comments of dumps, are short and the same everywhere.
 SETUP = '''\
+import os
 from pathlib import Path
 
 import anfir
 
-EXAMPLES = Path(anfir.__file__).resolve().parent.parent / "examples"
+os.chdir(Path(anfir.__file__).resolve().parent.parent)
+EXAMPLES = Path("examples")
 print("anfir", anfir.__version__, "- examples in", EXAMPLES)'''
 
 WRITING_IR: list[Cell] = [
@@ -365,13 +391,16 @@ result = compile_program(str(EXAMPLES / "power.anf"), entry="dpower", args=[3.0]
 print("result:", anfir.run(result.graph, 3.0))
 for name in sorted(p.name for p in dumps.iterdir()):
     print(f"{name:24} {(dumps / name).stat().st_size:8} bytes")'''),
-    ("md", "Where the time went, and which rewrite rules fired how often:"),
+    ("md", "Which rewrite rules fired how often:"),
     ("py", '''\
-for phase, seconds in result.timings.items():
-    print(f"{phase:12} {seconds * 1000:8.2f} ms")
-print()
 for rule, count in result.rule_counts.items():
     print(f"{rule:32} {count}")'''),
+    ("md", """\
+And where the time went (it differs from run to run and machine to machine,
+so this cell's output is not saved in the notebook: run it to see yours):"""),
+    ("py-varies", '''\
+for phase, seconds in result.timings.items():
+    print(f"{phase:12} {seconds * 1000:8.2f} ms")'''),
     ("md", "The head of a dump: the entry, its typed parameters, the sizes."),
     ("py", '''\
 ir_files = sorted(dumps.glob("*.ir"))
@@ -399,12 +428,20 @@ print("\\n".join(diff.split("\\n")[:80]))'''),
 ## Pictures
 
 Each `.dot` file renders with Graphviz's `dot -Tsvg` (the `graphviz` Python
-package works too). The optimized gradient of `power`:"""),
+package works too). Where `dot` is not installed, `render` shows the same
+phase's `.ir` dump loaded back, which Jupyter displays as ANF text. The
+optimized gradient of `power`:"""),
     ("py", '''\
-def render(dot_path: Path) -> SVG:
-    """The SVG picture of a .dot file, drawn by Graphviz's dot program."""
-    svg = subprocess.run([shutil.which("dot") or "dot", "-Tsvg", str(dot_path)],
-                         capture_output=True, check=True).stdout
+def render(dot_path: Path):
+    """The SVG picture of a .dot file, drawn by Graphviz's dot program.
+
+    Without dot: the program of the .ir dump next to it, shown as text.
+    """
+    dot = shutil.which("dot")
+    if dot is None:
+        print("Graphviz's dot is not installed (apt-get install graphviz): the text form instead")
+        return anfir.load(str(dot_path.with_suffix(".ir")))
+    svg = subprocess.run([dot, "-Tsvg", str(dot_path)], capture_output=True, check=True).stdout
     return SVG(svg)
 
 render(dumps / after.name.replace(".ir", ".dot"))'''),
@@ -418,7 +455,7 @@ isomorphic to the dumped ones, so a phase can be re-run from any dump and
 the result checked."""),
     ("py", '''\
 reloaded = anfir.load(str(after))
-print(repr(reloaded), "entry:", repr(reloaded.entry))
+print("definitions:", ", ".join(reloaded.graphs), "  entry:", repr(reloaded.entry))
 entry = reloaded.entry
 print("re-run from", after.name, "->", anfir.run(entry, 3.0), "  (27.0 expected)")
 assert anfir.run(entry, 3.0) == 27.0
@@ -469,14 +506,146 @@ def build(cells: list[Cell]) -> nbformat.NotebookNode:
     return notebook
 
 
-def main() -> None:
-    """Write every notebook next to this script."""
-    for name, cells in NOTEBOOKS.items():
-        notebook = build(cells)
+def kernel_environment(directory: Path) -> dict[str, str]:
+    """Environment variables that make Jupyter's ``python3`` kernel this interpreter's ipykernel.
+
+    Writes the kernelspec under ``directory`` (a temporary ``JUPYTER_PATH``, so a
+    differently configured system-wide ``python3`` kernel cannot be picked up)
+    and puts the repository root on the kernel's ``PYTHONPATH``, so ``import
+    anfir`` works without installing.
+    """
+    spec_dir = directory / "kernels" / "python3"
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (anfir)", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    path = os.environ.get("PYTHONPATH", "")
+    return {"JUPYTER_PATH": str(directory),
+            "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else ""),
+            "MPLBACKEND": "Agg"}
+
+
+def execute(notebook: nbformat.NotebookNode, workdir: Path) -> None:
+    """Run every cell of ``notebook`` in place, on a fresh ``python3`` kernel started in ``workdir``."""
+    import nbclient  # only needed to execute
+
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    client = nbclient.NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3",
+                                     record_timing=False,
+                                     resources={"metadata": {"path": str(workdir)}})
+    client.execute()
+
+
+# What must not be committed: an absolute path of this machine, an object's
+# address, a timestamp.  Checked in every text an output shows (not in the
+# base64 of PNG images, where such letters occur by chance).
+_MACHINE_SPECIFIC = re.compile(
+    r"(?<![\w.~-])/(?:work|tmp|home|root|Users|private|var/folders|opt|usr)/"
+    r"|\b0x[0-9a-fA-F]{6,}\b"
+    r"|\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d")
+
+
+def machine_specific(notebook: nbformat.NotebookNode) -> list[str]:
+    """Texts of ``notebook``'s outputs and metadata that differ between machines or runs."""
+    texts = [json.dumps(notebook.metadata)]
+    for cell in notebook.cells:
+        texts.append(json.dumps(cell.get("metadata", {})))
+        for output in cell.get("outputs", []):
+            texts.append(output.get("text", ""))
+            texts += output.get("traceback", [])
+            texts += [value if isinstance(value, str) else json.dumps(value)
+                      for mime, value in output.get("data", {}).items() if mime != "image/png"]
+    found = []
+    for text in texts:
+        text = "".join(text) if isinstance(text, list) else text
+        found += [text[max(0, m.start() - 30):m.end() + 30] for m in _MACHINE_SPECIFIC.finditer(text)]
+    home = str(Path.home())
+    found += [text[:80] for text in texts
+              if str(ROOT) in text or (len(Path.home().parts) > 1 and home in text)]
+    return found
+
+
+def shows_program_text(output: nbformat.NotebookNode) -> bool:
+    """Whether a displayed value is a program shown as ANF text in place of its picture.
+
+    That is Jupyter's fallback for a FuncGraph or Module when Graphviz's
+    ``dot`` is missing: a ``text/plain`` form starting with ``def`` and no SVG.
+    """
+    data = output.get("data", {})
+    text = data.get("text/plain", "")
+    text = "".join(text) if isinstance(text, list) else text
+    return "image/svg+xml" not in data and re.match(r"def \S+\(", text) is not None
+
+
+def settle(notebook: nbformat.NotebookNode, cells: list[Cell]) -> None:
+    """Make an executed notebook the same on every run and machine (or raise ValueError).
+
+    The metadata is the generated one (not the kernel's Python version), cell
+    metadata is empty (no timings), ``py-varies`` cells keep no output,
+    consecutive prints to one stream are one output, and the execution counts
+    must be 1, 2, 3... in cell order.  No cell may fail, print to stderr, or
+    show a graph as text (the generator runs where ``dot`` draws them).
+    """
+    notebook.metadata = build(cells).metadata
+    count = 0
+    for cell, (kind, _) in zip(notebook.cells, cells):
+        cell.metadata = nbformat.NotebookNode()
+        if cell.cell_type != "code":
+            continue
+        count += 1
+        if cell.execution_count != count:
+            raise ValueError(f"{cell.id}: execution count {cell.execution_count}, not {count}")
+        if kind == "py-varies":
+            cell.outputs = []
+        # How a cell's printing is cut into stream outputs depends on timing: one per stream.
+        merged: list[nbformat.NotebookNode] = []
+        for output in cell.outputs:
+            last = merged[-1] if merged else None
+            if (last is not None and output.output_type == last.output_type == "stream"
+                    and output.name == last.name):
+                last.text += output.text
+            else:
+                merged.append(output)
+        cell.outputs = merged
+        for output in cell.outputs:
+            if output.output_type == "error":
+                raise ValueError(f"{cell.id}: {output.ename}: {output.evalue}")
+            if output.output_type == "stream" and output.name == "stderr":
+                raise ValueError(f"{cell.id}: printed to stderr: {output.text[:300]}")
+            if shows_program_text(output):
+                raise ValueError(f"{cell.id}: a graph shown as text, not drawn (is dot working?)")
+    found = machine_specific(notebook)
+    if found:
+        raise ValueError("outputs that differ between machines or runs:\n  " + "\n  ".join(found))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write every notebook next to this script, executed unless ``--clear``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--clear", action="store_true",
+                        help="write the notebooks without outputs (no kernel, no Graphviz)")
+    args = parser.parse_args(argv)
+    if not args.clear and shutil.which("dot") is None:
+        parser.error("Graphviz's dot is not installed (apt-get install graphviz): the committed "
+                     "notebooks show the pictures it draws (--clear writes them without outputs)")
+    notebooks = {name: build(cells) for name, cells in NOTEBOOKS.items()}
+    if not args.clear:
+        with tempfile.TemporaryDirectory(prefix="anfir-notebooks-") as scratch:
+            os.environ.update(kernel_environment(Path(scratch)), PYTHONHASHSEED="0")
+            for name, notebook in notebooks.items():
+                print("executing", name, flush=True)
+                execute(notebook, Path(scratch))
+                try:
+                    settle(notebook, NOTEBOOKS[name])
+                except ValueError as error:
+                    sys.exit(f"{name}: {error}")
+    for name, notebook in notebooks.items():  # all written, or none
         nbformat.validate(notebook)
         with open(HERE / name, "w", encoding="utf-8", newline="\n") as handle:
             nbformat.write(notebook, handle)
-        print("wrote", HERE / name)
+        print("wrote", f"notebooks/{name}")
 
 
 if __name__ == "__main__":
