@@ -1,0 +1,226 @@
+"""The one table of element types: anfir names, numpy dtypes, kinds and widths.
+
+Every other module asks this table (never a list of its own) what the dtype
+names are, which numpy dtype a name means, which name a numpy dtype has, how
+the ``.ir`` dump spells a scalar of that type (``<Float64>``), and what kind
+of number it is.  Adding an element type is adding one row to :data:`DTYPES`:
+the ANF and ``.ir`` type syntax, ``cast``/``zeros``/``ones``, the type rules,
+the printers and the loaders all read it from here.
+
+Kinds are ``float``, ``int`` (signed), ``uint``, ``bool``, ``complex`` and
+``str``.  ``str`` is a type a scalar annotation may name (``s: str``) but not a
+tensor element type: its row has no numpy dtype.
+
+Not in the table yet, and why (each needs more than a row):
+
+* ``c64`` / ``c128``: the ANF and ``.ir`` texts have no complex literals, so
+  complex constants could neither be printed nor loaded back;
+* ``bf16``: numpy has no bfloat16 (it needs the ``ml_dtypes`` package).
+
+This is a base-layer module: it imports only the standard library, numpy and
+:mod:`anfir.errors`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, TypeGuard
+
+import numpy as np
+
+from anfir.errors import AnfirTypeError
+
+
+@dataclass(frozen=True)
+class DTypeInfo:
+    """One row of the table."""
+
+    name: str
+    """The anfir name, as written in programs and dumps: ``f64``."""
+    numpy: Optional[str]
+    """The numpy dtype's name (``float64``); None for ``str`` (no tensors of it)."""
+    kind: str
+    """``float``, ``int``, ``uint``, ``bool``, ``complex`` or ``str``."""
+    bits: int
+    """The width of one element in bits (0 for ``str``)."""
+    abstract: str
+    """How the ``.ir`` dump names a scalar of this type: ``<Float64>``."""
+
+
+DTYPES: tuple[DTypeInfo, ...] = (
+    DTypeInfo("f16", "float16", "float", 16, "Float16"),
+    DTypeInfo("f32", "float32", "float", 32, "Float32"),
+    DTypeInfo("f64", "float64", "float", 64, "Float64"),
+    DTypeInfo("i8", "int8", "int", 8, "Int8"),
+    DTypeInfo("i16", "int16", "int", 16, "Int16"),
+    DTypeInfo("i32", "int32", "int", 32, "Int32"),
+    DTypeInfo("i64", "int64", "int", 64, "Int64"),
+    DTypeInfo("u8", "uint8", "uint", 8, "UInt8"),
+    DTypeInfo("u16", "uint16", "uint", 16, "UInt16"),
+    DTypeInfo("u32", "uint32", "uint", 32, "UInt32"),
+    DTypeInfo("u64", "uint64", "uint", 64, "UInt64"),
+    DTypeInfo("bool", "bool", "bool", 8, "Bool"),
+    DTypeInfo("str", None, "str", 0, "String"),
+)
+"""Every type name, in the order messages and documentation list them."""
+
+KINDS = ("float", "int", "uint", "bool", "complex", "str")
+"""The kinds a row may have."""
+
+BY_NAME: dict[str, DTypeInfo] = {row.name: row for row in DTYPES}
+"""Row by anfir name."""
+
+ELEMENT_TYPES: tuple[str, ...] = tuple(row.name for row in DTYPES if row.numpy is not None)
+"""The tensor element types (``f16`` … ``bool``): every name with a numpy dtype."""
+
+TYPE_NAMES: tuple[str, ...] = tuple(row.name for row in DTYPES)
+"""Every name a scalar type annotation may use: the element types and ``str``."""
+
+LITERAL_DTYPES: dict[type, str] = {bool: "bool", int: "i64", float: "f64"}
+"""The type of a Python literal (``bool`` first: a bool is an int to Python)."""
+
+_BY_NUMPY: dict[str, str] = {row.numpy: row.name for row in DTYPES if row.numpy is not None}
+_BY_ABSTRACT: dict[str, str] = {row.abstract: row.name for row in DTYPES if row.numpy is not None}
+_ABSTRACT: dict[str, str] = {row.name: row.abstract for row in DTYPES if row.numpy is not None}
+
+
+def _check_table() -> None:
+    # Import-time sanity: one row per name, numpy and abstract spelling, known
+    # kinds, and numpy agreeing with the widths (a typo here would otherwise
+    # surface as a wrong dtype far away).
+    assert len(BY_NAME) == len(DTYPES), "duplicate dtype name"
+    assert len(_BY_NUMPY) == len(ELEMENT_TYPES), "duplicate numpy dtype"
+    assert len(_BY_ABSTRACT) == len(ELEMENT_TYPES), "duplicate abstract name"
+    for row in DTYPES:
+        assert row.kind in KINDS, row
+        if row.numpy is not None:
+            assert np.dtype(row.numpy).name == row.numpy, row
+            assert np.dtype(row.numpy).itemsize * 8 == row.bits, row
+
+
+_check_table()
+
+
+# -- lookups ------------------------------------------------------------------------
+def is_dtype(name: Any) -> TypeGuard[str]:
+    """Whether ``name`` is a tensor element type (``"f32"``; ``"str"`` is not)."""
+    return isinstance(name, str) and name in _ABSTRACT
+
+
+def check_dtype(name: Any) -> str:
+    """``name`` if it is an element type, else a :class:`AnfirTypeError` listing them
+    (the message of a bad ``cast``/``zeros``/``ones`` dtype argument)."""
+    if not is_dtype(name):
+        raise AnfirTypeError(f"unknown dtype {name!r}; expected one of {', '.join(ELEMENT_TYPES)}")
+    return name
+
+
+def numpy_name(name: str) -> str:
+    """The numpy dtype name of an element type: ``"f64"`` -> ``"float64"``.
+
+    Raises :class:`AnfirTypeError` for a name that is not one.
+    """
+    row = BY_NAME.get(name)
+    if row is None or row.numpy is None:
+        raise AnfirTypeError(f"unknown dtype {name!r}")
+    return row.numpy
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of an element type: ``"f32"`` -> ``dtype('float32')``."""
+    return np.dtype(numpy_name(name))
+
+
+def dtype_name(dtype: Any) -> Optional[str]:
+    """The anfir name of a numpy dtype (a ``np.dtype``, a scalar type or a dtype
+    name such as ``"float32"``), or None when anfir has no such element type."""
+    if isinstance(dtype, str):
+        return _BY_NUMPY.get(dtype)
+    try:
+        return _BY_NUMPY.get(np.dtype(dtype).name)
+    except TypeError:
+        return None
+
+
+def require_dtype_name(dtype: np.dtype) -> str:
+    """The anfir name of a numpy dtype; :class:`AnfirTypeError` if anfir has none."""
+    name = _BY_NUMPY.get(dtype.name)
+    if name is None:
+        raise AnfirTypeError(f"unsupported array dtype {dtype.name}")
+    return name
+
+
+def dtype_of_array(array: Any) -> str:
+    """The anfir name of an array's (or numpy scalar's) dtype; :class:`AnfirTypeError`
+    if it has none."""
+    return require_dtype_name(array.dtype)
+
+
+def literal_dtype(value: Any) -> Optional[str]:
+    """The type of a Python ``bool``/``int``/``float`` (subclasses too), else None."""
+    for python_type, name in LITERAL_DTYPES.items():  # bool before int
+        if isinstance(value, python_type):
+            return name
+    return None
+
+
+# -- the .ir spelling of scalar types --------------------------------------------------
+def abstract_name(name: str) -> str:
+    """How the ``.ir`` dump names a scalar type: ``"f64"`` -> ``"Float64"``
+    (a name outside the table is kept as it is)."""
+    return _ABSTRACT.get(name, name)
+
+
+def from_abstract_name(text: str) -> str:
+    """The reverse of :func:`abstract_name`: ``"Float64"`` -> ``"f64"`` (others kept)."""
+    return _BY_ABSTRACT.get(text, text)
+
+
+# -- kinds ----------------------------------------------------------------------------
+def kind_of(name: str) -> Optional[str]:
+    """The kind of a type name (``"float"``, ``"uint"``...), None if it is not one."""
+    row = BY_NAME.get(name)
+    return None if row is None else row.kind
+
+
+def bits_of(name: str) -> int:
+    """The element width in bits (``"f32"`` -> 32); KeyError for an unknown name."""
+    return BY_NAME[name].bits
+
+
+def is_float(name: str) -> bool:
+    """Whether ``name`` is a floating-point type (``f16``, ``f32``, ``f64``)."""
+    return kind_of(name) == "float"
+
+
+def is_signed_int(name: str) -> bool:
+    """Whether ``name`` is a signed integer type (``i8`` … ``i64``)."""
+    return kind_of(name) == "int"
+
+
+def is_unsigned_int(name: str) -> bool:
+    """Whether ``name`` is an unsigned integer type (``u8`` …)."""
+    return kind_of(name) == "uint"
+
+
+def is_integer(name: str) -> bool:
+    """Whether ``name`` is an integer type, signed or not (``bool`` is not)."""
+    return kind_of(name) in ("int", "uint")
+
+
+def is_bool(name: str) -> bool:
+    """Whether ``name`` is ``bool``."""
+    return kind_of(name) == "bool"
+
+
+def is_complex(name: str) -> bool:
+    """Whether ``name`` is a complex type (none is in the table yet)."""
+    return kind_of(name) == "complex"
+
+
+__all__ = [
+    "BY_NAME", "DTYPES", "DTypeInfo", "ELEMENT_TYPES", "KINDS", "LITERAL_DTYPES", "TYPE_NAMES",
+    "abstract_name", "bits_of", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
+    "is_bool", "is_complex", "is_dtype", "is_float", "is_integer", "is_signed_int",
+    "is_unsigned_int", "kind_of", "literal_dtype", "numpy_dtype", "numpy_name", "require_dtype_name",
+]
