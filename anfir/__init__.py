@@ -7,14 +7,27 @@ The public API (see docs/ and shared spec ``api.md``)::
     dg = anfir.grad(mod["f"])          # a new FuncGraph computing df/dx
     cg = anfir.compile(mod, dump_dir="dumps")   # the whole pipeline, with dumps
     anfir.to_text(g); anfir.dump_ir(g); anfir.dump_dot(g)
+
+This module is the top layer: it imports every layer below, and
+:mod:`anfir.wiring` plugs the higher layers into the lower ones' slots, so the
+package behaves the same whichever submodule is imported first.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
+from anfir import wiring  # noqa: F401  (fills the lower layers' slots before anything runs)
+from anfir.autodiff import api as _ad
 from anfir.errors import AnfirError
+from anfir.eval import run as _run
+from anfir.grammar.parser import parse_module
 from anfir.ir.graph import FuncGraph, Module
+from anfir.loading import load_file
+from anfir.passes.pipeline import compile_program
+from anfir.printers.dot import dump_dot as _dump_dot
+from anfir.printers.ir import dump_ir as _dump_ir
+from anfir.printers.text import to_text as _to_text
 
 __version__ = "0.1.0"
 
@@ -23,22 +36,16 @@ GraphOrModule = Union[FuncGraph, Module]
 
 def parse(text: str, filename: str = "<string>") -> Module:
     """Parse ANF text into a :class:`Module` of resolved FuncGraphs."""
-    from anfir.grammar.parser import parse_module
-
     return parse_module(text, filename)
 
 
 def load(path: str) -> Module:
     """Read a ``.anf`` program, or load an ``.ir`` dump back, into a Module."""
-    from anfir.loading import load_file
-
     return load_file(path)
 
 
 def run(graph: Any, *args: Any) -> Any:
     """Evaluate ``graph`` (a FuncGraph, or a Module's entry) on Python/numpy ``args``."""
-    from anfir.eval import run as _run
-
     return _run(graph, *args)
 
 
@@ -47,23 +54,23 @@ def grad(graph: FuncGraph, wrt: Union[int, Sequence[int]] = 0) -> FuncGraph:
 
     ``wrt`` may be a tuple of indices: the graph then returns a tuple of gradients.
     """
-    from anfir.autodiff.api import grad as _grad
-
-    return _grad(graph, wrt)
+    return _ad.grad(graph, wrt)
 
 
 def value_and_grad(graph: FuncGraph, wrt: Union[int, Sequence[int]] = 0) -> FuncGraph:
     """A new FuncGraph returning ``(graph(*args), gradient)``."""
-    from anfir.autodiff.api import value_and_grad as _vg
-
-    return _vg(graph, wrt)
+    return _ad.value_and_grad(graph, wrt)
 
 
 def vjp(graph: FuncGraph) -> FuncGraph:
     """A new FuncGraph ``(*args) -> (out, bprop)``; ``bprop(dout)`` returns the input gradients."""
-    from anfir.autodiff.api import vjp as _vjp
+    return _ad.vjp(graph)
 
-    return _vjp(graph)
+
+def jvp(graph: FuncGraph) -> FuncGraph:
+    """A new FuncGraph ``(*args, *tangents) -> (out, tangent_out)``: forward mode,
+    the derivative of ``graph`` at ``args`` along ``tangents``."""
+    return _ad.jvp(graph)
 
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
@@ -74,33 +81,25 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     annotations are used.  With ``dump_dir``, each phase writes ``NN_phase.ir``
     and ``NN_phase.dot`` there.
     """
-    from anfir.passes.pipeline import compile_program
-
     return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir).graph
 
 
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
-    from anfir.printers.text import to_text as _to_text
-
     return _to_text(obj)
 
 
 def dump_ir(obj: GraphOrModule, phase: str = "") -> str:
     """The ``.ir`` dump text (readable, and loadable with :func:`load`)."""
-    from anfir.printers.ir import dump_ir as _dump_ir
-
     return _dump_ir(obj, phase=phase)
 
 
 def dump_dot(obj: GraphOrModule) -> str:
     """Graphviz ``dot`` source drawing the graphs (one cluster per graph)."""
-    from anfir.printers.dot import dump_dot as _dump_dot
-
     return _dump_dot(obj)
 
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "grad", "load",
-    "parse", "run", "to_text", "value_and_grad", "vjp",
+    "jvp", "parse", "run", "to_text", "value_and_grad", "vjp",
 ]

@@ -10,11 +10,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 import numpy as np
 
 from anfir.errors import AnfirError, UsageError
+from anfir.abstract.values import AbstractValue
+from anfir.dtypes import dtype_name
+from anfir.autodiff.api import grad
+from anfir.eval import run
+from anfir.grammar.parser import parse_module
+from anfir.grammar.resolve import resolve_module
+from anfir.ir.walk import reachable_graphs
+from anfir.loading import load_file
+from anfir.nested import nested_text, tuple_items
+from anfir.passes.pipeline import compile_program
+from anfir.passes.specialize import abstract_from_annotation_text
+from anfir.printers.dot import dump_dot
+from anfir.printers.ir import dump_ir
+from anfir.printers.text import to_text
 
 EXAMPLES = """\
 examples:
@@ -29,7 +43,7 @@ examples:
 class _Parser(argparse.ArgumentParser):
     """argparse, but usage errors exit 2 with one clean line (no traceback)."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: usage error: {message}\n")
 
@@ -97,8 +111,6 @@ def parse_arg(text: str) -> Any:
             return np.load(text, allow_pickle=False)
         except (ValueError, OSError) as exc:
             raise UsageError(f"cannot read {text} as a numpy array: {exc}") from None
-    from anfir.eval import run
-    from anfir.grammar.parser import parse_module
 
     try:
         module = parse_module(f"def __arg__() = {text}", "<argument>")
@@ -124,7 +136,6 @@ def format_value(value: Any) -> str:
 
     Tuples may nest thousands deep: they are written without recursion.
     """
-    from anfir.nested import nested_text, tuple_items
 
     return nested_text(value, tuple_items, _format_atom)
 
@@ -142,11 +153,10 @@ def _format_atom(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(value, np.ndarray):
-        from anfir.values import NUMPY_TO_DTYPE
-
         body = np.array2string(value, separator=", ", threshold=sys.maxsize,
                                floatmode="unique", max_line_width=100)
-        return f"Tensor[{NUMPY_TO_DTYPE.get(value.dtype.name, value.dtype.name)}, {value.shape}]({body})"
+        dtype = dtype_name(value.dtype) or value.dtype.name  # numpy's name for the others
+        return f"Tensor[{dtype}, {value.shape}]({body})"
     return repr(value)
 
 
@@ -154,20 +164,17 @@ def _format_atom(value: Any) -> str:
 def _load(path: str, runnable: bool = False) -> Any:
     if not os.path.exists(path):
         raise UsageError(f"no such file: {path}")
-    from anfir.loading import load_file
 
     module = load_file(path)
-    if runnable and getattr(module, "phase", None) is not None:
+    if runnable and module.phase is not None:
         # A dump written before the resolve phase still holds global names;
         # resolve them, as compile would (a no-op on later dumps).
-        from anfir.passes.resolve import resolve_module
 
         resolve_module(module)
     return module
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from anfir.eval import run
 
     module = _load(ns.file, runnable=True)
     graph = module[module.entry_name(ns.entry)]
@@ -183,8 +190,6 @@ def _wrt(text: str) -> tuple[int, ...]:
 
 
 def cmd_grad(ns: argparse.Namespace) -> int:
-    from anfir.autodiff.api import grad
-    from anfir.eval import run
 
     module = _load(ns.file, runnable=True)
     graph = module[module.entry_name(ns.entry)]
@@ -193,7 +198,6 @@ def cmd_grad(ns: argparse.Namespace) -> int:
         raise UsageError("--wrt needs at least one index")
     gradient = grad(graph, indices[0] if len(indices) == 1 else indices)
     if ns.output:
-        from anfir.printers.ir import dump_ir
 
         with open(ns.output, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(dump_ir(gradient))
@@ -206,7 +210,6 @@ def cmd_grad(ns: argparse.Namespace) -> int:
 
 
 def cmd_compile(ns: argparse.Namespace) -> int:
-    from anfir.passes.pipeline import compile_program
 
     if not os.path.exists(ns.file):
         raise UsageError(f"no such file: {ns.file}")
@@ -218,7 +221,6 @@ def cmd_compile(ns: argparse.Namespace) -> int:
             try:
                 args.append(parse_arg(text))
             except AnfirError:
-                from anfir.passes.specialize import abstract_from_annotation_text
 
                 args.append(abstract_from_annotation_text(text))
         if all(not _is_abstract(a) for a in args):
@@ -231,20 +233,17 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     if ns.dump_dir:
         print(f"dumps in {ns.dump_dir}/: {', '.join(os.path.basename(p) for p in result.dump_files)}")
     if values is not None:
-        from anfir.eval import run
 
         print(f"result: {format_value(run(graph, *values))}")
     return 0
 
 
 def _is_abstract(value: Any) -> bool:
-    from anfir.abstract.values import AbstractValue
 
     return isinstance(value, AbstractValue)
 
 
 def _count(graph: Any) -> int:
-    from anfir.ir.walk import reachable_graphs
 
     return sum(len(g.nodes()) for g in reachable_graphs([graph]))
 
@@ -259,7 +258,6 @@ def _timing_table(timings: dict[str, float]) -> str:
 
 
 def cmd_fmt(ns: argparse.Namespace) -> int:
-    from anfir.printers.text import to_text
 
     module = _load(ns.file)
     sys.stdout.write(to_text(module))
@@ -267,7 +265,6 @@ def cmd_fmt(ns: argparse.Namespace) -> int:
 
 
 def cmd_dot(ns: argparse.Namespace) -> int:
-    from anfir.printers.dot import dump_dot
 
     module = _load(ns.file)
     graph = module[module.entry_name(ns.entry)]

@@ -1,6 +1,6 @@
 """Error types: every error anfir raises on bad input derives from AnfirError.
 
-An error that concerns user text carries a :class:`~anfir.ir.location.Location`
+An error that concerns user text carries a :class:`~anfir.location.Location`
 and renders as ``file:line:col: message`` followed by the offending line and a
 caret under the column, so both the API and the CLI can show it verbatim.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from anfir.ir.location import Location
+    from anfir.location import Location
 
 
 class AnfirError(Exception):

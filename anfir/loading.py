@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Union
 
 from anfir.ir.graph import Module
+from anfir.grammar.ir_loader import load_ir_file
+from anfir.grammar.parser import parse_file
 
 
 def load_file(path: Union[str, Path]) -> Module:
     """The Module stored in ``path`` (a ``.ir`` dump or ANF source)."""
     if Path(path).suffix.lower() == ".ir":
-        from anfir.grammar.ir_loader import load_ir_file
 
         return load_ir_file(path)
-    from anfir.grammar.parser import parse_file
 
     return parse_file(str(path))
 

@@ -67,7 +67,7 @@ def nested_text(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],
     return "".join(out)
 
 
-def tuple_items(value: Any) -> Optional[tuple]:
+def tuple_items(value: Any) -> Optional[tuple[Any, ...]]:
     """``value`` itself if it is a Python tuple, else None (``items_of`` for plain values)."""
     return value if isinstance(value, tuple) else None
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from anfir import dtypes
+
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.ir.graph import FuncGraph
 
@@ -113,30 +115,12 @@ class DType:
     @property
     def numpy(self) -> np.dtype:
         """The matching numpy dtype."""
-        return np.dtype(DTYPE_TO_NUMPY[self.name])
+        return dtypes.numpy_dtype(self.name)
 
     @property
     def is_float(self) -> bool:
         """Whether this is a floating-point type."""
-        return self.name.startswith("f")
+        return dtypes.is_float(self.name)
 
     def __repr__(self) -> str:
         return self.name
-
-
-DTYPE_TO_NUMPY = {
-    "f16": "float16", "f32": "float32", "f64": "float64",
-    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "bool": "bool",
-}
-NUMPY_TO_DTYPE = {v: k for k, v in DTYPE_TO_NUMPY.items()}
-
-
-def dtype_of_array(array: np.ndarray) -> str:
-    """The anfir dtype name (``f64``) of a numpy array."""
-    name = NUMPY_TO_DTYPE.get(array.dtype.name)
-    if name is None:
-        from anfir.errors import AnfirTypeError
-
-        raise AnfirTypeError(f"unsupported array dtype {array.dtype.name}")
-    return name

@@ -1,6 +1,6 @@
 """The examples of the language contract (``shared/spec/anf-text.md``), verbatim.
 
-One copy for every test that needs them; ``tests/test_first_hour_audit.py``
+One copy for every test that needs them; ``tests/test_docs.py``
 checks them against the contract itself when it sits beside the checkout.
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 
 import anfir
+from anfir.cli import build_parser, format_value
 from cli_harness import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -427,3 +429,94 @@ def test_running_a_parse_dump_from_the_api_says_it_is_unresolved(tmp_path):
     assert module.entry_name() == "dpower"
     with pytest.raises(anfir.AnfirError, match="unresolved name 'grad'.*before the resolve phase"):
         anfir.run(module.entry, 3.0)
+
+
+# -- results of any depth, output paths that cannot be written (issue 2) ---------------
+DEPTH = 3000
+
+
+def _nested(depth: int) -> tuple:
+    value: tuple = (1,)
+    for _ in range(depth - 1):
+        value = (value,)
+    return value
+
+
+def test_format_value_of_a_deeply_nested_tuple_is_iterative():
+    text = format_value(_nested(DEPTH))
+    assert text == "(" * DEPTH + "1" + ",)" * DEPTH
+
+
+def test_format_value_keeps_the_anf_spelling_of_every_kind_of_result():
+    value = ((), (1,), (2.5, "a\"b\\c\nd", None, True, False), -3)
+    assert format_value(value) == '((), (1,), (2.5, "a\\"b\\\\c\\nd", None, true, false), -3)'
+
+
+def test_run_prints_a_result_nested_thousands_deep(tmp_path: Path):
+    prog = tmp_path / "deep.anf"
+    prog.write_text("def main(x) = " + "(x, " * DEPTH + "x" + ")" * DEPTH + "\n")
+    status, out, err = run_in_process(["run", str(prog), "7"], Path.cwd())
+    assert (status, err) == (0, "")
+    assert out == "(7, " * DEPTH + "7" + ")" * DEPTH + "\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ("dot", "{prog}", "-o", "{missing}/f.dot"),
+    ("grad", "{prog}", "-o", "{missing}/g.ir", "2.0"),
+    ("compile", "{prog}", "--args", "2.0", "--dump-dir", "{prog}"),
+])
+def test_an_unwritable_output_path_is_a_usage_error(tmp_path: Path, argv):
+    prog = tmp_path / "sq.anf"
+    prog.write_text("def main(x) = x * x\n")
+    args = [a.format(prog=prog, missing=tmp_path / "no" / "such" / "dir") for a in argv]
+    status, _, err = run_in_process(args, Path.cwd())
+    assert status == 2, err
+    assert f"anfir {argv[0]}: usage error: cannot use" in err
+    assert "internal error" not in err and "Traceback" not in err
+
+
+# -- every example of --help runs, every argument has a help line (issue 5) -------------
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    return tmp_path
+
+
+def _help(command: str) -> str:
+    status, out, err = run_in_process([command, "--help"], ROOT)
+    assert status == 0, err
+    return out
+
+
+def _help_examples(text: str) -> list[str]:
+    tail = re.split(r"^examples?:\n", text, flags=re.M)[1]
+    return [line.split("#")[0].strip() for line in tail.split("\n") if line.startswith("  anfir ")]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS) + [None], ids=lambda c: c or "anfir")
+def test_every_help_example_runs(command: str | None, scratch: Path) -> None:
+    np.save(scratch / "w1.npy", np.full((3, 4), 0.1))
+    np.save(scratch / "w2.npy", np.full((4, 2), 0.2))
+    np.save(scratch / "x.npy", np.ones((5, 3)))
+    np.save(scratch / "y.npy", np.zeros((5, 2)))
+    if command is None:
+        status, text, err = run_in_process(["--help"], ROOT)
+        assert status == 0, err
+    else:
+        text = _help(command)
+    examples = _help_examples(text)
+    assert examples, text
+    for example in examples:
+        if shutil.which("dot") is None and re.search(r"-o \S+\.(svg|png)", example):
+            continue
+        status, out, err = run_in_process(shlex.split(example)[1:], scratch)
+        assert status == 0, f"{example}\n{err}"
+        assert out or "-o" in example, example
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_argument_has_a_help_line(command: str) -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")  # noqa: SLF001
+    for action in sub.choices[command]._actions:  # noqa: SLF001
+        assert action.help, f"anfir {command}: {action.option_strings or action.dest} has no help"

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anfir
+import programs
 from anfir.errors import (AnfirError, AnfirRuntimeError, AnfirTypeError, ArityError,
                           IRConsistencyError, ShapeError)
 from anfir.eval import call_function, code_for, disassemble, run
@@ -473,9 +474,7 @@ def test_callee_edit_is_seen_by_existing_caller_code() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "sub", "mul", "maximum"]),
-                          st.integers(-5, 5) | st.floats(-4, 4, allow_nan=False)),
-                max_size=30),
+@given(programs.primitive_chains(["add", "sub", "mul", "maximum"], max_size=30),
        st.integers(-10, 10))
 def test_chains_match_python(ops: list[tuple[str, Any]], start: int) -> None:
     g = FuncGraph("chain")
@@ -583,12 +582,11 @@ def test_errors_deep_in_the_stack_point_at_the_failing_node() -> None:
 
 
 def test_meta_function_without_runtime() -> None:
-    # A meta function whose evaluation nobody provides (runtime shadowed by None).
+    # A meta function whose expansion nobody provides (no generator installed).
     meta = MetaFunction("grad", "a stand-in for grad before autodiff exists")
-    meta.runtime = None  # type: ignore[assignment, method-assign]
     g = FuncGraph("g")
     g.output = g.apply(meta, ValueNode(hof_graph()), loc=loc(11))
-    with pytest.raises(AnfirError, match="grad is not available") as info:
+    with pytest.raises(AnfirError, match="grad cannot be evaluated directly") as info:
         run(g)
     assert info.value.loc.line == 11
 
@@ -596,13 +594,18 @@ def test_meta_function_without_runtime() -> None:
 def test_meta_function_runtime_is_called(monkeypatch: pytest.MonkeyPatch) -> None:
     grad = META_FUNCTIONS["grad"]
 
-    def fake_grad(fn: Any, *indices: Any) -> Any:
-        # "gradient" of f: a function calling f back through call_function
-        return Partial(P["make_tuple"], ("d", call_function(fn, (1.0,))))
+    def fake_grad(args: tuple) -> FuncGraph:
+        # the "gradient" of f: a function calling f back, partial(make_tuple, "d", f(1.0))
+        assert args[0] is hof_graph_value[0]
+        gen = FuncGraph("fake_grad")
+        f = gen.add_parameter("f")
+        gen.output = gen.apply(P["partial"], P["make_tuple"], "d", gen.apply(f, 1.0))
+        return gen
 
-    monkeypatch.setattr(grad, "runtime", fake_grad, raising=False)
+    hof_graph_value = [hof_graph()]
+    monkeypatch.setattr(grad, "generate", fake_grad)
     g = FuncGraph("g")
-    g.output = g.apply(g.apply(grad, ValueNode(hof_graph())), 0)
+    g.output = g.apply(g.apply(grad, ValueNode(hof_graph_value[0])), 0)
     assert run(g) == ("d", 16.0, 0)
 
 

@@ -14,8 +14,7 @@ unoptimized gradient graph.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +22,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import anfir
+import programs
+from gradcheck import check_grad
+from programs import Dual
 from spec_examples import CLOSURE, HOF, MLP, PAPER
 
 CLOSE = dict(rel_tol=1e-12, abs_tol=1e-12)
@@ -216,125 +218,8 @@ def test_gradient_of_a_long_chain() -> None:
 
 
 # -- generated arithmetic programs -------------------------------------------------------------
-@dataclass(frozen=True)
-class Dual:
-    """A value and its derivative with respect to one input (forward mode)."""
-
-    v: float
-    d: float
-
-    def __add__(self, o: "Dual") -> "Dual":
-        return Dual(self.v + o.v, self.d + o.d)
-
-    def __sub__(self, o: "Dual") -> "Dual":
-        return Dual(self.v - o.v, self.d - o.d)
-
-    def __mul__(self, o: "Dual") -> "Dual":
-        return Dual(self.v * o.v, self.d * o.v + self.v * o.d)
-
-
-UNARY = {
-    "sin": (math.sin, math.cos),
-    "cos": (math.cos, lambda v: -math.sin(v)),
-    "tanh": (math.tanh, lambda v: 1 - math.tanh(v) ** 2),
-}
-
-Expr = tuple
-"""A generated expression: ("var", name) | ("const", c) | ("bin", op, a, b) |
-("un", fn, a) | ("if", a, b, then, else) | ("closure", body, arg1, arg2) |
-("tuple", a, b, index)."""
-
-
-@st.composite
-def expressions(draw: Any, names: tuple[str, ...], depth: int) -> Expr:
-    """A float-valued expression tree over ``names``, at most ``depth`` levels of operators."""
-    kind = draw(st.integers(0, 7 if depth > 0 else 1))
-    if kind == 0:
-        return ("var", draw(st.sampled_from(names)))
-    if kind == 1:
-        return ("const", draw(st.sampled_from([0.5, 0.75, 1.25, 2.0, 1.0, 0.0])))
-
-    def sub(extra: tuple[str, ...] = ()) -> Expr:
-        return draw(expressions(names + extra, depth - 1))
-
-    if kind in (2, 3):
-        return ("bin", draw(st.sampled_from("+-*")), sub(), sub())
-    if kind == 4:
-        return ("un", draw(st.sampled_from(sorted(UNARY))), sub())
-    if kind == 5:
-        return ("closure", sub(("z",)), sub(), sub())
-    if kind == 6:
-        return ("if", sub(), sub(), sub(), sub())
-    return ("tuple", sub(), sub(), draw(st.integers(0, 1)))
-
-
-def to_anf(e: Expr) -> str:
-    """The ANF text of ``e`` (fully parenthesised)."""
-    tag = e[0]
-    if tag == "var":
-        return e[1]
-    if tag == "const":
-        return repr(e[1])
-    if tag == "bin":
-        return f"({to_anf(e[2])} {e[1]} {to_anf(e[3])})"
-    if tag == "un":
-        return f"{e[1]}({to_anf(e[2])})"
-    if tag == "closure":
-        return (f"(let c = lambda (z) {to_anf(e[1])} end in "
-                f"c({to_anf(e[2])}) * c({to_anf(e[3])}))")
-    if tag == "if":
-        return f"(if {to_anf(e[1])} > {to_anf(e[2])} then {to_anf(e[3])} else {to_anf(e[4])})"
-    return f"(({to_anf(e[1])}, {to_anf(e[2])})[{e[3]}])"
-
-
-Num = Union[float, Dual]
-
-
-def evaluate(e: Expr, env: dict[str, Num]) -> Num:
-    """``e`` evaluated in Python on floats, or on :class:`Dual` numbers for the derivative."""
-    tag = e[0]
-    if tag == "var":
-        return env[e[1]]
-    if tag == "const":
-        return e[1] if not isinstance(env["x"], Dual) else Dual(e[1], 0.0)
-    if tag == "bin":
-        a, b = evaluate(e[2], env), evaluate(e[3], env)
-        return a + b if e[1] == "+" else a - b if e[1] == "-" else a * b
-    if tag == "un":
-        f, df = UNARY[e[1]]
-        a = evaluate(e[2], env)
-        return Dual(f(a.v), df(a.v) * a.d) if isinstance(a, Dual) else f(a)
-    if tag == "closure":
-        return (evaluate(e[1], {**env, "z": evaluate(e[2], env)})
-                * evaluate(e[1], {**env, "z": evaluate(e[3], env)}))
-    if tag == "if":
-        a, b = evaluate(e[1], env), evaluate(e[2], env)
-        taken = (a.v > b.v) if isinstance(a, Dual) else a > b
-        return evaluate(e[3] if taken else e[4], env)
-    return evaluate(e[1 + e[3]], env)
-
-
-@st.composite
-def programs(draw: Any) -> tuple[Expr, Expr, Expr]:
-    """The three expressions of ``def f(x, y) = let a = .. in let b = .. in ..``."""
-    return (draw(expressions(("x", "y"), 2)), draw(expressions(("x", "y", "a"), 2)),
-            draw(expressions(("x", "y", "a", "b"), 2)))
-
-
-def program_text(parts: tuple[Expr, Expr, Expr]) -> str:
-    """The ANF text of the generated program ``f``."""
-    a, b, out = (to_anf(p) for p in parts)
-    return f"def f(x, y) =\n  let a = {a} in\n  let b = {b} in\n  {out}\n"
-
-
-def program_value(parts: tuple[Expr, Expr, Expr], x: Num, y: Num) -> Num:
-    """``f(x, y)`` computed in Python (on floats, or on Dual numbers for a derivative)."""
-    env: dict[str, Num] = {"x": x, "y": y}
-    env["a"] = evaluate(parts[0], env)
-    env["b"] = evaluate(parts[1], env)
-    return evaluate(parts[2], env)
-
-
+# Programs of tests/programs.py (grammar SMOOTH: arithmetic, closures called twice,
+# if, tuples), computed in Python by its evaluator, on Dual numbers for derivatives.
 def as_float(value: Any) -> float:
     """A program's result as a float (an all-integer branch may return an int)."""
     assert isinstance(value, (int, float, np.floating)), value
@@ -342,57 +227,30 @@ def as_float(value: Any) -> float:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(), st.floats(-1.5, 1.5), st.floats(-1.5, 1.5))
-def test_generated_programs_compiled_equal_parsed_and_python(parts, x, y) -> None:
-    text = program_text(parts)
+@given(programs.let_programs(programs.SMOOTH), st.floats(-1.5, 1.5), st.floats(-1.5, 1.5))
+def test_generated_programs_compiled_equal_parsed_and_python(program, x, y) -> None:
+    text = program.text
     fast, ref = compiled(text, "f", [x, y])
-    expected = program_value(parts, x, y)
+    expected = program.value(x, y)
     got = anfir.run(fast, x, y)
     assert same(got, anfir.run(ref, x, y)), text
     assert math.isclose(as_float(got), expected, rel_tol=1e-9, abs_tol=1e-9), text
 
 
-def branches_are_clear(parts: tuple[Expr, Expr, Expr], x: float, y: float) -> bool:
-    """Whether every ``if`` comparison is far from a tie (a derivative at a tie is not smooth)."""
-    margins = []
-
-    def record(e: Expr, env: dict[str, Num]) -> None:
-        stack = [(e, env)]
-        while stack:
-            node, scope = stack.pop()
-            if node[0] == "if":
-                margins.append(abs(evaluate(node[1], scope) - evaluate(node[2], scope)))
-            if node[0] == "closure":
-                for arg in (node[2], node[3]):
-                    stack.append((node[1], {**scope, "z": evaluate(arg, scope)}))
-                stack.extend((child, scope) for child in node[2:4])
-                continue
-            stack.extend((child, scope) for child in node[1:] if isinstance(child, tuple))
-
-    env: dict[str, Num] = {"x": x, "y": y}
-    for part, name in zip(parts, ("a", "b", "out")):
-        record(part, env)
-        env[name] = evaluate(part, env)
-    return all(m > 1e-6 for m in margins)
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(), st.floats(-1.5, 1.5), st.floats(-1.5, 1.5))
-def test_generated_program_gradients_optimized_equal_forward_mode(parts, x, y) -> None:
+@given(programs.let_programs(programs.SMOOTH), st.floats(-1.5, 1.5), st.floats(-1.5, 1.5))
+def test_generated_program_gradients_optimized_equal_forward_mode(program, x, y) -> None:
     # At a tie in an `if` both one-sided derivatives are valid answers.
-    assume(branches_are_clear(parts, x, y))
-    text = program_text(parts)
-    module = anfir.parse(text + "\ndef df(x, y) = grad(f, 0, 1)(x, y)\n")
-    raw = anfir.grad(module["f"], (0, 1))
-    fast = anfir.compile(raw, args=[x, y])
-    in_program = anfir.compile(module, entry="df", args=[x, y])
-    dx = program_value(parts, Dual(x, 1.0), Dual(y, 0.0))
-    dy = program_value(parts, Dual(x, 0.0), Dual(y, 1.0))
-    ref = anfir.run(raw, x, y)
-    for got in (anfir.run(fast, x, y), anfir.run(in_program, x, y)):
-        for g, r, e in zip(got, ref, (dx.d, dy.d)):
-            assert math.isclose(as_float(g), as_float(r), rel_tol=1e-12, abs_tol=1e-12), text
-            assert math.isclose(as_float(g), e, rel_tol=1e-9, abs_tol=1e-9), text
+    assume(all(m > 1e-6 for m in program.if_margins(x, y)))
+    dx = program.value(Dual(x, 1.0), Dual(y, 0.0))
+    dy = program.value(Dual(x, 0.0), Dual(y, 1.0))
+    # The unoptimized gradient graph, the compiled one and the compiled grad inside
+    # the program: equal to 1e-12, and to forward mode to 1e-9.
+    grads = check_grad(program.text, [x, y], (0, 1), ways=("api", "compiled", "compiled_program"),
+                       want=(dx.d, dy.d), rtol=1e-9, atol=1e-9, agree=(1e-12, 1e-12),
+                       msg=program.text)
+    for way, grad in grads.items():
+        assert all(isinstance(g, (int, float, np.floating)) for g in grad), (way, grad)
 
 
 @pytest.mark.parametrize("n", [0, 1, 5])

@@ -1,4 +1,9 @@
-"""Gradients: checked against finite differences and closed forms."""
+"""Gradients: checked against finite differences and closed forms.
+
+Every check goes through tests/gradcheck.py (``check_grad``: ``anfir.grad``
+from the API and, for a program's text, ``grad`` inside the program, against
+central finite differences); generated programs come from tests/programs.py.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +11,13 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import anfir
+import programs
 from anfir.errors import AnfirError, GradientError
-
-EPS = 1e-6
-
-
-def numeric_grad(graph, args, i, eps=EPS):
-    """Central finite difference of a scalar graph w.r.t. argument i (scalar or array)."""
-    args = list(args)
-    x = args[i]
-    if isinstance(x, np.ndarray):
-        out = np.zeros_like(x, dtype=float)
-        it = np.nditer(x, flags=["multi_index"])
-        for _ in it:
-            idx = it.multi_index
-            plus = x.copy(); plus[idx] += eps
-            minus = x.copy(); minus[idx] -= eps
-            args[i] = plus; fp = anfir.run(graph, *args)
-            args[i] = minus; fm = anfir.run(graph, *args)
-            out[idx] = (fp - fm) / (2 * eps)
-        args[i] = x
-        return out
-    args[i] = x + eps; fp = anfir.run(graph, *args)
-    args[i] = x - eps; fm = anfir.run(graph, *args)
-    return (fp - fm) / (2 * eps)
-
-
-def check_grad(graph, args, wrt=0, rtol=1e-5, atol=1e-6):
-    g = anfir.grad(graph, wrt)
-    got = anfir.run(g, *args)
-    want = numeric_grad(graph, args, wrt)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
-    return got
+from gradcheck import check_grad, numeric_grad, smooth_at
 
 
 def f_of(text, name="f"):
@@ -55,25 +33,25 @@ UNARY = {
 
 @pytest.mark.parametrize("name,x", sorted(UNARY.items()))
 def test_unary_primitive_scalar(name, x):
-    check_grad(f_of(f"def f(x) = {name}(x) * 1.5"), [x])
+    check_grad(f"def f(x) = {name}(x) * 1.5", [x])
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
 def test_unary_primitive_tensor(name):
     x = np.array([[0.3, 1.2, 0.7], [1.1, 0.5, 1.9]])
-    check_grad(f_of(f"def f(x) = sum({name}(x) * x)"), [x])
+    check_grad(f"def f(x) = sum({name}(x) * x)", [x])
 
 
 @pytest.mark.parametrize("op", ["+", "-", "*", "/", "**"])
 def test_binary_operators_scalar(op):
-    g = f_of(f"def f(x, y) = (x {op} y) * x")
+    g = f"def f(x, y) = (x {op} y) * x"
     check_grad(g, [1.3, 0.7], 0)
     check_grad(g, [1.3, 0.7], 1)
 
 
 @pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "pow", "maximum", "minimum"])
 def test_binary_broadcasting_tensor(name):
-    g = f_of(f"def f(x, y) = sum({name}(x, y) * x)")
+    g = f"def f(x, y) = sum({name}(x, y) * x)"
     x = np.array([[0.5, 1.5, 0.9], [1.2, 0.3, 0.8]])
     y = np.array([0.7, 1.1, 0.6])
     check_grad(g, [x, y], 0)
@@ -84,20 +62,20 @@ def test_binary_broadcasting_tensor(name):
 def test_matmul_transpose_reshape_sum_mean():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
-    check_grad(f_of("def f(a, b) = sum(tanh(a @ b))"), [a, b], 0)
-    check_grad(f_of("def f(a, b) = sum(tanh(a @ b))"), [a, b], 1)
-    check_grad(f_of("def f(a) = sum(transpose(a) * transpose(a))"), [a])
-    check_grad(f_of("def f(a) = sum(transpose(a, (1, 0)) ** 3)"), [a])
-    check_grad(f_of("def f(a) = sum(reshape(a, (2, 6)) * reshape(a, (2, 6)))"), [a])
-    check_grad(f_of("def f(a) = sum(sum(a, 0) ** 2)"), [a])
-    check_grad(f_of("def f(a) = sum(mean(a, 1) ** 2) + mean(a) ** 2"), [a])
-    check_grad(f_of("def f(a) = sum(broadcast_to(sum(a, 0), (5, 4)) ** 2)"), [a])
+    check_grad("def f(a, b) = sum(tanh(a @ b))", [a, b], 0)
+    check_grad("def f(a, b) = sum(tanh(a @ b))", [a, b], 1)
+    check_grad("def f(a) = sum(transpose(a) * transpose(a))", [a])
+    check_grad("def f(a) = sum(transpose(a, (1, 0)) ** 3)", [a])
+    check_grad("def f(a) = sum(reshape(a, (2, 6)) * reshape(a, (2, 6)))", [a])
+    check_grad("def f(a) = sum(sum(a, 0) ** 2)", [a])
+    check_grad("def f(a) = sum(mean(a, 1) ** 2) + mean(a) ** 2", [a])
+    check_grad("def f(a) = sum(broadcast_to(sum(a, 0), (5, 4)) ** 2)", [a])
 
 
 def test_where_cast_and_stop_gradient():
     x = np.array([-1.0, 0.5, 2.0])
-    check_grad(f_of("def f(x) = sum(where(x > 0.0, x * x, -x))"), [x])
-    check_grad(f_of('def f(x) = sum(cast(x, "f64") * x)'), [x])
+    check_grad("def f(x) = sum(where(x > 0.0, x * x, -x))", [x])
+    check_grad('def f(x) = sum(cast(x, "f64") * x)', [x])
     got = anfir.run(anfir.grad(f_of("def f(x) = x * stop_gradient(x * x)")), 3.0)
     assert got == pytest.approx(9.0)
 
@@ -142,21 +120,22 @@ def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =
 
 # -- closures ------------------------------------------------------------------------
 def test_closure_captured_twice_and_returned():
-    mod = anfir.parse("""
+    text = """
 def make(a) = lambda (x) a * x * a end
 def f(a) = let c = make(a) in c(2.0) + c(a)
 def g(a) =
   let k = lambda (x) x * a end in
   let h = lambda (y) k(y) + k(a) end in
   h(3.0)
-""")
-    check_grad(mod["f"], [1.3])
+"""
+    mod = anfir.parse(text)
+    check_grad(text, [1.3], entry="f")
     assert anfir.run(anfir.grad(mod["f"]), 1.3) == pytest.approx(4 * 1.3 + 3 * 1.3 ** 2)
-    check_grad(mod["g"], [0.7])
+    check_grad(text, [0.7], entry="g")
 
 
 def test_closures_chosen_by_if_and_three_levels():
-    mod = anfir.parse("""
+    text = """
 def pick(a, b, c) =
   let f = if c > 0.0 then lambda (x) x * a end else lambda (x) x + b end in
   f(a * b)
@@ -167,47 +146,47 @@ def nest(a) =
       l3(y + a) end in
     l2(x * x) end in
   l1(a + 1.0)
-""")
+"""
     for c in (1.0, -1.0):
-        check_grad(mod["pick"], [1.2, 0.4, c], 0)
-        check_grad(mod["pick"], [1.2, 0.4, c], 1)
-    check_grad(mod["nest"], [0.6])
+        check_grad(text, [1.2, 0.4, c], 0, entry="pick")
+        check_grad(text, [1.2, 0.4, c], 1, entry="pick")
+    check_grad(text, [0.6], entry="nest")
 
 
 def test_higher_order_functions_and_partial():
-    mod = anfir.parse("""
+    text = """
 def twice(f, x) = f(f(x))
 def sq(x) = x * x
 def h(x) = twice(sq, x) + twice(lambda (y) sin(y) * x end, x)
 def p(x) = let add3 = partial(lambda (a, b, c) a * b + c end, x, 3.0) in add3(x) * x
 def prim(x) = twice(sin, x)
-""")
-    check_grad(mod["h"], [0.8])
-    check_grad(mod["p"], [1.4])
-    check_grad(mod["prim"], [0.3])
+"""
+    check_grad(text, [0.8], entry="h")
+    check_grad(text, [1.4], entry="p")
+    check_grad(text, [0.3], entry="prim")
 
 
 # -- recursion and loops -------------------------------------------------------------
 def test_recursion_non_tail_and_tree():
-    mod = anfir.parse("""
+    text = """
 def rpow(x, n) = if n == 0 then 1.0 else x * rpow(x, n - 1)
 def tree(x, n) = if n < 2 then x else tree(x * 0.9, n - 1) * tree(x + 0.1, n - 2)
 def even(x, n) = if n == 0 then x else odd(x * 1.1, n - 1)
 def odd(x, n) = if n == 0 then -x else even(sin(x), n - 1)
-""")
+"""
+    mod = anfir.parse(text)
     assert anfir.run(anfir.grad(mod["rpow"]), 1.5, 4) == pytest.approx(4 * 1.5 ** 3)
-    check_grad(mod["tree"], [0.9, 6])
-    check_grad(mod["even"], [0.4, 7])
+    check_grad(text, [0.9, 6], entry="tree")
+    check_grad(text, [0.4, 7], entry="even")
 
 
 def test_loop_of_2000_steps_at_default_recursion_limit():
-    mod = anfir.parse("""
+    text = """
 def run(x) =
   let loop = lambda (i, acc) if i < 2000 then loop(i + 1, acc * 0.999 + sin(x) * 0.001) else acc end in
   loop(0, x)
-""")
-    assert anfir.run(anfir.grad(mod["run"]), 0.3) == pytest.approx(
-        numeric_grad(mod["run"], [0.3], 0), rel=1e-6)
+"""
+    check_grad(text, [0.3], entry="run", rtol=1e-6, atol=1e-12)
 
 
 def test_second_and_third_order_through_if_and_loops():
@@ -231,13 +210,13 @@ def l3(x) = grad(grad(grad(cube_loop)))(x)
 
 
 def test_tuples():
-    mod = anfir.parse("""
+    text = """
 def f(x, y) = let t = (x * y, sin(x), (y, x)) in t[0] + t[1] * t[2][1] + t[2][0]
 def g(x) = let p = (x, x * x) in let q = (p[1], p[0]) in q[0] * q[1]
-""")
-    check_grad(mod["f"], [0.5, 1.5], 0)
-    check_grad(mod["f"], [0.5, 1.5], 1)
-    check_grad(mod["g"], [1.1])
+"""
+    check_grad(text, [0.5, 1.5], 0, entry="f")
+    check_grad(text, [0.5, 1.5], 1, entry="f")
+    check_grad(text, [1.1], entry="g")
 
 
 def test_value_and_grad_and_vjp():
@@ -289,14 +268,110 @@ def test_grad_wrt_integer_argument_is_an_error():
     assert "integer" in str(info.value)
 
 
-def test_missing_gradient_rules_are_all_reported(monkeypatch):
+@pytest.fixture
+def no_sin_cos_rules(monkeypatch):
+    from anfir.autodiff import jtransform
     from anfir.primitives import PRIMITIVES
 
     monkeypatch.setattr(PRIMITIVES["sin"], "bprop", None)
     monkeypatch.setattr(PRIMITIVES["cos"], "bprop", None)
+    # Graphs transformed by earlier tests must not hide the check.
+    monkeypatch.setattr(jtransform, "_default_context", jtransform.JContext(weak=True))
+
+
+def test_missing_gradient_rules_are_all_reported(no_sin_cos_rules):
     with pytest.raises(GradientError) as info:
         anfir.grad(anfir.parse("def f(x) =\n  sin(x) * cos(x)", "m.anf")["f"])
     text = str(info.value)
     assert text.startswith("m.anf:2:") and ": sin" in text and ": cos" in text
     assert "^" in text  # the caret under the first offending call
     assert isinstance(info.value, AnfirError)
+
+
+MISSING = ("def f(x) =\n  sin(x) * cos(x)\n\n"
+           "def ap(h, x) = h(x) * x\n"
+           "def main(x) = grad(f)(x)\n"
+           "def m2(x) = grad(lambda (y) ap(sin, y) + cos(y) end)(x)\n")
+
+
+@pytest.mark.parametrize("mode", ["run", "compile"])
+def test_missing_rules_of_in_program_grad_are_all_reported_with_locations(no_sin_cos_rules, mode):
+    module = anfir.parse(MISSING, "m.anf")
+    with pytest.raises(GradientError) as info:
+        if mode == "run":
+            anfir.run(module["main"], 1.0)
+        else:
+            anfir.compile(module, entry="main", args=[1.0])
+    text = str(info.value)
+    assert text.startswith("m.anf:2:6:"), text
+    assert "m.anf:2:6: sin" in text and "m.anf:2:15: cos" in text, text
+
+
+@pytest.mark.parametrize("mode", ["run", "compile"])
+def test_missing_rule_of_a_primitive_passed_as_a_value_is_reported(no_sin_cos_rules, mode):
+    module = anfir.parse(MISSING, "m.anf")
+    with pytest.raises(GradientError) as info:
+        if mode == "run":
+            anfir.run(module["m2"], 1.0)
+        else:
+            anfir.compile(module, entry="m2", args=[1.0])
+    text = str(info.value)
+    assert "m.anf:6:32: sin" in text and "m.anf:6:45: cos" in text, text
+
+
+# -- matmul: numpy's rules for vectors and batches ------------------------------------
+MATMUL = """
+def h(x, y) = sum(sin(x @ y) * 1.3) + sum(x @ y) * sum(x @ y)
+def gx(x, y, c) = sum(grad(h, 0)(x, y) * c)
+"""
+
+# numpy's matmul rules: vectors are promoted (row on the left, column on the
+# right) and the added dimension is removed; batch dimensions broadcast.
+MATMUL_SHAPES = [((3,), (3, 4)), ((2, 3), (3,)), ((3,), (3,)), ((5, 2, 3), (3, 4)),
+                 ((2, 3), (5, 3, 4)), ((1, 2, 3), (5, 3, 4)), ((5, 2, 3), (3,))]
+
+
+@pytest.mark.parametrize("sx, sy", MATMUL_SHAPES)
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_matmul_gradient_with_vectors_and_batches(sx, sy, wrt):
+    rng = np.random.default_rng(0)
+    x, y = rng.random(sx), rng.random(sy)
+    # From the API, and compiled from grad inside the program (equal to 1e-12).
+    got = check_grad(MATMUL, [x, y], wrt, entry="h", ways=("api", "compiled_program"),
+                     agree=(1e-12, 0.0))
+    assert np.shape(got["api"]) == np.shape((x, y)[wrt])
+
+
+@pytest.mark.parametrize("sx, sy", [((3,), (3, 4)), ((2, 3), (3,)), ((5, 2, 3), (3, 4))])
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_second_derivative_through_matmul(sx, sy, wrt):
+    rng = np.random.default_rng(1)
+    x, y, c = rng.random(sx), rng.random(sy), rng.random(sx)
+    check_grad(MATMUL, [x, y, c], wrt, entry="gx", rtol=1e-4, atol=1e-5)
+
+
+# -- generated programs (closures, if, tuples) -----------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs.let_programs(programs.SMOOTH), st.floats(0.2, 1.3), st.floats(-1.1, 0.9))
+def test_generated_program_gradients_match_finite_differences(program, x, y):
+    text = program.text
+    f = anfir.parse(text)["f"]
+    value = anfir.run(f, x, y)
+    if not np.isfinite(value) or abs(value) > 1e6:
+        return
+    if not (smooth_at(f, [x, y], 0) and smooth_at(f, [x, y], 1)):
+        return
+    check_grad(text, [x, y], (0, 1), rtol=1e-4, atol=1e-5, msg=text)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs.let_programs(programs.SMOOTH), st.floats(0.2, 1.3), st.floats(-1.1, 0.9))
+def test_generated_program_second_derivatives(program, x, y):
+    f = anfir.parse(program.text)["f"]
+    df = anfir.grad(f, 0)
+    if not (smooth_at(f, [x, y], 0) and smooth_at(df, [x, y], 0, eps=1e-5)):
+        return
+    want = numeric_grad(df, [x, y], 0, eps=1e-5)
+    if not np.isfinite(want) or abs(want) > 1e5:
+        return
+    check_grad(df, [x, y], 0, want=want, rtol=1e-3, atol=1e-4, msg=program.text)

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import anfir
+import programs
 from anfir.abstract.lattice import BOTTOM
 from anfir.abstract.shapes import dim_symbol
 from anfir.abstract.values import (AAny, AEnv, AFunction, AKey, ANone, AScalar, AString, ATensor,
@@ -213,6 +213,12 @@ def test_every_kind_of_constant_and_type_round_trips_exactly():
     assert dims[0] == 2 * dim_symbol("B") + 1 and dims[2] == dim_symbol("B") ** 2
 
 
+def test_numpy_scalar_in_an_abstract_value_prints_as_anf() -> None:
+    # np.float64 is a float subclass: its repr ``np.float64(0.5)`` is not ANF.
+    assert str(AScalar("f64", np.float64(0.5))) == "<Float64 = 0.5>"
+    assert str(AScalar("bool", np.bool_(True))) == "<Bool = true>"
+
+
 def test_every_primitive_and_meta_function_reads_back_by_name():
     # (also guards against a future primitive named like a word of the dump syntax)
     from anfir.primitives import META_FUNCTIONS
@@ -348,82 +354,14 @@ def test_a_file_that_is_not_utf8_is_a_located_error(tmp_path):
 
 
 # -- generated programs -------------------------------------------------------------------
-HELPERS = """
-def helper(x, y) = if x < y then x * 2.0 else y - x
-def count(n, acc) = if n < 1 then acc else count(n - 1, acc + 1.5)
-"""
-
-
-@st.composite
-def anf_programs(draw) -> str:
-    """A valid ANF module: lets of arithmetic over bound names, closures, ifs, tuples,
-    calls of helpers and of a recursive def, local recursion, shadowing."""
-    names = ["a", "b"]
-    lines: list[str] = []
-
-    def atom() -> str:
-        return draw(st.one_of(st.sampled_from(names), st.integers(-3, 3).map(str),
-                              st.sampled_from(["0.5", "2.0", "-1.5"])))
-
-    def arith() -> str:
-        return f"{atom()} {draw(st.sampled_from(['+', '-', '*']))} {atom()}"
-
-    for i in range(draw(st.integers(1, 10))):
-        kind = draw(st.sampled_from(["arith", "lambda", "nested", "if", "tuple", "call",
-                                     "rec", "loop", "shadow", "hof", "curry", "lambda_if",
-                                     "logic"]))
-        new = f"v{i}"
-        if kind == "arith":
-            lines.append(f"let {new} = {arith()} in")
-        elif kind == "lambda":
-            param = draw(st.sampled_from(["p", "a"]))  # "a" shadows main's parameter
-            lines.append(f"let f{i} = lambda ({param}) {param} * {atom()} + {atom()} end in")
-            lines.append(f"let {new} = f{i}({atom()}) in")
-        elif kind == "nested":
-            lines.append(f"let f{i} = lambda (p) let g = lambda (q) q + p * {atom()} end in "
-                         f"g(p) - {atom()} end in")
-            lines.append(f"let {new} = f{i}({atom()}) in")
-        elif kind == "if":
-            cmp = draw(st.sampled_from(["<", "<=", "==", ">"]))
-            lines.append(f"let {new} = if {atom()} {cmp} {atom()} then {arith()} else {arith()} in")
-        elif kind == "tuple":
-            lines.append(f"let t{i} = ({atom()}, {atom()}, {atom()}) in")
-            lines.append(f"let {new} = t{i}[{draw(st.integers(0, 2))}] * t{i}[0] in")
-        elif kind == "call":
-            lines.append(f"let {new} = helper({atom()}, {atom()}) in")
-        elif kind == "rec":
-            lines.append(f"let {new} = count({draw(st.integers(0, 4))}, {atom()}) in")
-        elif kind == "loop":
-            lines.append(f"let loop{i} = lambda (i, acc) if i < {draw(st.integers(0, 3))} then "
-                         f"loop{i}(i + 1, acc * {atom()}) else acc end in")
-            lines.append(f"let {new} = loop{i}(0, {atom()}) in")
-        elif kind == "hof":
-            lines.append(f"let k{i} = lambda (p) p + {atom()} end in")
-            lines.append(f"let h{i} = lambda (fn, z) fn(z) * fn({atom()}) end in")
-            lines.append(f"let {new} = h{i}(k{i}, {atom()}) in")
-        elif kind == "curry":
-            lines.append(f"let mk{i} = lambda (p) lambda (q) p * q + {atom()} end end in")
-            lines.append(f"let {new} = mk{i}({atom()})({atom()}) in")
-        elif kind == "lambda_if":
-            lines.append(f"let f{i} = lambda (p) if p < {atom()} then p * {atom()} "
-                         f"else {atom()} - p end in")
-            lines.append(f"let {new} = f{i}({atom()}) in")
-        elif kind == "logic":
-            lines.append(f"let {new} = if {atom()} < {atom()} and not ({atom()} == {atom()}) "
-                         f"or {atom()} >= {atom()} then {arith()} else -{atom()} in")
-        else:
-            new = draw(st.sampled_from(names))  # rebinding shadows the earlier binding
-            lines.append(f"let {new} = {arith()} in")
-        names.append(new)
-    # Unused lets are dead code (not in the graph): return every binding.
-    result = "(" + ", ".join(dict.fromkeys(reversed(names))) + ",)"
-    body = "\n  ".join(lines + [result])
-    return f"def main(a, b) =\n  {body}\n{HELPERS}"
-
-
+# Programs of tests/programs.py, grammar ROUNDTRIP: a chain of lets (rebinding names
+# too) of arithmetic over integers and floats, closures (nested, curried, passed to
+# a higher-order function), ifs with comparisons and logic, tuples, calls of
+# helpers and of a recursive def, local recursion, shadowing; every binding returned.
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(anf_programs())
-def test_generated_programs_survive_both_printers(src):
+@given(programs.let_chains(programs.ROUNDTRIP))
+def test_generated_programs_survive_both_printers(program):
+    src = program.text
     mod = anfir.parse(src, "gen.anf")
     expected = anfir.run(mod["main"], 1.5, -0.25)
     text = anfir.to_text(mod)

@@ -7,7 +7,7 @@ import pytest
 from anfir.errors import (AnfirError, AnfirSyntaxError, AnfirTypeError, ArityError,
                           DuplicateDefinitionError, NameResolutionError, UsageError)
 from anfir.grammar.parser import parse_file, parse_module
-from anfir.passes.resolve import resolve_module
+from anfir.grammar.resolve import resolve_module
 
 
 def check(error: AnfirError, line: int, col: int, *words: str) -> None:

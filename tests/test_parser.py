@@ -8,14 +8,14 @@ import sys
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from anfir.grammar.parser import parse_file, parse_module
 from anfir.ir import CNode, FuncGraph, Location, ParameterNode, ValueNode, manage
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
-from anfir.passes.resolve import resolve_module
+from anfir.grammar.resolve import resolve_module
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction, Primitive
 from anfir.values import Symbol
+import programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -554,34 +554,9 @@ def python_term(node):
     raise AssertionError(ast.dump(node))
 
 
-_atoms = st.sampled_from(["a", "b", "c", "1", "2", "3"])
-_binary = st.sampled_from(["+", "-", "*", "/", "@", "**", "and", "or"])
-
-
-@st.composite
-def _expressions(draw):
-    parts = []
-    comparisons = 0
-    for index in range(draw(st.integers(1, 6))):
-        if index:
-            if comparisons == 0 and draw(st.booleans()) and draw(st.booleans()):
-                parts.append(draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="])))
-                comparisons += 1
-            else:
-                parts.append(draw(_binary))
-        prefix = draw(st.sampled_from(["", "", "-", "- -"]))
-        atom = draw(_atoms)
-        if draw(st.integers(0, 4)) == 0:
-            atom = f"({atom} {draw(_binary)} {draw(_atoms)})"
-        parts.append(prefix + atom)
-    text = " ".join(parts)
-    if draw(st.booleans()):
-        text = "not " + text
-    return text
-
-
+# Unparenthesised operator chains from tests/programs.py (Python reads them alike).
 @settings(max_examples=150, deadline=None)
-@given(_expressions())
+@given(programs.operator_chains())
 def test_precedence_matches_python(text):
     assert expr(text) == python_term(ast.parse(text, mode="eval").body)
 

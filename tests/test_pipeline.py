@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import anfir
+import programs
 from anfir.abstract.values import AScalar
 from anfir.errors import AnfirError, IRConsistencyError
 from anfir.ir import CNode, FuncGraph, Location, Manager
@@ -73,7 +74,7 @@ def run_dump(path: Path, args: tuple, entry: Any = None) -> Any:
     module = anfir.load(str(path))
     if path.name.startswith("00_"):
         # The parse dump shows names unresolved: re-run the resolve phase on it.
-        from anfir.passes.resolve import resolve_module
+        from anfir.grammar.resolve import resolve_module
 
         module = resolve_module(module) or module
     if entry is not None and entry in module.graphs:
@@ -363,52 +364,17 @@ def test_compiled_program_passes_validation() -> None:
 
 
 # -- generated programs ------------------------------------------------------------------
+# Programs of tests/programs.py, grammar PIPELINE: ``def main(x, y) = e``, ``e`` four
+# levels of arithmetic, lets, closures called once or twice, if and tuples.
 _FLOATS = st.sampled_from([0.0, 0.5, 1.0, 2.0, -1.5, 3.0])
-
-
-@st.composite
-def expressions(draw: Any, names: tuple[str, ...], depth: int, counter: list) -> str:
-    """An ANF expression over ``names``: arithmetic, lets, closures, if, tuples."""
-    if depth <= 0:
-        return draw(st.sampled_from(names)) if draw(st.booleans()) else repr(draw(_FLOATS))
-    kind = draw(st.sampled_from(["leaf", "binop", "let", "if", "closure", "tuple", "unary"]))
-    sub = lambda ns=names: draw(expressions(ns, depth - 1, counter))  # noqa: E731
-    if kind == "leaf":
-        return draw(st.sampled_from(names)) if draw(st.booleans()) else repr(draw(_FLOATS))
-    if kind == "binop":
-        op = draw(st.sampled_from(["+", "-", "*"]))
-        return f"({sub()} {op} {sub()})"
-    if kind == "unary":
-        fn = draw(st.sampled_from(["-", "sin", "cos"]))
-        return f"(-{sub()})" if fn == "-" else f"{fn}({sub()})"
-    counter[0] += 1
-    fresh = f"v{counter[0]}"
-    if kind == "let":
-        return f"(let {fresh} = {sub()} in {sub(names + (fresh,))})"
-    if kind == "if":
-        cmp = draw(st.sampled_from(["<", ">=", "=="]))
-        return f"(if {sub()} {cmp} {sub()} then {sub()} else {sub()})"
-    if kind == "closure":
-        param = f"p{counter[0]}"
-        body = sub(names + (param,))
-        twice = draw(st.booleans())
-        call = f"{fresh}({sub()})" + (f" * {fresh}({sub()})" if twice else "")
-        return f"(let {fresh} = lambda ({param}) {body} end in {call})"
-    index = draw(st.integers(0, 1))
-    return f"({sub()}, {sub()})[{index}]"
-
-
-@st.composite
-def programs(draw: Any) -> str:
-    body = draw(expressions(("x", "y"), 4, [0]))
-    return f"def main(x, y) = {body}\n"
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@given(text=programs(), x=_FLOATS, y=_FLOATS)
-def test_generated_programs_agree_before_after_and_at_every_phase(tmp_path: Path, text: str,
-                                                                   x: float, y: float) -> None:
+@given(program=programs.single_def(programs.PIPELINE, 4), x=_FLOATS, y=_FLOATS)
+def test_generated_programs_agree_before_after_and_at_every_phase(
+        tmp_path: Path, program: programs.Program, x: float, y: float) -> None:
+    text = program.text
     module = anfir.parse(text, filename="gen.anf")
     expected = anfir.run(module.entry, x, y)
     folder = tmp_path / f"d{abs(hash((text, x, y))) % 10**8}"
@@ -417,3 +383,38 @@ def test_generated_programs_agree_before_after_and_at_every_phase(tmp_path: Path
     for i, name in enumerate(PHASE_NAMES):
         assert same(run_dump(folder / f"{i:02d}_{name}.ir", (x, y)), expected), (name, text)
     shutil.rmtree(folder)
+
+
+# -- regressions found by running the pipeline (issue 3) -----------------------------------
+def run_every_dump(folder: Path, args: tuple) -> list:
+    """Load each phase's ``.ir`` back and run its ``# IR entry`` (the parse dump resolved first)."""
+    results = []
+    for index, phase in enumerate(PHASES):
+        path = folder / f"{index:02d}_{phase.name}.ir"
+        assert anfir.load(str(path)).ir_entry is not None, path
+        results.append(run_dump(path, args))
+    return results
+
+
+def test_a_folded_numpy_scalar_leaves_the_dumps_loadable(tmp_path: Path) -> None:
+    # ``sum`` folds to an np.float64: the optimize dump's type must still re-parse.
+    module = anfir.parse("def main(x) = sum(ones((2, 3)) * 0.0)\n", "npf.anf")
+    result = compile_program(module, args=(1.0,), dump_dir=tmp_path)
+    assert anfir.run(result.graph, 1.0) == 0.0
+    assert "np." not in (tmp_path / "05_optimize.ir").read_text(encoding="utf-8")
+    assert run_every_dump(tmp_path, (1.0,)) == [0.0] * len(PHASES)
+
+
+def test_grad_through_a_closure_called_in_the_differentiated_function(tmp_path: Path) -> None:
+    # The inner lambda closes over main's x only, so its J stays a run-time J;
+    # typing it used to make a manager that took over the program's graphs,
+    # and validate then rejected the IR ("belongs to an unmanaged graph").
+    text = "def main(x, y) = grad(lambda (p) (lambda (q) x end)(0.0) * p end)(y)\n"
+    module = anfir.parse(text, "gclo.anf")
+    expected = anfir.run(module.entry, 2.0, 3.0)
+    assert expected == 2.0
+    result = compile_program(module, args=(2.0, 3.0), dump_dir=tmp_path)
+    manager = result.program.manager  # (running may root more graphs: check it first)
+    assert result.graph.manager is manager and list(manager.roots) == [result.graph]
+    assert anfir.run(result.graph, 2.0, 3.0) == expected
+    assert run_every_dump(tmp_path, (2.0, 3.0)) == [expected] * len(PHASES)

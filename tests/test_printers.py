@@ -4,9 +4,11 @@ picture, and the isomorphism checker they are tested with."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from anfir.printers.iso import IsomorphismError, assert_isomorphic, isomorphic
 from anfir.printers.naming import anf_name, is_anf_name
 from spec_examples import PAPER, HOF, FIBONACCI as FIB, CLOSURE, POWER, MLP
 
+ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = {"paper": PAPER, "hof": HOF, "fib": FIB, "closure": CLOSURE, "power": POWER, "mlp": MLP}
 RUNS = {"paper": ("main", (5.0, 2.0)), "hof": ("hof", (2.0,)), "fib": ("fibonacci", (10,)),
         "closure": ("ms_closure", ()), "power": ("dpower", (2.0,)),
@@ -291,6 +294,18 @@ def test_isomorphism_of_long_chains_is_iterative():
     assert isomorphic(g, g)
 
 
+def test_isomorphism_error_on_a_deeply_nested_constant(tmp_path):
+    # The differing constant is described without recursion (it used to be its repr).
+    depth = 3000
+    dump = tmp_path / "deep.ir"
+    dump.write_text("subgraph @main() {\n  %1 = make_tuple(" + "(" * depth + "1" + ",)" * depth
+                    + ", 2)\n  return %1\n}\n")
+    loaded = anfir.load(str(dump))
+    other = anfir.parse("def main() = (((1,),), 2)")
+    with pytest.raises(IsomorphismError, match="constant"):
+        assert_isomorphic(loaded, other, abstracts=False)
+
+
 # -- dot -------------------------------------------------------------------------------------
 def _render(dot_text: str) -> str:
     result = subprocess.run(["dot", "-Tsvg"], input=dot_text.encode(), capture_output=True,
@@ -334,13 +349,22 @@ def test_dot_of_gradient_graphs_renders():
         _render(text)
 
 
-def test_jupyter_svg_and_its_fallback(monkeypatch):
+def test_jupyter_svg_and_its_fallback(monkeypatch, tmp_path):
     mod = anfir.parse(FIB)
+    # No picture (so Jupyter shows the text form) without the graphviz package...
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "graphviz", None)
+        assert graph_svg(mod) is None
+    # ...or without Graphviz's dot program (an empty PATH hides it where it is installed).
+    with monkeypatch.context() as patch:
+        patch.setenv("PATH", str(tmp_path))
+        assert mod._repr_svg_() is None and graph_svg(mod["fibonacci"]) is None
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed (apt-get install graphviz): "
+                    "the fallback is checked, the SVG picture is not")
     svg = mod._repr_svg_()
     assert svg is not None and "<svg" in svg and "fibonacci" in svg
     assert graph_svg(mod["fibonacci"]).startswith("<?xml")
-    monkeypatch.setitem(sys.modules, "graphviz", None)  # the package is missing
-    assert graph_svg(mod) is None
 
 
 def test_printers_reject_other_objects():
@@ -376,3 +400,54 @@ def test_location_comments_of_a_very_long_line_show_a_window_and_reload(tmp_path
     loaded = anfir.load(str(path))
     assert anfir.dump_ir(loaded) == text
     assert anfir.run(loaded["main"], 2.0) == 2.0 and anfir.run(loaded["main"], -1.0) == 1.0
+
+
+# -- Jupyter display in a fresh interpreter, with and without Graphviz (issue 5) ---------
+_DISPLAY = """
+import anfir
+from IPython.core.formatters import DisplayFormatter
+
+mod = anfir.load({path!r})
+graph = mod["fibonacci"]
+formatter = DisplayFormatter()
+for obj in (graph, mod):
+    data, _ = formatter.format(obj)
+    print(sorted(data), "svg" if "<svg" in data.get("image/svg+xml", "") else "-")
+    print(data["text/plain"].splitlines()[0], "| lines:", len(data["text/plain"].splitlines()))
+print(str(graph).splitlines()[0])
+"""
+
+
+def _display(path_env: str) -> list[str]:
+    pytest.importorskip("IPython")
+    code = _DISPLAY.format(path=str(ROOT / "examples" / "fibonacci.anf"))
+    env = dict(os.environ, PATH=path_env, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          encoding="utf-8", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_graphs_display_as_svg_when_dot_is_installed() -> None:
+    pytest.importorskip("graphviz")
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed")
+    lines = _display(os.environ.get("PATH", ""))
+    assert lines[0] == "['image/svg+xml', 'text/plain'] svg"
+    assert lines[1] == "def fibonacci(n) = | lines: 12"  # the canonical text
+    assert lines[2] == "['image/svg+xml', 'text/plain'] svg"
+    assert lines[3] == "def fibonacci(n) = | lines: 12"
+    assert lines[4] == "def fibonacci(n) ="
+
+
+def test_graphs_display_as_text_when_dot_is_missing(tmp_path: Path) -> None:
+    """No dot on the PATH: no picture, no error, the program as text instead."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    lines = _display(str(bare))
+    assert lines[0] == "['text/plain'] -"
+    assert lines[1] == "def fibonacci(n) = | lines: 12"
+    assert lines[2] == "['text/plain'] -"
+    assert lines[3] == "def fibonacci(n) = | lines: 12"
+    assert lines[4] == "def fibonacci(n) ="

@@ -5,8 +5,8 @@
 * :mod:`~anfir.abstract.shapes` — shape arithmetic on int/sympy dimensions;
 * :mod:`~anfir.abstract.rules` — the ``infer=`` rules of the primitives;
 * :mod:`~anfir.abstract.typeann` — annotations as abstract values, and checks;
-* :mod:`~anfir.abstract.engine` — the inference engine (explicit stack, fixpoint);
-* :mod:`~anfir.abstract.specializer` — per-signature clones and call redirection.
+* :mod:`~anfir.infer.engine` — the inference engine (explicit stack, fixpoint);
+* :mod:`~anfir.infer.specializer` — per-signature clones and call redirection.
 
 The phase itself is :mod:`anfir.passes.specialize`.
 """

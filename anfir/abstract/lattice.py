@@ -22,9 +22,14 @@ import numpy as np
 
 from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, AKey, ANone,
                                    AScalar, AString, ATensor, ATuple, AType, FunctionAtom, GradFn,
-                                   GraphFn, GraphSig, JFn, PartialFn, PrimFn, scalar_dtype_of)
+                                   Dim, GraphFn, GraphSig, JFn, PartialFn, PrimFn, scalar_dtype_of)
+from anfir.abstract.shapes import dims_equal, is_unknown_dim
+from anfir.dtypes import dtype_name, dtype_of_array, is_dtype, is_float
 from anfir.errors import AnfirTypeError
+from anfir.ir.graph import FuncGraph
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.nested import fold_nested
+from anfir.values import DType, GradEnv, SymbolicKey
 
 
 class ABottom(AbstractValue):
@@ -104,8 +109,6 @@ def _join_one(a: AbstractValue, b: AbstractValue) -> AbstractValue:
     if isinstance(a, ATensor) and isinstance(b, ATensor):
         if a.dtype != b.dtype:
             raise JoinError(a, b)
-        from anfir.abstract.shapes import dims_equal, is_unknown_dim
-
         if a.shape is None or b.shape is None:
             return ATensor(a.dtype, None, _join_leading(a, b))
 
@@ -127,16 +130,14 @@ def _join_one(a: AbstractValue, b: AbstractValue) -> AbstractValue:
     raise JoinError(a, b)
 
 
-def _join_leading(a: ATensor, b: ATensor) -> tuple:
+def _join_leading(a: ATensor, b: ATensor) -> tuple[Dim, ...]:
     """The first dimensions known of both tensors, one of unknown rank (for :func:`join`)."""
-    from anfir.abstract.shapes import dims_equal, is_unknown_dim
-
     first_a = a.shape if a.shape is not None else a.leading
     first_b = b.shape if b.shape is not None else b.leading
     if a.shape is not None and len(a.shape) < b.min_rank or (
             b.shape is not None and len(b.shape) < a.min_rank):
         raise JoinError(a, b, "different ranks")
-    dims = []
+    dims: list[Dim] = []
     for x, y in zip(first_a, first_b):
         if is_unknown_dim(x):
             dims.append(x)
@@ -157,16 +158,16 @@ def _widen_leaf(a: AbstractValue) -> AbstractValue:
     return a.widen() if isinstance(a, AScalar) else a
 
 
-def map_tuple_leaves(a: AbstractValue, leaf: Callable[[Any], Any]) -> AbstractValue:
+def map_tuple_leaves(a: AbstractValue, leaf: Callable[[AbstractValue], AbstractValue]) -> AbstractValue:
     """``a`` with ``leaf`` applied to everything that is not a tuple, tuples rebuilt
     (a tuple whose items are all unchanged is kept).  An explicit stack: any depth."""
-    def combine(t: ATuple, items: list[Any]) -> AbstractValue:
+    def combine(t: ATuple, items: list[AbstractValue]) -> AbstractValue:
         return t if all(p is q for p, q in zip(items, t.items)) else ATuple(tuple(items))
 
     return fold_nested(a, _items_of_atuple, combine, leaf)
 
 
-def _items_of_atuple(a: Any) -> Optional[tuple]:
+def _items_of_atuple(a: Any) -> Optional[tuple[AbstractValue, ...]]:
     return a.items if a.__class__ is ATuple else None
 
 
@@ -198,8 +199,6 @@ def abstract_of_value(value: Any) -> AbstractValue:
 
 def _abstract_of_leaf(value: Any) -> AbstractValue:
     """:func:`abstract_of_value` of anything but a tuple."""
-    from anfir.values import DTYPE_TO_NUMPY, NUMPY_TO_DTYPE, DType, GradEnv, SymbolicKey, dtype_of_array
-
     if isinstance(value, AbstractValue):
         return value
     dtype = scalar_dtype_of(value)
@@ -208,7 +207,7 @@ def _abstract_of_leaf(value: Any) -> AbstractValue:
     if isinstance(value, np.ndarray):
         return ATensor(dtype_of_array(value), tuple(int(d) for d in value.shape))
     if isinstance(value, np.generic):
-        name = NUMPY_TO_DTYPE.get(value.dtype.name)
+        name = dtype_name(value.dtype)
         if name is None:
             raise AnfirTypeError(f"unsupported scalar type {value.dtype.name}")
         return AScalar(name, value.item())
@@ -216,15 +215,12 @@ def _abstract_of_leaf(value: Any) -> AbstractValue:
         return AString(value)
     if value is None:
         return ANone()
-    if isinstance(value, DType) and value.name in DTYPE_TO_NUMPY:
+    if isinstance(value, DType) and is_dtype(value.name):
         return AType()
     if isinstance(value, GradEnv):
         return AEnv()
     if isinstance(value, SymbolicKey):
         return AKey()
-    from anfir.ir.graph import FuncGraph
-    from anfir.primitives.registry import MetaFunction, Primitive
-
     if isinstance(value, FuncGraph):
         return AFunction(frozenset({GraphFn(value)}))
     if isinstance(value, (Primitive, MetaFunction)):
@@ -239,13 +235,14 @@ def sorted_atoms(fn: AFunction) -> list[FunctionAtom]:
     return sorted(fn.options, key=_atom_key)
 
 
-def _atom_key(atom: FunctionAtom) -> tuple:
+def _atom_key(atom: FunctionAtom) -> tuple[str, int]:
     if isinstance(atom, GraphFn):
         return (str(atom), atom.graph.seq)
     return (str(atom), 0)
 
 
-def map_graphs(a: AbstractValue, fn: Callable[[Any], Any], memo: dict | None = None) -> AbstractValue:
+def map_graphs(a: AbstractValue, fn: Callable[[FuncGraph], FuncGraph],
+               memo: Optional[dict[AbstractValue, AbstractValue]] = None) -> AbstractValue:
     """``a`` with every ``GraphFn(g)`` replaced by ``GraphFn(fn(g))``."""
     memo = {} if memo is None else memo
 
@@ -253,7 +250,7 @@ def map_graphs(a: AbstractValue, fn: Callable[[Any], Any], memo: dict | None = N
         if isinstance(x, (AScalar, ATensor, AString, ANone)) or x is BOTTOM:
             return x
         try:
-            hit = memo.get(x)
+            hit: Optional[AbstractValue] = memo.get(x)
         except TypeError:  # pragma: no cover - every abstract value is hashable
             hit = None
         if hit is not None:
@@ -287,9 +284,9 @@ def map_graphs(a: AbstractValue, fn: Callable[[Any], Any], memo: dict | None = N
 def is_float_scalar(a: AbstractValue) -> bool:
     """A float Python scalar or a 0-d float tensor (what ``grad`` differentiates)."""
     if isinstance(a, AScalar):
-        return a.dtype.startswith("f")
+        return is_float(a.dtype)
     if isinstance(a, ATensor):
-        return a.dtype.startswith("f") and a.shape == ()
+        return is_float(a.dtype) and a.shape == ()
     return False
 
 

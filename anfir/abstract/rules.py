@@ -22,7 +22,7 @@ reads the result's type, so ``f32[3] * 2.0`` is ``f32`` and ``i64 / i64`` is
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Hashable, Optional, Sequence
 
 import numpy as np
 
@@ -32,13 +32,15 @@ from anfir.abstract.shapes import (broadcast_shapes, broadcast_to_shape, dims_eq
                                    transpose_shape)
 from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, ANone, AScalar,
                                    AString, ATensor, ATuple, Dim, PartialFn)
+from anfir.dtypes import (LITERAL_DTYPES, check_dtype, dtype_of_array, is_integer, numpy_name,
+                          require_dtype_name)
 from anfir.errors import AnfirTypeError, ShapeError
 from anfir.nested import fold_nested
 
 Rule = Callable[..., AbstractValue]
 
 __all__ = [
-    "Rule", "array_rule", "broadcast_shapes", "broadcast_to_rule", "cast_rule", "constructor_rule",
+    "ProbingRule", "Rule", "array_rule", "tensor_or_scalar", "broadcast_shapes", "broadcast_to_rule", "cast_rule", "constructor_rule",
     "dims_equal", "elementwise", "identity_rule", "len_rule", "make_tuple_rule", "matmul_rule",
     "matmul_shape", "ones_like_rule", "partial_rule", "reduce_shape", "reduction", "reshape_rule",
     "reshape_shape", "shape_rule", "switch_rule", "transpose_rule", "transpose_shape",
@@ -48,7 +50,8 @@ __all__ = [
 
 
 # -- samples: numpy decides element types -------------------------------------------
-_DEFAULT_SCALARS = {"bool": True, "i64": 1, "f64": 1.0}
+_DEFAULT_SCALARS = {name: python_type(1) for python_type, name in LITERAL_DTYPES.items()}
+"""A sample Python value of each literal type (``True``, ``1``, ``1.0``)."""
 
 
 def _sample(a: AbstractValue) -> Any:
@@ -65,15 +68,10 @@ def _sample(a: AbstractValue) -> Any:
 
 
 def _np_name(dtype: str) -> str:
-    from anfir.values import DTYPE_TO_NUMPY
-
-    try:
-        return DTYPE_TO_NUMPY[dtype]
-    except KeyError:
-        raise AnfirTypeError(f"unknown dtype {dtype!r}") from None
+    return numpy_name(dtype)  # AnfirTypeError "unknown dtype" for a name outside the table
 
 
-def _kind(a: AbstractValue) -> tuple:
+def _kind(a: AbstractValue) -> tuple[Hashable, ...]:
     if isinstance(a, AScalar):
         return ("s", a.dtype)
     if isinstance(a, ATensor):
@@ -83,10 +81,8 @@ def _kind(a: AbstractValue) -> tuple:
 
 def _result_kind(value: Any) -> tuple[str, str]:
     """('t', dtype) for an array, ('s', dtype) for a scalar, ('str', '') for a string."""
-    from anfir.values import NUMPY_TO_DTYPE
-
     if isinstance(value, np.ndarray):
-        return ("t", NUMPY_TO_DTYPE[value.dtype.name])
+        return ("t", dtype_of_array(value))
     if isinstance(value, bool):
         return ("s", "bool")
     if isinstance(value, int):
@@ -94,13 +90,13 @@ def _result_kind(value: Any) -> tuple[str, str]:
     if isinstance(value, float):
         return ("s", "f64")
     if isinstance(value, np.generic):
-        return ("s", NUMPY_TO_DTYPE[value.dtype.name])
+        return ("s", dtype_of_array(value))
     if isinstance(value, str):
         return ("str", "")
     raise TypeError(type(value).__name__)
 
 
-_PROBES: dict[tuple, tuple[str, str]] = {}
+_PROBES: dict[tuple[Hashable, ...], tuple[str, str]] = {}
 
 
 def probe(name: str, impl: Callable[..., Any], args: Sequence[AbstractValue]) -> tuple[str, str]:
@@ -119,49 +115,63 @@ def probe(name: str, impl: Callable[..., Any], args: Sequence[AbstractValue]) ->
     return result
 
 
-def _impl(name: str) -> Callable[..., Any]:
-    from anfir.primitives.registry import PRIMITIVES
+class ProbingRule:
+    """A rule that learns its result's dtype by running the primitive's own
+    ``impl`` on sample values (:func:`probe`).  The op library's ``declare``
+    binds the impl of the primitive the rule is declared with."""
 
-    return PRIMITIVES[name].impl
+    def __init__(self, name: str, body: Callable[..., AbstractValue], doc: str) -> None:
+        self.name = name
+        self.body = body
+        self.impl: Optional[Callable[..., Any]] = None
+        """The primitive's evaluation, bound by ``declare``."""
+        self.__name__ = self.__qualname__ = f"infer_{name}"
+        self.__doc__ = doc
+
+    def __call__(self, *args: AbstractValue) -> AbstractValue:
+        if self.impl is None:
+            raise AnfirTypeError(f"the rule of {self.name} is not bound to a primitive")
+        return self.body(self.impl, *args)
 
 
 # -- elementwise --------------------------------------------------------------------
-def elementwise(name: str) -> Rule:
+def _elementwise_result(name: str, impl: Callable[..., Any], *args: AbstractValue) -> AbstractValue:
+    """Numpy broadcasting of ``args``' shapes, and the dtype ``impl`` gives on samples."""
+    for a in args:
+        if not isinstance(a, (AScalar, ATensor, AString)):
+            raise AnfirTypeError(f"{name} needs numbers or tensors, not {a}")
+    kind, dtype = probe(name, impl, args)
+    tensors = [a for a in args if isinstance(a, ATensor)]
+    if kind == "str":
+        return AString()
+    if (len(tensors) == 1 and tensors[0].leading
+            and all(isinstance(a, AScalar) for a in args if a is not tensors[0])):
+        # One tensor of unknown rank >= 1 with scalars: the result has its shape.
+        return ATensor(dtype, None, tensors[0].leading)
+    if kind == "t" or (tensors and any(t.shape is None for t in tensors)):
+        shape = broadcast_shapes([t.shape for t in tensors], [t.dtype for t in tensors])
+        return ATensor(dtype, shape)
+    if tensors:
+        # Only 0-d tensors: numpy returns a numpy scalar; still check shapes.
+        broadcast_shapes([t.shape for t in tensors], [t.dtype for t in tensors])
+    return AScalar(dtype)
+
+
+def elementwise(name: str) -> ProbingRule:
     """The rule of an elementwise primitive: numpy broadcasting, numpy's result dtype."""
-
-    def rule(*args: AbstractValue) -> AbstractValue:
-        for a in args:
-            if not isinstance(a, (AScalar, ATensor, AString)):
-                raise AnfirTypeError(f"{name} needs numbers or tensors, not {a}")
-        kind, dtype = probe(name, _impl(name), args)
-        tensors = [a for a in args if isinstance(a, ATensor)]
-        if kind == "str":
-            return AString()
-        if (len(tensors) == 1 and tensors[0].leading
-                and all(isinstance(a, AScalar) for a in args if a is not tensors[0])):
-            # One tensor of unknown rank >= 1 with scalars: the result has its shape.
-            return ATensor(dtype, None, tensors[0].leading)
-        if kind == "t" or (tensors and any(t.shape is None for t in tensors)):
-            shape = broadcast_shapes([t.shape for t in tensors], [t.dtype for t in tensors])
-            return ATensor(dtype, shape)
-        if tensors:
-            # Only 0-d tensors: numpy returns a numpy scalar; still check shapes.
-            broadcast_shapes([t.shape for t in tensors], [t.dtype for t in tensors])
-        return AScalar(dtype)
-
-    rule.__name__ = rule.__qualname__ = f"infer_{name}"
-    rule.__doc__ = f"Abstract rule of {name}: elementwise, numpy broadcasting and dtypes."
-    return rule
+    return ProbingRule(name, lambda impl, *args: _elementwise_result(name, impl, *args),
+                       f"Abstract rule of {name}: elementwise, numpy broadcasting and dtypes.")
 
 
 # -- argument helpers -----------------------------------------------------------------
 def int_value(a: AbstractValue, what: str) -> Optional[int]:
     """The known integer value of ``a`` (None when unknown); errors if not an integer."""
-    if not isinstance(a, AScalar) or a.dtype == "bool" or not a.dtype.startswith(("i", "u")):
+    if not isinstance(a, AScalar) or not is_integer(a.dtype):
         raise AnfirTypeError(f"{what} must be an integer, not {a}")
     if a.value is UNKNOWN:
         return None
-    return a.value
+    value: int = a.value
+    return value
 
 
 def dims_of_shape_arg(a: AbstractValue, what: str = "a shape") -> tuple[Dim, ...]:
@@ -169,7 +179,7 @@ def dims_of_shape_arg(a: AbstractValue, what: str = "a shape") -> tuple[Dim, ...
     items = a.items if isinstance(a, ATuple) else (a,)
     dims: list[Dim] = []
     for item in items:
-        if not isinstance(item, AScalar) or item.dtype == "bool" or not item.dtype.startswith(("i", "u")):
+        if not isinstance(item, AScalar) or not is_integer(item.dtype):
             raise AnfirTypeError(f"{what} is an integer or a tuple of integers, not {a}")
         dims.append(fresh_dim() if item.value is UNKNOWN else norm_dim(item.value))
     return tuple(dims)
@@ -177,12 +187,8 @@ def dims_of_shape_arg(a: AbstractValue, what: str = "a shape") -> tuple[Dim, ...
 
 def dtype_of_arg(a: AbstractValue) -> str:
     """A dtype argument: a string constant such as ``"f32"``."""
-    from anfir.values import DTYPE_TO_NUMPY
-
     if isinstance(a, AString) and a.value is not UNKNOWN:
-        if a.value not in DTYPE_TO_NUMPY:
-            raise AnfirTypeError(f"unknown dtype {a.value!r}; expected one of {', '.join(DTYPE_TO_NUMPY)}")
-        return a.value
+        return check_dtype(a.value)
     raise AnfirTypeError(f"a dtype is a constant string such as \"f32\", not {a}")
 
 
@@ -209,7 +215,7 @@ def _axis_value(a: AbstractValue) -> int | tuple[int, ...] | None:
     return value
 
 
-def _tensor_or_scalar(dtype: str, shape: Optional[tuple[Dim, ...]]) -> AbstractValue:
+def tensor_or_scalar(dtype: str, shape: Optional[tuple[Dim, ...]]) -> AbstractValue:
     # numpy returns a numpy scalar (not a 0-d array) from reductions and 1-d @ 1-d.
     return AScalar(dtype) if shape == () else ATensor(dtype, shape)
 
@@ -222,10 +228,8 @@ def matmul_rule(a: AbstractValue, b: AbstractValue) -> AbstractValue:
             raise AnfirTypeError(f"matmul needs tensors of rank >= 1, not {x}")
     assert isinstance(a, ATensor) and isinstance(b, ATensor)
     shape = matmul_shape(a.shape, b.shape, a.dtype, b.dtype)
-    dtype = np.result_type(np.dtype(_np_name(a.dtype)), np.dtype(_np_name(b.dtype))).name
-    from anfir.values import NUMPY_TO_DTYPE
-
-    return _tensor_or_scalar(NUMPY_TO_DTYPE[dtype], shape)
+    dtype = np.result_type(np.dtype(_np_name(a.dtype)), np.dtype(_np_name(b.dtype)))
+    return tensor_or_scalar(require_dtype_name(dtype), shape)
 
 
 def transpose_rule(x: AbstractValue, perm: Optional[AbstractValue] = None) -> AbstractValue:
@@ -244,18 +248,17 @@ def reshape_rule(x: AbstractValue, shape: AbstractValue) -> AbstractValue:
     return ATensor(dtype, reshape_shape(old, dims_of_shape_arg(shape), dtype))
 
 
-def reduction(name: str) -> Rule:
+def reduction(name: str) -> ProbingRule:
     """The rule of ``sum``/``mean``: ``f(x)`` is a scalar, ``f(x, axis)`` drops ``axis``."""
 
-    def rule(x: AbstractValue, axis: Optional[AbstractValue] = None) -> AbstractValue:
+    def rule(impl: Callable[..., Any], x: AbstractValue,
+             axis: Optional[AbstractValue] = None) -> AbstractValue:
         dtype, shape = shape_of_abstract(x, name)
-        kind, out_dtype = probe(name, _impl(name), (ATensor(dtype, (1,)),))
+        kind, out_dtype = probe(name, impl, (ATensor(dtype, (1,)),))
         ax = None if axis is None else _axis_value(axis)
-        return _tensor_or_scalar(out_dtype, reduce_shape(shape, ax, dtype))
+        return tensor_or_scalar(out_dtype, reduce_shape(shape, ax, dtype))
 
-    rule.__name__ = rule.__qualname__ = f"infer_{name}"
-    rule.__doc__ = f"Abstract rule of {name}: a reduction over all axes or the given ones."
-    return rule
+    return ProbingRule(name, rule, f"Abstract rule of {name}: a reduction over all axes or the given ones.")
 
 
 def broadcast_to_rule(x: AbstractValue, shape: AbstractValue) -> AbstractValue:
@@ -297,6 +300,7 @@ def zeros_like_rule(x: AbstractValue) -> AbstractValue:
         zero: AbstractValue = BOTTOM
         try:
             for option in x.options:
+                assert isinstance(option, PartialFn)  # every option is (checked above)
                 zero = join(zero, ATuple(tuple(zeros_like_rule(a) for a in option.args)))
         except JoinError:
             return AEnv()  # partials of different shapes: no common zero to name
@@ -320,8 +324,8 @@ def constructor_rule(name: str) -> Rule:
     return rule
 
 
-def where_rule(c: AbstractValue, a: AbstractValue, b: AbstractValue) -> AbstractValue:
-    """``where(c, a, b)``: broadcast of the three shapes; scalars select like ``switch``."""
+def _where(impl: Callable[..., Any], c: AbstractValue, a: AbstractValue,
+           b: AbstractValue) -> AbstractValue:
     if all(isinstance(v, AScalar) for v in (c, a, b)):
         assert isinstance(c, AScalar)
         if c.dtype != "bool":
@@ -332,13 +336,14 @@ def where_rule(c: AbstractValue, a: AbstractValue, b: AbstractValue) -> Abstract
             return join(a, b)
         except JoinError:
             raise AnfirTypeError(f"where on scalars needs two values of one type, not {a} and {b}") from None
-    return elementwise("where")(c, a, b)
+    return _elementwise_result("where", impl, c, a, b)
 
 
-def array_rule(nested: AbstractValue) -> AbstractValue:
-    """``array(t)``: the shape is the nesting of the tuple, the dtype numpy's."""
-    from anfir.values import NUMPY_TO_DTYPE
+where_rule = ProbingRule("where", _where, "``where(c, a, b)``: broadcast of the three shapes; "
+                         "scalars select like ``switch``.")
 
+
+def _array(impl: Callable[..., Any], nested: AbstractValue) -> AbstractValue:
     def leaf(a: AbstractValue) -> Any:
         if isinstance(a, AScalar):
             return a.value if isinstance(a.value, (bool, int, float)) else _sample(a)
@@ -349,8 +354,12 @@ def array_rule(nested: AbstractValue) -> AbstractValue:
     # Sample values with the tuple's nesting (any depth: no recursion).
     sample = fold_nested(nested, lambda a: a.items if isinstance(a, ATuple) else None,
                          lambda _t, items: tuple(items), leaf)
-    value = _impl("array")(sample)
-    return ATensor(NUMPY_TO_DTYPE[value.dtype.name], tuple(int(d) for d in value.shape))
+    value = impl(sample)
+    return ATensor(dtype_of_array(value), tuple(int(d) for d in value.shape))
+
+
+array_rule = ProbingRule("array", _array, "``array(t)``: the shape is the nesting of the tuple, "
+                         "the dtype numpy's.")
 
 
 def cast_rule(x: AbstractValue, dtype: AbstractValue) -> AbstractValue:

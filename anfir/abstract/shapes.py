@@ -68,7 +68,7 @@ def dims_equal(a: Dim, b: Dim) -> bool:
         return a == b
     if a == b:
         return True
-    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+    return bool(sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0)
 
 
 def dims_compatible(a: Dim, b: Dim) -> bool:

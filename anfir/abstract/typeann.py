@@ -14,8 +14,8 @@ from typing import Optional
 from anfir.abstract.shapes import dim_symbol, dims_compatible, is_unknown_dim
 from anfir.abstract.values import (AAny, AbstractValue, AScalar, AString, ATensor, ATuple, Dim,
                                    dim_text)
-from anfir.errors import AnfirSyntaxError
-from anfir.ir.annotations import SCALAR_TYPES, ScalarAnn, TensorAnn, TupleAnn, TypeAnn
+from anfir.ir.annotations import DimAnn, ScalarAnn, TensorAnn, TupleAnn, TypeAnn
+from anfir.ir.type_syntax import parse_type_text  # the one reader of type text (re-exported)
 
 Binding = dict[str, Dim]
 
@@ -83,7 +83,7 @@ def match_annotation(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Op
     raise TypeError(f"not an annotation: {ann!r}")
 
 
-def _match_leading(dims: tuple, leading: tuple[Dim, ...], binding: Binding) -> Optional[str]:
+def _match_leading(dims: tuple[DimAnn, ...], leading: tuple[Dim, ...], binding: Binding) -> Optional[str]:
     """Annotation ``dims`` against a tensor of unknown rank whose first dims are ``leading``."""
     if "*" in dims:
         head = dims[:dims.index("*")]
@@ -94,7 +94,7 @@ def _match_leading(dims: tuple, leading: tuple[Dim, ...], binding: Binding) -> O
     return _match_pairs(list(zip(dims, leading)), binding)
 
 
-def _match_dims(dims: tuple, shape: Optional[tuple[Dim, ...]], binding: Binding) -> Optional[str]:
+def _match_dims(dims: tuple[DimAnn, ...], shape: Optional[tuple[Dim, ...]], binding: Binding) -> Optional[str]:
     if shape is None:
         return None  # any rank: nothing to check
     if "*" in dims:
@@ -111,7 +111,7 @@ def _match_dims(dims: tuple, shape: Optional[tuple[Dim, ...]], binding: Binding)
     return _match_pairs(pairs, binding)
 
 
-def _match_pairs(pairs: list, binding: Binding) -> Optional[str]:
+def _match_pairs(pairs: list[tuple[DimAnn, Dim]], binding: Binding) -> Optional[str]:
     """Check (annotation dim, dim) pairs, binding new dimension variables."""
     for ann_dim, dim in pairs:
         if isinstance(ann_dim, int):
@@ -130,98 +130,6 @@ def _match_pairs(pairs: list, binding: Binding) -> Optional[str]:
 
 
 # -- type text -----------------------------------------------------------------------
-def parse_type_text(text: str) -> TypeAnn:
-    """Parse ``f64``, ``f64[B, 3]``, ``f32[*]``, ``(f64, i64)`` into an annotation object."""
-    tokens = _tokens(text)
-    pos = 0
-    # An explicit stack of open tuples (no recursion on nesting depth).
-    stack: list[list[TypeAnn]] = []
-    result: Optional[TypeAnn] = None
-
-    def error(msg: str) -> AnfirSyntaxError:
-        return AnfirSyntaxError(f"bad type {text!r}: {msg}")
-
-    while True:
-        if pos >= len(tokens):
-            raise error("unexpected end")
-        tok = tokens[pos]
-        if tok == "(":
-            stack.append([])
-            pos += 1
-            if pos < len(tokens) and tokens[pos] == ")":
-                stack.pop()
-                pos += 1
-                item: TypeAnn = TupleAnn(())
-            else:
-                continue
-        elif tok in SCALAR_TYPES:
-            pos += 1
-            if pos < len(tokens) and tokens[pos] == "[":
-                pos += 1
-                dims: list = []
-                while pos < len(tokens) and tokens[pos] != "]":
-                    d = tokens[pos]
-                    if d.isdigit():
-                        dims.append(int(d))
-                    elif d == "*" or d.isidentifier():
-                        dims.append(d)
-                    elif d != ",":
-                        raise error(f"bad dimension {d!r}")
-                    pos += 1
-                if pos >= len(tokens):
-                    raise error("missing ]")
-                pos += 1
-                item = TensorAnn(tok, tuple(dims))
-            else:
-                item = ScalarAnn(tok)
-        else:
-            raise error(f"unexpected {tok!r}")
-        # Close finished tuples.
-        while True:
-            if not stack:
-                result = item
-                break
-            stack[-1].append(item)
-            if pos < len(tokens) and tokens[pos] == ",":
-                pos += 1
-                if pos < len(tokens) and tokens[pos] == ")":
-                    pos += 1
-                    item = TupleAnn(tuple(stack.pop()))
-                    continue
-                break
-            if pos < len(tokens) and tokens[pos] == ")":
-                pos += 1
-                item = TupleAnn(tuple(stack.pop()))
-                continue
-            raise error("expected , or )")
-        if result is not None:
-            break
-    if pos != len(tokens):
-        raise error(f"unexpected {tokens[pos]!r}")
-    return result
-
-
-def _tokens(text: str) -> list[str]:
-    tokens: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c.isspace():
-            i += 1
-        elif c in "()[],*":
-            tokens.append(c)
-            i += 1
-        elif c.isalnum() or c == "_":
-            j = i
-            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
-                j += 1
-            tokens.append(text[i:j])
-            i = j
-        else:
-            raise AnfirSyntaxError(f"bad type {text!r}: unexpected {c!r}")
-    return tokens
-
-
 def abstract_from_annotation_text(text: str) -> AbstractValue:
     """The abstract value of a type written as text: ``"f64[B, 3]"`` -> ``<f64[B, 3]>``."""
     return abstract_from_annotation(parse_type_text(text), {})

@@ -17,6 +17,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import sympy
 
+from anfir.dtypes import abstract_name, literal_dtype
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.nested import nested_text
 
 Dim = Union[int, sympy.Expr]
@@ -42,13 +44,6 @@ class _Unknown:
 UNKNOWN = _Unknown()
 """Marks a scalar whose value is not known."""
 
-SCALAR_NAMES = {
-    "f16": "Float16", "f32": "Float32", "f64": "Float64",
-    "i8": "Int8", "i16": "Int16", "i32": "Int32", "i64": "Int64",
-    "u8": "UInt8", "bool": "Bool",
-}
-SCALAR_DTYPES = {v: k for k, v in SCALAR_NAMES.items()}
-
 
 class AbstractValue:
     """Base of every abstract value."""
@@ -68,7 +63,7 @@ class AScalar(AbstractValue):
     value: Any = UNKNOWN
 
     def __str__(self) -> str:
-        name = SCALAR_NAMES.get(self.dtype, self.dtype)
+        name = abstract_name(self.dtype)
         if self.value is UNKNOWN:
             return f"<{name}>"
         return f"<{name} = {_scalar_text(self.value)}>"
@@ -129,7 +124,7 @@ class ATuple(AbstractValue):
             return True
         if other.__class__ is not ATuple:
             return NotImplemented
-        stack: list[tuple[ATuple, ATuple]] = [(self, other)]  # type: ignore[list-item]
+        stack: list[tuple[ATuple, ATuple]] = [(self, other)]
         while stack:
             a, b = stack.pop()
             if len(a.items) != len(b.items):
@@ -143,13 +138,13 @@ class ATuple(AbstractValue):
                 if x.__class__ is ATuple:
                     if y.__class__ is not ATuple:
                         return False
-                    stack.append((x, y))  # type: ignore[arg-type]
+                    stack.append((x, y))
                 elif y.__class__ is ATuple or x != y:
                     return False
         return True
 
     def __hash__(self) -> int:
-        cached = self.__dict__.get("_hash")
+        cached: Optional[int] = self.__dict__.get("_hash")
         if cached is not None:
             return cached
         stack: list[tuple[ATuple, bool]] = [(self, False)]
@@ -165,8 +160,9 @@ class ATuple(AbstractValue):
             stack.append((t, True))
             for i in t.items:
                 if i.__class__ is ATuple and "_hash" not in i.__dict__:
-                    stack.append((i, False))  # type: ignore[arg-type]
-        return self.__dict__["_hash"]
+                    stack.append((i, False))
+        result: int = self.__dict__["_hash"]
+        return result
 
     def __str__(self) -> str:
         return nested_text(self, _atuple_items, str, "<Tuple(", ")>", one_comma=False)
@@ -257,7 +253,7 @@ class GraphFn(FunctionAtom):
 class PrimFn(FunctionAtom):
     """A primitive or meta function."""
 
-    prim: Any
+    prim: Union[Primitive, MetaFunction]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PrimFn) and other.prim is self.prim
@@ -312,7 +308,7 @@ class GradFn(FunctionAtom):
 class AFunction(AbstractValue):
     """A function value: one of ``options`` (a switch may merge several)."""
 
-    options: frozenset
+    options: frozenset[FunctionAtom]
 
     def __str__(self) -> str:
         names = sorted(str(o) for o in self.options)
@@ -332,7 +328,7 @@ class GraphSig(AbstractValue):
         return f"({', '.join(str(p) for p in self.params)}) -> {self.out}"
 
 
-def _atuple_items(a: Any) -> Optional[tuple]:
+def _atuple_items(a: Any) -> Optional[tuple[AbstractValue, ...]]:
     return a.items if a.__class__ is ATuple else None
 
 
@@ -363,10 +359,4 @@ def _string_text(value: str) -> str:
 
 def scalar_dtype_of(value: Any) -> Optional[str]:
     """The abstract dtype of a Python scalar (bool before int: bool is an int)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "i64"
-    if isinstance(value, float):
-        return "f64"
-    return None
+    return literal_dtype(value)

@@ -6,6 +6,6 @@
 * :mod:`~anfir.autodiff.api` — ``anfir.grad``, ``value_and_grad``, ``vjp``.
 """
 
-from anfir.autodiff.api import grad, value_and_grad, vjp
+from anfir.autodiff.api import grad, jvp, value_and_grad, vjp
 
-__all__ = ["grad", "value_and_grad", "vjp"]
+__all__ = ["grad", "jvp", "value_and_grad", "vjp"]

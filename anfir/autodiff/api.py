@@ -9,23 +9,25 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
+from anfir.autodiff.forward import jvp_api
 from anfir.autodiff.jtransform import check_differentiable_graph, j_graph
 from anfir.autodiff.runtime import build_grad_body, normalize_wrt
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.manager import manage
+from anfir.ir.manager import analyse
 from anfir.ir.nodes import CNode, ValueNode
-from anfir.primitives import PRIMITIVES as P
+from anfir.primitives import structure
 
 Wrt = Union[int, Sequence[int]]
 
 
-def _entry(graph: Union[FuncGraph, Module]) -> FuncGraph:
+def entry_graph(graph: Union[FuncGraph, Module]) -> FuncGraph:
+    """The graph the API differentiates: ``graph``, or a Module's entry; closures refused."""
     if isinstance(graph, Module):
         return graph.entry
     if not isinstance(graph, FuncGraph):
         raise UsageError(f"expected a FuncGraph, not {type(graph).__name__}")
-    if manage(graph).free_variables_total(graph):
+    if analyse(graph).free_variables_total(graph):
         raise UsageError(f"@{graph.name} is a closure (it has free variables); differentiate "
                          "the graph that makes it, or call grad inside the program")
     return graph
@@ -39,7 +41,7 @@ def _wrt(wrt: Wrt, nparams: int) -> tuple[tuple[int, ...], bool]:
 
 
 def _gradient(graph: FuncGraph, wrt: Wrt, with_value: bool, prefix: str) -> FuncGraph:
-    graph = _entry(graph)
+    graph = entry_graph(graph)
     check_differentiable_graph(graph)
     indices, multi = _wrt(wrt, len(graph.parameters))
     result = FuncGraph(f"{prefix}{graph.name}", graph.loc)
@@ -65,18 +67,26 @@ def value_and_grad(graph: FuncGraph, wrt: Wrt = 0) -> FuncGraph:
 def vjp(graph: FuncGraph) -> FuncGraph:
     """A FuncGraph ``(*args) -> (out, bprop)``; ``bprop(dout)`` returns the tuple of
     input gradients (one per parameter)."""
-    graph = _entry(graph)
+    graph = entry_graph(graph)
     check_differentiable_graph(graph)
     result = FuncGraph(f"vjp_{graph.name}", graph.loc)
     xs = [result.add_parameter(p.name or f"x{i}", p.loc) for i, p in enumerate(graph.parameters)]
     t = CNode(result, [ValueNode(j_graph(graph)), *xs], graph.loc)
-    value = CNode(result, [ValueNode(P["tuple_getitem"]), t, ValueNode(0)], graph.loc)
-    bp = CNode(result, [ValueNode(P["tuple_getitem"]), t, ValueNode(1)], graph.loc)
+    value = CNode(result, [ValueNode(structure.tuple_getitem), t, ValueNode(0)], graph.loc)
+    bp = CNode(result, [ValueNode(structure.tuple_getitem), t, ValueNode(1)], graph.loc)
     pull = FuncGraph(f"vjp_bprop_{graph.name}", graph.loc)
     dout = pull.add_parameter("dout")
     grads = CNode(pull, [bp, dout], graph.loc)
-    pull.output = CNode(pull, [ValueNode(P["make_tuple"])] + [
-        CNode(pull, [ValueNode(P["tuple_getitem"]), grads, ValueNode(1 + i)], graph.loc)
+    pull.output = CNode(pull, [ValueNode(structure.make_tuple)] + [
+        CNode(pull, [ValueNode(structure.tuple_getitem), grads, ValueNode(1 + i)], graph.loc)
         for i in range(len(xs))], graph.loc)
-    result.output = CNode(result, [ValueNode(P["make_tuple"]), value, ValueNode(pull)], graph.loc)
+    result.output = CNode(result, [ValueNode(structure.make_tuple), value, ValueNode(pull)], graph.loc)
     return result
+
+
+def jvp(graph: FuncGraph) -> FuncGraph:
+    """A FuncGraph ``(*args, *tangents) -> (out, tangent_out)``: forward mode (see
+    :mod:`anfir.autodiff.forward`)."""
+    graph = entry_graph(graph)
+    check_differentiable_graph(graph)
+    return jvp_api(graph)

@@ -40,18 +40,19 @@ optimization.  Graph bodies are built from a worklist, never recursively.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard, Union
 
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
-from anfir.ir.walk import toposort
-from anfir.primitives import PRIMITIVES
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.autodiff.partials import j_partial_maker
+from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
+from anfir.ir.walk import reachable_graphs, toposort
+from anfir.primitives import gradient, structure
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import SymbolicKey
 
-P = PRIMITIVES
 FORWARD = "▸"
 BACKWARD = "◂"
 
@@ -177,7 +178,7 @@ def node_key(node: Node, manager: Manager) -> SymbolicKey:
     return key
 
 
-def _needs_env(value_node: Node, manager: Manager) -> bool:
+def _needs_env(value_node: Node, manager: Manager) -> TypeGuard[ValueNode]:
     return (isinstance(value_node, ValueNode) and isinstance(value_node.value, FuncGraph)
             and bool(manager.free_variables_total(value_node.value)))
 
@@ -240,7 +241,7 @@ class _ScopeTransform:
         cached = self.jcache.get(key)
         if cached is None:
             fwd = self.forward[g]
-            cached = CNode(fwd, [ValueNode(P["J"]), node], self._note(node, g, FORWARD), node.name)
+            cached = CNode(fwd, [ValueNode(gradient.J), node], self._note(node, g, FORWARD), node.name)
             self.jcache[key] = cached
         return cached
 
@@ -253,19 +254,15 @@ class _ScopeTransform:
                 key = (g, node)
                 cached = self.jcache.get(key)
                 if cached is None:
-                    cached = CNode(self.forward[g], [ValueNode(P["J"]), node],
+                    cached = CNode(self.forward[g], [ValueNode(gradient.J), node],
                                    self._note(node, g, FORWARD), node.name)
                     self.jcache[key] = cached
                 return cached
             else:
                 result = ValueNode(self.context.request(value), node.loc, node.name)
         elif isinstance(value, Primitive):
-            from anfir.autodiff.primitive_j import j_primitive_value
-
             result = ValueNode(j_primitive_value(value), node.loc, node.name)
         elif isinstance(value, MetaFunction):
-            from anfir.autodiff.runtime import j_meta
-
             result = ValueNode(j_meta(value), node.loc, node.name)
         else:
             return node  # data is its own J-transform
@@ -281,11 +278,9 @@ class _ScopeTransform:
             callee = node.inputs[0]
             args = [self.fmap(a, g) for a in node.inputs[1:]]
             prim = callee.value if isinstance(callee, ValueNode) else None
-            if isinstance(prim, Primitive) and prim is not P["partial"]:
+            if isinstance(prim, Primitive) and prim is not structure.partial:
                 y = CNode(fwd, [callee, *args], loc, node.name)
-            elif prim is P["partial"]:
-                from anfir.autodiff.runtime import j_partial_maker
-
+            elif prim is structure.partial:
                 # The J-world partial calls a wrapper that regroups gradients.
                 maker = j_partial_maker(node.inputs[1], len(args) - 1, self.context.static,
                                         self.context.partial_makers)
@@ -293,13 +288,13 @@ class _ScopeTransform:
             else:
                 f = self.fmap(callee, g)
                 t = CNode(fwd, [f, *args], loc)
-                y = CNode(fwd, [ValueNode(P["tuple_getitem"]), t, ValueNode(0)], loc, node.name)
-                self.bprop[node] = CNode(fwd, [ValueNode(P["tuple_getitem"]), t, ValueNode(1)], loc)
+                y = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(0)], loc, node.name)
+                self.bprop[node] = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(1)], loc)
             y.abstract = None
             self.value[node] = y
             _key_origin[y] = node
         out = self.fmap(g.output, g)
-        fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), out, ValueNode(self.backward[g])],
+        fwd.output = CNode(fwd, [ValueNode(structure.make_tuple), out, ValueNode(self.backward[g])],
                            self._note(g.output, g, FORWARD))
 
     # -- backward -------------------------------------------------------------
@@ -318,7 +313,7 @@ class _ScopeTransform:
                 return None
             acc = parts[0]
             for part in parts[1:]:
-                acc = CNode(bwd, [ValueNode(P["gadd"]), acc, part], self._note(node, g, BACKWARD))
+                acc = CNode(bwd, [ValueNode(gradient.gadd), acc, part], self._note(node, g, BACKWARD))
             return acc
 
         order = self._reverse_order(g)
@@ -334,40 +329,38 @@ class _ScopeTransform:
             loc = self._note(node, g, BACKWARD)
             callee = node.inputs[0]
             prim = callee.value if isinstance(callee, ValueNode) else None
-            if isinstance(prim, Primitive) and prim is not P["partial"]:
+            if isinstance(prim, Primitive) and prim is not structure.partial:
                 if not prim.differentiable:
                     continue
-                from anfir.autodiff.primitive_j import instantiate_bprop
-
                 args = [self.value_in(a, g) for a in node.inputs[1:]]
                 grads = instantiate_bprop(prim, bwd, args, self.value_in(node, g), s, node.loc)
                 for arg, grad in zip(node.inputs[1:], grads):
                     if _can_receive(arg, mng):
                         add(arg, grad)
-            elif prim is P["partial"]:
+            elif prim is structure.partial:
                 # The gradient of a partial value is (d_fn, d_arg1, ...).
                 for i, arg in enumerate(node.inputs[1:]):
                     if _can_receive(arg, mng):
-                        add(arg, CNode(bwd, [ValueNode(P["tuple_getitem"]), s, ValueNode(i)], loc))
+                        add(arg, CNode(bwd, [ValueNode(structure.tuple_getitem), s, ValueNode(i)], loc))
             else:
-                grads = CNode(bwd, [self.bprop[node], s], loc)
+                all_grads = CNode(bwd, [self.bprop[node], s], loc)
                 for i, inp in enumerate(node.inputs):
                     if _can_receive(inp, mng):
-                        add(inp, CNode(bwd, [ValueNode(P["tuple_getitem"]), grads, ValueNode(i)], loc))
+                        add(inp, CNode(bwd, [ValueNode(structure.tuple_getitem), all_grads, ValueNode(i)], loc))
         # Output: (env of free-variable gradients, d param 1, ...).
-        env: Node = CNode(bwd, [ValueNode(P["newenv"])], self._note(g.output, g, BACKWARD))
+        env: Node = CNode(bwd, [ValueNode(gradient.newenv)], self._note(g.output, g, BACKWARD))
         for fv in mng.free_variables_total(g):
             s = total(fv)
             if s is not None:
-                env = CNode(bwd, [ValueNode(P["env_setitem"]), env, ValueNode(node_key(fv, mng)), s],
+                env = CNode(bwd, [ValueNode(gradient.env_setitem), env, ValueNode(node_key(fv, mng)), s],
                             self._note(fv, g, BACKWARD))
         outs: list[Node] = [env]
         for p in g.parameters:
             s = total(p)
             if s is None:
-                s = CNode(bwd, [ValueNode(P["zeros_like"]), self.value[p]], self._note(p, g, BACKWARD))
+                s = CNode(bwd, [ValueNode(structure.zeros_like), self.value[p]], self._note(p, g, BACKWARD))
             outs.append(s)
-        bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), *outs], self._note(g.output, g, BACKWARD))
+        bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), *outs], self._note(g.output, g, BACKWARD))
 
     def value_in(self, node: Node, g: FuncGraph) -> Node:
         """The forward value of ``node`` as seen from ``◂g`` (an edge into ``▸g`` or above)."""
@@ -381,10 +374,10 @@ class _ScopeTransform:
         mng = self.manager
         loc = self._note(closure, g, BACKWARD)
         for fv in mng.free_variables_total(closure.value):
-            zero = CNode(bwd, [ValueNode(P["zeros_like"]), self.value_in(fv, g)], loc)
-            add(fv, CNode(bwd, [ValueNode(P["env_getitem"]), s, ValueNode(node_key(fv, mng)), zero], loc))
+            zero = CNode(bwd, [ValueNode(structure.zeros_like), self.value_in(fv, g)], loc)
+            add(fv, CNode(bwd, [ValueNode(gradient.env_getitem), s, ValueNode(node_key(fv, mng)), zero], loc))
 
-    def _reverse_order(self, g: FuncGraph) -> list[Node]:
+    def _reverse_order(self, g: FuncGraph) -> list[Union[CNode, ValueNode]]:
         """``g``'s CNodes (and the closures it makes) in reverse dependency order.
 
         A closure constant is placed just before its first user, after the
@@ -392,7 +385,7 @@ class _ScopeTransform:
         is handed to those nodes.
         """
         mng = self.manager
-        order: list[Node] = []
+        order: list[Union[CNode, ValueNode]] = []
         placed: set[Node] = set()
         for node in toposort(g, mng):
             if not isinstance(node, CNode):
@@ -409,6 +402,37 @@ class _ScopeTransform:
         return order
 
 
+def j_meta(meta: MetaFunction) -> MetaFunction:
+    """``J(meta)``: generates the J-transform of the graph ``meta`` generates."""
+    cached = _j_metas.get(id(meta))
+    if cached is None:
+        typed = meta.generate_for_types
+
+        def generate(args: tuple[Any, ...]) -> FuncGraph:
+            assert meta.generate is not None  # every meta function's generator is installed
+            return j_graph(meta.generate(args))
+
+        cached = MetaFunction(f"J({meta.name})", f"the J-transform of {meta.name}",
+                              meta.min_args, meta.max_args,
+                              generate=generate, internal=True,
+                              # J(J_partial_call): typable when the meta function itself is.
+                              generate_for_types=None if typed is None else (
+                                  lambda args: _j_of_generated(typed(args))))
+        _j_metas[id(meta)] = cached
+        _keepalive.append(meta)
+    return cached
+
+
+
+
+def _j_of_generated(graph: Optional[FuncGraph]) -> Optional[FuncGraph]:
+    return None if graph is None else j_graph(graph)
+
+
+_j_metas: dict[int, MetaFunction] = {}
+_keepalive: list[MetaFunction] = []  # J(meta) is cached by id(meta): keep meta alive
+
+
 def j_graph_checked(graph: FuncGraph) -> FuncGraph:
     """``▸graph`` in the shared context (the run-time ``J``); a graph met for the
     first time is checked first, so every missing gradient rule in its reach is
@@ -421,8 +445,6 @@ def j_graph_checked(graph: FuncGraph) -> FuncGraph:
 def check_differentiable_graph(graph: FuncGraph) -> None:
     """Raise a GradientError listing, with locations, every primitive used in
     ``graph``'s reach that is differentiable but has no gradient rule."""
-    from anfir.autodiff.primitive_j import has_rule
-    from anfir.ir.walk import reachable_graphs
 
     missing: list[str] = []
     first_loc = None

@@ -11,36 +11,26 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from anfir.autodiff.partials import j_partial_call
 from anfir.errors import GradientError
+from anfir.grammar.parser import parse_module
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import PRIMITIVES
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.primitives import gradient, structure
+from anfir.ir.primitive import MetaFunction, Primitive
 
-P = PRIMITIVES
 _rules: dict[tuple[str, int], FuncGraph] = {}
 _forward: dict[tuple[str, int], FuncGraph] = {}
 _metas: dict[str, MetaFunction] = {}
 
-# Primitives whose rule is generated for each argument count.
-_GENERATED = {"make_tuple"}
-
-
-def _rule_text(prim: Primitive, nargs: int) -> Optional[str]:
-    rule = prim.bprop
-    if isinstance(rule, dict):
-        return rule.get(nargs)
-    return rule
-
-
 def has_rule(prim: Primitive, nargs: int) -> bool:
     """Whether ``prim`` called with ``nargs`` arguments can be differentiated."""
-    if not prim.differentiable or prim.name in _GENERATED or prim is P["partial"]:
+    if not prim.differentiable or prim.structural_gradient or prim is structure.partial:
         return True
-    return _rule_text(prim, nargs) is not None
+    return prim.bprop_text(nargs) is not None
 
 
 def rule_graph(prim: Primitive, nargs: int) -> FuncGraph:
@@ -48,11 +38,9 @@ def rule_graph(prim: Primitive, nargs: int) -> FuncGraph:
     key = (prim.name, nargs)
     graph = _rules.get(key)
     if graph is None:
-        text = _rule_text(prim, nargs)
+        text = prim.bprop_text(nargs)
         if text is None:
             raise GradientError(f"no gradient rule for {prim.name} with {nargs} arguments")
-        from anfir.grammar.parser import parse_module
-
         module = parse_module(text, f"<gradient rule of {prim.name}>")
         graph = module["main"]
         graph.name = f"bprop_{prim.name}"
@@ -68,10 +56,10 @@ def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out:
                       dout: Node, loc: Optional[Location]) -> list[Node]:
     """Nodes in ``target`` computing the gradient of each argument of ``prim(*args)``."""
     nargs = len(args)
-    getitem = ValueNode(P["tuple_getitem"])
+    getitem = ValueNode(structure.tuple_getitem)
     if not prim.differentiable:
-        return [CNode(target, [ValueNode(P["zeros_like"]), a], loc) for a in args]
-    if prim.name == "make_tuple":
+        return [CNode(target, [ValueNode(structure.zeros_like), a], loc) for a in args]
+    if prim.structural_gradient:
         return [CNode(target, [getitem, dout, ValueNode(i)], loc) for i in range(nargs)]
     rule = rule_graph(prim, nargs)
     mng = rule.manager or manage(rule)
@@ -79,7 +67,7 @@ def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out:
     cloner = Cloner(mng, mng.scope(rule), node_map=seed, inline_into={rule: target},
                     loc=loc.derive(f"ad: gradient rule of {prim.name}") if loc else None)
     result = cloner.output_of(rule)
-    if isinstance(result, CNode) and result.is_apply(P["make_tuple"]) and len(result.inputs) == nargs + 1:
+    if isinstance(result, CNode) and result.is_apply(structure.make_tuple) and len(result.inputs) == nargs + 1:
         return list(result.inputs[1:])
     return [CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(nargs)]
 
@@ -92,20 +80,19 @@ def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:
         return graph
     fwd = FuncGraph(f"▸{prim.name}")
     xs = [fwd.add_parameter(f"x{i}") for i in range(nargs)]
-    if prim is P["partial"]:
-        from anfir.autodiff.runtime import j_partial_call
-
+    if prim is structure.partial:
         y = CNode(fwd, [ValueNode(prim), ValueNode(j_partial_call(nargs - 1)), *xs])
     else:
         y = CNode(fwd, [ValueNode(prim), *xs])
     bwd = FuncGraph(f"◂{prim.name}")
     dout = bwd.add_parameter("dout")
-    if prim is P["partial"]:
-        grads = [CNode(bwd, [ValueNode(P["tuple_getitem"]), dout, ValueNode(i)]) for i in range(nargs)]
+    if prim is structure.partial:
+        grads: list[Node] = [CNode(bwd, [ValueNode(structure.tuple_getitem), dout, ValueNode(i)])
+                             for i in range(nargs)]
     else:
         grads = instantiate_bprop(prim, bwd, list(xs), y, dout, None)
-    bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), CNode(bwd, [ValueNode(P["newenv"])]), *grads])
-    fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), y, ValueNode(bwd)])
+    bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), CNode(bwd, [ValueNode(gradient.newenv)]), *grads])
+    fwd.output = CNode(fwd, [ValueNode(structure.make_tuple), y, ValueNode(bwd)])
     _forward[key] = fwd
     return fwd
 
@@ -119,8 +106,8 @@ def j_primitive_value(prim: Primitive) -> Union[FuncGraph, MetaFunction]:
     if meta is None:
         meta = MetaFunction(f"J({prim.name})", f"the J-transform of {prim.name}",
                             prim.min_args, prim.max_args,
-                            generate=lambda args, p=prim: j_prim_graph(p, len(args)), internal=True,
-                            generate_for_types=lambda args, p=prim: j_prim_graph(p, len(args)))
+                            generate=lambda args: j_prim_graph(prim, len(args)), internal=True,
+                            generate_for_types=lambda args: j_prim_graph(prim, len(args)))
         _metas[prim.name] = meta
     return meta
 

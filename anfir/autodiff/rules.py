@@ -29,25 +29,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-import numpy as np
-
 from anfir.abstract.values import AScalar, ATensor, ATuple
+from anfir.dtypes import is_float, is_signed_int, numpy_dtype
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.passes.optimize_rules import callee_primitive, register_rule
-from anfir.primitives import PRIMITIVES as P
-from anfir.values import DTYPE_TO_NUMPY, SymbolicKey
+from anfir.ir.primitive import Primitive, callee_primitive
+from anfir.primitives import arith, gradient, structure
+from anfir.values import SymbolicKey
 
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.passes.optimize import RewriteContext
 
 
-def _is(node: Node, name: str) -> bool:
-    return isinstance(node, CNode) and callee_primitive(node) is P[name]
+def _is(node: Node, prim: Primitive) -> bool:
+    return isinstance(node, CNode) and callee_primitive(node) is prim
 
 
 def _is_zero(node: Node) -> bool:
     """A node that is certainly a zero gradient."""
-    if _is(node, "zeros_like") or _is(node, "newenv"):
+    if _is(node, structure.zeros_like) or _is(node, gradient.newenv):
         return True
     if isinstance(node, ValueNode) and type(node.value) in (int, float) and node.value == 0:
         return True
@@ -55,17 +54,15 @@ def _is_zero(node: Node) -> bool:
 
 
 def _is_float(abstract: object) -> bool:
-    if isinstance(abstract, AScalar):
-        return abstract.dtype.startswith("f")
-    if isinstance(abstract, ATensor):
-        return abstract.dtype.startswith("f")
+    if isinstance(abstract, (AScalar, ATensor)):
+        return is_float(abstract.dtype)
     return False
 
 
 def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``sum_to/broadcast_like/cast_like/unreduce(g, ...)`` → ``g`` when types agree."""
     prim = callee_primitive(node)
-    if prim not in (P["sum_to"], P["broadcast_like"], P["cast_like"], P["unreduce"]):
+    if prim not in (gradient.sum_to, gradient.broadcast_like, gradient.cast_like, gradient.unreduce):
         return None
     g = node.inputs[1]
     if ctx.same_type(g, node):
@@ -76,12 +73,12 @@ def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 def env_get_after_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``env_getitem(env_setitem(e, k, v), k, d)`` → ``v``; another constant key
     looks further down; ``env_getitem(newenv(), k, d)`` → ``d``."""
-    if not _is(node, "env_getitem") or len(node.inputs) != 4:
+    if not _is(node, gradient.env_getitem) or len(node.inputs) != 4:
         return None
     _, env, key, default = node.inputs
-    if _is(env, "newenv"):
+    if _is(env, gradient.newenv):
         return default
-    if not _is(env, "env_setitem") or not isinstance(key, ValueNode):
+    if not _is(env, gradient.env_setitem) or not isinstance(key, ValueNode):
         return None
     _, inner, key2, value = env.inputs
     if not (isinstance(key2, ValueNode) and isinstance(key.value, SymbolicKey)
@@ -96,7 +93,7 @@ def env_get_after_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 
 def gadd_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``gadd(0, b)`` → ``b``; ``gadd(a, b)`` on numbers or tensors of one type → ``add(a, b)``."""
-    if not _is(node, "gadd"):
+    if not _is(node, gradient.gadd):
         return None
     _, a, b = node.inputs
     if _is_zero(a) and ctx.same_type(b, node):
@@ -106,25 +103,25 @@ def gadd_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     if (isinstance(node.abstract, (AScalar, ATensor)) and ctx.same_type(a, node)
             and ctx.same_type(b, node)):
         assert node.graph is not None
-        return ctx.apply(node.graph, [ctx.constant(P["add"], like=node), a, b], like=node,
+        return ctx.apply(node.graph, [ctx.constant(arith.add, like=node), a, b], like=node,
                          abstract=node.abstract)
     return None
 
 
 def zeros_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``zeros_like`` of a float/int scalar → a constant; of ``make_tuple(...)`` → elementwise."""
-    if not _is(node, "zeros_like"):
+    if not _is(node, structure.zeros_like):
         return None
     x = node.inputs[1]
     abstract = x.abstract
-    if isinstance(abstract, AScalar) and abstract.dtype in ("f64", "f32", "f16"):
+    if isinstance(abstract, AScalar) and is_float(abstract.dtype):
         return ctx.constant(0.0, like=node)
-    if isinstance(abstract, AScalar) and abstract.dtype.startswith("i"):
+    if isinstance(abstract, AScalar) and is_signed_int(abstract.dtype):
         return ctx.constant(0, like=node)
-    if _is(x, "make_tuple") and isinstance(node.abstract, ATuple):
+    if _is(x, structure.make_tuple) and isinstance(node.abstract, ATuple):
         assert node.graph is not None
         zeros = [ctx.apply(node.graph, [node.inputs[0], item], like=node) for item in x.inputs[1:]]
-        return ctx.apply(node.graph, [ctx.constant(P["make_tuple"], like=node), *zeros], like=node,
+        return ctx.apply(node.graph, [ctx.constant(structure.make_tuple, like=node), *zeros], like=node,
                          abstract=node.abstract)
     return None
 
@@ -132,9 +129,9 @@ def zeros_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``tuple_setitem(make_tuple(...), i, v)`` → ``make_tuple(..., v, ...)``;
     ``tuple_getitem(tuple_setitem(t, i, v), j)`` → ``v`` or ``tuple_getitem(t, j)``."""
-    if _is(node, "tuple_setitem"):
+    if _is(node, gradient.tuple_setitem):
         _, tup, index, value = node.inputs
-        if _is(tup, "make_tuple") and isinstance(index, ValueNode) and type(index.value) is int:
+        if _is(tup, structure.make_tuple) and isinstance(index, ValueNode) and type(index.value) is int:
             items = list(tup.inputs[1:])
             i = index.value
             if -len(items) <= i < len(items):
@@ -142,9 +139,9 @@ def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
                 assert node.graph is not None
                 return ctx.apply(node.graph, [tup.inputs[0], *items], like=node, abstract=node.abstract)
         return None
-    if _is(node, "tuple_getitem"):
+    if _is(node, structure.tuple_getitem):
         _, tup, index = node.inputs
-        if not (_is(tup, "tuple_setitem") and isinstance(index, ValueNode)):
+        if not (_is(tup, gradient.tuple_setitem) and isinstance(index, ValueNode)):
             return None
         _, inner, index2, value = tup.inputs
         if not isinstance(index2, ValueNode) or type(index.value) is not int or type(index2.value) is not int:
@@ -158,21 +155,21 @@ def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 
 def seed_and_check(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``grad_seed(v)`` → ``1.0`` and ``grad_arg_check(x, g)`` → ``g`` once types prove them."""
-    if _is(node, "grad_seed"):
+    if _is(node, gradient.grad_seed):
         abstract = node.inputs[1].abstract
-        if isinstance(abstract, AScalar) and abstract.dtype.startswith("f"):
+        if isinstance(abstract, AScalar) and is_float(abstract.dtype):
             # 1 of the output's own float type: an f32 loss seeds with float32(1).
-            one = 1.0 if abstract.dtype == "f64" else np.dtype(DTYPE_TO_NUMPY[abstract.dtype]).type(1.0)
+            one = 1.0 if abstract.dtype == "f64" else numpy_dtype(abstract.dtype).type(1.0)
             return ctx.constant(one, like=node)
         return None
-    if _is(node, "grad_arg_check") and _is_float(node.inputs[1].abstract):
+    if _is(node, gradient.grad_arg_check) and _is_float(node.inputs[1].abstract):
         return node.inputs[2]
     return None
 
 
 def double_negation(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``neg(neg(x))`` → ``x``."""
-    if _is(node, "neg") and _is(node.inputs[1], "neg"):
+    if _is(node, arith.neg) and _is(node.inputs[1], arith.neg):
         return node.inputs[1].inputs[1]
     return None
 
@@ -182,7 +179,7 @@ _ELEMENTWISE = ("add", "sub", "mul", "div")
 
 def _scalar_unreduce(node: Node) -> bool:
     # unreduce(s, r, None) of a scalar s: a tensor filled with s, shaped like r.
-    return (_is(node, "unreduce") and isinstance(node.inputs[3], ValueNode)
+    return (_is(node, gradient.unreduce) and isinstance(node.inputs[3], ValueNode)
             and node.inputs[3].value is None and isinstance(node.inputs[1].abstract, AScalar))
 
 
@@ -216,8 +213,8 @@ def scalar_unreduce_into_elementwise(node: CNode, ctx: "RewriteContext") -> Opti
     return None
 
 
-RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, zeros_simplify,
-         tuple_set_simplify, seed_and_check, double_negation, scalar_unreduce_into_elementwise)
-
-for _rule in RULES:
-    register_rule(_rule, before="inline_known_call")
+GRADIENT_RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, zeros_simplify,
+                  tuple_set_simplify, seed_and_check, double_negation,
+                  scalar_unreduce_into_elementwise)
+"""The clean-up rewrites for gradient graphs, in the order the optimizer tries
+them (:data:`anfir.passes.optimize.DEFAULT_RULES` places them)."""

@@ -15,27 +15,23 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, PrimFn
+from anfir.autodiff.jtransform import j_graph_checked, j_meta
+from anfir.autodiff.partials import call_node, item_node, j_partial_call
+from anfir.autodiff.primitive_j import j_primitive_value
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import PRIMITIVES
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.primitives import gradient, structure
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Closure, GradEnv, Partial
 
-P = PRIMITIVES
 _grad_graphs: dict[tuple, FuncGraph] = {}
-_j_metas: dict[int, MetaFunction] = {}
-_partial_calls: dict[int, MetaFunction] = {}
 
 
 # -- J on values ----------------------------------------------------------------
 def j_value(x: Any) -> Any:
     """The J-transform of a run-time value."""
-    from anfir.autodiff.jtransform import j_graph_checked
-    from anfir.autodiff.primitive_j import j_primitive_value
-
     if isinstance(x, Closure):
         forward = j_graph_checked(x.graph)
         return Closure(forward, _remap_env(x.graph, forward, x.env))
@@ -66,141 +62,6 @@ def _remap_env(graph: FuncGraph, forward: FuncGraph, env: tuple) -> tuple:
         return tuple(by_node[n] for n in after)
     except KeyError:  # pragma: no cover - would be a bug in the J transform
         raise GradientError(f"internal: ▸{graph.name} captures values @{graph.name} does not") from None
-
-
-def j_meta(meta: MetaFunction) -> MetaFunction:
-    """``J(meta)``: generates the J-transform of the graph ``meta`` generates."""
-    cached = _j_metas.get(id(meta))
-    if cached is None:
-        from anfir.autodiff.jtransform import j_graph
-
-        typed = meta.generate_for_types
-        cached = MetaFunction(f"J({meta.name})", f"the J-transform of {meta.name}",
-                              meta.min_args, meta.max_args,
-                              generate=lambda args, m=meta: j_graph(m.generate(args)), internal=True,
-                              # J(J_partial_call): typable when the meta function itself is.
-                              generate_for_types=None if typed is None else (
-                                  lambda args, t=typed: _j_of_generated(t(args))))
-        _j_metas[id(meta)] = cached
-        _keepalive.append(meta)
-    return cached
-
-
-_keepalive: list[MetaFunction] = []
-
-
-def _j_of_generated(graph: Optional[FuncGraph]) -> Optional[FuncGraph]:
-    from anfir.autodiff.jtransform import j_graph
-
-    return None if graph is None else j_graph(graph)
-
-
-def j_partial_call(nbound: int) -> MetaFunction:
-    """The J-world partial: calls ``f'(a..., b...)`` and regroups the gradients as
-    ``((d_f, d_a...), d_b...)`` — a partial value's gradient holds those of
-    what it binds."""
-    cached = _partial_calls.get(nbound)
-    if cached is None:
-        cached = MetaFunction(f"J_partial_call{nbound}", "a J-world partial application",
-                              nbound + 1, None,
-                              generate=lambda args, k=nbound: _partial_call_graph(k, len(args) - 1 - k),
-                              internal=True,
-                              # Only the argument count matters: the specializer can type it.
-                              generate_for_types=lambda args, k=nbound: _partial_call_graph(
-                                  k, len(args) - 1 - k))
-        _partial_calls[nbound] = cached
-    return cached
-
-
-def _partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
-    key = ("partial", nbound, nrest)
-    graph = _grad_graphs.get(key)
-    if graph is None:
-        graph = _grad_graphs[key] = partial_call_graph(nbound, nrest)
-    return graph
-
-
-def j_partial_maker(fn: Node, nbound: int, static: bool,
-                    shared: Optional[dict[tuple[Any, int, int], FuncGraph]] = None) -> Node:
-    """What the J-world ``partial(fn, a...)`` (``nbound`` arguments bound) binds first.
-
-    With ``static`` (the ``ad`` phase, on a typed program) and the arity of
-    ``fn`` known from its constant or its type, a regrouping graph for that
-    arity — a plain graph the optimizer and the printers handle; otherwise the
-    meta function :func:`j_partial_call`, which makes it at run time.
-
-    The graph is typed in place for the one signature it is called with, so it
-    is fresh per ``partial`` node — except that, given ``shared`` (a cache the
-    caller keeps for one compilation), the partials of one graph constant share
-    it: ``fn`` is then a specialized graph, so every call of the maker has the
-    signature of that graph's spec, and two such partial values have the same
-    type (``ap(partial(f, p), y) + ap(partial(f, p), x)`` must type ``ap`` once).
-    """
-    if static:
-        nparams = static_arity(fn)
-        if nparams is not None and nparams >= nbound:
-            graph = fn.value if isinstance(fn, ValueNode) else None
-            key = (graph, nbound, nparams - nbound)
-            maker = shared.get(key) if shared is not None and isinstance(graph, FuncGraph) else None
-            if maker is None:
-                maker = partial_call_graph(nbound, nparams - nbound)
-                if shared is not None and isinstance(graph, FuncGraph):
-                    shared[key] = maker
-            return ValueNode(maker, fn.loc)
-    return ValueNode(j_partial_call(nbound))
-
-
-def static_arity(node: Node) -> Optional[int]:
-    """The number of arguments of the function ``node`` stands for, when its
-    constant or its abstract value says so (the same for every function it may
-    be); None otherwise."""
-    value = node.value if isinstance(node, ValueNode) else None
-    if isinstance(value, FuncGraph):
-        return len(value.parameters)
-    if isinstance(value, Primitive):
-        return value.min_args if value.max_args == value.min_args else None
-    abstract = node.abstract
-    if not isinstance(abstract, AFunction):
-        return None
-    arities = {atom_arity(atom) for atom in abstract.options}
-    arities.discard(None)  # (an option whose arity varies takes the others' count)
-    return arities.pop() if len(arities) == 1 else None
-
-
-def atom_arity(atom: Any) -> Optional[int]:
-    """The number of arguments a function atom takes (None if it varies or is unknown)."""
-    bound = 0
-    while isinstance(atom, (PartialFn, JFn, GradFn)):  # J and grad keep the arity
-        if isinstance(atom, PartialFn):
-            bound += len(atom.args)
-        atom = atom.fn
-    if isinstance(atom, GraphFn):
-        return len(atom.graph.parameters) - bound
-    if isinstance(atom, PrimFn):
-        prim = atom.prim
-        max_args = getattr(prim, "max_args", None)
-        if max_args is not None and prim.min_args == max_args:
-            return max_args - bound
-    return None
-
-
-def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
-    """A new graph ``(f', a'..., b'...) -> (value, ◂)`` calling ``f'`` and regrouping
-    its gradients as ``((d_f, d_a...), d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
-    fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}")
-    f = fwd.add_parameter("f")
-    xs = [fwd.add_parameter(f"x{i}") for i in range(nbound + nrest)]
-    t = _call(fwd, f, *xs)
-    value = _item(fwd, t, 0)
-    bp = _item(fwd, t, 1)
-    bwd = FuncGraph(f"◂J_partial_call{nbound}_{nrest}")
-    dout = bwd.add_parameter("dout")
-    grads = _call(bwd, bp, dout)
-    bound = CNode(bwd, [ValueNode(P["make_tuple"])] + [_item(bwd, grads, i) for i in range(nbound + 1)])
-    rest = [_item(bwd, grads, nbound + 1 + i) for i in range(nrest)]
-    bwd.output = CNode(bwd, [ValueNode(P["make_tuple"]), bound, *rest])
-    fwd.output = CNode(fwd, [ValueNode(P["make_tuple"]), value, ValueNode(bwd)])
-    return fwd
 
 
 # -- grad / value_and_grad ------------------------------------------------------
@@ -256,7 +117,7 @@ def grad_graph(nparams: int, wrt: tuple[int, ...], multi: bool, with_value: bool
         outer.add_parameter(f"i{i}")
     inner = FuncGraph("∇")
     xs = [inner.add_parameter(f"x{i}") for i in range(nparams)]
-    jf = CNode(inner, [ValueNode(P["J"]), f])
+    jf = CNode(inner, [ValueNode(gradient.J), f])
     inner.output = build_grad_body(inner, jf, xs, wrt, multi, with_value)
     outer.output = ValueNode(inner)
     _grad_graphs[key] = outer
@@ -266,27 +127,18 @@ def grad_graph(nparams: int, wrt: tuple[int, ...], multi: bool, with_value: bool
 def build_grad_body(graph: FuncGraph, jf: Node, xs: Sequence[Node], wrt: tuple[int, ...],
                     multi: bool, with_value: bool, loc: Any = None) -> Node:
     """Nodes in ``graph`` computing the gradient of ``jf``'s function at ``xs``."""
-    t = _call(graph, jf, *xs, loc=loc)
-    value = _item(graph, t, 0, loc)
-    bp = _item(graph, t, 1, loc)
-    seed = CNode(graph, [ValueNode(P["grad_seed"]), value], loc)
-    grads = _call(graph, bp, seed, loc=loc)
-    picked = [CNode(graph, [ValueNode(P["grad_arg_check"]), xs[i], _item(graph, grads, 1 + i, loc)], loc)
+    t = call_node(graph, jf, *xs, loc=loc)
+    value = item_node(graph, t, 0, loc)
+    bp = item_node(graph, t, 1, loc)
+    seed = CNode(graph, [ValueNode(gradient.grad_seed), value], loc)
+    grads = call_node(graph, bp, seed, loc=loc)
+    picked = [CNode(graph, [ValueNode(gradient.grad_arg_check), xs[i], item_node(graph, grads, 1 + i, loc)], loc)
               for i in wrt]
-    result: Node = picked[0] if not multi else CNode(graph, [ValueNode(P["make_tuple"]), *picked], loc)
+    result: Node = picked[0] if not multi else CNode(graph, [ValueNode(structure.make_tuple), *picked], loc)
     if with_value:
-        result = CNode(graph, [ValueNode(P["make_tuple"]), value, result], loc)
+        result = CNode(graph, [ValueNode(structure.make_tuple), value, result], loc)
     return result
 
 
-def _call(graph: FuncGraph, fn: Node, *args: Node, loc: Any = None) -> CNode:
-    return CNode(graph, [fn, *args], loc)
-
-
-def _item(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
-    return CNode(graph, [ValueNode(P["tuple_getitem"]), t, ValueNode(i)], loc)
-
-
-__all__ = ["GradEnv", "arity_of", "atom_arity", "build_grad_body", "generate_grad", "grad_graph",
-           "j_meta", "j_partial_call", "j_partial_maker", "j_value", "normalize_wrt",
-           "partial_call_graph", "static_arity"]
+__all__ = ["arity_of", "build_grad_body", "generate_grad", "grad_graph", "j_value",
+           "normalize_wrt"]

@@ -15,24 +15,22 @@ must not leak into later compilations.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from anfir.abstract.engine import Engine, Infer, register_atom_caller
+from anfir.autodiff.jtransform import JContext, j_graph
+from anfir.autodiff.primitive_j import j_prim_graph
+from anfir.infer.engine import Engine, Infer
 from anfir.abstract.values import AFunction, FunctionAtom, GraphFn, JFn, PrimFn
 from anfir.errors import InferenceError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode
-
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.autodiff.jtransform import JContext
+from anfir.ir.primitive import Primitive
 
 _contexts: "weakref.WeakKeyDictionary[Engine, JContext]" = weakref.WeakKeyDictionary()
 
 
-def _context_of(engine: Engine) -> "JContext":
+def _context_of(engine: Engine) -> JContext:
     """The J context of ``engine`` (made on first use, dropped with the engine)."""
-    from anfir.autodiff.jtransform import JContext
-
     context = _contexts.get(engine)
     if context is None:
         context = _contexts[engine] = JContext()
@@ -40,14 +38,11 @@ def _context_of(engine: Engine) -> "JContext":
 
 
 def transformed_graph(atom: FunctionAtom, nargs: int,
-                      context: Optional["JContext"] = None) -> Optional[FuncGraph]:
+                      context: Optional[JContext] = None) -> Optional[FuncGraph]:
     """The graph ``J(atom)`` runs when called with ``nargs`` arguments (None if unknown).
 
     Graphs are transformed in ``context`` (the shared run-time one if None).
     """
-    from anfir.autodiff.jtransform import j_graph
-    from anfir.autodiff.primitive_j import j_prim_graph
-
     # J(J(...J(atom))): find the innermost atom first, then transform outwards
     # (a loop, so deep nesting does not recurse).
     depth = 0
@@ -57,7 +52,7 @@ def transformed_graph(atom: FunctionAtom, nargs: int,
     graph: Optional[FuncGraph] = None
     if isinstance(atom, GraphFn):
         graph = j_graph(atom.graph, context)
-    elif isinstance(atom, PrimFn) and hasattr(atom.prim, "impl"):
+    elif isinstance(atom, PrimFn) and isinstance(atom.prim, Primitive):
         graph = j_prim_graph(atom.prim, nargs)
     if graph is None:
         return None
@@ -66,7 +61,8 @@ def transformed_graph(atom: FunctionAtom, nargs: int,
     return graph
 
 
-def _call_j(engine: Engine, atom: FunctionAtom, args: tuple, node: Optional[CNode]) -> Infer:
+def call_j(engine: Engine, atom: FunctionAtom, args: tuple, node: Optional[CNode]) -> Infer:
+    """Type a call of ``J(f)`` as a call of the graph ``▸f`` (the engine's JFn caller)."""
     assert isinstance(atom, JFn)
     graph = transformed_graph(atom.fn, len(args), _context_of(engine))
     if graph is None:
@@ -76,4 +72,4 @@ def _call_j(engine: Engine, atom: FunctionAtom, args: tuple, node: Optional[CNod
     return result
 
 
-register_atom_caller(JFn, _call_j)
+__all__ = ["call_j", "transformed_graph"]

@@ -27,7 +27,8 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
-from anfir.primitives.registry import PRIMITIVES, Primitive
+from anfir.ir.primitive import Primitive
+from anfir.primitives import structure
 
 Getter = Callable[[list], tuple]
 
@@ -186,7 +187,7 @@ class _Compiler:
     # -- calls ----------------------------------------------------------------
     def fusable_switches(self, cnodes: list[CNode]) -> dict[CNode, CNode]:
         """``{call: switch}`` for each ``switch(c, ✓g, ✗g)(args)`` whose switch has no other use."""
-        switch = PRIMITIVES.get("switch")
+        switch = structure.switch
         users = self.manager.users
         fused: dict[CNode, CNode] = {}
         for call in cnodes:
@@ -247,8 +248,10 @@ class _Compiler:
         if switch is not None:
             cond = self.operand(switch.inputs[1], switch)
             arg_regs = [self.operand(a, node) for a in args]
-            then_g = switch.inputs[2].value
-            else_g = switch.inputs[3].value
+            then_node, else_node = switch.inputs[2], switch.inputs[3]
+            assert isinstance(then_node, ValueNode) and isinstance(else_node, ValueNode)  # (fusable_switches)
+            then_g = then_node.value
+            else_g = else_node.value
             then_regs = arg_regs + self.captured(then_g, switch)
             else_regs = arg_regs + self.captured(else_g, switch)
             dst = self.new_reg()
@@ -258,10 +261,10 @@ class _Compiler:
                       (cond, *then_regs, *else_regs))
             self.reg[node] = dst
             return tail
-        fn = self.operand(head, node)
+        fn_reg = self.operand(head, node)
         regs = [self.operand(a, node) for a in args]
         dst = self.new_reg()
-        self.emit((TCALL if tail else CALL, dst, fn, make_getter(regs), node), (fn, *regs))
+        self.emit((TCALL if tail else CALL, dst, fn_reg, make_getter(regs), node), (fn_reg, *regs))
         self.reg[node] = dst
         return tail
 

@@ -25,7 +25,7 @@ from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, P1, P2, P3, PN, RA
                                 TBRANCH, TCALL, TCALLG)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Closure, Partial
 
 _bool_ = np.bool_
@@ -55,13 +55,13 @@ def enter(fn: Any, args: tuple) -> tuple[Optional[Code], Any]:
         _check_graph_call(code, len(args), 0)
         return code, [*args, *code.template]
     if isinstance(fn, MetaFunction):
-        runtime = getattr(fn, "runtime", None)
-        if runtime is None:
-            raise AnfirRuntimeError(f"{fn.name} is not available: automatic differentiation "
-                                    "is not loaded")
         if not fn.accepts(len(args)):
             raise ArityError(f"{fn.name} takes {arity_words(fn)}, got {len(args)}")
-        return None, runtime(*args)
+        if fn.generate is None:
+            raise AnfirRuntimeError(f"{fn.name} cannot be evaluated directly")
+        # The call is the generated graph's call on the same arguments: entered
+        # here, it runs in this frame loop (no Python recursion).
+        return enter(fn.generate(args), args)
     raise AnfirTypeError(f"calling a non-function ({describe(fn)})")
 
 

@@ -12,7 +12,7 @@ parsing is bottom up, the builder always knows
 and each name is resolved when it reduces: to its bound node (a parameter, a
 let-bound node or constant — of an enclosing graph too, which is exactly a
 free-variable edge), else to ``ValueNode(Symbol(name))``, a global left for
-the resolve phase (:mod:`anfir.passes.resolve`).
+the resolve phase (:mod:`anfir.grammar.resolve`).
 
 The one forward reference is a ``let`` whose value mentions its own name:
 ``let loop = lambda ... loop(...) ... end in`` must see the lambda itself, but
@@ -49,31 +49,27 @@ from lark import Transformer
 
 from anfir.errors import AnfirSyntaxError, AnfirTypeError, DuplicateDefinitionError
 from anfir.grammar.anf_lexer import Token, string_value
-from anfir.ir.annotations import SCALAR_TYPES, ScalarAnn, TensorAnn, TupleAnn, TypeAnn
+from anfir.grammar.syntax import CHAIN_OPERATORS, INFIX_OPERATORS, PREFIX_OPERATORS
+from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn, TypeAnn
+from anfir.ir.type_syntax import dimension, scalar_type, tensor_type
 from anfir.ir.graph import FuncGraph
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import PRIMITIVES
 from anfir.values import Symbol
 
-_BINARY = {
-    "OR": (1, PRIMITIVES["logical_or"]), "AND": (2, PRIMITIVES["logical_and"]),
-    "LT": (4, PRIMITIVES["lt"]), "LE": (4, PRIMITIVES["le"]), "GT": (4, PRIMITIVES["gt"]),
-    "GE": (4, PRIMITIVES["ge"]), "EQEQ": (4, PRIMITIVES["eq"]), "NE": (4, PRIMITIVES["ne"]),
-    "PLUS": (5, PRIMITIVES["add"]), "MINUS": (5, PRIMITIVES["sub"]),
-    "STAR": (6, PRIMITIVES["mul"]), "SLASH": (6, PRIMITIVES["div"]),
-    "AT": (6, PRIMITIVES["matmul"]),
-}
-"""Binary operator token -> (precedence, primitive); larger binds tighter."""
-_NOT_PRECEDENCE = 3
-_NOT = PRIMITIVES["logical_not"]
-_NEG = PRIMITIVES["neg"]
-_POW = PRIMITIVES["pow"]
+# The operators of anfir.grammar.syntax, their primitives looked up once here.
+_BINARY = {terminal: (op.precedence, PRIMITIVES[op.primitive])
+           for terminal, op in CHAIN_OPERATORS.items()}
+"""Chain operator terminal -> (precedence, primitive); larger binds tighter."""
+_NOT_PRECEDENCE = PREFIX_OPERATORS["NOT"].precedence
+_NOT = PRIMITIVES[PREFIX_OPERATORS["NOT"].primitive]
+_NEG = PRIMITIVES[PREFIX_OPERATORS["MINUS"].primitive]
+_POW = PRIMITIVES[INFIX_OPERATORS["POW"].primitive]
 _SWITCH = PRIMITIVES["switch"]
 _MAKE_TUPLE = PRIMITIVES["make_tuple"]
 _GETITEM = PRIMITIVES["tuple_getitem"]
 _IDENTITY = PRIMITIVES["identity"]
-_TENSOR_DTYPES = tuple(t for t in SCALAR_TYPES if t != "str")
 
 TRUE_BRANCH = "✓"
 """Prefix of the graph of an ``if``'s ``then`` branch (MindIR's spelling)."""
@@ -250,7 +246,8 @@ class AnfBuilder(Transformer):
         """``prim(left, right)`` located at ``loc`` (the operator)."""
         if left.__class__ is PendingUse or right.__class__ is PendingUse:
             return self.apply([ValueNode(prim, loc), left, right], loc)
-        return CNode(self.graph, (ValueNode(prim, loc), left, right), loc)
+        # Neither operand is a PendingUse here; mypy narrows ``x.__class__ is C`` but not ``is not``.
+        return CNode(self.graph, (ValueNode(prim, loc), left, right), loc)  # type: ignore[arg-type]
 
     def enter(self, graph: FuncGraph, params: list) -> None:
         """Build ``graph`` now, with ``params`` (``(token, annotation)`` pairs) in scope."""
@@ -284,7 +281,7 @@ class AnfBuilder(Transformer):
     def check_callable(self, callee: Item) -> None:
         """Reject calling a literal (``3(4)``, ``"s"(1)``): located at the literal."""
         if callee.__class__ is ValueNode:
-            value = callee.value  # type: ignore[union-attr]
+            value = callee.value
             if value.__class__ is Symbol:
                 return
             if value is None or isinstance(value, (int, float, str)):
@@ -292,7 +289,7 @@ class AnfBuilder(Transformer):
                 raise AnfirTypeError(f"{value!r} is not a function: a value of type {kind} "
                                      "cannot be called", callee.loc)
 
-    def resolve_pending(self, pending: Pending, value: Item) -> None:
+    def resolve_pending(self, pending: Pending, value: Optional[Item]) -> None:
         """Fill the uses of a let's own name: ``value`` if it is a lambda, else the outer meaning."""
         slots = pending.slots
         if not slots:
@@ -734,27 +731,18 @@ class AnfBuilder(Transformer):
 
     # -- type annotations ---------------------------------------------------------
     def type_name(self, c: list) -> ScalarAnn:
-        """A scalar type name."""
+        """A scalar type name (checked by :mod:`anfir.ir.type_syntax`)."""
         token = c[0]
-        if token[1] not in SCALAR_TYPES:
-            raise AnfirSyntaxError(f"unknown type '{token[1]}'", self.token_loc(token),
-                                   hint="types: " + " ".join(SCALAR_TYPES) +
-                                   ", DTYPE[DIMS] and (T1, T2)")
-        return ScalarAnn(token[1], self.token_loc(token))
+        return scalar_type(token[1], self.token_loc(token))
 
     def type_tensor(self, c: list) -> TensorAnn:
         """``DTYPE[DIMS]`` (``f32[]`` is 0-d)."""
         token = c[0]
-        if token[1] not in _TENSOR_DTYPES:
-            raise AnfirSyntaxError(f"unknown tensor element type '{token[1]}'", self.token_loc(token),
-                                   hint="element types: " + " ".join(_TENSOR_DTYPES))
-        dims = tuple(c[2]) if len(c) == 4 else ()
-        return TensorAnn(token[1], dims, self.token_loc(token))
+        return tensor_type(token[1], c[2] if len(c) == 4 else (), self.token_loc(token))
 
     def dim(self, c: list) -> Union[int, str]:
         """A dimension: a size, a dimension variable or ``*``."""
-        token = c[0]
-        return int(token[1]) if token[0] == "INT" else token[1]
+        return dimension(c[0][1])
 
     def type_paren(self, c: list) -> TypeAnn:
         """``(T)`` is ``T``."""

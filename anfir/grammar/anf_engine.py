@@ -32,7 +32,7 @@ from lark.parsers.lalr_analysis import Shift
 from anfir.errors import AnfirSyntaxError
 from anfir.grammar.anf_builder import AnfBuilder
 from anfir.grammar.anf_lexer import AnfLarkLexer, LexerInput, Token
-from anfir.ir.location import Location
+from anfir.location import Location
 
 GRAMMAR_PATH = os.path.join(os.path.dirname(__file__), "anf.lark")
 """The grammar file."""
@@ -43,6 +43,10 @@ END = "$END"
 Reduction = tuple  # (number of children, nonterminal made, callback or None to pass the child)
 """A rule to reduce; the callback is None for a rule that passes its one child through."""
 Action = Union[int, Reduction]
+ActionTable = list[dict[str, Any]]
+"""Per state: symbol -> :data:`Action`.  The loops tell an action's kind by
+``code.__class__`` (cheaper than isinstance) and read a goto (always an int) by
+nonterminal name; mypy follows neither, so the driving loops see ``Any``."""
 
 
 @dataclass
@@ -51,10 +55,10 @@ class Engine:
 
     lark: Lark
     builder: AnfBuilder
-    actions: list[dict[str, "Action"]]
+    actions: ActionTable
     """Per state: symbol -> the state to shift or go to (an int), or the
     :data:`Reduction` to make."""
-    fused: list[dict[str, "Action"]]
+    fused: ActionTable
     """``actions`` with shift-then-reduce pairs fused (see :func:`_fuse`); used by the loop."""
     start: int
     end: int
@@ -122,6 +126,7 @@ def _fuse(actions: list[dict[str, Action]]) -> list[dict[str, Action]]:
         kinds = {id(code) for code in row.values() if code.__class__ is tuple}
         if row and len(kinds) == 1 and all(code.__class__ is tuple for code in row.values()):
             reduction = next(iter(row.values()))
+            assert isinstance(reduction, tuple)  # (checked above)
             if reduction[0] == 1:
                 only[state] = reduction
     fused: list[dict[str, Action]] = []
@@ -155,7 +160,7 @@ def run_tables(eng: Engine, tokens: list[Token], eof: Token) -> Any:
     for token in tokens:
         kind = token[0]
         while True:
-            code = actions[state].get(kind)
+            code: Any = actions[state].get(kind)  # (see ActionTable)
             cls = code.__class__
             if cls is int:  # shift
                 push_state(code)

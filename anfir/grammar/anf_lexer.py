@@ -3,8 +3,10 @@
 One compiled regular expression splits each source line (``findall``) into
 (blanks, token) pairs, so blanks cost no separate match; keywords and
 operators are then found by a dict lookup on the text, other tokens by their
-first character.  Lines are scanned one by one, so the line number is the
-loop counter and the column a running sum: no newline bookkeeping per token.
+first character (the fixed tokens are
+:data:`anfir.grammar.syntax.TERMINALS`).  Lines are scanned one by one, so the
+line number is the loop counter and the column a running sum: no newline
+bookkeeping per token.
 Tokens are plain tuples (the cheapest Python object); :class:`LarkToken`
 wraps them for Lark's own parse loop, which needs a ``.type`` attribute.
 
@@ -21,26 +23,21 @@ from typing import Any, Iterator
 from lark.lexer import Lexer
 
 from anfir.errors import AnfirSyntaxError
-from anfir.ir.location import Location
+from anfir.grammar.syntax import TERMINALS
+from anfir.location import Location
 
 Token = tuple  # (type: str, text: str, line: int, col: int)
 """A token: its terminal name, its text, its 1-based line and column."""
 
-KEYWORDS = {
-    "import": "IMPORT", "def": "DEF", "lambda": "LAMBDA", "let": "LET", "in": "IN",
-    "end": "END", "if": "IF", "then": "THEN", "else": "ELSE", "and": "AND", "or": "OR",
-    "not": "NOT", "true": "TRUE", "True": "TRUE", "false": "FALSE", "False": "FALSE",
-    "None": "NONE",
-}
-"""Names that are keywords (and the literal names), by text."""
 
-OPERATORS = {
-    "(": "LPAR", ")": "RPAR", "[": "LSQB", "]": "RSQB", ",": "COMMA", "=": "EQ",
-    ":": "COLON", "->": "ARROW", "+": "PLUS", "-": "MINUS", "*": "STAR", "/": "SLASH",
-    "@": "AT", "**": "POW", "<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "==": "EQEQ",
-    "!=": "NE",
-}
-"""Punctuation and operators, by text."""
+def _symbols_pattern() -> str:
+    """A regex alternative for every punctuation/operator token of :data:`TERMINALS`:
+    the longer ones first (``**`` before ``*``), then one class of single characters."""
+    symbols = sorted((t for t in TERMINALS if not t[0].isalpha()), key=lambda t: (-len(t), t))
+    longer = [re.escape(t) for t in symbols if len(t) > 1]
+    single = "".join(re.escape(t) for t in symbols if len(t) == 1)
+    return " | ".join([*longer, f"[{single}]"])
+
 
 # One match = optional blanks (group 1) + one token (group 2).  Matches are
 # consecutive, so the column is the running sum of their lengths; the only
@@ -50,7 +47,7 @@ _TOKEN_RE = re.compile(r"""
     ([ \t\r\f\v]*)
     (   %[A-Za-z0-9_]+ | [A-Za-z_][A-Za-z0-9_]*              # name or keyword
       | \d+\.\d+(?:[eE][+-]?\d+)? | \d+[eE][+-]?\d+ | \d+      # number
-      | \*\* | <= | >= | == | != | -> | [-+*/@<>()\[\],=:]      # operator
+      | """ + _symbols_pattern() + r"""                          # punctuation, operator
       | "(?:[^"\\\n]|\\.)*"                                 # string
       | \#.*                                                 # comment
       | [^ \t\r\f\v]                                        # anything else: an error
@@ -60,7 +57,7 @@ _FIRST_CHAR = dict.fromkeys(string.ascii_letters + "_", "NAME")
 _FIRST_CHAR.update(dict.fromkeys(string.digits, "INT"))
 _FIRST_CHAR['"'] = "STRING"
 _FIRST_CHAR["#"] = "COMMENT"
-_FIXED = {**KEYWORDS, **OPERATORS}
+_FIXED = TERMINALS  # keywords, punctuation and operators: text -> terminal
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "r": "\r", "0": "\0"}
 
 

@@ -28,19 +28,22 @@ import sympy
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from anfir.abstract.values import (SCALAR_DTYPES, AAny, AbstractValue, AEnv, AFunction, AKey,
+from anfir.abstract.values import (AAny, AbstractValue, AEnv, AFunction, AKey,
                                    ANone, AScalar, AString, ATensor, ATuple, AType, GradFn, GraphFn,
                                    GraphSig, JFn, PartialFn, PrimFn)
+from anfir.abstract.lattice import BOTTOM
+from anfir.abstract.shapes import dim_symbol
+from anfir.dtypes import from_abstract_name, numpy_dtype
 from anfir.errors import AnfirError, AnfirSyntaxError, NameResolutionError, UsageError
 from anfir.gcpause import gc_paused
-from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
+from anfir.ir.annotations import DimAnn, ScalarAnn, TensorAnn, TupleAnn
+from anfir.ir.type_syntax import dimension, scalar_type, tensor_type, tuple_type
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.primitives import lookup
-from anfir.values import (DTYPE_TO_NUMPY, Closure, DType, GradEnv, Partial, Symbol,
-                          SymbolicKey)
+from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 
 _LOC = re.compile(r"#[ \t]?(?P<file>.*?):(?P<line>\d+):(?P<col>\d+)"
                   r"(?: \((?P<note>.*?)\))?(?:  (?P<text>.*))?\Z")
@@ -112,7 +115,8 @@ def _syntax_error(exc: UnexpectedInput, builder: "_IRBuilder") -> AnfirSyntaxErr
         col = len(builder.lines[-1]) + 1 if builder.lines else 1
         message = "the dump ends too early (a subgraph is not closed with '}'?)"
     elif isinstance(exc, UnexpectedCharacters):
-        ch = builder.text[exc.pos_in_stream] if exc.pos_in_stream < len(builder.text) else ""
+        pos = exc.pos_in_stream
+        ch = builder.text[pos] if pos is not None and pos < len(builder.text) else ""
         message = f"unexpected character {ch!r} in the .ir text"
     elif isinstance(exc, UnexpectedToken):
         found = exc.token
@@ -430,9 +434,7 @@ class _IRBuilder(Transformer):
 
     def tensor(self, dtype: Token, shape: tuple, data: Any) -> _Const:
         name = str(dtype)
-        if name not in DTYPE_TO_NUMPY:
-            raise self._error(f"unknown tensor dtype {name}", dtype)
-        np_dtype = np.dtype(DTYPE_TO_NUMPY[name])
+        np_dtype = self._numpy_dtype(name, dtype, "unknown tensor dtype")
         kind, payload, token = data
         if kind == "side":
             array = self._side_array(payload, token)
@@ -509,10 +511,15 @@ class _IRBuilder(Transformer):
             raise self._error(f"cannot read the side file {path.name}: {exc}", token) from None
 
     def np_scalar(self, dtype: Token, value: _Const) -> _Const:
-        name = str(dtype)
-        if name not in DTYPE_TO_NUMPY:
-            raise self._error(f"unknown dtype {name}", dtype)
-        return _Const(np.dtype(DTYPE_TO_NUMPY[name]).type(value.value))
+        np_dtype = self._numpy_dtype(str(dtype), dtype, "unknown dtype")
+        return _Const(np_dtype.type(value.value))
+
+    def _numpy_dtype(self, name: str, token: Token, what: str) -> np.dtype:
+        """The numpy dtype of element type ``name``; ``what name`` at ``token`` if none."""
+        try:
+            return numpy_dtype(name)
+        except AnfirError:
+            raise self._error(f"{what} {name}", token) from None
 
     def symbol(self, word: Token) -> _Const:
         return _Const(Symbol(self._word(word)))
@@ -541,23 +548,25 @@ class _IRBuilder(Transformer):
         return (SymbolicKey(self._word(word)), value.value)
 
     # -- annotations --------------------------------------------------------------------
+    # Built and checked by anfir.ir.type_syntax, as in ANF text; a dump's
+    # annotations keep no location (errors still point at the name).
     def ann_scalar(self, name: Token) -> ScalarAnn:
-        return ScalarAnn(str(name))
+        return scalar_type(str(name), error_loc=self._loc(name))
 
     def ann_tensor(self, name: Token, *dims: Any) -> TensorAnn:
-        return TensorAnn(str(name), tuple(d for d in dims if d is not None))
+        return tensor_type(str(name), (d for d in dims if d is not None), error_loc=self._loc(name))
 
     def ann_tuple(self, *items: Any) -> TupleAnn:
-        return TupleAnn(tuple(i for i in items if i is not None))
+        return tuple_type(i for i in items if i is not None)
 
-    def ann_int(self, token: Token) -> int:
-        return int(token)
+    def ann_int(self, token: Token) -> DimAnn:
+        return dimension(str(token))
 
-    def ann_name(self, token: Token) -> str:
-        return str(token)
+    def ann_name(self, token: Token) -> DimAnn:
+        return dimension(str(token))
 
-    def ann_star(self) -> str:
-        return "*"
+    def ann_star(self) -> DimAnn:
+        return dimension("*")
 
     # -- abstract values ------------------------------------------------------------------
     def unknown_abstract(self) -> None:
@@ -570,20 +579,17 @@ class _IRBuilder(Transformer):
         if text == "Any":
             return AAny()
         if text == "Bottom":
-            from anfir.abstract.lattice import BOTTOM
-
             return BOTTOM
-        return AScalar(SCALAR_DTYPES.get(text, text))
+        return AScalar(from_abstract_name(text))
 
     def abs_scalar_value(self, name: Token, value: _Const) -> AScalar:
-        dtype = SCALAR_DTYPES.get(str(name), str(name))
-        return AScalar(dtype, value.value)
+        return AScalar(from_abstract_name(str(name)), value.value)
 
     def abs_true(self, name: Token) -> AScalar:
-        return AScalar(SCALAR_DTYPES.get(str(name), str(name)), True)
+        return AScalar(from_abstract_name(str(name)), True)
 
     def abs_false(self, name: Token) -> AScalar:
-        return AScalar(SCALAR_DTYPES.get(str(name), str(name)), False)
+        return AScalar(from_abstract_name(str(name)), False)
 
     def abs_tensor(self, dtype: Token, dims: Any) -> ATensor:
         if isinstance(dims, _Leading):  # ``<f64[N, *]>``: unknown rank, first dims known
@@ -697,11 +703,11 @@ class _IRBuilder(Transformer):
                 st.graph.output = out
         graphs = {}
         for key, name, token in self.definitions:
-            st = self.graphs.get(name)
-            if st is None or not st.defined:
+            state = self.graphs.get(name)
+            if state is None or not state.defined:
                 raise self._error(f"definition {key} names @{name}, which the dump does not define",
                                  token, NameResolutionError)
-            graphs[key] = st.graph
+            graphs[key] = state.graph
         if not graphs and self.entry is not None and self.entry in self.graphs:
             graphs[self.entry] = self.graphs[self.entry].graph
         if not graphs:
@@ -715,9 +721,9 @@ class _IRBuilder(Transformer):
         if roots:
             manage(*roots)
         module = Module(graphs, self.filename)
-        module.phase = self.phase  # type: ignore[attr-defined]
+        module.phase = self.phase
         entry = self.graphs.get(self.entry) if self.entry else None
-        module.ir_entry = entry.graph if entry is not None else None  # type: ignore[attr-defined]
+        module.ir_entry = entry.graph if entry is not None else None
         module.default_entry = next((name for name, g in graphs.items()
                                      if entry is not None and g is entry.graph), None)
         return module
@@ -760,10 +766,6 @@ def _param_name(local: str) -> str:
 
 
 def _dim_symbol(name: str) -> Any:
-    try:
-        from anfir.abstract.shapes import dim_symbol
-    except ImportError:  # pragma: no cover - the shapes module is part of anfir
-        return sympy.Symbol(name, integer=True, positive=True)
     return dim_symbol(name)
 
 

@@ -9,7 +9,7 @@
 The grammar is ``anf.lark`` (Lark, LALR); graphs are built during the parse by
 the callbacks of :mod:`anfir.grammar.anf_builder` (see that module for the
 exact graph shapes).  Global names are left as ``ValueNode(Symbol(name))`` and
-replaced by :func:`anfir.passes.resolve.resolve_module` (run here unless
+replaced by :func:`anfir.grammar.resolve.resolve_module` (run here unless
 ``resolve=False``).
 
 Imports: ``module.imports`` lists the imported paths as written;
@@ -17,7 +17,7 @@ Imports: ``module.imports`` lists the imported paths as written;
 graphs are not in ``module.graphs``).  A file's own definitions shadow
 imported ones; two imports defining one name is an error.
 ``module.global_uses`` lists every ``ValueNode(Symbol)`` the parser made
-(dead code included); :func:`~anfir.passes.resolve.resolve_module` checks
+(dead code included); :func:`~anfir.grammar.resolve.resolve_module` checks
 those names too, then drops the list.
 """
 
@@ -31,10 +31,11 @@ from lark.exceptions import UnexpectedInput
 from anfir.errors import (AnfirSyntaxError, DuplicateDefinitionError, NameResolutionError,
                           UsageError)
 from anfir.gcpause import gc_paused
+from anfir.grammar.resolve import resolve_module
 from anfir.grammar import anf_engine
 from anfir.grammar.anf_lexer import tokenize
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.location import Location
+from anfir.location import Location
 
 
 def parse_module(text: str, filename: str = "<string>", resolve: bool = True,
@@ -115,7 +116,7 @@ class _Loader:
         module = Module({}, filename)
         # Every use of a global name, dead code included, so that the resolve
         # phase reports a misspelt name even where its value is never used.
-        module.global_uses = global_uses  # type: ignore[attr-defined]
+        module.global_uses = global_uses
         graphs = module.graphs
         first: dict[str, Location] = {}
         for graph, loc in definitions:
@@ -142,10 +143,9 @@ class _Loader:
                         f"'{name}' is defined by both {origin[name]!r} and {path!r}", loc)
                 imported[name] = graph
                 origin[name] = path
-        module.imports = [path for path, _ in imports]  # type: ignore[attr-defined]
-        module.imported = imported  # type: ignore[attr-defined]
+        module.imports = [path for path, _ in imports]
+        module.imported = imported
         if resolve:
-            from anfir.passes.resolve import resolve_module
 
             resolve_module(module)
         return module

@@ -25,7 +25,7 @@ from anfir.errors import ArityError, NameResolutionError
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, lookup
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Symbol
 
 
@@ -54,7 +54,7 @@ def resolve_module(module: Module) -> Module:
             unknown.append(use)
     # Uses the parser saw that are not reachable (dead let bindings) are
     # checked too: a misspelt name is an error wherever it is.
-    for node in getattr(module, "global_uses", None) or ():
+    for node in module.global_uses:
         if isinstance(node.value, Symbol):
             name = node.value.name
             if name not in targets:
@@ -65,8 +65,7 @@ def resolve_module(module: Module) -> Module:
     if unknown:
         _, _, node = min(unknown, key=lambda use: _source_order(use[2]))
         raise _unknown_name(node, scope)
-    if hasattr(module, "global_uses"):
-        module.global_uses = []  # type: ignore[attr-defined]  # settled: free the dead nodes
+    module.global_uses = []  # settled: free the dead nodes
     resolved = [(user, index, node, targets[node.value.name]) for user, index, node in symbol_uses]
     for user, index, node, target in resolved:
         graph = user if isinstance(user, FuncGraph) else user.graph
@@ -138,7 +137,7 @@ def _collect(roots: list[FuncGraph], stop: set[FuncGraph]) -> tuple[list, list]:
     """
     seen_graphs: set[FuncGraph] = set(roots)
     seen: set[Node] = set()
-    stack: list[Node] = []
+    stack: list[CNode] = []
     uses: list[tuple[Any, int, ValueNode]] = []
     calls: list[CNode] = []
     todo = list(roots)

@@ -38,21 +38,26 @@ args, node)`` to infer further calls and returns the result's abstract value.
 from __future__ import annotations
 
 import math
-import operator
-from typing import Any, Callable, Generator, Iterable, Optional, Sequence
+from typing import Any, Callable, Generator, Iterable, Optional, Sequence, TypeVar
 
 import sympy
 
 from anfir.abstract.lattice import (BOTTOM, JoinError, abstract_of_value, is_float_scalar, join,
                                     sorted_atoms, widen)
 from anfir.abstract.shapes import norm_dim
-from anfir.abstract.typeann import Binding, match_annotation
+from anfir.dtypes import is_float, is_integer, is_signed_int
+from anfir.abstract.typeann import Binding, abstract_from_annotation, match_annotation
 from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, ANone, AScalar,
                                    AString, ATensor, ATuple, FunctionAtom, GradFn, GraphFn,
                                    GraphSig, PartialFn, PrimFn)
 from anfir.errors import (AnfirError, AnfirTypeError, ArityError, GradientError, InferenceError)
+from anfir.ir.clone import clone
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.primitive import MetaFunction
+from anfir.ir.walk import toposort
+from anfir.primitives import meta as metas, structure
+from anfir.values import Symbol
 
 MAX_SIGNATURES = 50
 """Most signatures one graph may be specialized for before inference gives up."""
@@ -64,6 +69,7 @@ _INF = 1 << 60
 
 Request = tuple
 Infer = Generator[Request, Any, AbstractValue]
+R = TypeVar("R")
 AtomCaller = Callable[["Engine", FunctionAtom, tuple, Optional[CNode]], Infer]
 
 ATOM_CALLERS: dict[type, AtomCaller] = {}
@@ -122,7 +128,7 @@ class Spec:
 class _Frame:
     __slots__ = ("spec", "gen", "low", "mark")
 
-    def __init__(self, spec: Optional[Spec], gen: Infer, low: int, mark: int) -> None:
+    def __init__(self, spec: Optional[Spec], gen: Generator[Request, Any, Any], low: int, mark: int) -> None:
         self.spec = spec
         self.gen = gen
         self.low = low
@@ -168,8 +174,6 @@ class Engine:
         for any other signature.  One copy per (graph, signature) also keeps
         fixpoint re-runs from making new graphs.
         """
-        from anfir.ir.clone import clone
-
         key = (graph, tuple(widen(a) for a in sig))
         copy = self._copies.get(key)
         if copy is None:
@@ -177,7 +181,7 @@ class Engine:
         return copy
 
     # -- the driver ---------------------------------------------------------------------
-    def drive(self, root: Infer) -> AbstractValue:
+    def drive(self, root: Generator[Request, Any, R]) -> R:
         """Run ``root`` (a generator yielding call requests) and every spec it needs."""
         stack: list[_Frame] = [_Frame(None, root, _INF, len(self.log))]
         send: Any = None
@@ -412,8 +416,6 @@ class Engine:
         """For a meta function whose graph the argument types determine (the J-world
         partial call, ``J`` of a variable-arity primitive), the graph to type the call
         as; None for anything else."""
-        from anfir.primitives.registry import MetaFunction
-
         if not isinstance(prim, MetaFunction) or prim.generate_for_types is None:
             return None
         if not prim.accepts(len(args)) or any(a is BOTTOM for a in args):
@@ -462,11 +464,9 @@ class Engine:
                 expected = f"at least {prim.min_args}"
             raise ArityError(f"{prim.name} takes {expected} argument"
                              f"{'' if expected == '1' else 's'}, got {len(args)}", loc)
-        from anfir.primitives.registry import MetaFunction
-
         if isinstance(prim, MetaFunction):
             return _meta_rule(prim, args, loc)
-        if prim.name not in _ANY_AWARE and any(isinstance(a, AAny) for a in args):
+        if not prim.accepts_any and any(isinstance(a, AAny) for a in args):
             return AAny()
         if prim.infer is None:
             raise InferenceError(f"the primitive {prim.name} has no inference rule", loc)
@@ -530,14 +530,12 @@ def _is_switch_call(node: Optional[CNode]) -> bool:
     head = node.inputs[0]
     if isinstance(head, CNode) and head.inputs:
         callee = head.inputs[0]
-        return isinstance(callee, ValueNode) and getattr(callee.value, "name", None) == "switch"
+        return isinstance(callee, ValueNode) and callee.value is structure.switch
     return False
 
 
 def constant_abstract(node: ValueNode) -> AbstractValue:
     """The abstract value of a constant node (graphs and primitives are function atoms)."""
-    from anfir.values import Symbol
-
     value = node.value
     if isinstance(value, Symbol):
         raise InferenceError(f"unresolved name {value.name!r}", node.loc)
@@ -549,10 +547,10 @@ def constant_abstract(node: ValueNode) -> AbstractValue:
 
 def gradient_abstract(arg: AbstractValue, index: int, loc: Any) -> AbstractValue:
     """The type of the gradient with respect to an argument of type ``arg``."""
-    if isinstance(arg, AScalar) and not arg.dtype.startswith("f"):
+    if isinstance(arg, AScalar) and not is_float(arg.dtype):
         raise GradientError(f"gradients with respect to integer arguments are not supported "
                             f"(argument {index} is {arg})", loc)
-    if isinstance(arg, ATensor) and not arg.dtype.startswith("f"):
+    if isinstance(arg, ATensor) and not is_float(arg.dtype):
         raise GradientError(f"gradients with respect to integer arguments are not supported "
                             f"(argument {index} is {arg})", loc)
     return _zero_of(widen(arg))
@@ -569,7 +567,7 @@ def _zero_of(a: AbstractValue) -> AbstractValue:
 
 
 def _meta_rule(meta: Any, args: tuple, loc: Any) -> AbstractValue:
-    if meta.name not in ("grad", "value_and_grad"):
+    if meta not in (metas.grad, metas.value_and_grad):
         raise InferenceError(f"cannot infer the meta function {meta.name}", loc)
     fn = args[0]
     if isinstance(fn, AAny):
@@ -578,7 +576,7 @@ def _meta_rule(meta: Any, args: tuple, loc: Any) -> AbstractValue:
         raise GradientError(f"{meta.name} needs a function, not {fn}", loc)
     wrt: list[int] = []
     for a in args[1:]:
-        if (not isinstance(a, AScalar) or a.dtype == "bool" or not a.dtype.startswith("i")
+        if (not isinstance(a, AScalar) or not is_signed_int(a.dtype)
                 or a.value is UNKNOWN or isinstance(a.value, sympy.Basic)):
             raise GradientError(f"the argument indices of {meta.name} must be integer constants, "
                                 f"not {a}", loc)
@@ -586,16 +584,13 @@ def _meta_rule(meta: Any, args: tuple, loc: Any) -> AbstractValue:
     if len(set(wrt)) != len(wrt):
         raise GradientError(f"{meta.name}: repeated argument index in {tuple(wrt)}", loc)
     indices = tuple(wrt) if wrt else (0,)
-    with_value = meta.name == "value_and_grad"
+    with_value = meta is metas.value_and_grad
     return AFunction(frozenset(GradFn(atom, indices, with_value) for atom in fn.options))
 
 
-_ANY_AWARE = frozenset({"make_tuple", "switch", "partial", "identity", "stop_gradient"})
-"""Primitives whose rules accept ``AAny`` arguments (others give ``AAny`` for them)."""
 
 
 # -- constant folding ------------------------------------------------------------------
-_SYMBOLIC_OK = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "neg": operator.neg}
 
 
 def _known(a: AbstractValue) -> bool:
@@ -606,15 +601,15 @@ def _known(a: AbstractValue) -> bool:
 def _fold(prim: Any, args: tuple, dtype: str) -> Any:
     values = [a.value for a in args]
     if any(isinstance(v, sympy.Basic) for v in values):
-        fn = _SYMBOLIC_OK.get(prim.name)
+        fn = prim.symbolic
         if fn is None:
             return UNKNOWN
         try:
             return norm_dim(sympy.expand(fn(*values)))
         except Exception:  # noqa: BLE001 - an unfoldable expression just stays unknown
             return UNKNOWN
-    if prim.name == "pow" and all(isinstance(v, int) for v in values) and abs(values[1]) > 64:
-        return UNKNOWN  # keep compile time bounded: 10 ** 10 ** 9 is not folded
+    if prim.fold_guard is not None and not prim.fold_guard(values):
+        return UNKNOWN  # too costly to fold at compile time (10 ** 10 ** 9)
     try:
         value = prim.impl(*values)
     except Exception:  # noqa: BLE001 - a failing fold leaves the value to run time
@@ -628,7 +623,7 @@ def _fold(prim: Any, args: tuple, dtype: str) -> Any:
         return UNKNOWN
     if dtype == "bool":
         return bool(value)
-    if dtype.startswith(("i", "u")):
+    if is_integer(dtype):
         value = int(value)
         return value if value.bit_length() <= 62 else UNKNOWN
     value = float(value)
@@ -665,8 +660,6 @@ class InPlaceProvider(Provider):
                     f"({', '.join(map(str, spec.sig))}) and ({', '.join(map(str, sig))}); "
                     "clone it to type both", site.loc if site is not None else graph.loc)
             return spec
-        from anfir.ir.walk import toposort
-
         order = toposort(graph)
         enclosing = None
         if graph.manager is not None:
@@ -682,8 +675,6 @@ class InPlaceProvider(Provider):
     def finish(self, engine: "Engine") -> None:
         """Type the function values that were made but never called (for unknown arguments,
         or their annotations), then give every typed graph its signature."""
-        from anfir.abstract.typeann import abstract_from_annotation
-
         scanned: set[Spec] = set()
         failed: set[FuncGraph] = set()
         while True:

@@ -30,9 +30,9 @@ specialized program:
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Generator, Optional, Sequence
 
-from anfir.abstract.engine import MAX_SIGNATURES, Engine, Infer, Provider, Spec, set_parameters
+from anfir.infer.engine import MAX_SIGNATURES, Engine, Provider, Request, Spec, set_parameters
 from anfir.abstract.lattice import map_graphs, widen
 from anfir.abstract.typeann import abstract_from_annotation
 from anfir.abstract.values import AAny, AFunction, AScalar, GraphFn, GraphSig
@@ -42,6 +42,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
+from anfir.primitives import structure
 
 
 class _Info:
@@ -161,12 +162,12 @@ class CloneProvider(Provider):
         sig = tuple(abstract_from_annotation(p.annotation, binding) if p.annotation is not None
                     else AAny() for p in template.parameters)
 
-        def root() -> Infer:
+        def root() -> Generator[Request, Any, Spec]:
             found, _ = yield ("call", template, sig, None)
-            return found  # type: ignore[return-value]
+            return found
 
         try:
-            spec = engine.drive(root())  # type: ignore[assignment]
+            spec = engine.drive(root())
         except AnfirError:
             spec = None  # code that is never called may still be ill-typed: leave it untyped
         self.generic_specs[template] = spec
@@ -196,9 +197,8 @@ class CloneProvider(Provider):
         leaves the node to the general rule.  Every graph that could use it — the
         live specs and the graphs nested in them — is scanned once.
         """
-        from anfir.primitives.registry import PRIMITIVES
 
-        partial = PRIMITIVES["partial"]
+        partial = structure.partial
 
         def graph_partial(node: Node) -> bool:
             if not (isinstance(node, CNode) and len(node.inputs) >= 2):
@@ -279,9 +279,8 @@ class CloneProvider(Provider):
     # -- the specialized program -----------------------------------------------------------------
     def finalize(self, engine: Engine, entry: Spec) -> FuncGraph:
         """Rewrite the live specs into the specialized program; return the entry graph."""
-        from anfir.primitives.registry import PRIMITIVES
 
-        switch = PRIMITIVES["switch"]
+        switch = structure.switch
         live: dict[Spec, None] = {}
         live_graphs: set[FuncGraph] = set()
         by_template: dict[FuncGraph, list[Spec]] = {}

@@ -3,7 +3,7 @@
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn, TypeAnn
 from anfir.ir.clone import Cloner, clone, clone_scope, inline_call
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode, is_constant
 from anfir.ir.walk import all_cnodes, reachable_graphs, toposort

@@ -2,7 +2,9 @@
 
 These are syntax, kept on parameters, let-bound nodes (``node.annotation``)
 and graphs (``graph.flags["return_type"]``); the specializer turns them into
-abstract values and checks them.  ``str()`` prints the source syntax back.
+abstract values and checks them.  ``str()`` prints the source syntax back;
+:mod:`anfir.ir.type_syntax` reads and checks it (the type names are the rows
+of :mod:`anfir.dtypes`).
 """
 
 from __future__ import annotations
@@ -10,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from anfir.ir.location import Location
-
-SCALAR_TYPES = ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "bool", "str")
+from anfir.location import Location
 
 DimAnn = Union[int, str]
 """A dimension: an int, a dimension variable name, or ``"*"`` (any rank/dims)."""

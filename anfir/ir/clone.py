@@ -8,11 +8,12 @@ outside the cloned set are shared (they stay free variables of the copy).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.location import Location
 
 
 class Cloner:
@@ -34,7 +35,7 @@ class Cloner:
                  inline_into: Optional[dict[FuncGraph, FuncGraph]] = None,
                  note: str = "",
                  rename: Optional[Callable[[FuncGraph], str]] = None,
-                 keep_types: bool = True, loc: Any = None) -> None:
+                 keep_types: bool = True, loc: Optional[Location] = None) -> None:
         self.manager = manager
         self.graphs = list(dict.fromkeys(graphs))
         self.node_map: dict[Node, Node] = dict(node_map or {})
@@ -47,7 +48,7 @@ class Cloner:
         self._value_map: dict[ValueNode, ValueNode] = {}
         self._run()
 
-    def _loc(self, loc):
+    def _loc(self, loc: Optional[Location]) -> Optional[Location]:
         if self.loc_override is not None:
             return self.loc_override
         if loc is None or not self.note:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
+from anfir.errors import UsageError
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.ir.upcalls import UPCALLS
+from anfir.location import Location
 
 if TYPE_CHECKING:  # pragma: no cover
-    from anfir.ir.location import Location
     from anfir.ir.manager import Manager
 
 _graph_sequence = itertools.count()
@@ -92,8 +94,11 @@ class FuncGraph:
 
     # -- reading --------------------------------------------------------------
     def nodes(self) -> list[Node]:
-        """This graph's own nodes (parameters first, then CNodes in dependency order)."""
-        from anfir.ir.walk import toposort
+        """This graph's own nodes (parameters first, then CNodes in dependency order).
+
+        Reading never attaches a manager: an unmanaged graph is analysed by a
+        throw-away one."""
+        from anfir.ir.walk import toposort  # walk builds on this module: a cycle at import
 
         return toposort(self)
 
@@ -107,18 +112,14 @@ class FuncGraph:
         return f"<FuncGraph @{self.name}({', '.join(p.name or '?' for p in self.parameters)})>"
 
     def _repr_svg_(self) -> Optional[str]:  # Jupyter display
-        from anfir.printers.display import graph_svg
-
-        return graph_svg(self)
+        return UPCALLS.graph_svg(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # IPython's text form (shown when Graphviz is missing): the program itself.
         printer.text(repr(self) if cycle else str(self))
 
     def __str__(self) -> str:
-        from anfir.printers.text import to_text
-
-        return to_text(self)
+        return UPCALLS.graph_text(self)
 
 
 class Module:
@@ -136,13 +137,26 @@ class Module:
         self.default_entry: Optional[str] = None
         """The definition to run when none is named, when the module itself says
         which (a dump's ``# IR entry``; the entry a compile was asked for)."""
+        self.imports: list[str] = []
+        """The ``import "path"`` lines of the source, as written."""
+        self.imported: dict[str, FuncGraph] = {}
+        """Definitions brought in by imports, by name (not part of :attr:`graphs`)."""
+        self.global_uses: list[ValueNode] = []
+        """Every ``ValueNode(Symbol)`` the parser made (dead code included), for
+        name resolution; emptied once names are resolved."""
+        self.phase: Optional[str] = None
+        """For a loaded dump, the phase that wrote it (``05_optimize``); None for source."""
+        self.ir_entry: Optional[FuncGraph] = None
+        """For a loaded dump, the graph its header names as the entry."""
+        self.params: dict[str, Any] = {}
+        """Values of lifted parameters by name, in order (importers fill it)."""
+        self.metadata: dict[str, Any] = {}
+        """Free-form facts about where the module came from (producer, doc strings)."""
 
     def __getitem__(self, name: str) -> FuncGraph:
         try:
             return self.graphs[name]
         except KeyError:
-            from anfir.errors import UsageError
-
             raise UsageError(f"no graph named {name!r}; the module defines "
                              f"{', '.join(self.graphs) or 'nothing'}") from None
 
@@ -158,7 +172,6 @@ class Module:
     def entry_name(self, entry: Optional[str] = None) -> str:
         """Resolve the entry point name: ``entry``, else :attr:`default_entry`,
         else ``main``, else the only graph."""
-        from anfir.errors import UsageError
 
         if entry is not None:
             if entry not in self.graphs:
@@ -183,15 +196,11 @@ class Module:
         return f"<Module {self.filename}: {', '.join(self.graphs)}>"
 
     def _repr_svg_(self) -> Optional[str]:  # Jupyter display
-        from anfir.printers.display import graph_svg
-
-        return graph_svg(self)
+        return UPCALLS.graph_svg(self)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         # IPython's text form (shown when Graphviz is missing): the program itself.
         printer.text(repr(self) if cycle else str(self))
 
     def __str__(self) -> str:
-        from anfir.printers.text import to_text
-
-        return to_text(self)
+        return UPCALLS.graph_text(self)

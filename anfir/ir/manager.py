@@ -36,7 +36,11 @@ OUTPUT = -1
 class Manager:
     """Tracks the graphs reachable from ``roots`` and keeps their facts exact."""
 
-    def __init__(self, roots: Iterable[FuncGraph] = ()) -> None:
+    def __init__(self, roots: Iterable[FuncGraph] = (), detached: bool = False) -> None:
+        self.detached = detached
+        """A read-only analysis: it never claims its graphs (``graph.manager``
+        stays as it was) nor merges their managers, so reading a program
+        (printing, walking) leaves it as it was.  Never edit through it."""
         self.roots: dict[FuncGraph, None] = {}
         self.graphs: dict[FuncGraph, None] = {}
         self.users: dict[Node, dict[tuple[User, int], None]] = {}
@@ -61,7 +65,7 @@ class Manager:
         return node in self.users
 
     def _acquire_graph(self, graph: FuncGraph) -> None:
-        if graph in self.graphs or graph.manager is self:
+        if graph in self.graphs or (graph.manager is self and not self.detached):
             return
         todo: list[tuple[User, int, Node]] = []
         self._acquire_graph_deferred(graph, todo)
@@ -138,7 +142,10 @@ class Manager:
                 self.free_variables_direct[user_graph][node] += 1
                 self._derived = None
 
-    def _acquire_graph_deferred(self, graph: FuncGraph, todo: list) -> None:
+    def _acquire_graph_deferred(self, graph: FuncGraph, todo: list[tuple[User, int, Node]]) -> None:
+        if self.detached:
+            self._record_graph(graph, todo)
+            return
         if graph.manager is not None and graph.manager is not self:
             # Graphs that reach each other must share one manager: adopt all
             # of the other manager's graphs (their records stay valid).
@@ -146,6 +153,9 @@ class Manager:
             if graph in self.graphs:
                 return
         graph.manager = self
+        self._record_graph(graph, todo)
+
+    def _record_graph(self, graph: FuncGraph, todo: list[tuple[User, int, Node]]) -> None:
         self.graphs[graph] = None
         self.nodes[graph] = {}
         self.free_variables_direct[graph] = Counter()
@@ -183,11 +193,11 @@ class Manager:
                             del counts[node.value]
                     self._derived = None
             elif node.graph is not user_graph:
-                counts = self.free_variables_direct.get(user_graph)
-                if counts is not None:
-                    counts[node] -= 1
-                    if counts[node] <= 0:
-                        del counts[node]
+                fv_counts = self.free_variables_direct.get(user_graph)
+                if fv_counts is not None:
+                    fv_counts[node] -= 1
+                    if fv_counts[node] <= 0:
+                        del fv_counts[node]
                 self._derived = None
             if users:
                 continue
@@ -268,7 +278,8 @@ class Manager:
         self.free_variables_direct.pop(graph, None)
         self.graphs_used.pop(graph, None)
         self.graph_value_nodes.pop(graph, None)
-        graph.manager = None
+        if graph.manager is self:
+            graph.manager = None
         self._derived = None
 
     def set_edge(self, user: CNode, index: int, node: Node) -> None:
@@ -338,7 +349,7 @@ class Manager:
 
     def graph_users(self, graph: FuncGraph) -> list[tuple[User, int]]:
         """Every (user, index) that refers to ``graph`` through a ValueNode."""
-        result = []
+        result: list[tuple[User, int]] = []
         for holder in self.graph_value_nodes.get(graph, {}):
             result.extend(self.users.get(holder, {}))
         return result
@@ -432,6 +443,43 @@ class _Derived:
 
 def _seq(node: Node) -> int:
     return node.seq
+
+
+def remove_dead_graphs(manager: Manager) -> int:
+    """Drop the graphs no root can reach; return how many.
+
+    The manager releases a graph when its last constant goes, but a dead
+    recursive graph holds its own constant: cutting the dead graphs' outputs
+    releases them (they are unreachable, so nobody observes the cut).
+    """
+    live: set[FuncGraph] = set()
+    stack = list(manager.roots)
+    while stack:
+        g = stack.pop()
+        if g in live or g not in manager.graphs:
+            continue
+        live.add(g)
+        stack.extend(manager.graphs_used.get(g, ()))
+        stack.extend(fv.graph for fv in manager.free_variables_direct.get(g, ()) if fv.graph is not None)
+    dead = sorted((g for g in manager.graphs if g not in live), key=lambda g: g.seq)
+    for g in dead:
+        if g in manager.graphs and g.has_output:
+            g.output = ValueNode(None)
+    for g in dead:  # those only a (now gone) free variable had brought in
+        manager.release_if_unused(g)
+    return len(dead)
+
+
+def analyse(*graphs: FuncGraph) -> Manager:
+    """Facts about ``graphs`` for reading them, with no side effect: their
+    manager when they all share one, else a detached analysis (see
+    :attr:`Manager.detached`).  Printers and walks use this, not :func:`manage`."""
+    existing = {g.manager for g in graphs}
+    if len(existing) == 1:
+        (manager,) = existing
+        if manager is not None:
+            return manager
+    return Manager(graphs, detached=True)
 
 
 def manage(*graphs: FuncGraph) -> Manager:

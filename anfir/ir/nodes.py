@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.ir.graph import FuncGraph
-    from anfir.ir.location import Location
+    from anfir.location import Location
 
 _sequence = itertools.count()
 
@@ -72,6 +72,9 @@ class ParameterNode(Node):
 
     __slots__ = ()
 
+    graph: "FuncGraph"
+    """The graph whose parameter this is (never None)."""
+
     def __init__(self, graph: "FuncGraph", name: str, loc: Optional["Location"] = None) -> None:
         super().__init__(graph, loc, name)
 
@@ -102,6 +105,9 @@ class CNode(Node):
     """A call ``inputs[0](inputs[1], ...)`` computed in ``graph``."""
 
     __slots__ = ("_inputs",)
+
+    graph: "FuncGraph"
+    """The graph the call computes in (never None)."""
 
     def __init__(self, graph: "FuncGraph", inputs: Iterable[Node],
                  loc: Optional["Location"] = None, name: Optional[str] = None) -> None:

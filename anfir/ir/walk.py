@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from anfir.ir.graph import FuncGraph
-from anfir.ir.manager import Manager, manage
+from anfir.ir.manager import Manager, analyse
 from anfir.ir.nodes import CNode, Node, ValueNode
 
 
@@ -21,7 +21,7 @@ def toposort(graph: FuncGraph, manager: Manager | None = None) -> list[Node]:
     node used only inside a nested lambda is computed before the closure is
     made.  Inputs are visited left to right, so the order is deterministic.
     """
-    mng = manager or graph.manager or manage(graph)
+    mng = manager or graph.manager or analyse(graph)
     order: list[Node] = list(graph.parameters)
     if not graph.has_output:
         return order
@@ -66,21 +66,22 @@ def reachable_graphs(roots: Iterable[FuncGraph]) -> list[FuncGraph]:
     queue = list(roots)
     for g in queue:
         seen.setdefault(g, None)
+    facts = Facts(queue)
     index = 0
     while index < len(queue):
         g = queue[index]
         index += 1
-        for other in graphs_referenced(g):
+        for other in graphs_referenced(g, facts.of(g)):
             if other not in seen:
                 seen[other] = None
                 queue.append(other)
     return list(seen)
 
 
-def graphs_referenced(graph: FuncGraph) -> list[FuncGraph]:
+def graphs_referenced(graph: FuncGraph, manager: Manager | None = None) -> list[FuncGraph]:
     """Graphs referenced by ``graph``'s own nodes: graph constants and owners of free variables."""
     found: dict[FuncGraph, None] = {}
-    for node in toposort(graph):
+    for node in toposort(graph, manager):
         for inp in node.inputs:
             if isinstance(inp, ValueNode) and isinstance(inp.value, FuncGraph):
                 found.setdefault(inp.value, None)
@@ -96,7 +97,33 @@ def graphs_referenced(graph: FuncGraph) -> list[FuncGraph]:
 
 def all_cnodes(graphs: Iterable[FuncGraph]) -> list[CNode]:
     """The CNodes of all ``graphs``, graph by graph in dependency order."""
+    graphs = list(graphs)
+    facts = Facts(graphs)
     result: list[CNode] = []
     for g in graphs:
-        result.extend(n for n in toposort(g) if isinstance(n, CNode))
+        result.extend(n for n in toposort(g, facts.of(g)) if isinstance(n, CNode))
     return result
+
+
+class Facts:
+    """One read-only analysis shared by a walk over many graphs.
+
+    Walking each graph with its own throw-away analysis would analyse the
+    whole program once per graph (quadratic); this keeps one, and grows it
+    when the walk reaches a graph it does not know (one held only inside a
+    constant tuple or closure, which is not an edge).
+    """
+
+    def __init__(self, roots: Iterable[FuncGraph]) -> None:
+        roots = list(roots)
+        self.manager = analyse(*roots) if roots else Manager(detached=True)
+
+    def of(self, graph: FuncGraph) -> Manager:
+        """A manager that knows ``graph``'s nodes and free variables."""
+        if graph.manager is not None:
+            return graph.manager
+        if graph not in self.manager.graphs:
+            if not self.manager.detached:
+                self.manager = Manager(self.manager.roots, detached=True)
+            self.manager.add_root(graph)
+        return self.manager

@@ -26,23 +26,26 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from anfir.abstract.lattice import BOTTOM, abstract_of_value
 from anfir.abstract.values import AFunction, AScalar, ATensor, GraphFn
-from anfir.autodiff import rules as _rules  # noqa: F401  (registers the gradient cleanup rules)
-from anfir.autodiff import typing as _typing  # noqa: F401  (types calls of J-transformed functions)
+from anfir.autodiff.forward import jvp_graph
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
-from anfir.autodiff.runtime import grad_graph, normalize_wrt, static_arity
+from anfir.autodiff.partials import static_arity
+from anfir.autodiff.runtime import grad_graph, normalize_wrt
+from anfir.dtypes import is_float
 from anfir.errors import AnfirError, GradientError
 from anfir.ir.clone import clone_scope, inline_call
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
-from anfir.primitives import META_FUNCTIONS, PRIMITIVES
-from anfir.primitives.registry import MetaFunction
+from anfir.passes.specialize import infer_new_graph
+from anfir.passes.validate import rebuild_manager
+from anfir.primitives import gradient, meta as metas
+from anfir.ir.primitive import MetaFunction
 
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.passes.pipeline import Program
 
-_GRADS = (META_FUNCTIONS["grad"], META_FUNCTIONS["value_and_grad"])
+_GRADS = (metas.grad, metas.value_and_grad, metas.jvp)
 
 
 def run(program: "Program") -> "Program":
@@ -71,8 +74,6 @@ def _track_entry_only(program: "Program") -> None:
     program's graphs (managers merge) and keeps ``▸g`` and its graphs as extra
     roots.  The program's manager object would then no longer own its graphs.
     """
-    from anfir.passes.validate import rebuild_manager
-
     entry = program.entry
     manager = program.manager
     if entry is not None and (manager is None or entry.manager is not manager
@@ -161,8 +162,8 @@ def _fails_when_called(manager: Manager, call: CNode) -> bool:
             integer = next((a for a in wrt if _is_integer(a.abstract)), None)
             if integer is None:
                 continue  # ⊥ for another reason: left to the expansion
-            check = ValueNode(PRIMITIVES["grad_arg_check"], site.loc)
-            check.abstract = abstract_of_value(PRIMITIVES["grad_arg_check"])
+            check = ValueNode(gradient.grad_arg_check, site.loc)
+            check.abstract = abstract_of_value(gradient.grad_arg_check)
             failing = CNode(site.graph, [check, integer, integer], site.loc, site.name)
             failing.abstract = BOTTOM
         manager.replace(site, failing)
@@ -170,13 +171,16 @@ def _fails_when_called(manager: Manager, call: CNode) -> bool:
 
 
 def _is_integer(abstract: Any) -> bool:
-    return isinstance(abstract, (AScalar, ATensor)) and not abstract.dtype.startswith("f")
+    return isinstance(abstract, (AScalar, ATensor)) and not is_float(abstract.dtype)
 
 
 def _expand(manager: Manager, call: CNode, context: JContext) -> None:
+    meta: MetaFunction = call.inputs[0].value  # type: ignore[attr-defined]
+    if meta is metas.jvp:
+        _expand_jvp(manager, call, context)
+        return
     if _fails_when_called(manager, call):
         return
-    meta: MetaFunction = call.inputs[0].value  # type: ignore[attr-defined]
     if len(call.inputs) < 2:
         raise GradientError(f"{meta.name} needs a function", call.loc)
     fn = call.inputs[1]
@@ -193,7 +197,7 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
     target = _known_graph(fn)
     if target is not None:
         check_differentiable_graph(target)
-    template = grad_graph(nparams, wrt, multi, meta is META_FUNCTIONS["value_and_grad"], len(indices))
+    template = grad_graph(nparams, wrt, multi, meta is metas.value_and_grad, len(indices))
     maker, _ = clone_scope(template, note=f"ad: {meta.name}")
     _locate(maker, call)
     expanded = CNode(call.graph, [ValueNode(maker, call.loc), *call.inputs[1:]], call.loc, call.name)
@@ -206,6 +210,29 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
     _resolve_known_j(manager, nabla, context)  # J(f) itself included, when f is known
     closure.abstract = AFunction(frozenset({GraphFn(nabla)}))
     _type_new_graph(manager, closure, nabla, fn)
+
+
+def _expand_jvp(manager: Manager, call: CNode, context: JContext) -> None:
+    """``jvp(f)`` → the closure of :func:`~anfir.autodiff.forward.jvp_graph`, whose
+    ``grad`` call the next rounds of :func:`run` expand in turn."""
+    if len(call.inputs) != 2:
+        raise GradientError("jvp takes one function", call.loc)
+    fn = call.inputs[1]
+    target = _known_graph(fn)
+    if target is not None:
+        check_differentiable_graph(target)
+    maker, _ = clone_scope(jvp_graph(_arity(fn)), note="ad: jvp")
+    _locate(maker, call)
+    expanded = CNode(call.graph, [ValueNode(maker, call.loc), fn], call.loc, call.name)
+    expanded.abstract = call.abstract
+    manager.replace(call, expanded)
+    closure = inline_call(manager, expanded, note="ad: jvp")
+    assert isinstance(closure, ValueNode) and isinstance(closure.value, FuncGraph)
+    tangent = closure.value
+    tangent.name = f"jvp▸{target.name}" if target is not None else "jvp▸"
+    _resolve_known_j(manager, tangent, context)
+    closure.abstract = AFunction(frozenset({GraphFn(tangent)}))
+    _type_new_graph(manager, closure, tangent, fn, tangents=True)
 
 
 def _resolve_known_j(manager: Manager, nabla: FuncGraph, context: JContext) -> None:
@@ -228,7 +255,7 @@ def _resolve_known_j(manager: Manager, nabla: FuncGraph, context: JContext) -> N
     are queued in turn (their own closures over outer nodes are ``J(@...)``
     calls too); each graph is scanned once.
     """
-    j_prim = PRIMITIVES["J"]
+    j_prim = gradient.J
     seen: set[FuncGraph] = set()
     queue = [nabla]
     while queue:
@@ -260,10 +287,13 @@ def _locate(graph: FuncGraph, call: CNode) -> None:
                 node.loc = call.loc.derive(f"ad: {g.name}")
 
 
-def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: Node) -> None:
-    """Type ``∇`` (and the transformed graphs it reaches) for its first call site."""
-    from anfir.passes.specialize import infer_new_graph
+def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: Node,
+                    tangents: bool = False) -> None:
+    """Type ``∇`` (and the transformed graphs it reaches) for its first call site.
 
+    Without a call site, the signature is that of the differentiated function
+    (twice over with ``tangents``: a jvp closure takes a tangent per argument,
+    of its argument's type)."""
     sig = None
     for user, index in manager.users.get(closure, {}):
         if isinstance(user, CNode) and index == 0 and all(a.abstract is not None for a in user.inputs[1:]):
@@ -281,4 +311,6 @@ def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: 
             sig = [p.abstract for p in graphs[0].parameters]
     if sig is None:
         raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
+    if tangents and len(sig) * 2 == len(nabla.parameters):
+        sig = sig + sig
     infer_new_graph(nabla, sig)

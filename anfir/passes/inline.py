@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Optional
 
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
-from anfir.ir.manager import Manager
+from anfir.ir.manager import Manager, remove_dead_graphs
 from anfir.ir.nodes import CNode, Node, ValueNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,7 +113,7 @@ def should_inline(manager: Manager, call: CNode, threshold: int = INLINE_THRESHO
     return scope_size(manager, graph, threshold) <= threshold
 
 
-def clone_call_body(manager: Manager, call: CNode, note: str) -> tuple[Node, list[Node]]:
+def clone_call_body(manager: Manager, call: CNode, note: str) -> tuple[Node, list[CNode]]:
     """Copy the body of the graph ``call`` calls into ``call.graph``, without
     redirecting ``call``'s users.
 
@@ -154,7 +154,7 @@ def inline_calls(manager: Manager, threshold: int = INLINE_THRESHOLD, note: str 
         result, created = clone_call_body(manager, call, note)
         manager.replace(call, result)
         count += 1
-        queue.extend(n for n in created if called_graph(n) is not None)  # type: ignore[misc]
+        queue.extend(n for n in created if called_graph(n) is not None)
         # The graph may now have a single use left: that call becomes a candidate.
         if graph in manager.graphs:
             users = manager.graph_users(graph)
@@ -165,8 +165,6 @@ def inline_calls(manager: Manager, threshold: int = INLINE_THRESHOLD, note: str 
 
 def run(program: "Program") -> "Program":
     """The ``inline`` phase entry point: inline calls in the program's graphs."""
-    from anfir.passes.optimize import remove_dead_graphs
-
     manager = program.require_manager()
     remove_dead_graphs(manager)  # dead callers would make a graph look used twice
     count = inline_calls(manager)

@@ -1,7 +1,7 @@
 """The ``optimize`` phase: a worklist rewrite engine run to a fixed point.
 
 The rules live in :mod:`anfir.passes.optimize_rules` (an ordered list; more can
-be registered with :func:`register_rule`).  The engine:
+be listed in :data:`DEFAULT_RULES`).  The engine:
 
 1. queues every CNode of every managed graph, in creation order;
 2. pops a node and tries the rules in order; the first that returns a
@@ -29,14 +29,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from anfir.abstract.lattice import widen
 from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.errors import AnfirError, IRConsistencyError
 from anfir.ir.graph import FuncGraph
-from anfir.ir.location import Location
-from anfir.ir.manager import Manager
+from anfir.location import Location
+from anfir.ir.manager import Manager, remove_dead_graphs
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.passes.inline import INLINE_THRESHOLD, RecursionCache, called_graph, clone_call_body, should_inline
-from anfir.passes.optimize_rules import RULES, Rule, register_rule
+from anfir.autodiff.rules import GRADIENT_RULES
+from anfir.passes.optimize_rules import FINAL_RULES, SIMPLIFY_RULES, Rule
 from anfir.passes.specialize import abstract_of_value, infer_call
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +46,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MAX_ROUNDS = 100_000
 """A safety net: a rule set that never reaches a fixed point is a bug."""
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    *SIMPLIFY_RULES,
+    *(Rule(fn.__name__, fn) for fn in GRADIENT_RULES),
+    *FINAL_RULES,
+)
+"""Every rule the optimizer tries, in order (first match wins): the local
+simplifications, the gradient clean-ups, then inlining and CSE.  Composed
+here, explicitly: the list never depends on what was imported."""
 
 
 class RuleDeclined(Exception):
@@ -187,15 +199,6 @@ def _same_inputs(a: CNode, b: CNode) -> bool:
 
 
 # -- types -------------------------------------------------------------------
-def widen(abstract: Any) -> Any:
-    """``abstract`` with known scalar values forgotten (tuples elementwise)."""
-    if isinstance(abstract, AScalar):
-        return abstract.widen()
-    if isinstance(abstract, ATuple):
-        return ATuple(tuple(widen(i) for i in abstract.items))
-    return abstract
-
-
 def abstract_compatible(new: Any, old: Any) -> bool:
     """Whether a value typed ``new`` may replace one typed ``old`` (see RewriteContext.compatible)."""
     if old is None or new is None:
@@ -225,44 +228,18 @@ def abstract_compatible(new: Any, old: Any) -> bool:
     return True
 
 
-# -- dead graphs ---------------------------------------------------------------
-def remove_dead_graphs(manager: Manager) -> int:
-    """Drop the graphs no root can reach; return how many.
-
-    The manager releases a graph when its last constant goes, but a dead
-    recursive graph holds its own constant: cutting the dead graphs' outputs
-    releases them (they are unreachable, so nobody observes the cut).
-    """
-    live: set[FuncGraph] = set()
-    stack = list(manager.roots)
-    while stack:
-        g = stack.pop()
-        if g in live or g not in manager.graphs:
-            continue
-        live.add(g)
-        stack.extend(manager.graphs_used.get(g, ()))
-        stack.extend(fv.graph for fv in manager.free_variables_direct.get(g, ()) if fv.graph is not None)
-    dead = sorted((g for g in manager.graphs if g not in live), key=lambda g: g.seq)
-    for g in dead:
-        if g in manager.graphs and g.has_output:
-            g.output = ValueNode(None)
-    for g in dead:  # those only a (now gone) free variable had brought in
-        manager.release_if_unused(g)
-    return len(dead)
-
-
 # -- the engine ------------------------------------------------------------------
 def optimize_graphs(manager: Manager, counts: Optional[Counter[str]] = None, *,
                     rules: Optional[Sequence[Rule]] = None,
                     on_round: Optional[Callable[[int], None]] = None,
                     inline_threshold: int = INLINE_THRESHOLD) -> Counter[str]:
     """Rewrite the manager's graphs to a fixed point of ``rules`` (default:
-    all registered rules); return the counts of firings by rule name.
+    :data:`DEFAULT_RULES`); return the counts of firings by rule name.
 
     ``on_round(n)`` is called after each round (1-based), e.g. to dump.
     """
     counts = Counter() if counts is None else counts
-    active = list(RULES) if rules is None else list(rules)
+    active = list(DEFAULT_RULES) if rules is None else list(rules)
     ctx = RewriteContext(manager, counts, inline_threshold)
     pending: dict[Node, None] = {}
     # Creation order: deterministic, cheap, and mostly inputs before users
@@ -329,5 +306,5 @@ def run(program: "Program") -> "Program":
     return program
 
 
-__all__ = ["RULES", "Rule", "RewriteContext", "RuleDeclined", "optimize_graphs", "register_rule",
+__all__ = ["DEFAULT_RULES", "Rule", "RewriteContext", "RuleDeclined", "optimize_graphs",
            "remove_dead_graphs", "run"]

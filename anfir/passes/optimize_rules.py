@@ -16,15 +16,10 @@ their location with the rule's name (``loc.derive("optimize: fold_constant")``):
 * ``ctx.same_type(a, b)`` — whether two nodes have the same (widened) type;
 * ``ctx.same_value(a, b)`` — whether two nodes are one node or equal constants.
 
-Adding a rule (e.g. from the autodiff package)::
-
-    from anfir.passes.optimize_rules import register_rule
-
-    def env_get_after_set(node, ctx):
-        ...
-        return None
-
-    register_rule(env_get_after_set, "env_get_after_set")
+Adding a rule: write the function here (or, for a rule that only makes sense
+on gradient graphs, in :mod:`anfir.autodiff.rules`) and put it in the list
+:data:`anfir.passes.optimize.DEFAULT_RULES` composes — nothing registers
+itself, so the optimizer does the same thing whatever was imported.
 
 The default rules, in order: constant folding, switch on a constant,
 tuple_getitem of make_tuple, selects for branches that only return a value,
@@ -42,9 +37,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
+from anfir.dtypes import is_float, is_integer
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import PRIMITIVES, Primitive
+from anfir.ir.primitive import Primitive, callee_primitive
+from anfir.primitives import arith, structure, tensor
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,62 +60,23 @@ class Rule:
     """``fn(node, ctx) -> replacement or None``."""
 
 
-RULES: list[Rule] = []
-"""The rules the optimizer tries on each node, in order (first match wins)."""
-
-
-def register_rule(fn: RuleFn, name: Optional[str] = None, *, before: Optional[str] = None) -> RuleFn:
-    """Add ``fn`` to :data:`RULES` under ``name`` (default: the function's name).
-
-    ``before`` inserts it ahead of the rule of that name (e.g. before ``cse``)
-    instead of at the end.  Registering a name twice replaces the old rule, so
-    re-importing a module is harmless.  Returns ``fn`` (usable as a decorator
-    through ``functools.partial``).
-    """
-    rule_name = name or fn.__name__
-    for i, rule in enumerate(RULES):
-        if rule.name == rule_name:
-            RULES[i] = Rule(rule_name, fn)
-            return fn
-    rule = Rule(rule_name, fn)
-    if before is not None:
-        for i, existing in enumerate(RULES):
-            if existing.name == before:
-                RULES.insert(i, rule)
-                return fn
-    RULES.append(rule)
-    return fn
-
-
-def rule_names() -> list[str]:
-    """The registered rule names, in order."""
-    return [r.name for r in RULES]
-
-
 # -- helpers -----------------------------------------------------------------
 FOLD_MAX_ELEMENTS = 1024
 """Folding never creates a tensor constant with more elements than this: a
 large constant would bloat the dumps (and memory) for little gain."""
 
-_SWITCH = PRIMITIVES["switch"]
-_PARTIAL = PRIMITIVES["partial"]
-_MAKE_TUPLE = PRIMITIVES["make_tuple"]
-_TUPLE_GETITEM = PRIMITIVES["tuple_getitem"]
-_IDENTITY = PRIMITIVES["identity"]
-_ZEROS_LIKE = PRIMITIVES["zeros_like"]
-_ADD = PRIMITIVES["add"]
-_SUB = PRIMITIVES["sub"]
-_MUL = PRIMITIVES["mul"]
-_DIV = PRIMITIVES["div"]
-_POW = PRIMITIVES["pow"]
-
-
-def callee_primitive(node: CNode) -> Optional[Primitive]:
-    """The primitive a CNode calls (its callee is a primitive constant), else None."""
-    head = node.inputs[0] if node.inputs else None
-    if isinstance(head, ValueNode) and isinstance(head.value, Primitive):
-        return head.value
-    return None
+_SWITCH = structure.switch
+_PARTIAL = structure.partial
+_MAKE_TUPLE = structure.make_tuple
+_TUPLE_GETITEM = structure.tuple_getitem
+_IDENTITY = structure.identity
+_ZEROS_LIKE = structure.zeros_like
+_ADD = arith.add
+_WHERE = tensor.where
+_SUB = arith.sub
+_MUL = arith.mul
+_DIV = arith.div
+_POW = arith.pow_
 
 
 def is_data(value: Any) -> bool:
@@ -179,15 +137,15 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     prim = callee_primitive(node)
     if prim is None or not prim.foldable or prim is _SWITCH or prim is _PARTIAL:
         return None
-    args = node.inputs[1:]
-    if not all(isinstance(a, ValueNode) and is_data(a.value) for a in args):
+    args = [a for a in node.inputs[1:] if isinstance(a, ValueNode)]
+    if len(args) != len(node.inputs) - 1 or not all(is_data(a.value) for a in args):
         return None
     if not prim.accepts(len(args)):
         return None
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            value = prim.impl(*[a.value for a in args])  # type: ignore[union-attr]
+            value = prim.impl(*[a.value for a in args])
     except Exception:  # noqa: BLE001 - any failure simply means "do not fold"
         return None
     if not is_data(value):
@@ -210,6 +168,19 @@ def switch_on_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     if known is None:
         return None
     return yes if known else no
+
+
+def where_on_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``where(true, a, b)`` → ``a`` and ``where(false, a, b)`` → ``b`` for a scalar
+    constant condition, when the chosen value already has the result's type (no
+    broadcasting to do).  Exact: ``where`` selects, it does not compute."""
+    if callee_primitive(node) is not _WHERE or len(node.inputs) != 4:
+        return None
+    known = constant_bool(node.inputs[1])
+    if known is None:
+        return None
+    chosen = node.inputs[2] if known else node.inputs[3]
+    return chosen if ctx.same_type(chosen, node) else None
 
 
 def getitem_of_make_tuple(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
@@ -312,9 +283,9 @@ def _zeros_for(node: CNode, other: Node, ctx: "RewriteContext") -> Optional[Node
     kind = type(abstract).__name__
     dtype = getattr(abstract, "dtype", "")
     if kind == "AScalar":
-        if dtype.startswith("f"):
+        if is_float(dtype):
             return ctx.constant(0.0, like=node)
-        if dtype.startswith("i") or dtype.startswith("u"):
+        if is_integer(dtype):
             return ctx.constant(0, like=node)
         return None
     if kind == "ATensor":
@@ -346,8 +317,11 @@ def cse(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return ctx.hash_cons(node)
 
 
-for _fn in (fold_constant, switch_on_constant, getitem_of_make_tuple, select_trivial_branches,
-            partial_elimination, arithmetic_identity, identity_elimination, inline_known_call, cse):
-    register_rule(_fn)
+SIMPLIFY_RULES: tuple[Rule, ...] = tuple(Rule(fn.__name__, fn) for fn in (
+    fold_constant, switch_on_constant, where_on_constant, getitem_of_make_tuple, select_trivial_branches,
+    partial_elimination, arithmetic_identity, identity_elimination))
+"""The local simplifications, tried in this order."""
+FINAL_RULES: tuple[Rule, ...] = (Rule("inline_known_call", inline_known_call), Rule("cse", cse))
+"""Tried after every other rule: inlining, then common subexpressions."""
 
-__all__ = ["RULES", "Rule", "RuleFn", "register_rule", "rule_names"]
+__all__ = ["FINAL_RULES", "Rule", "RuleFn", "SIMPLIFY_RULES", "callee_primitive"]

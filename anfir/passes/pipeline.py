@@ -29,7 +29,7 @@ add it where it belongs::
 (or edit :data:`PHASES` itself for a permanent phase).  It gets its numbered
 dump and its timing for free; ``validate`` still runs last and checks it.
 A new rewrite rule does not need a phase: see
-:func:`anfir.passes.optimize_rules.register_rule`.
+:data:`anfir.passes.optimize.DEFAULT_RULES` (the rules are listed there, in order).
 """
 
 from __future__ import annotations
@@ -43,12 +43,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
+from anfir.dtypes import TYPE_NAMES
 from anfir.errors import AnfirError, UsageError
 from anfir.gcpause import gc_paused
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.abstract.values import AbstractValue
+from anfir.grammar.parser import parse_file
+from anfir.grammar.resolve import resolve_module
+from anfir.loading import load_file
+from anfir.passes.specialize import abstract_from_annotation_text, abstract_of_value, specialize
+from anfir.printers.dot import dump_dot
+from anfir.printers.ir import dump_ir, side_file_path, write_side_file
 from anfir.passes import ad, inline, optimize, validate
 
 Source = Union[Module, FuncGraph, str, "os.PathLike[str]"]
@@ -174,17 +182,14 @@ def _read_file(path: Path) -> Module:
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
     if path.suffix == ".ir":
-        from anfir.loading import load_file
 
         return load_file(str(path))
-    from anfir.grammar.parser import parse_file
 
     return parse_file(str(path), resolve=False)
 
 
 def resolve_phase(program: Program) -> Program:
     """Resolve global names (``Symbol`` constants) to graphs and primitives."""
-    from anfir.passes.resolve import resolve_module
 
     assert program.module is not None
     resolved = resolve_module(program.module)
@@ -197,7 +202,6 @@ def resolve_phase(program: Program) -> Program:
 
 def specialize_phase(program: Program) -> Program:
     """Type every node for the argument types (per-signature clones of the graphs)."""
-    from anfir.passes.specialize import specialize
 
     assert program.entry is not None
     program.arg_abstracts = argument_abstracts(program.args)
@@ -218,8 +222,6 @@ def argument_abstracts(args: Optional[Sequence[Any]]) -> Optional[list]:
     (the specializer then reads the entry's annotations)."""
     if args is None:
         return None
-    from anfir.abstract.values import AbstractValue
-    from anfir.passes.specialize import abstract_of_value
 
     result = []
     for arg in args:
@@ -235,7 +237,8 @@ def argument_abstracts(args: Optional[Sequence[Any]]) -> Optional[list]:
     return result
 
 
-_TYPE_TEXT = re.compile(r"\s*(\(|(f16|f32|f64|i8|i16|i32|i64|u8|bool|str)\b)")
+_TYPE_TEXT = re.compile(r"\s*(\(|(" + "|".join(map(re.escape, TYPE_NAMES)) + r")\b)")
+"""The start of a type: ``(`` or a type name of the dtype table."""
 
 
 def _looks_like_type(text: str) -> bool:
@@ -244,7 +247,6 @@ def _looks_like_type(text: str) -> bool:
 
 
 def _abstract_of_annotation(text: str) -> Any:
-    from anfir.passes.specialize import abstract_from_annotation_text
 
     return abstract_from_annotation_text(text)
 
@@ -273,10 +275,8 @@ def clone_module(module: Module) -> Module:
         copy.graphs = {name: cloner.graph_map[g] for name, g in module.graphs.items()}
         imported = {name: cloner.graph_map[g] for name, g in imported.items()}
     # The parser's record of imports (definitions of other files, not in ``graphs``).
-    if hasattr(module, "imports"):
-        copy.imports = list(module.imports)  # type: ignore[attr-defined]
-    if hasattr(module, "imported"):
-        copy.imported = imported  # type: ignore[attr-defined]
+    copy.imports = list(module.imports)
+    copy.imported = imported
     return copy
 
 
@@ -354,7 +354,6 @@ def sanitize_file_part(text: str) -> str:
 def write_dumps(program: Program, folder: Path, stem: str, dot: bool = True) -> list[str]:
     """Write ``folder/stem.ir`` (plus ``stem.npz`` for large tensors) and
     ``stem.dot`` for the program's current state; return the paths written."""
-    from anfir.printers.ir import dump_ir, side_file_path, write_side_file
 
     obj = program.dump_object()
     if obj is None:
@@ -372,7 +371,6 @@ def write_dumps(program: Program, folder: Path, stem: str, dot: bool = True) -> 
     elif npz_path.exists():
         npz_path.unlink()  # left by an earlier run: it would mislead a reader
     if dot:
-        from anfir.printers.dot import dump_dot
 
         dot_path = folder / f"{stem}.dot"
         _write_text(dot_path, dump_dot(obj))

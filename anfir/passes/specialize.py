@@ -12,23 +12,23 @@ Entry points:
 
 After this phase every CNode, ParameterNode and ValueNode of the result has
 ``node.abstract``, and every specialized graph has ``graph.abstract`` (a
-:class:`~anfir.abstract.values.GraphSig`).  See :mod:`anfir.abstract.engine`
+:class:`~anfir.abstract.values.GraphSig`).  See :mod:`anfir.infer.engine`
 for how recursion, closures and errors are handled.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Generator, Optional, Sequence
 
-from anfir.abstract.engine import Engine, Infer, InPlaceProvider
+from anfir.infer.engine import Engine, Infer, InPlaceProvider, Request, Spec
 from anfir.abstract.lattice import BOTTOM, abstract_of_value, widen
 from anfir.abstract.shapes import reset_fresh_dims
-from anfir.abstract.specializer import CloneProvider
+from anfir.infer.specializer import CloneProvider
 from anfir.abstract.typeann import abstract_from_annotation, abstract_from_annotation_text
 from anfir.abstract.values import AbstractValue
 from anfir.errors import AnfirError, ArityError, InferenceError
 from anfir.ir.graph import FuncGraph
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.nodes import CNode
 
 __all__ = ["abstract_from_annotation_text", "abstract_of_value", "entry_signature", "infer_call",
@@ -67,13 +67,13 @@ def specialize(entry: FuncGraph, arg_abstracts: Optional[Sequence[Any]] = None) 
     provider = CloneProvider()
     engine = Engine(provider)
 
-    def root() -> Infer:
+    def root() -> Generator[Request, Any, Spec]:
         spec, _ = yield ("call", entry, sig, None)
-        return spec  # type: ignore[return-value]
+        return spec
 
     spec = engine.drive(root())
-    _raise_if_always_failing(engine, spec.out)  # type: ignore[attr-defined]
-    return provider.finalize(engine, spec)  # type: ignore[arg-type]
+    _raise_if_always_failing(engine, spec.out)
+    return provider.finalize(engine, spec)
 
 
 def _raise_if_always_failing(engine: Engine, out: AbstractValue) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from anfir.errors import IRConsistencyError
 from anfir.ir.graph import FuncGraph
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.primitives import MetaFunction

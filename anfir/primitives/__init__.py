@@ -1,10 +1,11 @@
-"""All built-in operations, declared once each (see registry.py).
+"""The op library: every built-in operation, declared once each (see registry.py).
 
-Importing this package registers every primitive; ``lookup(name)`` finds one.
+Importing this package declares every primitive; :func:`lookup` finds one by
+name (only the front ends need that: everything after them holds the object).
 """
 
-from anfir.primitives import arith, gradient, meta, structure, tensor  # noqa: F401  (registration)
-from anfir.primitives.registry import (META_FUNCTIONS, PRIMITIVES, MetaFunction, Primitive,
-                                       declare, lookup)
+from anfir.ir.primitive import MetaFunction, Primitive
+from anfir.primitives import arith, gradient, meta, structure, tensor  # noqa: F401  (the declarations)
+from anfir.primitives.registry import META_FUNCTIONS, PRIMITIVES, declare, lookup
 
 __all__ = ["PRIMITIVES", "META_FUNCTIONS", "Primitive", "MetaFunction", "declare", "lookup"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -63,6 +63,12 @@ def _pow(x: Any, y: Any) -> Any:
     return np.power(x, y)
 
 
+def _cheap_pow(values: Sequence[Any]) -> bool:
+    """Whether folding ``x ** y`` at compile time is cheap: not a huge integer power."""
+    base, exponent = values
+    return not (isinstance(base, int) and isinstance(exponent, int) and abs(exponent) > 64)
+
+
 def _div(x: Any, y: Any) -> Any:
     if type(x) in (int, float) and type(y) in (int, float):
         if y == 0:
@@ -71,6 +77,15 @@ def _div(x: Any, y: Any) -> Any:
         return x / y
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.true_divide(x, y)
+
+
+def _softplus_scalar(x: float) -> float:
+    # max(x, 0) + log1p(exp(-|x|)): exact for large |x|, where log(1 + exp(x)) overflows.
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+def _softplus_array(x: Any) -> Any:
+    return np.logaddexp(0, x)  # log(exp(0) + exp(x)), numpy's overflow-free form
 
 
 def _sigmoid_scalar(x: float) -> float:
@@ -117,19 +132,29 @@ def _logical_not(x: Any) -> Any:
     return np.logical_not(x)
 
 
-add = declare("add", 2, operator.add, infer=rules.elementwise("add"), family=FAMILY, doc="add(x, y) — x + y, elementwise",
+add = declare("add", 2, operator.add, infer=rules.elementwise("add"), family=FAMILY,
+    symbolic=operator.add, doc="add(x, y) — x + y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(dout, y)) end")
-sub = declare("sub", 2, operator.sub, infer=rules.elementwise("sub"), family=FAMILY, doc="sub(x, y) — x - y, elementwise",
+sub = declare("sub", 2, operator.sub, infer=rules.elementwise("sub"), family=FAMILY,
+    symbolic=operator.sub, doc="sub(x, y) — x - y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(-dout, y)) end")
-mul = declare("mul", 2, operator.mul, infer=rules.elementwise("mul"), family=FAMILY, doc="mul(x, y) — x * y, elementwise",
+mul = declare("mul", 2, operator.mul, infer=rules.elementwise("mul"), family=FAMILY,
+    symbolic=operator.mul, doc="mul(x, y) — x * y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * y, x), sum_to(x * dout, y)) end")
 div = declare("div", 2, _div, infer=rules.elementwise("div"), family=FAMILY,
               doc="div(x, y) — x / y, true division (ints give a float); x / 0 is inf or nan",
     bprop="lambda (x, y, out, dout) (sum_to(dout / y, x), sum_to(-dout * out / y, y)) end")
-neg = declare("neg", 1, operator.neg, infer=rules.elementwise("neg"), family=FAMILY, doc="neg(x) — -x",
+neg = declare("neg", 1, operator.neg, infer=rules.elementwise("neg"), family=FAMILY,
+    symbolic=operator.neg, doc="neg(x) — -x",
     bprop="lambda (x, out, dout) (-dout,) end")
-pow_ = declare("pow", 2, _pow, infer=rules.elementwise("pow"), family=FAMILY, doc="pow(x, y) — x ** y, elementwise",
-    bprop="lambda (x, y, out, dout) (sum_to(dout * y * x ** (y - 1), x), sum_to(dout * out * log(x), y)) end")
+pow_ = declare("pow", 2, _pow, infer=rules.elementwise("pow"), family=FAMILY, fold_guard=_cheap_pow, doc="pow(x, y) — x ** y, elementwise",
+    # Both gradients avoid 0 * inf, which would leak nan into higher derivatives
+    # even where the exact answer is finite (JAX and TensorFlow do the same):
+    # the base's uses y * x ** (y - 1) only where y != 0 (and x ** -1 is never
+    # formed for y == 0), the exponent's uses log(x) only where x > 0.
+    bprop="""lambda (x, y, out, dout)
+        (sum_to(dout * where(y == 0, zeros_like(out), y * where(y == 0, ones_like(x), x) ** (y - 1)), x),
+         sum_to(dout * out * log(where(x > 0, x, ones_like(x))), y)) end""")
 exp = declare("exp", 1, _float_fn(math.exp, np.exp), infer=rules.elementwise("exp"), family=FAMILY, doc="exp(x) — e ** x",
     bprop="lambda (x, out, dout) (dout * out,) end")
 log = declare("log", 1, _float_fn(math.log, np.log), infer=rules.elementwise("log"), family=FAMILY,
@@ -161,6 +186,10 @@ sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array, total
 relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), infer=rules.elementwise("relu"), family=FAMILY,
                doc="relu(x) — max(x, 0)",
     bprop="lambda (x, out, dout) (dout * cast_like(x > 0, dout),) end")
+softplus = declare("softplus", 1, _float_fn(_softplus_scalar, _softplus_array, total=True),
+                   infer=rules.elementwise("softplus"), family=FAMILY,
+                   doc="softplus(x) — log(1 + exp(x)), without overflow for large x",
+    bprop="lambda (x, out, dout) (dout * sigmoid(x),) end")
 
 _CMP = "comparison"
 lt = declare("lt", 2, operator.lt, infer=rules.elementwise("lt"), family=_CMP, differentiable=False, doc="lt(x, y) — x < y")

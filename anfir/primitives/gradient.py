@@ -24,8 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from anfir.errors import GradientError
-from anfir.primitives.registry import PRIMITIVES, declare
+from anfir.abstract.lattice import JoinError, is_float_scalar, join, map_tuple_leaves, widen
+from anfir.abstract.rules import int_value, shape_of_abstract, tensor_or_scalar
+from anfir.abstract.values import AEnv, AFunction, ANone, AScalar, ATensor, ATuple, JFn
+from anfir.dtypes import is_float
+from anfir.errors import AnfirError, AnfirTypeError, GradientError
+from anfir.ir.upcalls import UPCALLS
+from anfir.nested import fold_nested
+from anfir.primitives import arith
+from anfir.primitives.registry import declare
 from anfir.values import GradEnv, SymbolicKey
 
 FAMILY = "gradient"
@@ -150,7 +157,7 @@ def _cast_like(g: Any, x: Any) -> Any:
     return g
 
 
-def _tuple_setitem(t: tuple, i: int, v: Any) -> tuple:
+def _tuple_setitem(t: tuple[Any, ...], i: int, v: Any) -> tuple[Any, ...]:
     return t[:i] + (v,) + t[i + 1:] if i >= 0 else t[:i] + (v,) + (t[i + 1:] if i != -1 else ())
 
 
@@ -175,15 +182,12 @@ def grad_seed_value(v: Any) -> Any:
 
 
 def _j_value(x: Any) -> Any:
-    from anfir.autodiff.runtime import j_value
-
-    return j_value(x)
+    # J of a run-time value is the autodiff's to compute (anfir.wiring installs it).
+    return UPCALLS.j_value(x)
 
 
 # -- abstract rules (the specializer's interface: abstracts in, abstract out) --------
 def _infer_j(x: Any) -> Any:
-    from anfir.abstract.values import AFunction, ATuple, JFn
-
     if isinstance(x, AFunction):
         return AFunction(frozenset(JFn(atom) for atom in x.options))
     if isinstance(x, ATuple):
@@ -192,14 +196,10 @@ def _infer_j(x: Any) -> Any:
 
 
 def _infer_newenv() -> Any:
-    from anfir.abstract.values import AEnv
-
     return AEnv()
 
 
 def _infer_env_setitem(env: Any, key: Any, value: Any) -> Any:
-    from anfir.abstract.values import AEnv
-
     return AEnv()
 
 
@@ -208,15 +208,10 @@ def _infer_env_getitem(env: Any, key: Any, default: Any) -> Any:
 
 
 def _widen(a: Any) -> Any:
-    from anfir.abstract.lattice import widen
-
     return widen(a)
 
 
 def _infer_gadd(a: Any, b: Any) -> Any:
-    from anfir.abstract.lattice import JoinError, join
-    from anfir.abstract.values import AEnv, AFunction
-
     if isinstance(a, (AEnv, AFunction)) or isinstance(b, (AEnv, AFunction)):
         return AEnv()
     try:
@@ -226,8 +221,6 @@ def _infer_gadd(a: Any, b: Any) -> Any:
     # The contributions to one gradient may differ in dtype: an integer intermediate
     # used with floats (``(n, x)[0] * x``) gets float gradients next to its integer
     # zeros.  At run time ``gadd`` is ``a + b``, which promotes; type it the same way.
-    from anfir.abstract.values import ANone, AScalar, ATensor, ATuple
-    from anfir.errors import AnfirError, AnfirTypeError
 
     if isinstance(a, ANone):
         return _widen(b)
@@ -236,8 +229,10 @@ def _infer_gadd(a: Any, b: Any) -> Any:
     if isinstance(a, ATuple) and isinstance(b, ATuple) and len(a.items) == len(b.items):
         return ATuple(tuple(_infer_gadd(x, y) for x, y in zip(a.items, b.items)))
     if isinstance(a, (AScalar, ATensor)) and isinstance(b, (AScalar, ATensor)):
+        add_rule = arith.add.infer
+        assert add_rule is not None  # declared with a rule
         try:
-            return _widen(PRIMITIVES["add"].infer(a, b))
+            return _widen(add_rule(a, b))
         except AnfirError:
             pass
     raise AnfirTypeError(f"cannot add gradients of types {a} and {b}") from None
@@ -245,14 +240,12 @@ def _infer_gadd(a: Any, b: Any) -> Any:
 
 def _like_shape(g: Any, x: Any, dtype_from: Any) -> Any:
     """The abstract of a value with ``x``'s shape and ``dtype_from``'s dtype."""
-    from anfir.abstract.rules import _tensor_or_scalar, shape_of_abstract
-    from anfir.abstract.values import AEnv, ANone, ATuple
 
     if isinstance(g, (AEnv, ANone, ATuple)):
         return g
     dtype, _ = shape_of_abstract(dtype_from, "a gradient")
     _, shape = shape_of_abstract(x, "a gradient")
-    return _tensor_or_scalar(dtype, shape)
+    return tensor_or_scalar(dtype, shape)
 
 
 def _infer_sum_to(g: Any, x: Any) -> Any:
@@ -276,16 +269,10 @@ def _infer_cast_like(g: Any, x: Any) -> Any:
 
 
 def _infer_size(x: Any) -> Any:
-    from anfir.abstract.values import AScalar
-
     return AScalar("i64")
 
 
 def _infer_tuple_setitem(t: Any, i: Any, v: Any) -> Any:
-    from anfir.abstract.rules import int_value
-    from anfir.abstract.values import ATuple
-    from anfir.errors import AnfirTypeError
-
     index = int_value(i, "a tuple index")
     if not isinstance(t, ATuple) or index is None or not -len(t.items) <= index < len(t.items):
         raise AnfirTypeError(f"tuple_setitem needs a tuple and a constant index in range, not {t}, {i}")
@@ -299,17 +286,13 @@ def _infer_identity_first(x: Any, *rest: Any) -> Any:
 
 
 def _infer_grad_seed(v: Any) -> Any:
-    from anfir.abstract.lattice import is_float_scalar
-
     if not is_float_scalar(v):
         raise GradientError(f"grad needs a function whose output is a float scalar, not {v}")
     return _widen(v)
 
 
 def _infer_grad_arg_check(x: Any, g: Any) -> Any:
-    from anfir.abstract.values import AScalar, ATensor
-
-    if isinstance(x, (AScalar, ATensor)) and not x.dtype.startswith("f"):
+    if isinstance(x, (AScalar, ATensor)) and not is_float(x.dtype):
         raise GradientError(f"gradients with respect to integer or boolean arguments are not "
                             f"supported (the argument is {x})")
     return g
@@ -373,6 +356,81 @@ def _grad_arg_check(x: Any, g: Any) -> Any:
         raise GradientError("gradients with respect to integer or boolean arguments are not "
                             f"supported (the argument is {x!r}); pass a float")
     return g
+
+
+def _pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:
+    """The leaves of two values of the same tuple structure, paired (any depth)."""
+    pairs: list[tuple[Any, Any]] = []
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if isinstance(x, tuple) or isinstance(y, tuple):
+            if not (isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y)):
+                raise GradientError("a tangent must have the structure of its value "
+                                    f"(got {type(x).__name__} and {type(y).__name__})")
+            stack.extend(zip(reversed(x), reversed(y)))
+        else:
+            pairs.append((x, y))
+    return pairs
+
+
+def _tangent_dot(a: Any, b: Any) -> Any:
+    total: Any = None
+    for x, y in _pairs(a, b):
+        if x is None or y is None:
+            continue
+        if isinstance(x, (GradEnv, str)) or isinstance(y, (GradEnv, str)):
+            raise GradientError("jvp needs arguments and results that are numbers, tensors "
+                                "or tuples of them")
+        term = np.sum(np.multiply(x, y)) if isinstance(x, np.ndarray) or isinstance(y, np.ndarray) \
+            else x * y
+        total = term if total is None else total + term
+    if total is None:
+        return 0.0
+    return float(total) if isinstance(total, (bool, int)) else total
+
+
+def _tangent_scale(a: Any, s: Any) -> Any:
+    def scaled(v: Any) -> Any:
+        return v if v is None or isinstance(v, GradEnv) else v * s
+
+    return fold_nested(a, lambda v: v if isinstance(v, tuple) else None,
+                       lambda _t, items: tuple(items), scaled)
+
+
+def _infer_tangent_dot(a: Any, b: Any) -> Any:
+    dtypes = [v.dtype for v in _leaves(a) + _leaves(b) if isinstance(v, (AScalar, ATensor))]
+    floats = [d for d in dtypes if is_float(d)]
+    return AScalar(floats[0] if floats else "f64")
+
+
+def _leaves(a: Any) -> list[Any]:
+    out: list[Any] = []
+    stack = [a]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, ATuple):
+            stack.extend(v.items)
+        else:
+            out.append(v)
+    return out
+
+
+def _infer_tangent_scale(a: Any, s: Any) -> Any:
+    mul_rule = arith.mul.infer
+    assert mul_rule is not None  # declared with a rule
+    return map_tuple_leaves(a, lambda v: v if isinstance(v, (ANone, AEnv)) else _widen(mul_rule(v, s)))
+
+
+tangent_dot = declare("tangent_dot", 2, _tangent_dot, infer=_infer_tangent_dot, family=FAMILY, internal=True,
+                      foldable=False,
+                      doc="tangent_dot(a, b) — the sum of the elementwise products of two values "
+                          "of one tuple structure (jvp's pairing of gradients with tangents)",
+                      bprop="lambda (a, b, out, dout) (tangent_scale(b, dout), tangent_scale(a, dout)) end")
+tangent_scale = declare("tangent_scale", 2, _tangent_scale, infer=_infer_tangent_scale, family=FAMILY,
+                        internal=True, foldable=False,
+                        doc="tangent_scale(a, s) — every leaf of a times the scalar s",
+                        bprop="lambda (a, s, out, dout) (tangent_scale(dout, s), tangent_dot(dout, a)) end")
 
 
 grad_arg_check = declare("grad_arg_check", 2, _grad_arg_check, infer=_infer_grad_arg_check, family=FAMILY, internal=True,

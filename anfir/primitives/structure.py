@@ -14,7 +14,7 @@ from anfir.values import Closure, GradEnv, Partial
 FAMILY = "tuple"
 
 
-def _make_tuple(*items: Any) -> tuple:
+def _make_tuple(*items: Any) -> tuple[Any, ...]:
     return items
 
 
@@ -67,6 +67,7 @@ def zeros_like_value(x: Any) -> Any:
 
 
 make_tuple = declare("make_tuple", (0, None), _make_tuple, infer=rules.make_tuple_rule, family=FAMILY,
+                     accepts_any=True, structural_gradient=True,
                      doc="make_tuple(a, b, ...) — the tuple (a, b, ...)")
 tuple_getitem = declare("tuple_getitem", 2, _tuple_getitem, infer=rules.tuple_getitem_rule, family=FAMILY,
                         doc="tuple_getitem(t, i) — element i of t (t[i]); negative i counts from the end",
@@ -75,14 +76,14 @@ len_ = declare("len", 1, _len, infer=rules.len_rule, family=FAMILY, differentiab
                doc="len(t) — the number of elements of a tuple")
 
 CONTROL = "control"
-switch = declare("switch", 3, _switch, infer=rules.switch_rule, family=CONTROL,
+switch = declare("switch", 3, _switch, infer=rules.switch_rule, family=CONTROL, accepts_any=True,
                  doc="switch(c, a, b) — a if c else b (selects only; `if` calls the result)",
     bprop="lambda (c, a, b, out, dout) (zeros_like(c), switch(c, dout, zeros_like(a)), switch(c, zeros_like(b), dout)) end")
-partial = declare("partial", (1, None), _partial, infer=rules.partial_rule, family=CONTROL,
+partial = declare("partial", (1, None), _partial, infer=rules.partial_rule, family=CONTROL, accepts_any=True,
                   doc="partial(f, a, ...) — f with its first arguments fixed")
-identity = declare("identity", 1, lambda x: x, infer=rules.identity_rule, family=CONTROL, doc="identity(x) — x",
+identity = declare("identity", 1, lambda x: x, infer=rules.identity_rule, family=CONTROL, accepts_any=True, doc="identity(x) — x",
     bprop="lambda (x, out, dout) (dout,) end")
-stop_gradient = declare("stop_gradient", 1, lambda x: x, infer=rules.identity_rule, family=CONTROL, differentiable=False,
+stop_gradient = declare("stop_gradient", 1, lambda x: x, infer=rules.identity_rule, family=CONTROL, accepts_any=True, differentiable=False,
                         doc="stop_gradient(x) — x, through which no gradient flows")
 zeros_like = declare("zeros_like", 1, zeros_like_value, infer=rules.zeros_like_rule, family="tensor", differentiable=False,
                      doc="zeros_like(x) — zeros of x's shape and type (tuples elementwise)")

@@ -9,16 +9,14 @@ import numpy as np
 from anfir.errors import AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
-from anfir.values import DTYPE_TO_NUMPY, DType
+from anfir.dtypes import ELEMENT_TYPES, check_dtype, is_float, numpy_name
+from anfir.values import DType
 
 FAMILY = "tensor"
 
 
 def _dtype_arg(dtype: Any) -> str:
-    name = dtype.name if isinstance(dtype, DType) else dtype
-    if name not in DTYPE_TO_NUMPY:
-        raise AnfirTypeError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPE_TO_NUMPY)}")
-    return name
+    return check_dtype(dtype.name if isinstance(dtype, DType) else dtype)
 
 
 def _shape_arg(shape: Any) -> tuple[int, ...]:
@@ -39,7 +37,7 @@ def _matmul(x: Any, y: Any) -> Any:
     return np.matmul(x, y)
 
 
-def _transpose(x: Any, perm: Optional[tuple] = None) -> Any:
+def _transpose(x: Any, perm: Optional[tuple[int, ...]] = None) -> Any:
     if perm is None and type(x) is np.ndarray:
         return x.T  # reverses the axes, as np.transpose does, without its dispatch
     return np.transpose(x, perm)
@@ -74,11 +72,11 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _zeros(shape: Any, dtype: Any = "f64") -> np.ndarray:
-    return np.zeros(_shape_arg(shape), DTYPE_TO_NUMPY[_dtype_arg(dtype)])
+    return np.zeros(_shape_arg(shape), numpy_name(_dtype_arg(dtype)))
 
 
 def _ones(shape: Any, dtype: Any = "f64") -> np.ndarray:
-    return np.ones(_shape_arg(shape), DTYPE_TO_NUMPY[_dtype_arg(dtype)])
+    return np.ones(_shape_arg(shape), numpy_name(_dtype_arg(dtype)))
 
 
 def _where(c: Any, a: Any, b: Any) -> Any:
@@ -100,10 +98,10 @@ def _array(nested: Any) -> np.ndarray:
 def _cast(x: Any, dtype: Any) -> Any:
     name = _dtype_arg(dtype)
     if isinstance(x, np.ndarray):
-        return x.astype(DTYPE_TO_NUMPY[name])
+        return x.astype(numpy_name(name))
     if name == "bool":
         return bool(x)
-    if name.startswith("f"):
+    if is_float(name):
         return float(x)
     return int(x)
 
@@ -141,5 +139,5 @@ where = declare("where", 3, _where, infer=rules.where_rule, family=FAMILY,
 array = declare("array", 1, _array, infer=rules.array_rule, family=FAMILY, differentiable=False,
                 doc="array(t) — a tensor from a nested tuple of numbers: array(((1.0, 2.0), (3.0, 4.0)))")
 cast = declare("cast", 2, _cast, infer=rules.cast_rule, family=FAMILY,
-               doc='cast(x, "f32") — convert to a dtype (f16 f32 f64 i8 i16 i32 i64 u8 bool)',
+               doc=f'cast(x, "f32") — convert to a dtype ({" ".join(ELEMENT_TYPES)})',
     bprop="lambda (x, t, out, dout) (cast_like(dout, x), zeros_like(t)) end")

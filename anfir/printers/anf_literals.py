@@ -23,13 +23,16 @@ import numpy as np
 from anfir.errors import UsageError
 from anfir.nested import nested_text, tuple_items
 from anfir.ir.graph import FuncGraph
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
+from anfir.printers.ir_constants import ConstantPrinter
+from anfir.dtypes import LITERAL_DTYPES, dtype_name, dtype_of_array, numpy_name
 from anfir.values import DType, Symbol
 
 HELPER_NAMES = ("array", "cast", "zeros", "div")
 """Built-ins the printer itself may emit (so no local name may shadow them)."""
 
-_NATIVE_ARRAY_DTYPES = {"float64", "int64", "bool"}
+_NATIVE_ARRAY_DTYPES = {numpy_name(name) for name in LITERAL_DTYPES.values()}
+"""The numpy dtypes ``array(...)`` of literals makes (no ``cast`` needed)."""
 
 
 def float_literal(value: float) -> str:
@@ -76,8 +79,6 @@ def anf_literal(value: Any, graph_name: Callable[[FuncGraph], str], strict: bool
         try:
             return anf_literal(value, graph_name)
         except UsageError:
-            from anfir.printers.ir_constants import ConstantPrinter
-
             return ConstantPrinter(graph_name).text(value)
     return nested_text(value, tuple_items, lambda atom: _atom_literal(atom, graph_name))
 
@@ -114,9 +115,7 @@ def _numpy_scalar_literal(value: np.generic) -> str:
     text = anf_literal(py, _no_graphs)
     if isinstance(value, (np.float64, np.int64, np.bool_)):
         return text
-    from anfir.values import NUMPY_TO_DTYPE
-
-    dtype = NUMPY_TO_DTYPE.get(value.dtype.name)
+    dtype = dtype_name(value.dtype)
     if dtype is None:
         raise UsageError(f"to_text cannot express a numpy {value.dtype.name} constant")
     return f'cast({text}, "{dtype}")'
@@ -124,8 +123,6 @@ def _numpy_scalar_literal(value: np.generic) -> str:
 
 def array_literal(array: np.ndarray) -> str:
     """A tensor as ``array(nested tuple)`` (with a cast when the dtype needs one)."""
-    from anfir.values import dtype_of_array
-
     dtype = dtype_of_array(array)
     if array.size == 0:
         return f"zeros({anf_literal(tuple(int(d) for d in array.shape), _no_graphs)}, \"{dtype}\")"

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.manager import analyse
+from anfir.printers.dot import dump_dot
+
 MAX_NODES = 2000
 """Programs with more nodes than this are not drawn (the layout gets slow and unreadable)."""
 
@@ -21,9 +25,6 @@ def graph_svg(obj: Any) -> Optional[str]:
         import graphviz
     except ImportError:
         return None
-    from anfir.ir.graph import FuncGraph, Module
-    from anfir.printers.dot import dump_dot
-
     if not isinstance(obj, (FuncGraph, Module)):
         return None
     try:
@@ -37,13 +38,10 @@ def graph_svg(obj: Any) -> Optional[str]:
 
 
 def _node_count(obj: Any) -> int:
-    from anfir.ir.graph import Module
-    from anfir.ir.manager import manage
-
     roots = list(obj.graphs.values()) if isinstance(obj, Module) else [obj]
     if not roots:
         return 0
-    mng = manage(*roots)
+    mng = analyse(*roots)
     return sum(len(nodes) for nodes in mng.nodes.values())
 
 

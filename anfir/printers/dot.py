@@ -28,7 +28,7 @@ from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.abstract_text import abstract_text
 from anfir.printers.ir import dump_name
 from anfir.printers.ir_constants import ConstantPrinter

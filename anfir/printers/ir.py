@@ -54,7 +54,7 @@ import numpy as np
 from anfir.abstract.values import AbstractValue
 from anfir.errors import AnfirError
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.location import Location
+from anfir.location import Location
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
 from anfir.printers.abstract_text import abstract_text

@@ -29,8 +29,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from anfir.ir.graph import FuncGraph
-from anfir.primitives.registry import MetaFunction, Primitive
-from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey, dtype_of_array
+from anfir.ir.primitive import MetaFunction, Primitive
+from anfir.dtypes import dtype_of_array
+from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 
 INLINE_TENSOR_LIMIT = 64
 """Tensors with more elements go to the side file when one is provided."""
@@ -67,10 +68,10 @@ class ConstantPrinter:
 
     def text(self, value: Any) -> str:
         """``value`` as dump text."""
-        kind = type(value)
-        if kind is int:
+        value_type = type(value)
+        if value_type is int:
             return str(value)
-        if kind is float:
+        if value_type is float:
             return float_text(value)
         out: list[str] = []
         stack: list[tuple[str, Any]] = [("value", value)]

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import math
 import reprlib
-from typing import Any, Optional, Union
+from typing import Any, NoReturn, Optional, Union
 
 import numpy as np
 
 from anfir.errors import AnfirError
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.manager import manage
+from anfir.ir.manager import Manager, analyse
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.abstract_text import abstract_text
 from anfir.gcpause import without_gc
 from anfir.values import Closure, GradEnv, Partial
@@ -68,6 +68,7 @@ class _Matcher:
         self.graph_queue: list[tuple[FuncGraph, FuncGraph]] = []
         self.node_queue: list[tuple[Node, Node, Any]] = []
         self.deferred_abstracts: list[tuple[Any, Any, Any]] = []
+        self.facts: list[Manager] = []
 
     # -- driver -------------------------------------------------------------------
     def run(self, a: GraphOrModule, b: GraphOrModule) -> None:
@@ -81,8 +82,8 @@ class _Matcher:
         else:
             raise IsomorphismError(f"cannot compare a {type(a).__name__} with a {type(b).__name__}")
         if named_a or named_b:
-            manage(*named_a)
-            manage(*named_b)
+            # Read-only analyses: comparing two programs must not change them.
+            self.facts = [analyse(*named_a), analyse(*named_b)] if named_a and named_b else []
         for ga, gb in pairs:
             self.pair_graphs(ga, gb, ("defs",))
         index = 0
@@ -112,10 +113,10 @@ class _Matcher:
                 if text_a != text_b:
                     self.fail(f"{_where(where)}: abstract {text_a} vs {text_b}")
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str) -> NoReturn:
         raise IsomorphismError(message)
 
-    def failx(self, where: Any, message: str) -> None:
+    def failx(self, where: Any, message: str) -> NoReturn:
         raise IsomorphismError(f"{_where(where)}: {message}")
 
     # -- graphs -------------------------------------------------------------------
@@ -141,7 +142,7 @@ class _Matcher:
         if _ann(ret_a) != _ann(ret_b):
             self.fail(f"{where}: return type {_ann(ret_a)} vs {_ann(ret_b)}")
         for i, (pa, pb) in enumerate(zip(ga.parameters, gb.parameters)):
-            ctx = ("param", ga, gb, i)
+            ctx: tuple[Any, ...] = ("param", ga, gb, i)
             self.bind(pa, pb, ctx)
             self.compare_common(pa, pb, ctx)
         if ga.has_output != gb.has_output:
@@ -154,10 +155,19 @@ class _Matcher:
         if self.abstracts and (ga.abstract is not None or gb.abstract is not None):
             self.deferred_abstracts.append((ga.abstract, gb.abstract, ("graph", ga, gb)))
 
+    def facts_of(self, graph: FuncGraph) -> Manager:
+        """The manager or analysis that knows ``graph``'s free variables and parent."""
+        if graph.manager is not None:
+            return graph.manager
+        for facts in self.facts:
+            if graph in facts.graphs:
+                return facts
+        return analyse(graph)
+
     def compare_nesting(self) -> None:
         for ga, gb in self.gmap.items():
-            mng_a = ga.manager or manage(ga)
-            mng_b = gb.manager or manage(gb)
+            mng_a = self.facts_of(ga)
+            mng_b = self.facts_of(gb)
             pa, pb = mng_a.parent(ga), mng_b.parent(gb)
             expected = self.gmap.get(pa) if pa is not None else None
             if (pa is None) != (pb is None) or (pa is not None and expected is not pb):
@@ -191,7 +201,8 @@ class _Matcher:
         if type(na) is not type(nb):
             self.failx(where, f"{_describe(na)} vs {_describe(nb)}")
         if isinstance(na, ValueNode):
-            self.compare_values(na.value, nb.value, where)  # type: ignore[union-attr]
+            assert isinstance(nb, ValueNode)  # the same type as ``na`` (checked above)
+            self.compare_values(na.value, nb.value, where)
             return
         if isinstance(na, ParameterNode):
             ga, gb = na.graph, nb.graph
@@ -213,11 +224,11 @@ class _Matcher:
             self.failx(("node", na, nb), f"{len(inputs_a)} vs {len(inputs_b)} inputs")
         self.compare_common(na, nb, ("node", na, nb))
         queue = self.node_queue
-        for i, (ia, ib) in enumerate(zip(inputs_a, inputs_b)):
-            queue.append((ia, ib, ("input", na, nb, i)))
-            if self.abstracts and i > 0 and isinstance(ia, ValueNode) and isinstance(ib, ValueNode) \
-                    and (ia.abstract is not None or ib.abstract is not None):
-                self.deferred_abstracts.append((ia.abstract, ib.abstract, ("input", na, nb, i)))
+        for i, (input_a, input_b) in enumerate(zip(inputs_a, inputs_b)):
+            queue.append((input_a, input_b, ("input", na, nb, i)))
+            if self.abstracts and i > 0 and isinstance(input_a, ValueNode) and isinstance(input_b, ValueNode) \
+                    and (input_a.abstract is not None or input_b.abstract is not None):
+                self.deferred_abstracts.append((input_a.abstract, input_b.abstract, ("input", na, nb, i)))
 
     def compare_values(self, va: Any, vb: Any, where: Any) -> None:
         if va is vb and not isinstance(va, (FuncGraph, tuple, Partial, Closure)):

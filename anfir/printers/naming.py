@@ -12,11 +12,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-KEYWORDS = frozenset({
-    "def", "lambda", "let", "in", "end", "if", "then", "else", "and", "or", "not", "import",
-    "true", "false", "True", "False", "None",
-})
-"""Words the ANF lexer reserves (keywords and literal names)."""
+from anfir.grammar.syntax import KEYWORDS  # the words the ANF lexer reserves (re-exported)
 
 _ANF_NAME = re.compile(r"%?[A-Za-z_][A-Za-z0-9_]*\Z|%[A-Za-z0-9_]+\Z")
 

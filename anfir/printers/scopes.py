@@ -15,9 +15,9 @@ from typing import Any, Iterable, Optional
 
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph
-from anfir.ir.manager import Manager, manage
+from anfir.ir.manager import Manager
 from anfir.ir.nodes import Node, ValueNode
-from anfir.ir.walk import toposort
+from anfir.ir.walk import Facts, toposort
 from anfir.values import Closure, Partial
 
 
@@ -56,7 +56,8 @@ class ScopePlan:
         return result
 
 
-def discover(roots: Iterable[FuncGraph], external: Iterable[FuncGraph] = ()) -> list[FuncGraph]:
+def discover(roots: Iterable[FuncGraph], external: Iterable[FuncGraph] = (),
+             facts: Optional[Facts] = None) -> list[FuncGraph]:
     """Graphs reachable from ``roots`` (breadth first), not entering ``external`` ones.
 
     A graph is reached through graph constants (also inside constant tuples,
@@ -64,6 +65,8 @@ def discover(roots: Iterable[FuncGraph], external: Iterable[FuncGraph] = ()) -> 
     variables (their owners).
     """
     stop = set(external)
+    roots = list(roots)
+    facts = facts or Facts(roots)
     seen: dict[FuncGraph, None] = {}
     queue: list[FuncGraph] = []
     for g in roots:
@@ -74,7 +77,7 @@ def discover(roots: Iterable[FuncGraph], external: Iterable[FuncGraph] = ()) -> 
     while index < len(queue):
         g = queue[index]
         index += 1
-        for other in _referenced(g):
+        for other in _referenced(g, facts.of(g)):
             if other not in seen and other not in stop:
                 seen[other] = None
                 queue.append(other)
@@ -89,18 +92,19 @@ def discover_managed(roots: list[FuncGraph], external: Iterable[FuncGraph] = ()
     roots of the same manager, so every fact (users, parents) is known.
     """
     ext = list(external)
-    mng = manage(*roots, *ext) if (roots or ext) else Manager()
-    graphs = discover(roots, ext)
-    extras = [g for g in graphs if g.manager is not mng]
-    if extras:
-        mng = manage(*roots, *ext, *extras)
+    # A read-only analysis: printing must not attach or merge managers.
+    facts = Facts([*roots, *ext])
+    graphs = discover(roots, ext, facts)
+    mng = facts.manager
+    if any(g not in mng.graphs for g in graphs):  # graphs with managers of their own
+        mng = Manager([*roots, *ext, *graphs], detached=True)
     return mng, graphs
 
 
-def _referenced(graph: FuncGraph) -> list[FuncGraph]:
+def _referenced(graph: FuncGraph, manager: Manager) -> list[FuncGraph]:
     found: dict[FuncGraph, None] = {}
     used: list[Node] = []
-    for node in toposort(graph):
+    for node in toposort(graph, manager):
         used.extend(node.inputs)
     if graph.has_output:
         used.append(graph.output)
@@ -120,7 +124,7 @@ def graphs_in_value(value: Any) -> list[FuncGraph]:
     if not isinstance(value, (tuple, Partial, Closure)):
         return []
     found: list[FuncGraph] = []
-    stack = [value]
+    stack: list[Any] = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, FuncGraph):

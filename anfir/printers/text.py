@@ -25,13 +25,15 @@ import heapq
 from typing import Any, Optional, Union
 
 from anfir.errors import UsageError
+from anfir.grammar.syntax import BY_PRIMITIVE
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.manager import manage
+from anfir.ir.manager import analyse
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives.registry import MetaFunction, Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.anf_literals import HELPER_NAMES, anf_literal, helpers_needed, string_literal
 from anfir.gcpause import without_gc
 from anfir.printers.naming import KEYWORDS, NameAllocator, anf_name
+from anfir.primitives.registry import PRIMITIVES
 from anfir.printers.scopes import ScopePlan, discover_managed, plan_scopes
 from anfir.values import Symbol
 
@@ -99,12 +101,12 @@ class _TextPrinter:
             roots: dict[FuncGraph, str] = {}
             for key, graph in obj.graphs.items():
                 roots.setdefault(graph, key)
-            self.imports = list(getattr(obj, "imports", []) or [])
-            for key, graph in (getattr(obj, "imported", {}) or {}).items():
+            self.imports = list(obj.imports)
+            for key, graph in obj.imported.items():
                 external.setdefault(graph, key)
             graphs = list(roots)
         elif isinstance(obj, FuncGraph):
-            mng = obj.manager or manage(obj)
+            mng = obj.manager or analyse(obj)
             top = obj
             while mng.parent(top) is not None:
                 top = mng.parent(top)  # type: ignore[assignment]
@@ -128,7 +130,7 @@ class _TextPrinter:
         helpers: set[str] = set()
         mng = self.mng
         for g in self.plan.graphs:
-            values: list[Node] = []
+            values: list[ValueNode] = []
             for node in mng.nodes.get(g, ()):
                 inputs = node.inputs
                 for index, i in enumerate(inputs):
@@ -377,9 +379,9 @@ class _TextPrinter:
             branches = self._if_pattern(node, g)
             if branches is not None:
                 switch, a, b = branches
-                item = _Item("if", node=node, switch=switch, then_graph=a, else_graph=b)
-                node_item[node] = node_item[switch] = item
-                graph_item[a] = graph_item[b] = item
+                if_item = _Item("if", node=node, switch=switch, then_graph=a, else_graph=b)
+                node_item[node] = node_item[switch] = if_item
+                graph_item[a] = graph_item[b] = if_item
         for node in cnodes:
             item = node_item.get(node)
             if item is None:
@@ -518,22 +520,20 @@ class _TextPrinter:
         return {g: list(v) for g, v in result.items()}
 
 
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "matmul": "@", "pow": "**",
-           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-           "logical_and": "and", "logical_or": "or"}
-_UNARY = {"neg": "-", "logical_not": "not "}
+_SPELLING = {key: op.spelling for key, op in BY_PRIMITIVE.items()}
+"""(primitive name, argument count) -> its operator's spelling (``("add", 2)`` -> ``+``,
+``("logical_not", 1)`` -> ``not ``): the operator table of
+:mod:`anfir.grammar.syntax`."""
 
 
 def _operator(prim: Primitive, nargs: int) -> Optional[str]:
     """The operator spelling of ``prim`` applied to ``nargs`` arguments, if it has one."""
-    table = _BINARY if nargs == 2 else _UNARY if nargs == 1 else None
-    if table is None or prim.name not in table:
+    spelling = _SPELLING.get((prim.name, nargs))
+    if spelling is None:
         return None
-    from anfir.primitives import PRIMITIVES
-
     if PRIMITIVES.get(prim.name) is not prim:
         return None  # not the registered primitive: print it by name
-    return table[prim.name]
+    return spelling
 
 
 def _is_number(node: Node) -> bool:

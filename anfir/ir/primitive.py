@@ -1,0 +1,152 @@
+"""What a callee constant can be besides a graph: a primitive or a meta function.
+
+The classes live in the IR layer because nodes hold them as values and every
+layer above reads them; the *declarations* (one per operation, with their
+rules) are the op library, :mod:`anfir.primitives`.  Everything a pass needs
+to know about a primitive is a field here, read by the pass — never a list of
+names kept somewhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+
+from anfir.ir.nodes import CNode, Node, ValueNode
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.ir.graph import FuncGraph
+
+BpropText = Union[str, dict[int, str]]
+"""A gradient rule as ANF text, or such texts by argument count."""
+
+
+@dataclass(eq=False)
+class Primitive:
+    """A built-in operation.  Compared by identity; printed by name."""
+
+    name: str
+    """The name programs use (``add``) and dumps print."""
+    impl: Callable[..., Any]
+    """Evaluation on Python scalars / numpy arrays (strict, pure)."""
+    min_args: int
+    """Fewest arguments accepted."""
+    max_args: Optional[int]
+    """Most arguments accepted (None: any number)."""
+    doc: str = ""
+    """One line for the language reference: signature and meaning."""
+    infer: Optional[Callable[..., Any]] = None
+    """Abstract rule: ``infer(*arg_abstracts) -> abstract`` (see anfir.infer.engine)."""
+    bprop: Optional[BpropText] = None
+    """Gradient rule as ANF text: ``lambda (x..., out, dout) (dx, ...) end``
+    (a dict from argument count to text when the arity varies)."""
+    differentiable: bool = True
+    """False for comparisons, logic, shapes: their inputs get zero gradients."""
+    internal: bool = False
+    """True for primitives that only transformations create: programs cannot
+    name them (they still load back from dumps), and the language reference
+    leaves them out."""
+    foldable: bool = True
+    """Whether the optimizer may evaluate it on constant arguments."""
+    family: str = ""
+    """The module that declares it (for the docs)."""
+    accepts_any: bool = False
+    """Whether its abstract rule handles arguments of unknown type (``AAny``)
+    itself; for the others the engine answers ``AAny`` without calling it."""
+    fold_guard: Optional[Callable[[Sequence[Any]], bool]] = None
+    """``fold_guard(values) -> bool``: whether folding on these constant
+    arguments is cheap enough to do at compile time (``pow`` refuses huge
+    integer exponents); None: always."""
+    symbolic: Optional[Callable[..., Any]] = None
+    """The same operation on sympy dimension expressions, when it has one
+    (``add`` on ``N`` and ``1`` is ``N + 1``), so shapes fold symbolically."""
+    structural_gradient: bool = False
+    """True when the J transform builds its gradient itself from the call's
+    shape rather than from a ``bprop`` text (``make_tuple``: one getitem per
+    argument, whatever their number)."""
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __call__(self, *args: Any) -> Any:
+        return self.impl(*args)
+
+    def accepts(self, count: int) -> bool:
+        """Whether ``count`` arguments fit the arity."""
+        return count >= self.min_args and (self.max_args is None or count <= self.max_args)
+
+    def arity_text(self) -> str:
+        """``2``, ``1 or 2``, ``at least 1``."""
+        if self.max_args is None:
+            return f"at least {self.min_args}"
+        if self.max_args == self.min_args:
+            return str(self.min_args)
+        return f"{self.min_args} to {self.max_args}"
+
+    def bprop_text(self, nargs: int) -> Optional[str]:
+        """The gradient rule's text for a call with ``nargs`` arguments, if any."""
+        rule = self.bprop
+        if isinstance(rule, dict):
+            return rule.get(nargs)
+        return rule
+
+
+@dataclass(eq=False)
+class MetaFunction:
+    """A function on functions expanded by a transformation (``grad``).
+
+    ``generate(args) -> FuncGraph`` builds the graph that stands for a call on
+    these (run-time) arguments; the ``ad`` phase expands calls statically and
+    the evaluator expands them when it meets them at run time, with the same
+    code.  The declarations of the language's meta functions live in
+    :mod:`anfir.primitives.meta`; their generators belong to the autodiff
+    layer, which installs them (:mod:`anfir.wiring`).
+    """
+
+    name: str
+    doc: str
+    min_args: int = 1
+    max_args: Optional[int] = None
+    generate: Optional[Callable[[tuple[Any, ...]], FuncGraph]] = None
+    """``generate(args) -> FuncGraph``: the graph that computes this call when
+    applied to the same ``args`` (it only reads what it needs from them: the
+    arity of a function argument, constant indices)."""
+    internal: bool = False
+    """True for meta functions only transformations create."""
+    generate_for_types: Optional[Callable[[tuple[Any, ...]], Optional[FuncGraph]]] = None
+    """``generate_for_types(abstract_args) -> FuncGraph | None``: the graph
+    ``generate`` would make for arguments of these abstract values, or None
+    when they do not determine it.  The specializer types a call of the meta
+    function as a call of that graph (it types a private copy, so the graph
+    may be a shared, cached one)."""
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def accepts(self, count: int) -> bool:
+        """Whether ``count`` arguments fit the arity."""
+        return count >= self.min_args and (self.max_args is None or count <= self.max_args)
+
+    def arity_text(self) -> str:
+        """``at least 1``, ``1 to 3``..."""
+        if self.max_args is None:
+            return f"at least {self.min_args}"
+        if self.max_args == self.min_args:
+            return str(self.min_args)
+        return f"{self.min_args} to {self.max_args}"
+
+
+Callee = Union[Primitive, MetaFunction]
+"""A built-in callee value."""
+
+
+def callee_primitive(node: Node) -> Optional[Primitive]:
+    """The primitive a CNode calls (its callee is a primitive constant), else None."""
+    if not isinstance(node, CNode) or not node.inputs:
+        return None
+    head = node.inputs[0]
+    if isinstance(head, ValueNode) and isinstance(head.value, Primitive):
+        return head.value
+    return None
+
+__all__ = ["BpropText", "Callee", "MetaFunction", "Primitive", "callee_primitive"]
