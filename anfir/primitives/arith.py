@@ -153,7 +153,7 @@ pow_ = declare("pow", 2, _pow, infer=rules.elementwise("pow"), family=FAMILY, fo
     # the base's uses y * x ** (y - 1) only where y != 0 (and x ** -1 is never
     # formed for y == 0), the exponent's uses log(x) only where x > 0.
     bprop="""lambda (x, y, out, dout)
-        (sum_to(dout * where(y == 0, zeros_like(out), y * where(y == 0, ones_like(x), x) ** (y - 1)), x),
+        (sum_to(where(y == 0, zeros_like(out), dout * y * where(y == 0, ones_like(x), x) ** (y - 1)), x),
          sum_to(dout * out * log(where(x > 0, x, ones_like(x))), y)) end""")
 exp = declare("exp", 1, _float_fn(math.exp, np.exp), infer=rules.elementwise("exp"), family=FAMILY, doc="exp(x) — e ** x",
     bprop="lambda (x, out, dout) (dout * out,) end")
