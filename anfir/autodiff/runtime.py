@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from anfir.autodiff.jtransform import j_graph_checked, j_meta
 from anfir.autodiff.partials import call_node, item_node, j_partial_call
@@ -24,7 +24,7 @@ from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import gradient, structure
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.values import Closure, GradEnv, Partial
+from anfir.values import Closure, Partial
 
 _grad_graphs: dict[tuple, FuncGraph] = {}
 

@@ -40,7 +40,7 @@ import numpy as np
 from anfir.dtypes import is_float, is_integer
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.primitive import Primitive, callee_primitive
+from anfir.ir.primitive import callee_primitive
 from anfir.primitives import arith, structure, tensor
 from anfir.values import DType
 
