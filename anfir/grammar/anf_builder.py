@@ -55,7 +55,7 @@ from anfir.ir.type_syntax import dimension, scalar_type, tensor_type
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import PRIMITIVES
+from anfir.primitives import PRIMITIVES, structure
 from anfir.values import Symbol
 
 # The operators of anfir.grammar.syntax, their primitives looked up once here.
@@ -66,10 +66,10 @@ _NOT_PRECEDENCE = PREFIX_OPERATORS["NOT"].precedence
 _NOT = PRIMITIVES[PREFIX_OPERATORS["NOT"].primitive]
 _NEG = PRIMITIVES[PREFIX_OPERATORS["MINUS"].primitive]
 _POW = PRIMITIVES[INFIX_OPERATORS["POW"].primitive]
-_SWITCH = PRIMITIVES["switch"]
-_MAKE_TUPLE = PRIMITIVES["make_tuple"]
-_GETITEM = PRIMITIVES["tuple_getitem"]
-_IDENTITY = PRIMITIVES["identity"]
+_SWITCH = structure.switch
+_MAKE_TUPLE = structure.make_tuple
+_GETITEM = structure.tuple_getitem
+_IDENTITY = structure.identity
 
 TRUE_BRANCH = "✓"
 """Prefix of the graph of an ``if``'s ``then`` branch (MindIR's spelling)."""

@@ -33,6 +33,7 @@ from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.anf_literals import HELPER_NAMES, anf_literal, helpers_needed, string_literal
 from anfir.gcpause import without_gc
 from anfir.printers.naming import KEYWORDS, NameAllocator, anf_name
+from anfir.primitives import structure
 from anfir.primitives.registry import PRIMITIVES
 from anfir.printers.scopes import ScopePlan, discover_managed, plan_scopes
 from anfir.values import Symbol
@@ -316,7 +317,7 @@ class _TextPrinter:
             return None
         callee = node.inputs[0]
         if (isinstance(callee, ValueNode) and isinstance(callee.value, Primitive)
-                and callee.value.name == "identity"):
+                and callee.value is structure.identity):
             return self._atom(node.inputs[1])
         return None
 
@@ -428,7 +429,7 @@ class _TextPrinter:
             return None
         head = switch.inputs[0]
         if not (isinstance(head, ValueNode) and isinstance(head.value, Primitive)
-                and head.value.name == "switch"):
+                and head.value is structure.switch):
             return None
         a, b = switch.inputs[2], switch.inputs[3]
         if not (isinstance(a, ValueNode) and isinstance(b, ValueNode)
