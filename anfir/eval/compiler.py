@@ -27,7 +27,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
-from anfir.ir.primitive import Primitive
+from anfir.ir.primitive import Arity, Primitive
 from anfir.primitives import structure
 
 Getter = Callable[[list], tuple]
@@ -111,16 +111,9 @@ def _plural(count: int, word: str = "argument") -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def arity_words(fn: Any) -> str:
+def arity_words(fn: Arity) -> str:
     """``2 arguments``, ``1 argument``, ``1 to 2 arguments`` for a Primitive or MetaFunction."""
-    low, high = fn.min_args, fn.max_args
-    if high is None:
-        text = f"at least {low}"
-    elif high == low:
-        text = str(low)
-    else:
-        text = f"{low} to {high}"
-    return f"{text} argument" if text == "1" else f"{text} arguments"
+    return fn.arity_words()
 
 
 class _Compiler:

@@ -119,8 +119,7 @@ def check_arity(cnode: CNode) -> None:
                              cnode.loc or callee.loc)
     elif isinstance(value, (Primitive, MetaFunction)):
         if not value.accepts(count):
-            expected_text = (value.arity_text() if isinstance(value, Primitive)
-                             else _meta_arity(value))
+            expected_text = value.arity_text()
             raise ArityError(f"'{value.name}' takes {expected_text} argument"
                              f"{'' if expected_text.split()[-1] == '1' else 's'}, but {count} "
                              f"{'was' if count == 1 else 'were'} given",
@@ -197,14 +196,6 @@ def _unknown_name(node: ValueNode, scope: dict[str, FuncGraph]) -> NameResolutio
 
 def _arguments(count: int) -> str:
     return f"{count} argument{'' if count == 1 else 's'}"
-
-
-def _meta_arity(meta: MetaFunction) -> str:
-    if meta.max_args is None:
-        return f"at least {meta.min_args}"
-    if meta.max_args == meta.min_args:
-        return str(meta.min_args)
-    return f"{meta.min_args} to {meta.max_args}"
 
 
 __all__ = ["check_arity", "resolve_module"]

@@ -458,10 +458,7 @@ class Engine:
         """Apply a primitive's (or meta function's) rule, with constant folding."""
         loc = node.loc if node is not None else None
         if not prim.accepts(len(args)):
-            if hasattr(prim, "arity_text"):
-                expected = prim.arity_text()
-            else:
-                expected = f"at least {prim.min_args}"
+            expected = prim.arity_text()
             raise ArityError(f"{prim.name} takes {expected} argument"
                              f"{'' if expected == '1' else 's'}, got {len(args)}", loc)
         if isinstance(prim, MetaFunction):

@@ -21,8 +21,33 @@ BpropText = Union[str, dict[int, str]]
 """A gradient rule as ANF text, or such texts by argument count."""
 
 
+class Arity:
+    """Arity checks and their wording, shared by primitives and meta functions
+    (which declare ``min_args`` and ``max_args``)."""
+
+    min_args: int
+    max_args: Optional[int]
+
+    def accepts(self, count: int) -> bool:
+        """Whether ``count`` arguments fit the arity."""
+        return count >= self.min_args and (self.max_args is None or count <= self.max_args)
+
+    def arity_text(self) -> str:
+        """``2``, ``1 to 2``, ``at least 1``."""
+        if self.max_args is None:
+            return f"at least {self.min_args}"
+        if self.max_args == self.min_args:
+            return str(self.min_args)
+        return f"{self.min_args} to {self.max_args}"
+
+    def arity_words(self) -> str:
+        """``1 argument``, ``2 arguments``, ``at least 1 arguments``... for messages."""
+        text = self.arity_text()
+        return f"{text} argument" if text == "1" else f"{text} arguments"
+
+
 @dataclass(eq=False)
-class Primitive:
+class Primitive(Arity):
     """A built-in operation.  Compared by identity; printed by name."""
 
     name: str
@@ -71,18 +96,6 @@ class Primitive:
     def __call__(self, *args: Any) -> Any:
         return self.impl(*args)
 
-    def accepts(self, count: int) -> bool:
-        """Whether ``count`` arguments fit the arity."""
-        return count >= self.min_args and (self.max_args is None or count <= self.max_args)
-
-    def arity_text(self) -> str:
-        """``2``, ``1 or 2``, ``at least 1``."""
-        if self.max_args is None:
-            return f"at least {self.min_args}"
-        if self.max_args == self.min_args:
-            return str(self.min_args)
-        return f"{self.min_args} to {self.max_args}"
-
     def bprop_text(self, nargs: int) -> Optional[str]:
         """The gradient rule's text for a call with ``nargs`` arguments, if any."""
         rule = self.bprop
@@ -92,7 +105,7 @@ class Primitive:
 
 
 @dataclass(eq=False)
-class MetaFunction:
+class MetaFunction(Arity):
     """A function on functions expanded by a transformation (``grad``).
 
     ``generate(args) -> FuncGraph`` builds the graph that stands for a call on
@@ -123,17 +136,6 @@ class MetaFunction:
     def __repr__(self) -> str:
         return self.name
 
-    def accepts(self, count: int) -> bool:
-        """Whether ``count`` arguments fit the arity."""
-        return count >= self.min_args and (self.max_args is None or count <= self.max_args)
-
-    def arity_text(self) -> str:
-        """``at least 1``, ``1 to 3``..."""
-        if self.max_args is None:
-            return f"at least {self.min_args}"
-        if self.max_args == self.min_args:
-            return str(self.min_args)
-        return f"{self.min_args} to {self.max_args}"
 
 
 Callee = Union[Primitive, MetaFunction]
@@ -149,4 +151,4 @@ def callee_primitive(node: Node) -> Optional[Primitive]:
         return head.value
     return None
 
-__all__ = ["BpropText", "Callee", "MetaFunction", "Primitive", "callee_primitive"]
+__all__ = ["Arity", "BpropText", "Callee", "MetaFunction", "Primitive", "callee_primitive"]
