@@ -1,5 +1,7 @@
 """The gradient checker of the tests: anfir's gradients against central finite
-differences (or a reference the test computes), computed the ways a user can.
+differences (or a reference the test computes), computed the ways a user can;
+and the finite differences themselves, for reverse mode (:func:`numeric_grad`)
+and forward mode (:func:`numeric_jvp`), with :func:`assert_close` to compare.
 
 The ways (``ways=``), for a function ``f`` and arguments ``args``:
 
@@ -102,6 +104,27 @@ def numeric_grad(f: Function, args: Sequence[Any], wrt: Wrt = 0, *, eps: float =
         else:
             grads.append((at(leaf + eps) - at(leaf - eps)) / (2 * eps))
     return _rebuild(x, grads)
+
+
+def numeric_jvp(f: Function, args: Sequence[Any], tangents: Sequence[Any], *,
+                eps: float = EPS, entry: str = "f") -> Any:
+    """Directional central differences ``(f(x + eps t) - f(x - eps t)) / 2 eps``
+    of ``f`` (as for :func:`numeric_grad`) at ``args`` along ``tangents``, for
+    arguments and results that are scalars, arrays and tuples of them."""
+    call = _caller(f, entry)
+
+    def shift(x: Any, t: Any, s: float) -> Any:
+        if isinstance(x, tuple):
+            return tuple(shift(a, b, s) for a, b in zip(x, t))
+        return x + s * eps * np.asarray(t) if isinstance(x, np.ndarray) else x + s * eps * t
+
+    def diff(a: Any, b: Any) -> Any:
+        if isinstance(a, tuple):
+            return tuple(diff(p, q) for p, q in zip(a, b))
+        return (np.asarray(a) - np.asarray(b)) / (2 * eps)
+
+    return diff(call(*[shift(x, t, 1.0) for x, t in zip(args, tangents)]),
+                call(*[shift(x, t, -1.0) for x, t in zip(args, tangents)]))
 
 
 def smooth_at(f: Function, args: Sequence[Any], wrt: int = 0, *, eps: float = EPS,

@@ -15,7 +15,7 @@ scope.  The kinds (``e`` is a sub-expression, drawn one level shallower):
 ================  ================================================================
 ``var``           a name in scope
 ``const``         one of the grammar's constants
-``leaf``          ``var`` or ``const``, even odds (the only kinds at depth 0)
+``leaf``          ``var`` or ``const``, even odds (depth 0 draws only these)
 ``bin``           ``(e op e)``
 ``unary``         ``fn(e)``, or ``(-e)`` for ``"-"``
 ``let``           ``(let v = e in e)``
@@ -90,7 +90,9 @@ class Grammar:
     callees: tuple[str, ...] = ()
     """Functions of two arguments for the ``call`` kind."""
     shadowing: bool = False
-    """Whether bound names may reuse names in scope (else they are always fresh)."""
+    """Whether bound names may shadow (a quarter of the time): a parameter or a
+    ``let`` the name of a value in scope, a local function that of an enclosing
+    one.  Otherwise every bound name is fresh."""
 
     def but(self, **changes: Any) -> "Grammar":
         """This grammar with some fields changed."""
@@ -126,8 +128,9 @@ COMPILE = Grammar(
     comparisons=("<",),
     calls=("+",),
 )
-"""Everything the evaluator runs, ``grad`` and ``partial`` included (compile
-agrees with run).  Known gaps it steers around: see test_compile_agrees_with_run."""
+"""Closures, local recursion, higher-order and escaping functions, tensors,
+``grad`` and ``partial`` in three modules' definitions calling each other
+(compile agrees with run; the known gaps are in test_compile_agrees_with_run)."""
 
 ROUNDTRIP = Grammar(
     kinds=("leaf", "bin", "closure", "if", "logic", "tuple_let", "call", "count", "loop",

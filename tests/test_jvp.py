@@ -1,5 +1,5 @@
 """Forward mode: ``jvp`` in programs and ``anfir.jvp`` from the API, against
-directional finite differences and closed forms."""
+directional finite differences (tests/gradcheck.py) and closed forms."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import anfir
+from gradcheck import assert_close, numeric_jvp
 
 PROGRAM = """
 def f(x, y) = sin(x) * y + x ** 3
@@ -35,33 +36,8 @@ def third(x) = jvp(grad(grad(poly)))(x, 1.0)
 def rof(x) = grad(lambda (z) jvp(f)(z, 2.0, 1.0, 0.0)[1] end)(x)
 """
 
-EPS = 1e-6
-
-
-def directional(fn: Callable[..., Any], xs: list[Any], ts: list[Any]) -> Any:
-    """(f(x + eps t) - f(x - eps t)) / 2 eps, for scalars, arrays and tuples of them."""
-    def shift(x: Any, t: Any, s: float) -> Any:
-        if isinstance(x, tuple):
-            return tuple(shift(a, b, s) for a, b in zip(x, t))
-        return x + s * EPS * np.asarray(t) if isinstance(x, np.ndarray) else x + s * EPS * t
-
-    def diff(a: Any, b: Any) -> Any:
-        if isinstance(a, tuple):
-            return tuple(diff(p, q) for p, q in zip(a, b))
-        return (np.asarray(a) - np.asarray(b)) / (2 * EPS)
-
-    return diff(fn(*[shift(x, t, 1.0) for x, t in zip(xs, ts)]),
-                fn(*[shift(x, t, -1.0) for x, t in zip(xs, ts)]))
-
-
 def close(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-7) -> None:
-    if isinstance(want, tuple):
-        assert isinstance(got, tuple) and len(got) == len(want)
-        for g, w in zip(got, want):
-            close(g, w, rtol, atol)
-        return
-    np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float),
-                               rtol=rtol, atol=atol)
+    assert_close(got, want, rtol, atol)
 
 
 MOD = anfir.parse(PROGRAM, "jvp.anf")
@@ -88,7 +64,7 @@ def test_jvp_in_programs_matches_finite_differences(entry: str) -> None:
         flat_args = [xs[0][0], xs[0][1], ts[0][0], ts[0][1]]
     value, tangent = anfir.run(MOD[entry], *flat_args)
     close(value, fn(*xs))
-    close(tangent, directional(fn, xs, ts), rtol=1e-5, atol=1e-6)
+    close(tangent, numeric_jvp(fn, xs, ts), rtol=1e-5, atol=1e-6)
     compiled = anfir.compile(MOD, entry=entry, args=flat_args)
     close(anfir.run(compiled, *flat_args), (value, tangent), rtol=1e-12, atol=1e-12)
 
@@ -104,7 +80,7 @@ def test_jvp_from_the_api_runs_and_compiles() -> None:
     jm = anfir.jvp(MOD["mlp"])
     t_w, t_x = RNG.normal(size=W.shape), RNG.normal(size=X.shape)
     close(anfir.run(jm, W, X, t_w, t_x)[1],
-          directional(lambda w, x: anfir.run(MOD["mlp"], w, x), [W, X], [t_w, t_x]), rtol=1e-5)
+          numeric_jvp(lambda w, x: anfir.run(MOD["mlp"], w, x), [W, X], [t_w, t_x]), rtol=1e-5)
 
 
 def test_jvp_keeps_float32() -> None:
