@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import sympy
 
+import numpy as np
+
+import anfir
 import anfir.primitives  # noqa: F401  (registers the primitives and their rules)
 from anfir.abstract import rules
 from anfir.abstract.lattice import BOTTOM, JoinError, join, widen
@@ -97,15 +100,24 @@ def test_reduce_shape() -> None:
 
 
 def test_sum_rule() -> None:
+    # A rule receives the call's attributes as keyword arguments (the engine
+    # turns a positional axis, ``sum(x, 0)``, into ``axis=0`` first).
     total = PRIMITIVES["sum"].infer
     assert total(T("f64[B, K]")) == AScalar("f64")
-    assert total(T("f64[B, K]"), AScalar("i64", 0)) == T("f64[K]")
-    assert total(T("f32[B, K]"), AScalar("i64", -1)) == T("f32[B]")
-    assert total(T("f64[B]"), AScalar("i64", 0)) == AScalar("f64")
+    assert total(T("f64[B, K]"), axis=0) == T("f64[K]")
+    assert total(T("f32[B, K]"), axis=-1) == T("f32[B]")
+    assert total(T("f32[B, K]"), axis=-1, keepdims=True) == T("f32[B, 1]")
+    assert total(T("f64[B]"), axis=0) == AScalar("f64")
     assert total(T("i32[3]")) == AScalar("i64")  # numpy sums small ints as int64
-    assert PRIMITIVES["mean"].infer(T("i64[B, 2]"), AScalar("i64", 1)) == T("f64[B]")
+    assert PRIMITIVES["mean"].infer(T("i64[B, 2]"), axis=1) == T("f64[B]")
+    with pytest.raises(AnfirTypeError, match="axis"):
+        total(T("f64[B, K]"), axis="a")
+
+
+def test_a_positional_axis_must_be_a_constant() -> None:
+    program = anfir.parse("def f(x, a) = sum(x, a)")
     with pytest.raises(AnfirTypeError, match="constant"):
-        total(T("f64[B, K]"), AScalar("i64"))
+        anfir.compile(program, entry="f", args=[np.ones((2, 3)), 1])
 
 
 def test_transpose() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, Hashable, Optional, Sequence
 
 import numpy as np
+import sympy
 
 from anfir.abstract.lattice import BOTTOM, JoinError, join, map_tuple_leaves
 from anfir.abstract.shapes import (broadcast_shapes, broadcast_to_shape, dims_equal, fresh_dim,
@@ -46,6 +47,7 @@ __all__ = [
     "reshape_shape", "shape_rule", "switch_rule", "transpose_rule", "transpose_shape",
     "tuple_getitem_rule", "where_rule", "zeros_like_rule", "shape_of_abstract", "int_value",
     "dims_of_shape_arg", "dtype_of_arg", "shape_text", "ShapeError", "probe",
+    "static_of_abstract", "axis_attr", "bool_attr", "float_attr", "choice_attr",
 ]
 
 
@@ -128,10 +130,10 @@ class ProbingRule:
         self.__name__ = self.__qualname__ = f"infer_{name}"
         self.__doc__ = doc
 
-    def __call__(self, *args: AbstractValue) -> AbstractValue:
+    def __call__(self, *args: AbstractValue, **attrs: Any) -> AbstractValue:
         if self.impl is None:
             raise AnfirTypeError(f"the rule of {self.name} is not bound to a primitive")
-        return self.body(self.impl, *args)
+        return self.body(self.impl, *args, **attrs)
 
 
 # -- elementwise --------------------------------------------------------------------
@@ -215,6 +217,63 @@ def _axis_value(a: AbstractValue) -> int | tuple[int, ...] | None:
     return value
 
 
+def static_of_abstract(a: AbstractValue, what: str) -> Any:
+    """The constant ``a`` stands for — an attribute passed positionally
+    (``sum(x, 1)``) must be one: None, a known bool, int, float or string, or a
+    tuple of those.  Raises :class:`AnfirTypeError` naming ``what`` otherwise."""
+    def leaf(v: AbstractValue) -> Any:
+        if isinstance(v, ANone):
+            return None
+        if isinstance(v, AScalar) and v.value is not UNKNOWN:
+            value = v.value
+            if isinstance(value, sympy.Basic):
+                if not value.is_Integer:
+                    raise AnfirTypeError(f"{what} must be a constant (it is an attribute), not {a}")
+                return int(value)
+            return value
+        if isinstance(v, AString) and v.value is not UNKNOWN:
+            return v.value
+        raise AnfirTypeError(f"{what} must be a constant (it is an attribute), not {a}")
+
+    return fold_nested(a, lambda v: v.items if isinstance(v, ATuple) else None,
+                       lambda _t, items: tuple(items), leaf)
+
+
+def axis_attr(axis: Any, what: str) -> int | tuple[int, ...] | None:
+    """An ``axis`` attribute checked: None, an int, or a tuple of ints."""
+    if axis is None or (isinstance(axis, int) and not isinstance(axis, bool)):
+        return axis
+    if isinstance(axis, tuple) and all(isinstance(a, int) and not isinstance(a, bool) for a in axis):
+        return axis
+    raise AnfirTypeError(f"the axis of {what} is None, an integer or a tuple of integers, "
+                         f"not {axis!r}")
+
+
+def bool_attr(value: Any, name: str, what: str) -> bool:
+    """A boolean attribute checked (``keepdims=true``)."""
+    if not isinstance(value, bool):
+        raise AnfirTypeError(f"the attribute {name} of {what} is true or false, not {value!r}")
+    return value
+
+
+def float_attr(value: Any, name: str, what: str, optional: bool = False) -> Optional[float]:
+    """A number attribute checked (``alpha=0.1``); None allowed when ``optional``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise AnfirTypeError(f"the attribute {name} of {what} is a number"
+                         f"{' or None' if optional else ''}, not {value!r}")
+
+
+def choice_attr(value: Any, name: str, what: str, choices: Sequence[str]) -> str:
+    """A string attribute among ``choices`` (``approximate="tanh"``)."""
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(f'"{c}"' for c in choices)
+        raise AnfirTypeError(f"the attribute {name} of {what} is one of {options}, not {value!r}")
+    return value
+
+
 def tensor_or_scalar(dtype: str, shape: Optional[tuple[Dim, ...]]) -> AbstractValue:
     # numpy returns a numpy scalar (not a 0-d array) from reductions and 1-d @ 1-d.
     return AScalar(dtype) if shape == () else ATensor(dtype, shape)
@@ -248,17 +307,25 @@ def reshape_rule(x: AbstractValue, shape: AbstractValue) -> AbstractValue:
     return ATensor(dtype, reshape_shape(old, dims_of_shape_arg(shape), dtype))
 
 
-def reduction(name: str) -> ProbingRule:
-    """The rule of ``sum``/``mean``: ``f(x)`` is a scalar, ``f(x, axis)`` drops ``axis``."""
+def reduction(name: str, dtype: Optional[str] = None) -> ProbingRule:
+    """The rule of a reduction with attributes ``axis`` and ``keepdims`` (``sum``,
+    ``mean``, ``max``...): the reduced axes are dropped (kept as 1 with
+    ``keepdims``); the dtype is ``dtype`` when given, else what the primitive's
+    ``impl`` gives on a sample.  Other attributes are checked by the impl on
+    the sample (an error there is a type error)."""
 
-    def rule(impl: Callable[..., Any], x: AbstractValue,
-             axis: Optional[AbstractValue] = None) -> AbstractValue:
-        dtype, shape = shape_of_abstract(x, name)
-        kind, out_dtype = probe(name, impl, (ATensor(dtype, (1,)),))
-        ax = None if axis is None else _axis_value(axis)
-        return tensor_or_scalar(out_dtype, reduce_shape(shape, ax, dtype))
+    def rule(impl: Callable[..., Any], x: AbstractValue, *, axis: Any = None,
+             keepdims: Any = False, **others: Any) -> AbstractValue:
+        in_dtype, shape = shape_of_abstract(x, name)
+        ax = axis_attr(axis, name)
+        keep = bool_attr(keepdims, "keepdims", name)
+        out_dtype = dtype
+        if out_dtype is None:
+            _, out_dtype = probe(name, impl, (ATensor(in_dtype, (1,)),))
+        return tensor_or_scalar(out_dtype, reduce_shape(shape, ax, in_dtype, keep))
 
-    return ProbingRule(name, rule, f"Abstract rule of {name}: a reduction over all axes or the given ones.")
+    return ProbingRule(name, rule, f"Abstract rule of {name}: a reduction over all axes or the "
+                       "given ones (kept as 1 with keepdims).")
 
 
 def broadcast_to_rule(x: AbstractValue, shape: AbstractValue) -> AbstractValue:

@@ -174,13 +174,19 @@ def normalize_axes(axis: int | tuple[int, ...], rank: int, shape_for_msg: str) -
     return tuple(sorted(result))
 
 
-def reduce_shape(shape: Shape, axis: int | tuple[int, ...] | None, dtype: str = "") -> Shape:
-    """The shape after summing over ``axis`` (None: every axis, giving ``()``)."""
-    if axis is None:
+def reduce_shape(shape: Shape, axis: int | tuple[int, ...] | None, dtype: str = "",
+                 keepdims: bool = False) -> Shape:
+    """The shape after summing over ``axis`` (None: every axis, giving ``()``);
+    with ``keepdims`` the reduced axes stay, as 1."""
+    if axis is None and not keepdims:
         return ()
     if shape is None:
         return None
+    if axis is None:
+        return (1,) * len(shape)
     axes = normalize_axes(axis, len(shape), shape_text(shape, dtype))
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 

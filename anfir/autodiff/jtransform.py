@@ -279,7 +279,7 @@ class _ScopeTransform:
             args = [self.fmap(a, g) for a in node.inputs[1:]]
             prim = callee.value if isinstance(callee, ValueNode) else None
             if isinstance(prim, Primitive) and prim is not structure.partial:
-                y = CNode(fwd, [callee, *args], loc, node.name)
+                y = CNode(fwd, [callee, *args], loc, node.name, node.attrs)
             elif prim is structure.partial:
                 # The J-world partial calls a wrapper that regroups gradients.
                 maker = j_partial_maker(node.inputs[1], len(args) - 1, self.context.static,
@@ -333,7 +333,8 @@ class _ScopeTransform:
                 if not prim.differentiable:
                     continue
                 args = [self.value_in(a, g) for a in node.inputs[1:]]
-                grads = instantiate_bprop(prim, bwd, args, self.value_in(node, g), s, node.loc)
+                grads = instantiate_bprop(prim, bwd, args, self.value_in(node, g), s, node.loc,
+                                          node.attrs)
                 for arg, grad in zip(node.inputs[1:], grads):
                     if _can_receive(arg, mng):
                         add(arg, grad)

@@ -15,6 +15,7 @@ from anfir.autodiff.partials import j_partial_call
 from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
 from anfir.ir.clone import Cloner
+from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.ir.manager import manage
@@ -30,46 +31,61 @@ def has_rule(prim: Primitive, nargs: int) -> bool:
     """Whether ``prim`` called with ``nargs`` arguments can be differentiated."""
     if not prim.differentiable or prim.structural_gradient or prim is structure.partial:
         return True
-    return prim.bprop_text(nargs) is not None
+    return prim.bprop_text(prim.input_count(nargs)) is not None
 
 
-def rule_graph(prim: Primitive, nargs: int) -> FuncGraph:
-    """The parsed gradient rule ``(x1..xn, out, dout) -> (dx1..dxn)`` of ``prim``."""
-    key = (prim.name, nargs)
+def rule_graph(prim: Primitive, ninputs: int) -> FuncGraph:
+    """The parsed gradient rule ``(x1..xn, attr1..attrk, out, dout) -> (dx1..dxn)`` of
+    ``prim`` called with ``ninputs`` inputs (its attributes are parameters too)."""
+    key = (prim.name, ninputs)
     graph = _rules.get(key)
     if graph is None:
-        text = prim.bprop_text(nargs)
+        text = prim.bprop_text(ninputs)
         if text is None:
-            raise GradientError(f"no gradient rule for {prim.name} with {nargs} arguments")
+            raise GradientError(f"no gradient rule for {prim.name} with {ninputs} arguments")
         module = parse_module(text, f"<gradient rule of {prim.name}>")
         graph = module["main"]
         graph.name = f"bprop_{prim.name}"
-        if len(graph.parameters) != nargs + 2:
+        expected = prim.rule_parameters(ninputs)
+        if len(graph.parameters) != expected:
             raise GradientError(f"the gradient rule of {prim.name} takes {len(graph.parameters)} "
-                                f"parameters; expected {nargs + 2} (inputs, out, dout)")
+                                f"parameters; expected {expected} (inputs, attributes, out, dout)")
         manage(graph)
         _rules[key] = graph
     return graph
 
 
 def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out: Node,
-                      dout: Node, loc: Optional[Location]) -> list[Node]:
-    """Nodes in ``target`` computing the gradient of each argument of ``prim(*args)``."""
+                      dout: Node, loc: Optional[Location], attrs: Attrs = NO_ATTRS) -> list[Node]:
+    """Nodes in ``target`` computing the gradient of each argument of ``prim(*args)``
+    (a call with the attributes ``attrs``).
+
+    The rule's attribute parameters are bound to the call's attributes (their
+    defaults when not given) as constants, or to the positional arguments that
+    stand for them (``sum(x, a)``), which get zero gradients.
+    """
     nargs = len(args)
     getitem = ValueNode(structure.tuple_getitem)
     if not prim.differentiable:
         return [CNode(target, [ValueNode(structure.zeros_like), a], loc) for a in args]
     if prim.structural_gradient:
         return [CNode(target, [getitem, dout, ValueNode(i)], loc) for i in range(nargs)]
-    rule = rule_graph(prim, nargs)
+    ninputs = prim.input_count(nargs)
+    inputs, positional = args[:ninputs], args[ninputs:]
+    rule = rule_graph(prim, ninputs)
     mng = rule.manager or manage(rule)
-    seed: dict[Node, Node] = dict(zip(rule.parameters, [*args, out, dout]))
+    attr_nodes: list[Node] = [positional[i] if i < len(positional)
+                              else ValueNode(attrs[name] if name in attrs else default, loc)
+                              for i, (name, default) in enumerate(prim.attrs.items())]
+    seed: dict[Node, Node] = dict(zip(rule.parameters, [*inputs, *attr_nodes, out, dout]))
     cloner = Cloner(mng, mng.scope(rule), node_map=seed, inline_into={rule: target},
                     loc=loc.derive(f"ad: gradient rule of {prim.name}") if loc else None)
     result = cloner.output_of(rule)
-    if isinstance(result, CNode) and result.is_apply(structure.make_tuple) and len(result.inputs) == nargs + 1:
-        return list(result.inputs[1:])
-    return [CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(nargs)]
+    zeros = [CNode(target, [ValueNode(structure.zeros_like), a], loc) for a in positional]
+    if isinstance(result, CNode) and result.is_apply(structure.make_tuple) \
+            and len(result.inputs) == ninputs + 1:
+        return [*result.inputs[1:], *zeros]
+    return [*(CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(ninputs)), *zeros]
 
 
 def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:

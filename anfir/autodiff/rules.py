@@ -208,7 +208,7 @@ def scalar_unreduce_into_elementwise(node: CNode, ctx: "RewriteContext") -> Opti
             inner = ctx.apply(node.graph, [node.inputs[0], *operands], like=node)
             if not isinstance(inner.abstract, AScalar):
                 return None
-            return ctx.apply(node.graph, [spread.inputs[0], inner, ref, spread.inputs[3]],
+            return ctx.apply(node.graph, [spread.inputs[0], inner, ref, *spread.inputs[3:]],
                              like=node, abstract=node.abstract)
     return None
 

@@ -7,8 +7,9 @@ A frame's registers are one Python list laid out as::
 where the template (copied on every call) holds the graph's constants, already
 loaded, followed by one empty slot per computed value.  Every operand of every
 instruction is resolved here to a register index, and every primitive callee to
-its Python function, so the VM does no dict lookup, name resolution or
-isinstance test on the common path.  No Python source is generated.
+its Python function (with the call's attributes bound as keyword
+arguments), so the VM does no dict lookup, name resolution or isinstance test
+on the common path.  No Python source is generated.
 
 Compiled code is cached per graph and is recompiled when the graph's manager,
 or the manager's ``epoch`` (bumped on every edit), has changed.
@@ -16,6 +17,7 @@ or the manager's ``epoch`` (bumped on every edit), has changed.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from operator import itemgetter
 from typing import Any, Callable, Optional, Sequence
@@ -213,7 +215,8 @@ class _Compiler:
                 return False
             regs = [self.operand(a, node) for a in args]
             dst = self.new_reg()
-            fn = prim.impl
+            # A call's attributes are bound once here: the VM calls ``fn(*args)``.
+            fn = functools.partial(prim.impl, **node.attrs) if node.attrs else prim.impl
             if count == 2:
                 self.emit((P2, dst, fn, regs[0], regs[1], node))
             elif count == 1:
@@ -302,9 +305,9 @@ def disassemble(graph: FuncGraph) -> str:
         name = NAMES[op]
         if op in (P1, P2, P3):
             fn = instr[2]
-            text = f"r{instr[1]} = {getattr(fn, '__name__', fn)}({', '.join(f'r{r}' for r in instr[3:-1])})"
+            text = f"r{instr[1]} = {_fn_name(fn)}({', '.join(f'r{r}' for r in instr[3:-1])})"
         elif op == PN:
-            text = f"r{instr[1]} = {getattr(instr[2], '__name__', instr[2])}({', '.join(f'r{r}' for r in operands)})"
+            text = f"r{instr[1]} = {_fn_name(instr[2])}({', '.join(f'r{r}' for r in operands)})"
         elif op == RET:
             text = f"r{instr[1]}"
         elif op == CLOSURE:
@@ -319,3 +322,11 @@ def disassemble(graph: FuncGraph) -> str:
             text = str(instr[1])
         lines.append(f"  {name:8} {text}")
     return "\n".join(lines)
+
+
+def _fn_name(fn: Any) -> str:
+    """A primitive's function as :func:`disassemble` shows it (``_sum[axis=1]``)."""
+    if isinstance(fn, functools.partial):
+        bound = ", ".join(f"{k}={v!r}" for k, v in fn.keywords.items())
+        return f"{_fn_name(fn.func)}[{bound}]"
+    return str(getattr(fn, "__name__", fn))

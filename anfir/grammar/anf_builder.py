@@ -26,7 +26,9 @@ Graph shapes (what the other phases rely on):
 * operators: ``CNode(graph, [ValueNode(PRIMITIVES[op]), a, b])`` located at the
   operator; unary minus on a literal folds to a negative constant;
 * calls: ``CNode(graph, [callee, *args])`` located at the ``(``; tuples are
-  ``make_tuple``, ``e[i]`` is ``tuple_getitem(e, i)``;
+  ``make_tuple``, ``e[i]`` is ``tuple_getitem(e, i)``; keyword arguments
+  (``sum(x, axis=1)``) are the CNode's ``attrs``, constants only, on a call
+  of a global name (the resolve phase checks it is a primitive);
 * ``let x = e in b``: no node; uses of ``x`` are ``e``'s node, named ``x``
   (and annotated) when it is a CNode that ``e`` computed;
 * ``let x: T = e in b`` when ``e`` is not such a CNode (a parameter, another
@@ -49,7 +51,9 @@ from lark import Transformer
 
 from anfir.errors import AnfirSyntaxError, AnfirTypeError, DuplicateDefinitionError
 from anfir.grammar.anf_lexer import Token, string_value
+from anfir.grammar.resolve import static_value
 from anfir.grammar.syntax import CHAIN_OPERATORS, INFIX_OPERATORS, PREFIX_OPERATORS
+from anfir.ir.attrs import Attrs
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn, TypeAnn
 from anfir.ir.type_syntax import dimension, scalar_type, tensor_type
 from anfir.ir.graph import FuncGraph
@@ -115,6 +119,16 @@ class NegatedChain(list):
     """A chain (operands and operators) in which some operand is :class:`Negated`."""
 
     __slots__ = ()
+
+
+class Keyword:
+    """A keyword argument of a call being parsed: its name token and constant value."""
+
+    __slots__ = ("token", "value")
+
+    def __init__(self, token: Token, value: Any) -> None:
+        self.token = token
+        self.value = value
 
 
 class IfParts:
@@ -721,6 +735,47 @@ class AnfBuilder(Transformer):
         items = [callee]
         items.extend(c[2])
         return self.apply(items, self.loc(token[2], token[3]))
+
+    def kwarg(self, c: list) -> "Keyword":
+        """``NAME = EXPR`` in a call: an attribute, whose value must be a constant."""
+        token, value = c[0], c[2]
+        found = static_value(value) if value.__class__ is not PendingUse else None
+        if found is None:
+            raise AnfirSyntaxError(
+                f"the value of the keyword argument '{token[1]}' must be a constant",
+                self.token_loc(token),
+                hint="keyword arguments are a primitive's attributes: a number, true/false, "
+                     "None, a string, or a tuple of those")
+        return Keyword(token, found[0])
+
+    def call_kw(self, c: list) -> CNode:
+        """``callee(ARGS, NAME=VALUE, ...)``: a call with attributes, located at the ``(``.
+
+        The callee must be a global name (a primitive once resolved: the
+        resolve phase checks it and the attribute names).
+        """
+        callee = c[0]
+        token = c[1]
+        lists = [item for item in c[2:] if item.__class__ is list]
+        keywords: list[Keyword] = lists[-1]
+        if callee.__class__ is not ValueNode or callee.value.__class__ is not Symbol:
+            raise AnfirTypeError(
+                "keyword arguments are attributes of a call of a primitive; this callee is "
+                "not a primitive", self.token_loc(keywords[0].token),
+                hint="pass the value positionally, or call the primitive by its name")
+        seen: dict[str, Token] = {}
+        for keyword in keywords:
+            name = keyword.token[1]
+            if name in seen:
+                raise AnfirSyntaxError(f"the keyword argument '{name}' is given twice",
+                                       self.token_loc(keyword.token))
+            seen[name] = keyword.token
+        items = [callee]
+        if len(lists) == 2:
+            items.extend(lists[0])
+        cnode = self.apply(items, self.loc(token[2], token[3]))
+        cnode.set_attrs(Attrs((k.token[1], k.value) for k in keywords))
+        return cnode
 
     def index(self, c: list) -> CNode:
         """``EXPR[INT]`` -> ``tuple_getitem(EXPR, INT)``, located at the ``[``."""

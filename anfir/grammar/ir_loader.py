@@ -34,11 +34,13 @@ from anfir.abstract.values import (AAny, AbstractValue, AEnv, AFunction, AKey,
 from anfir.abstract.lattice import BOTTOM
 from anfir.abstract.shapes import dim_symbol
 from anfir.dtypes import from_abstract_name, numpy_dtype
-from anfir.errors import AnfirError, AnfirSyntaxError, NameResolutionError, UsageError
+from anfir.errors import AnfirError, AnfirSyntaxError, AnfirTypeError, NameResolutionError, UsageError
 from anfir.gcpause import gc_paused
 from anfir.ir.annotations import DimAnn, ScalarAnn, TensorAnn, TupleAnn
 from anfir.ir.type_syntax import dimension, scalar_type, tensor_type, tuple_type
+from anfir.ir.attrs import NO_ATTRS, Attrs, is_attr_value
 from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
@@ -312,15 +314,16 @@ class _IRBuilder(Transformer):
         node.abstract = abstract
         node.loc = self._parse_loc(loc) if loc is not None else None
 
-    def cnode_stmt(self, token: Token, label: Any, callee: Any, args: Any, signature: Any,
-                   loc: Optional[Token]) -> None:
+    def cnode_stmt(self, token: Token, label: Any, callee: Any, args: Any, attrs: Any,
+                   signature: Any, loc: Optional[Token]) -> None:
         st = self.current
         assert st is not None
         local = str(token)
         if local in st.locals:
             raise self._error(f"{local} is defined twice in @{st.graph.name}", token)
         name, annotation = label if label is not None else (None, None)
-        node = CNode(st.graph, (), self._parse_loc(loc) if loc is not None else None, name)
+        node = CNode(st.graph, (), self._parse_loc(loc) if loc is not None else None, name,
+                     self._call_attrs(callee, attrs, token))
         node.annotation = annotation
         operands = [callee, *(args or [])]
         if signature is not None:
@@ -332,6 +335,34 @@ class _IRBuilder(Transformer):
             operands = [operands[0]] + [_typed(op, t) for op, t in zip(operands[1:], ins)]
         st.locals[local] = node
         st.pending.append((node, operands))
+
+    def prim_attrs(self, *items: Any) -> list:
+        return [item for item in items if item is not None]
+
+    def attr_item(self, name: Token, value: Any) -> tuple:
+        return (name, value)
+
+    def _call_attrs(self, callee: Any, items: Optional[list], token: Token) -> Attrs:
+        """The attributes of a node line, checked against its callee's declaration
+        (and put in canonical form)."""
+        if not items:
+            return NO_ATTRS
+        prim = callee.value if isinstance(callee, _Const) else None
+        if not isinstance(prim, Primitive):
+            raise self._error(f"{token} has primitive_attrs, but its callee is not a primitive",
+                              items[0][0], AnfirTypeError)
+        pairs = []
+        for name, value in items:
+            constant = self._constant(value) if isinstance(value, _Const) else value
+            if not is_attr_value(constant):
+                raise self._error(f"attribute {name} of {prim.name} is not a constant "
+                                  "(None, a number, a bool, a string or a tuple of them)",
+                                  name, AnfirTypeError)
+            pairs.append((str(name), constant))
+        try:
+            return prim.canonical_attrs(pairs)
+        except AnfirError as exc:
+            raise self._error(exc.message, items[0][0], type(exc)) from None
 
     def label(self, name: Optional[Token], annotation: Any) -> tuple:
         return (str(name) if name is not None else None, annotation)

@@ -9,8 +9,14 @@ module's definitions shadow imported ones, which shadow built-ins.
 
 It then checks the arity of every call whose callee is statically known (a
 graph constant — a top-level definition or a let-bound lambda — a primitive
-or a meta function).  Errors are located: an unknown name (the first in
-source order, with the close names that exist), a wrong number of arguments.
+or a meta function), and puts every call of a primitive in canonical form
+(:func:`canonical_call`): keyword arguments are checked against the
+primitive's declared attributes, constant positional arguments that stand for
+attributes (``sum(x, 1)``) become attributes (``sum(x, axis=1)``), and
+attributes equal to their default are dropped — so the two spellings are one
+graph.  Errors are located: an unknown name (the first in source order, with
+the close names that exist), a wrong number of arguments, a keyword argument
+on a call of something that is not a primitive, an unknown attribute.
 
 One iterative walk over the nodes reachable from the module's graphs: linear
 in program size, no recursion.
@@ -19,12 +25,15 @@ in program size, no recursion.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Optional
 
-from anfir.errors import ArityError, NameResolutionError
+from anfir.errors import AnfirError, AnfirTypeError, ArityError, NameResolutionError
+from anfir.ir.attrs import NO_ATTRS, Attrs, is_attr_value
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.nested import fold_nested
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, lookup
+from anfir.primitives.structure import make_tuple
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Symbol
 
@@ -87,7 +96,97 @@ def resolve_module(module: Module) -> Module:
         calls.sort(key=_source_order)
         for cnode in calls:
             check_arity(cnode)
+    keyword_calls = []
+    for user, index, node, target in resolved:
+        if index != 0 or isinstance(user, FuncGraph):
+            continue
+        if isinstance(target, Primitive):
+            canonical_call(user)
+        elif user.attrs:
+            keyword_calls.append((user, target))
+    if keyword_calls:
+        user, target = min(keyword_calls, key=lambda item: _source_order(item[0]))
+        what = (f"'{target.name}' is a function of the program" if isinstance(target, FuncGraph)
+                else f"'{target.name}' is not a primitive")
+        raise AnfirTypeError(f"keyword arguments are attributes of a call of a primitive; {what}",
+                             user.loc, hint="pass the value positionally")
     return module
+
+
+def static_value(node: Node) -> Optional[tuple[Any]]:
+    """``(value,)`` when ``node`` is a constant an attribute can hold — a literal,
+    None, a string, or a ``make_tuple`` call (``(2, 2)``, any depth) of such
+    constants — else None."""
+    def items_of(n: Node) -> Any:
+        if n.__class__ is CNode and n.inputs and n.inputs[0].__class__ is ValueNode \
+                and n.inputs[0].value is make_tuple and not n.attrs:
+            return n.inputs[1:]
+        return None
+
+    def leaf(n: Node) -> Any:
+        if n.__class__ is ValueNode and is_attr_value(n.value):
+            return n.value
+        raise _NotStatic()
+
+    try:
+        return (fold_nested(node, items_of, lambda _n, items: tuple(items), leaf),)
+    except _NotStatic:
+        return None
+
+
+class _NotStatic(Exception):
+    """Raised inside :func:`static_value` by a part that is not a constant."""
+
+
+def canonical_call(cnode: CNode) -> None:
+    """Put a call of a primitive in canonical form (see the module doc), in place on a
+    node no manager tracks, else by replacing it through its manager.  Raises a
+    located :class:`AnfirTypeError` for an unknown attribute or one given twice."""
+    prim = cnode.inputs[0].value  # type: ignore[attr-defined]
+    if not prim.attrs:
+        if cnode.attrs:
+            raise AnfirTypeError(f"{prim.name} takes no keyword arguments ({prim.attrs_text()})",
+                                 cnode.loc)
+        return
+    args = list(cnode.inputs[1:])
+    inputs = prim.input_count(len(args))
+    moved: list[tuple[str, Any]] = []
+    # The constant tail of the positional attributes moves into the attributes
+    # (`cumsum(x, a, true)`: `a` is not a constant, so it stays positional).
+    while len(args) > inputs:
+        found = static_value(args[-1])
+        if found is None:
+            break
+        moved.append((prim.positional_attrs[len(args) - 1 - inputs], found[0]))
+        args.pop()
+    try:
+        given = list(cnode.attrs.items())
+        positional = set(prim.positional_attrs[:len(args) - inputs])
+        for name, _ in given:
+            if name in positional or any(name == m for m, _ in moved):
+                raise AnfirTypeError(f"attribute '{name}' of {prim.name} is given both "
+                                     "positionally and as a keyword")
+        attrs = prim.canonical_attrs([*reversed(moved), *given])
+    except AnfirError as exc:
+        raise type(exc)(exc.message, exc.loc or cnode.loc, exc.hint) from None
+    if attrs == cnode.attrs and len(args) == len(cnode.inputs) - 1:
+        return
+    set_call(cnode, [cnode.inputs[0], *args], attrs)
+
+
+def set_call(cnode: CNode, inputs: list[Node], attrs: Attrs = NO_ATTRS) -> CNode:
+    """Give ``cnode`` these inputs and attributes: in place when no manager tracks it,
+    else through a new CNode that replaces it.  Returns the node standing there."""
+    graph = cnode.graph
+    manager = graph.manager if graph is not None else None
+    if manager is None or not manager.tracks(cnode):
+        cnode._raw_set_inputs(inputs)
+        cnode.set_attrs(attrs)
+        return cnode
+    new = CNode(graph, inputs, cnode.loc, cnode.name, attrs)
+    new.annotation = cnode.annotation
+    manager.replace(cnode, new)
+    return new
 
 
 def _arity_fits(callee: Any, count: int) -> bool:
@@ -198,4 +297,4 @@ def _arguments(count: int) -> str:
     return f"{count} argument{'' if count == 1 else 's'}"
 
 
-__all__ = ["check_arity", "resolve_module"]
+__all__ = ["canonical_call", "check_arity", "resolve_module", "set_call", "static_value"]

@@ -54,7 +54,9 @@ from anfir.errors import (AnfirError, AnfirTypeError, ArityError, GradientError,
 from anfir.ir.clone import clone
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.primitive import MetaFunction
+from anfir.ir.attrs import NO_ATTRS, Attrs
+from anfir.ir.primitive import MetaFunction, call_attrs
+from anfir.abstract.rules import static_of_abstract
 from anfir.ir.walk import toposort
 from anfir.primitives import meta as metas, structure
 from anfir.values import Symbol
@@ -467,8 +469,17 @@ class Engine:
             return AAny()
         if prim.infer is None:
             raise InferenceError(f"the primitive {prim.name} has no inference rule", loc)
+        attrs = _site_attrs(node, prim)
         try:
-            result = prim.infer(*args)
+            if prim.attrs:
+                # The rule sees every attribute (defaults filled in); positional
+                # arguments standing for attributes must be known constants.
+                inputs = prim.input_count(len(args))
+                positional = [static_of_abstract(a, f"the {name} of {prim.name}")
+                              for name, a in zip(prim.positional_attrs, args[inputs:])]
+                result = prim.infer(*args[:inputs], **prim.bound_attrs(attrs, positional))
+            else:
+                result = prim.infer(*args)
         except AnfirError as exc:
             if exc.loc is None:
                 raise type(exc)(exc.message, loc, exc.hint) from None
@@ -478,7 +489,7 @@ class Engine:
                                  f"({', '.join(str(a) for a in args)}): {exc!r}", loc) from None
         if (isinstance(result, AScalar) and result.value is UNKNOWN and prim.foldable and args
                 and all(_known(a) for a in args)):
-            value = _fold(prim, args, result.dtype)
+            value = _fold(prim, args, result.dtype, attrs)
             if value is not UNKNOWN:
                 result = AScalar(result.dtype, value)
         return result
@@ -595,7 +606,18 @@ def _known(a: AbstractValue) -> bool:
         isinstance(a, AString) and a.value is not UNKNOWN)
 
 
-def _fold(prim: Any, args: tuple, dtype: str) -> Any:
+def _site_attrs(node: Any, prim: Any) -> Attrs:
+    """The attributes of the call site ``node`` of ``prim``: a CNode's own, or those
+    a stand-in site carries (the rewrites' typing of a node not built yet)."""
+    if node is None:
+        return NO_ATTRS
+    if isinstance(node, CNode):
+        return call_attrs(node, prim)
+    attrs = getattr(node, "attrs", NO_ATTRS)
+    return attrs if isinstance(attrs, Attrs) else NO_ATTRS
+
+
+def _fold(prim: Any, args: tuple, dtype: str, attrs: Attrs = NO_ATTRS) -> Any:
     values = [a.value for a in args]
     if any(isinstance(v, sympy.Basic) for v in values):
         fn = prim.symbolic
@@ -608,7 +630,7 @@ def _fold(prim: Any, args: tuple, dtype: str) -> Any:
     if prim.fold_guard is not None and not prim.fold_guard(values):
         return UNKNOWN  # too costly to fold at compile time (10 ** 10 ** 9)
     try:
-        value = prim.impl(*values)
+        value = prim.impl(*values, **attrs)
     except Exception:  # noqa: BLE001 - a failing fold leaves the value to run time
         return UNKNOWN
     if hasattr(value, "item") and not isinstance(value, (bool, int, float, str)):

@@ -254,7 +254,7 @@ class CloneProvider(Provider):
                     if not copies:
                         copy = node  # the first spec keeps the original node
                     else:
-                        copy = CNode(node.graph, node.inputs, node.loc, node.name)
+                        copy = CNode(node.graph, node.inputs, node.loc, node.name, node.attrs)
                         copy.annotation = node.annotation
                         copy.abstract = node.abstract
                         added.setdefault(node.graph, {}).setdefault(node, []).append(copy)

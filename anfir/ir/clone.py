@@ -85,7 +85,7 @@ class Cloner:
             target = placement[g]
             for node in sorted(mng.nodes.get(g, ()), key=_seq):
                 if isinstance(node, CNode) and node not in self.node_map:
-                    copy = CNode(target, node.inputs, self._loc(node.loc), node.name)
+                    copy = CNode(target, node.inputs, self._loc(node.loc), node.name, node.attrs)
                     copy.annotation = node.annotation
                     if self.keep_types:
                         copy.abstract = node.abstract

@@ -6,6 +6,7 @@ import itertools
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from anfir.errors import UsageError
+from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.upcalls import UPCALLS
 from anfir.location import Location
@@ -63,10 +64,11 @@ class FuncGraph:
         return param
 
     def apply(self, callee: Any, *args: Any, loc: Optional["Location"] = None,
-              name: Optional[str] = None) -> CNode:
-        """Make ``callee(*args)`` in this graph; non-Node arguments become ValueNodes."""
+              name: Optional[str] = None, attrs: Attrs = NO_ATTRS) -> CNode:
+        """Make ``callee(*args)`` in this graph; non-Node arguments become ValueNodes.
+        ``attrs``: the call's attributes (for a primitive callee)."""
         inputs = [a if isinstance(a, Node) else ValueNode(a, loc) for a in (callee, *args)]
-        return CNode(self, inputs, loc, name)
+        return CNode(self, inputs, loc, name, attrs)
 
     @property
     def output(self) -> Node:

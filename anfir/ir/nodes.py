@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+from anfir.ir.attrs import NO_ATTRS, Attrs
+
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.ir.graph import FuncGraph
     from anfir.location import Location
@@ -102,17 +104,38 @@ class ValueNode(Node):
 
 
 class CNode(Node):
-    """A call ``inputs[0](inputs[1], ...)`` computed in ``graph``."""
+    """A call ``inputs[0](inputs[1], ...)`` computed in ``graph``.
 
-    __slots__ = ("_inputs",)
+    ``attrs`` are the call's attributes (static keyword arguments of a
+    primitive: ``sum(x, axis=1)``, see :mod:`anfir.ir.attrs`); only a call
+    whose callee is a primitive constant has any.  Whoever copies a call
+    copies them with it.
+    """
+
+    __slots__ = ("_inputs", "_attrs")
 
     graph: "FuncGraph"
     """The graph the call computes in (never None)."""
 
     def __init__(self, graph: "FuncGraph", inputs: Iterable[Node],
-                 loc: Optional["Location"] = None, name: Optional[str] = None) -> None:
+                 loc: Optional["Location"] = None, name: Optional[str] = None,
+                 attrs: Attrs = NO_ATTRS) -> None:
         super().__init__(graph, loc, name)
         self._inputs: tuple[Node, ...] = tuple(inputs)
+        self._attrs = attrs
+
+    @property
+    def attrs(self) -> Attrs:
+        """The call's attributes (empty for most calls)."""
+        return self._attrs
+
+    def set_attrs(self, attrs: Attrs) -> None:
+        """Replace the attributes (only for nodes no manager tracks yet: a managed
+        call is replaced by a new CNode instead, so compiled code never goes stale)."""
+        graph = self.graph
+        if graph is not None and graph.manager is not None and graph.manager.tracks(self):
+            raise RuntimeError("set_attrs on a managed node; build a new CNode instead")
+        self._attrs = attrs
 
     @property
     def inputs(self) -> tuple[Node, ...]:
@@ -144,6 +167,10 @@ class CNode(Node):
         inputs = self._inputs
         self._inputs = inputs[:index] + (node,) + inputs[index + 1:]
 
+    def _raw_set_inputs(self, inputs: Iterable[Node]) -> None:
+        # All inputs at once, for the same callers as _raw_set_input.
+        self._inputs = tuple(inputs)
+
     def append_input(self, node: Node) -> None:
         """Add an argument at the end (only for nodes no manager tracks yet)."""
         graph = self.graph
@@ -163,7 +190,8 @@ class CNode(Node):
         head = self._inputs[0] if self._inputs else None
         what = repr(head) if head is not None else "?"
         label = f" {self.name}" if self.name else ""
-        return f"<CNode{label} in @{owner}: {what}(...{len(self._inputs) - 1} args)>"
+        attrs = f" {self._attrs!r}" if self._attrs else ""
+        return f"<CNode{label} in @{owner}: {what}(...{len(self._inputs) - 1} args){attrs}>"
 
 
 def is_constant(node: Node, kind: type | tuple[type, ...] | None = None) -> bool:

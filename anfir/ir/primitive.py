@@ -10,8 +10,10 @@ names kept somewhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
+from anfir.errors import AnfirTypeError
+from anfir.ir.attrs import NO_ATTRS, Attrs, attr_key
 from anfir.ir.nodes import CNode, Node, ValueNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,6 +91,17 @@ class Primitive(Arity):
     """True when the J transform builds its gradient itself from the call's
     shape rather than from a ``bprop`` text (``make_tuple``: one getitem per
     argument, whatever their number)."""
+    attrs: Attrs = NO_ATTRS
+    """The attributes a call may give as keyword arguments, with their
+    defaults, in order (``{axis: None, keepdims: False}``).  ``impl`` takes
+    them as keyword arguments with these defaults; ``infer`` receives all of
+    them (defaults filled in) as keyword arguments; a ``bprop`` text takes
+    them as parameters after the inputs (see :meth:`rule_parameters`)."""
+    positional_attrs: tuple[str, ...] = ()
+    """The first attributes, in order, that may also be passed positionally
+    after the inputs (``sum(x, 1)`` is ``sum(x, axis=1)``).  A primitive with
+    positional attributes has a fixed number of inputs, ``min_args``;
+    ``max_args`` counts the positional attributes too."""
 
     def __repr__(self) -> str:
         return self.name
@@ -97,11 +110,65 @@ class Primitive(Arity):
         return self.impl(*args)
 
     def bprop_text(self, nargs: int) -> Optional[str]:
-        """The gradient rule's text for a call with ``nargs`` arguments, if any."""
+        """The gradient rule's text for a call with ``nargs`` inputs, if any."""
         rule = self.bprop
         if isinstance(rule, dict):
             return rule.get(nargs)
         return rule
+
+    # -- attributes -------------------------------------------------------------------
+    def input_count(self, nargs: int) -> int:
+        """How many of ``nargs`` positional arguments are inputs (the rest stand for
+        the first positional attributes)."""
+        return min(nargs, self.min_args) if self.positional_attrs else nargs
+
+    def rule_parameters(self, ninputs: int) -> int:
+        """How many parameters the gradient rule for ``ninputs`` inputs takes: the
+        inputs, every attribute (declared order), ``out`` and ``dout``."""
+        return ninputs + len(self.attrs) + 2
+
+    def canonical_attrs(self, given: Union[Mapping[str, Any], Sequence[tuple[str, Any]]]) -> Attrs:
+        """The canonical form of a call's attributes: names checked, declaration
+        order, values equal (in type) to their default left out, and an integer
+        given for a float attribute made a float.  Raises an unlocated
+        :class:`AnfirTypeError` for a name the primitive does not declare."""
+        pairs = list(given.items()) if isinstance(given, Mapping) else list(given)
+        if not pairs:
+            return NO_ATTRS
+        values: dict[str, Any] = {}
+        for name, value in pairs:
+            if name not in self.attrs:
+                raise AnfirTypeError(f"{self.name} has no attribute '{name}' "
+                                     f"({self.attrs_text()})")
+            if name in values:
+                raise AnfirTypeError(f"attribute '{name}' of {self.name} is given twice")
+            default = self.attrs[name]
+            if type(default) is float and type(value) is int:
+                value = float(value)
+            values[name] = value
+        kept = [(name, values[name]) for name in self.attrs
+                if name in values and attr_key(values[name]) != attr_key(self.attrs[name])]
+        return Attrs(kept) if kept else NO_ATTRS
+
+    def bound_attrs(self, attrs: Mapping[str, Any], positional: Sequence[Any] = ()) -> dict[str, Any]:
+        """Every attribute's value for a call: the defaults, overridden by the
+        ``positional`` values (of the first positional attributes) and by ``attrs``."""
+        if len(positional) > len(self.positional_attrs):
+            raise AnfirTypeError(f"{self.name} takes {self.arity_text()} positional arguments")
+        full = dict(self.attrs)
+        for name, value in zip(self.positional_attrs, positional):
+            if name in attrs:
+                raise AnfirTypeError(f"attribute '{name}' of {self.name} is given both "
+                                     "positionally and as a keyword")
+            full[name] = value
+        full.update(attrs)
+        return full
+
+    def attrs_text(self) -> str:
+        """``its attributes are axis, keepdims`` (or ``it has no attributes``)."""
+        if not self.attrs:
+            return "it has no attributes"
+        return "its attributes are " + ", ".join(self.attrs)
 
 
 @dataclass(eq=False)
@@ -142,6 +209,16 @@ Callee = Union[Primitive, MetaFunction]
 """A built-in callee value."""
 
 
+def call_attrs(node: Optional[Node], prim: Any) -> Attrs:
+    """The attributes of ``node`` when it is a call of the primitive constant
+    ``prim`` (the call site of a rule), else none."""
+    if isinstance(node, CNode) and node.attrs and node.inputs:
+        head = node.inputs[0]
+        if isinstance(head, ValueNode) and head.value is prim:
+            return node.attrs
+    return NO_ATTRS
+
+
 def callee_primitive(node: Node) -> Optional[Primitive]:
     """The primitive a CNode calls (its callee is a primitive constant), else None."""
     if not isinstance(node, CNode) or not node.inputs:
@@ -151,4 +228,5 @@ def callee_primitive(node: Node) -> Optional[Primitive]:
         return head.value
     return None
 
-__all__ = ["Arity", "BpropText", "Callee", "MetaFunction", "Primitive", "callee_primitive"]
+__all__ = ["Arity", "BpropText", "Callee", "MetaFunction", "Primitive", "call_attrs",
+           "callee_primitive"]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from anfir.abstract.lattice import widen
 from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.errors import AnfirError, IRConsistencyError
+from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.ir.manager import Manager, remove_dead_graphs
@@ -100,27 +101,31 @@ class RewriteContext:
         return node
 
     def apply(self, graph: FuncGraph, inputs: Sequence[Node], like: Node,
-              abstract: Any = _INFER) -> CNode:
-        """A CNode ``inputs[0](inputs[1:])`` in ``graph``, replacing ``like``.
+              abstract: Any = _INFER, attrs: Attrs = NO_ATTRS) -> CNode:
+        """A CNode ``inputs[0](inputs[1:])`` in ``graph`` with the attributes
+        ``attrs``, replacing ``like``.
 
         ``abstract`` is the new node's type when the caller knows it (the
         rewrite keeps ``like``'s value); otherwise it is inferred from the
-        inputs' types with ``specialize.infer_call``.
+        inputs' types with ``specialize.infer_call``.  A rule that rebuilds a
+        call of the same primitive passes the old call's ``attrs`` on.
         """
-        node = CNode(graph, inputs, self.loc(like), like.name)
+        node = CNode(graph, inputs, self.loc(like), like.name, attrs)
         if abstract is _INFER:
-            abstract = self.infer(inputs, node.loc)
+            abstract = self.infer(inputs, node.loc, attrs)
         node.abstract = abstract
         node.annotation = like.annotation
         self.created.append(node)
         return node
 
-    def infer(self, inputs: Sequence[Node], loc: Optional[Location]) -> Any:
-        """The type of ``inputs[0](inputs[1:])`` from its inputs' types (None when untyped)."""
+    def infer(self, inputs: Sequence[Node], loc: Optional[Location],
+              attrs: Attrs = NO_ATTRS) -> Any:
+        """The type of ``inputs[0](inputs[1:])`` (with ``attrs``) from its inputs' types
+        (None when untyped)."""
         if any(i.abstract is None for i in inputs):
             return None  # an untyped program (built by hand) stays untyped
         try:
-            return infer_call(inputs[0].abstract, [i.abstract for i in inputs[1:]], loc)
+            return infer_call(inputs[0].abstract, [i.abstract for i in inputs[1:]], loc, attrs)
         except AnfirError:
             raise RuleDeclined() from None
 
@@ -160,10 +165,11 @@ class RewriteContext:
     def hash_cons(self, node: CNode) -> Optional[CNode]:
         """The live, earlier node equal to ``node`` in its graph, or None (then
         ``node`` becomes the representative of its key)."""
-        key = (node.graph, *(_input_key(i) for i in node.inputs))
+        key = (node.graph, node.attrs.key, *(_input_key(i) for i in node.inputs))
         known = self._cse.get(key)
         if (known is not None and known is not node and self.manager.tracks(known)
-                and known.graph is node.graph and _same_inputs(known, node)):
+                and known.graph is node.graph and known.attrs == node.attrs
+                and _same_inputs(known, node)):
             return known
         self._cse[key] = node
         return None

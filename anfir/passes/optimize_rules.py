@@ -21,7 +21,8 @@ on gradient graphs, in :mod:`anfir.autodiff.rules`) and put it in the list
 :data:`anfir.passes.optimize.DEFAULT_RULES` composes — nothing registers
 itself, so the optimizer does the same thing whatever was imported.
 
-The default rules, in order: constant folding, switch on a constant,
+The default rules, in order: constant folding, attributes from constant
+positional arguments, switch on a constant,
 tuple_getitem of make_tuple, selects for branches that only return a value,
 partial elimination, arithmetic identities, identity elimination, inlining of
 known graph calls, CSE.  Dead code goes
@@ -38,6 +39,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from anfir.dtypes import is_float, is_integer
+from anfir.errors import AnfirError
+from anfir.ir.attrs import is_attr_value
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import callee_primitive
@@ -145,7 +148,7 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            value = prim.impl(*[a.value for a in args])
+            value = prim.impl(*[a.value for a in args], **node.attrs)
     except Exception:  # noqa: BLE001 - any failure simply means "do not fold"
         return None
     if not is_data(value):
@@ -154,6 +157,31 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     if not ctx.compatible(new.abstract, node.abstract):
         return None
     return new
+
+
+def attributes_from_constants(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``sum(x, 1, true)`` → ``sum(x, axis=1, keepdims=true)``: constant positional
+    arguments standing for attributes become attributes (the canonical form the
+    parser gives written calls), so equal calls look equal (CSE) and dumps show
+    attributes.  Gradient rules pass their attributes on positionally; once
+    instantiated (and folded) they are constants."""
+    prim = callee_primitive(node)
+    if prim is None or not prim.positional_attrs:
+        return None
+    args = list(node.inputs[1:])
+    inputs = prim.input_count(len(args))
+    moved: list[tuple[str, Any]] = []
+    while len(args) > inputs and isinstance(args[-1], ValueNode) and is_attr_value(args[-1].value):
+        moved.append((prim.positional_attrs[len(args) - 1 - inputs], args.pop().value))
+    if not moved:
+        return None
+    try:
+        attrs = prim.canonical_attrs([*reversed(moved), *node.attrs.items()])
+    except AnfirError:
+        return None  # given twice: left for the evaluator to report
+    assert node.graph is not None
+    return ctx.apply(node.graph, [node.inputs[0], *args], like=node, abstract=node.abstract,
+                     attrs=attrs)
 
 
 def switch_on_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
@@ -318,7 +346,7 @@ def cse(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 
 
 SIMPLIFY_RULES: tuple[Rule, ...] = tuple(Rule(fn.__name__, fn) for fn in (
-    fold_constant, switch_on_constant, where_on_constant, getitem_of_make_tuple, select_trivial_branches,
+    fold_constant, attributes_from_constants, switch_on_constant, where_on_constant, getitem_of_make_tuple, select_trivial_branches,
     partial_elimination, arithmetic_identity, identity_elimination))
 """The local simplifications, tried in this order."""
 FINAL_RULES: tuple[Rule, ...] = (Rule("inline_known_call", inline_known_call), Rule("cse", cse))

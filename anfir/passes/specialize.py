@@ -27,6 +27,7 @@ from anfir.infer.specializer import CloneProvider
 from anfir.abstract.typeann import abstract_from_annotation, abstract_from_annotation_text
 from anfir.abstract.values import AbstractValue
 from anfir.errors import AnfirError, ArityError, InferenceError
+from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.ir.nodes import CNode
@@ -119,14 +120,15 @@ def infer_new_graph(graph: FuncGraph, arg_abstracts: Sequence[AbstractValue]) ->
 
 
 def infer_call(callee_abstract: AbstractValue, arg_abstracts: Sequence[AbstractValue],
-               loc: Optional[Location] = None) -> AbstractValue:
-    """The abstract result of calling ``callee_abstract`` on ``arg_abstracts``.
+               loc: Optional[Location] = None, attrs: Attrs = NO_ATTRS) -> AbstractValue:
+    """The abstract result of calling ``callee_abstract`` on ``arg_abstracts`` (with the
+    call attributes ``attrs``, for a primitive callee).
 
     Typed graphs are trusted; untyped ones are typed in place.  Errors point at ``loc``.
     """
     provider = InPlaceProvider()
     engine = Engine(provider)
-    site = _LocatedSite(loc) if loc is not None else None
+    site = _LocatedSite(loc, attrs) if loc is not None or attrs else None
 
     def root() -> Infer:
         return (yield from engine.call(callee_abstract, tuple(arg_abstracts), site))  # type: ignore[arg-type]
@@ -155,8 +157,10 @@ def infer_node(node: CNode) -> AbstractValue:
 
 
 class _LocatedSite:
-    """A stand-in call node that only carries a location (for :func:`infer_call`)."""
+    """A stand-in call node that only carries a location and the call's attributes
+    (for :func:`infer_call`)."""
 
-    def __init__(self, loc: Location) -> None:
+    def __init__(self, loc: Optional[Location], attrs: Attrs = NO_ATTRS) -> None:
         self.loc = loc
+        self.attrs = attrs
         self.inputs = ()

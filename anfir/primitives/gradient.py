@@ -98,8 +98,10 @@ def _broadcast_like(g: Any, x: Any) -> Any:
     return np.broadcast_to(g, shape)
 
 
-def _unreduce(g: Any, x: Any, axis: Any) -> Any:
+def _unreduce(g: Any, x: Any, axis: Any, keepdims: Any = False) -> Any:
     shape = np.shape(x)
+    if keepdims:  # the reduced axes are still there, as 1
+        return np.broadcast_to(g, shape) if np.shape(g) != shape else g
     if axis is None:
         return np.broadcast_to(g, shape) if shape else g
     axes = axis if isinstance(axis, tuple) else (axis,)
@@ -252,7 +254,7 @@ def _infer_sum_to(g: Any, x: Any) -> Any:
     return _like_shape(g, x, g)
 
 
-def _infer_unreduce(g: Any, x: Any, axis: Any) -> Any:
+def _infer_unreduce(g: Any, x: Any, axis: Any, keepdims: Any = None) -> Any:
     return _like_shape(g, x, g)
 
 
@@ -323,9 +325,13 @@ sum_to = declare("sum_to", 2, sum_to_value, infer=_infer_sum_to, family=FAMILY, 
 broadcast_like = declare("broadcast_like", 2, _broadcast_like, infer=_infer_sum_to, family=FAMILY, internal=True,
                          doc="broadcast_like(g, x) — g broadcast to x's shape",
                          bprop="lambda (g, x, out, dout) (sum_to(dout, g), zeros_like(x)) end")
-unreduce = declare("unreduce", 3, _unreduce, infer=_infer_unreduce, family=FAMILY, internal=True,
-                   doc="unreduce(g, x, axis) — the gradient of sum(x, axis) spread over x",
-                   bprop="lambda (g, x, axis, out, dout) (sum(dout, axis), zeros_like(x), zeros_like(axis)) end")
+unreduce = declare("unreduce", (3, 4), _unreduce, infer=_infer_unreduce, family=FAMILY, internal=True,
+                   doc="unreduce(g, x, axis, keepdims) — the gradient of sum(x, axis, keepdims) "
+                       "spread over x (the reduced value broadcast back to x's shape)",
+                   bprop={3: "lambda (g, x, axis, out, dout) (sum(dout, axis), zeros_like(x), zeros_like(axis)) end",
+                          4: """lambda (g, x, axis, keepdims, out, dout)
+                                  (sum(dout, axis, keepdims), zeros_like(x), zeros_like(axis),
+                                   zeros_like(keepdims)) end"""})
 matmul_dx = declare("matmul_dx", 3, _matmul_dx, infer=_infer_matmul_dx, family=FAMILY, internal=True,
                     doc="matmul_dx(dout, y, x) — the gradient of x @ y with respect to x",
                     bprop="lambda (dout, y, x, out, g) (g @ y, matmul_dy(g, dout, y), zeros_like(x)) end")

@@ -14,9 +14,11 @@ into the object here; everything after works with the object.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+import inspect
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from anfir.abstract.rules import ProbingRule
+from anfir.ir.attrs import NO_ATTRS, Attrs, attr_key
 from anfir.ir.primitive import BpropText, MetaFunction, Primitive
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -32,17 +34,53 @@ def declare(name: str, arity: int | tuple[int, Optional[int]], impl: Callable[..
             accepts_any: bool = False,
             fold_guard: Optional[Callable[[Sequence[Any]], bool]] = None,
             symbolic: Optional[Callable[..., Any]] = None,
-            structural_gradient: bool = False) -> Primitive:
-    """Register a primitive named ``name`` and return it."""
+            structural_gradient: bool = False,
+            attrs: Optional[Mapping[str, Any]] = None,
+            positional_attrs: int = 0) -> Primitive:
+    """Register a primitive named ``name`` and return it.
+
+    ``arity`` counts the inputs.  ``attrs`` declares the attributes and their
+    defaults (in the order positional forms and gradient rules use them);
+    ``positional_attrs`` says how many of the first ones may also be passed
+    positionally after the inputs (then the inputs are a fixed number).
+    """
     if name in PRIMITIVES or name in META_FUNCTIONS:
         raise ValueError(f"primitive {name!r} declared twice")
     lo, hi = (arity, arity) if isinstance(arity, int) else arity
+    declared = Attrs(attrs) if attrs else NO_ATTRS
+    positional = tuple(declared)[:positional_attrs]
+    if positional_attrs:
+        if lo != hi or len(positional) != positional_attrs:
+            raise ValueError(f"{name}: positional attributes need a fixed number of inputs "
+                             "and that many declared attributes")
+        hi = lo + positional_attrs
+    if declared:
+        _check_impl_signature(name, impl, lo, declared, positional)
     prim = Primitive(name, impl, lo, hi, doc, infer, bprop, differentiable, internal,
-                     foldable, family, accepts_any, fold_guard, symbolic, structural_gradient)
+                     foldable, family, accepts_any, fold_guard, symbolic, structural_gradient,
+                     declared, positional)
     if isinstance(infer, ProbingRule):
         infer.impl = impl  # the rule learns result types from this primitive's evaluation
     PRIMITIVES[name] = prim
     return prim
+
+
+def _check_impl_signature(name: str, impl: Callable[..., Any], inputs: int, attrs: Attrs,
+                          positional: tuple[str, ...]) -> None:
+    """The impl takes every attribute as a keyword with the declared default, and the
+    positional ones right after the inputs: a declaration that disagrees with its
+    own evaluation fails at import, not in a user's program."""
+    params = inspect.signature(impl).parameters
+    for attr, default in attrs.items():
+        param = params.get(attr)
+        if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise ValueError(f"{name}: impl does not take the attribute {attr!r} as a keyword")
+        if param.default is param.empty or attr_key(param.default) != attr_key(default):
+            raise ValueError(f"{name}: impl's default for {attr!r} is not {default!r}")
+    ordered = [p.name for p in params.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
+    if tuple(ordered[inputs:inputs + len(positional)]) != positional:
+        raise ValueError(f"{name}: impl's positional parameters after the {inputs} inputs "
+                         f"are not {positional}")
 
 
 def declare_meta(name: str, doc: str, min_args: int = 1,

@@ -55,12 +55,12 @@ def _axis(axis: Any) -> Any:
     raise AnfirTypeError(f"an axis is an integer or a tuple of integers, not {axis!r}")
 
 
-def _sum(x: Any, axis: Any = None) -> Any:
-    return np.sum(x, axis=_axis(axis))
+def _sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    return np.sum(x, axis=_axis(axis), keepdims=keepdims)
 
 
-def _mean(x: Any, axis: Any = None) -> Any:
-    return np.mean(x, axis=_axis(axis))
+def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    return np.mean(x, axis=_axis(axis), keepdims=keepdims)
 
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
@@ -115,12 +115,18 @@ transpose = declare("transpose", (1, 2), _transpose, infer=rules.transpose_rule,
 reshape = declare("reshape", 2, _reshape, infer=rules.reshape_rule, family=FAMILY,
                   doc="reshape(x, shape) — same elements, new shape (a tuple of ints)",
     bprop="lambda (x, s, out, dout) (reshape(dout, shape(x)), zeros_like(s)) end")
-sum_ = declare("sum", (1, 2), _sum, infer=rules.reduction("sum"), family=FAMILY,
-               doc="sum(x) — sum of all elements; sum(x, axis) — along an axis (or tuple of axes)",
-    bprop={1: "lambda (x, out, dout) (unreduce(dout, x, None),) end", 2: "lambda (x, axis, out, dout) (unreduce(dout, x, axis), zeros_like(axis)) end"})
-mean = declare("mean", (1, 2), _mean, infer=rules.reduction("mean"), family=FAMILY,
-               doc="mean(x) — mean of all elements; mean(x, axis) — along an axis",
-    bprop={1: "lambda (x, out, dout) (unreduce(dout, x, None) / size(x),) end", 2: "lambda (x, axis, out, dout) (unreduce(dout, x, axis) * (size(out) / size(x)), zeros_like(axis)) end"})
+_REDUCE = {"axis": None, "keepdims": False}
+"""The attributes every reduction takes."""
+
+sum_ = declare("sum", 1, _sum, infer=rules.reduction("sum"), family=FAMILY,
+               attrs=_REDUCE, positional_attrs=2,
+               doc="sum(x, axis=None, keepdims=false) — the sum of all elements, or along an axis "
+                   "or tuple of axes (sum(x, 1) is sum(x, axis=1))",
+    bprop="lambda (x, axis, keepdims, out, dout) (unreduce(dout, x, axis, keepdims),) end")
+mean = declare("mean", 1, _mean, infer=rules.reduction("mean"), family=FAMILY,
+               attrs=_REDUCE, positional_attrs=2,
+               doc="mean(x, axis=None, keepdims=false) — the mean of all elements, or along axes",
+    bprop="lambda (x, axis, keepdims, out, dout) (unreduce(dout, x, axis, keepdims) / (size(x) / size(out)),) end")
 broadcast_to = declare("broadcast_to", 2, _broadcast_to, infer=rules.broadcast_to_rule, family=FAMILY,
                        doc="broadcast_to(x, shape) — x repeated to shape (numpy broadcasting)",
     bprop="lambda (x, s, out, dout) (sum_to(dout, x), zeros_like(s)) end")

@@ -148,6 +148,9 @@ class _DotPrinter:
         callee = node.inputs[0]
         op = self._callee_text(callee)
         extra = ""
+        if node.attrs:
+            attrs = ", ".join(f"{name}={self._constant(value)}" for name, value in node.attrs.items())
+            extra += f"<br/><font point-size=\"8\">{_esc(attrs)}</font>"
         if node.name:
             extra += f"<br/><font point-size=\"8\">{_esc(node.name)}</font>"
         if node.abstract is not None:

@@ -21,7 +21,8 @@ locations, annotations, flags and constants.  A dump looks like::
           : (<Float64>, <Int64 = 1>) -> (<Float64>)
           # prog.anf:2:13  let a = x - 1 in
       %2 = @g(%1)
-      return %2
+      %3 = sum(%2) primitive_attrs: {axis: 0, keepdims: true}
+      return %3
           : <Float64>
     }
 
@@ -32,7 +33,8 @@ locations, annotations, flags and constants.  A dump looks like::
 
 What is parsed back: the ``# IR entry`` / ``# Phase`` / ``# Definitions``
 lines, every ``subgraph`` block, ``param`` lines, node lines with their
-``: (in) -> (out)`` types and the ``# file:line:col (note)  line text``
+attributes (``primitive_attrs: {name: value, ...}`` after the call, as
+MindSpore prints them), their ``: (in) -> (out)`` types and the ``# file:line:col (note)  line text``
 location comment under them (or above a ``subgraph``).  Everything else after
 ``#`` (counts, the entry's parameter list) is for the reader only.
 
@@ -263,7 +265,11 @@ class _IRPrinter:
             label += ")"
         callee = self._operand(node.inputs[0], g)
         args = ", ".join(self._operand(a, g) for a in node.inputs[1:])
-        lines.append(f"  {self.local[node]}{label} = {callee}({args})")
+        attrs = ""
+        if node.attrs:
+            attrs = " primitive_attrs: {" + ", ".join(
+                f"{name}: {self.constants.text(value)}" for name, value in node.attrs.items()) + "}"
+        lines.append(f"  {self.local[node]}{label} = {callee}({args}){attrs}")
         arg_types = [a.abstract for a in node.inputs[1:]]
         if node.abstract is not None or any(t is not None for t in arg_types):
             ins = ", ".join(self._abstract(t) for t in arg_types)

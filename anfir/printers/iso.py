@@ -6,7 +6,7 @@ isomorphic when a bijection between their graphs and their nodes maps
 
 * parameters to parameters at the same position of corresponding graphs,
 * CNodes to CNodes owned by corresponding graphs, input by input (so
-  free-variable edges correspond too),
+  free-variable edges correspond too), with equal attributes (type and value),
 * constants to equal constants (same type; numpy arrays with the same dtype,
   shape and elements; graph constants to corresponding graphs),
 * each graph's output, nesting (``manager.parent``), annotations, return
@@ -222,6 +222,8 @@ class _Matcher:
         inputs_a, inputs_b = na.inputs, nb.inputs
         if len(inputs_a) != len(inputs_b):
             self.failx(("node", na, nb), f"{len(inputs_a)} vs {len(inputs_b)} inputs")
+        if na.attrs != nb.attrs:
+            self.failx(("node", na, nb), f"attributes {na.attrs!r} vs {nb.attrs!r}")
         self.compare_common(na, nb, ("node", na, nb))
         queue = self.node_queue
         for i, (input_a, input_b) in enumerate(zip(inputs_a, inputs_b)):

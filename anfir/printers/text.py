@@ -322,9 +322,14 @@ class _TextPrinter:
         return None
 
     def _expr(self, node: CNode) -> str:
-        """A CNode as an expression over atoms."""
+        """A CNode as an expression over atoms (attributes as keyword arguments)."""
         callee = node.inputs[0]
         args = node.inputs[1:]
+        if node.attrs:
+            items = [self._atom(a) for a in args]
+            items.extend(f"{name}={anf_literal(value, self._graph_ref, self.strict)}"
+                         for name, value in node.attrs.items())
+            return f"{self._atom(callee)}({', '.join(items)})"
         if isinstance(callee, ValueNode) and isinstance(callee.value, Primitive):
             prim = callee.value.name
             operator = _operator(callee.value, len(args))
