@@ -159,10 +159,19 @@ def _elementwise_result(name: str, impl: Callable[..., Any], *args: AbstractValu
     return AScalar(dtype)
 
 
-def elementwise(name: str) -> ProbingRule:
-    """The rule of an elementwise primitive: numpy broadcasting, numpy's result dtype."""
-    return ProbingRule(name, lambda impl, *args: _elementwise_result(name, impl, *args),
-                       f"Abstract rule of {name}: elementwise, numpy broadcasting and dtypes.")
+def elementwise(name: str, check: Optional[Callable[..., None]] = None) -> ProbingRule:
+    """The rule of an elementwise primitive: numpy broadcasting, numpy's result dtype.
+
+    ``check(**attrs)`` validates the call's attributes (raising
+    :class:`AnfirTypeError`); a primitive without attributes has none.
+    """
+    def body(impl: Callable[..., Any], *args: AbstractValue, **attrs: Any) -> AbstractValue:
+        if check is not None:
+            check(**attrs)
+        return _elementwise_result(name, impl, *args)
+
+    return ProbingRule(name, body, f"Abstract rule of {name}: elementwise, numpy broadcasting "
+                       "and dtypes.")
 
 
 # -- argument helpers -----------------------------------------------------------------

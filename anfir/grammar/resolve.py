@@ -169,8 +169,9 @@ def canonical_call(cnode: CNode) -> None:
         attrs = prim.canonical_attrs([*reversed(moved), *given])
     except AnfirError as exc:
         raise type(exc)(exc.message, exc.loc or cnode.loc, exc.hint) from None
-    if attrs == cnode.attrs and len(args) == len(cnode.inputs) - 1:
-        return
+    if attrs == cnode.attrs and attrs.pairs() == cnode.attrs.pairs() \
+            and len(args) == len(cnode.inputs) - 1:
+        return  # already canonical (the same values, types and order)
     set_call(cnode, [cnode.inputs[0], *args], attrs)
 
 

@@ -6,6 +6,8 @@
 * no meta function or AD placeholder is left (``grad``, ``value_and_grad``,
   ``J``): the ``ad`` phase must have expanded them;
 * every CNode has a callee and belongs to a graph the manager tracks;
+* a CNode with attributes calls a primitive that declares them, and they are
+  in canonical form (declaration order, no value equal to its default);
 * every free variable lives in an enclosing graph (scoping);
 * the manager's incremental facts (nodes, users, free variables, parents)
   agree with a fresh :class:`~anfir.ir.manager.Manager` built from scratch.
@@ -19,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from anfir.errors import IRConsistencyError
+from anfir.errors import AnfirError, IRConsistencyError
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
-from anfir.primitives import MetaFunction
+from anfir.primitives import MetaFunction, Primitive
 from anfir.values import Symbol
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,6 +112,8 @@ def check_nodes(manager: Manager, *, require_types: bool = True) -> list[Problem
                 continue
             if node.graph is None or node.graph not in manager.graphs or node.graph.manager is not manager:
                 problems.append(Problem(f"{_describe(node)} belongs to an unmanaged graph", _where(node)))
+            if node.attrs:
+                problems.extend(_check_attrs(node))
             for index, inp in enumerate(node.inputs):
                 if isinstance(inp, ValueNode):
                     if inp in seen_constants:
@@ -126,6 +130,24 @@ def check_nodes(manager: Manager, *, require_types: bool = True) -> list[Problem
         elif out.graph is not g and out.graph not in ancestors:
             problems.append(Problem(f"graph @{g.name} returns {_describe(out)}, which is not in scope", g.loc))
     return problems
+
+
+def _check_attrs(node: CNode) -> list[Problem]:
+    """A call with attributes calls a primitive constant that declares them, in
+    canonical form (declaration order, no default repeated)."""
+    head = node.inputs[0]
+    prim = head.value if isinstance(head, ValueNode) else None
+    if not isinstance(prim, Primitive):
+        return [Problem(f"{_describe(node)} has attributes {node.attrs!r} but does not call a "
+                        "primitive", _where(node))]
+    try:
+        canonical = prim.canonical_attrs(node.attrs.pairs())
+    except AnfirError as exc:
+        return [Problem(f"{_describe(node)}: {exc.message}", _where(node))]
+    if canonical.pairs() != node.attrs.pairs() or canonical != node.attrs:
+        return [Problem(f"{_describe(node)}: attributes {node.attrs!r} are not in canonical form "
+                        f"({canonical!r})", _where(node))]
+    return []
 
 
 def _check_constant(const: ValueNode, user: Optional[CNode], index: int, require_types: bool,

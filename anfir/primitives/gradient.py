@@ -11,6 +11,8 @@
 * ``unreduce(g, x, axis)`` — spreads the gradient of ``sum(x, axis)`` over x.
 * ``matmul_dx(dout, y, x)``, ``matmul_dy(x, dout, y)`` — the gradients of
   ``x @ y`` with numpy's rules for vectors (rank 1) and batches.
+* ``reshape_like(g, x)``, ``prod_others(x, axis)``, ``clip_grad(g, x, lo, hi)`` —
+  helpers of the gradients of flattening, ``prod`` and ``clip``;
 * ``size(x)``, ``cast_like(g, x)``, ``tuple_setitem(t, i, v)``,
   ``invert_permutation(p)``, ``grad_seed(v)`` — small helpers of gradient rules.
 
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from anfir.abstract.lattice import JoinError, is_float_scalar, join, map_tuple_leaves, widen
-from anfir.abstract.rules import int_value, shape_of_abstract, tensor_or_scalar
+from anfir.abstract.rules import broadcast_shapes, int_value, shape_of_abstract, tensor_or_scalar
 from anfir.abstract.values import AEnv, AFunction, ANone, AScalar, ATensor, ATuple, JFn
 from anfir.dtypes import is_float
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
@@ -169,6 +171,60 @@ def _invert_permutation(perm: Any) -> Any:
     return tuple(int(i) for i in np.argsort(perm))
 
 
+def _reshape_like(g: Any, x: Any) -> Any:
+    """``g`` with ``x``'s shape (a scalar when ``x`` is one): undoes a flattening."""
+    shape = np.shape(x)
+    if np.shape(g) == shape:
+        return g
+    result = np.reshape(g, shape)
+    if not isinstance(x, np.ndarray) and isinstance(result, np.ndarray):
+        return result[()] if isinstance(x, np.generic) else result.item()
+    return result
+
+
+def _reduced_axes(ndim: int, axis: Any) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    return tuple(sorted(int(a) % ndim for a in axes))
+
+
+def _prod_others(x: Any, axis: Any) -> Any:
+    """For each element, the product of the *other* elements of its group of
+    ``prod(x, axis)`` — exact where ``x`` has zeros (no division): the product
+    of those before it times the product of those after it."""
+    array = np.asarray(x)
+    if array.ndim == 0:
+        return np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1)
+    axes = _reduced_axes(array.ndim, axis)
+    ends = tuple(range(array.ndim - len(axes), array.ndim))
+    moved = np.moveaxis(array, axes, ends)
+    shape = moved.shape
+    flat = moved.reshape(shape[:array.ndim - len(axes)] + (-1,))
+    one = np.ones(flat.shape[:-1] + (1,), flat.dtype)
+    before = np.cumprod(np.concatenate([one, flat[..., :-1]], -1), -1)
+    after = np.flip(np.cumprod(np.concatenate([one, np.flip(flat, -1)[..., :-1]], -1), -1), -1)
+    return np.moveaxis((before * after).reshape(shape), ends, axes)
+
+
+def _clip_grad(g: Any, x: Any, lo: Any, hi: Any) -> Any:
+    """``g`` where ``lo <= x <= hi`` (a None bound is no bound), else 0 — the
+    gradient of ``clip`` with respect to ``x`` (in ``g``'s broadcast shape)."""
+    inside: Any = True
+    with np.errstate(invalid="ignore"):
+        if lo is not None:
+            inside = np.logical_and(inside, np.greater_equal(x, lo))
+        if hi is not None:
+            inside = np.logical_and(inside, np.less_equal(x, hi))
+    if inside is True:
+        return g
+    zero = np.zeros_like(g)
+    result = np.where(inside, g, zero)
+    if not isinstance(g, np.ndarray) and np.ndim(result) == 0:
+        return type(g)(result) if isinstance(g, (float, int)) else result[()]
+    return result
+
+
 def grad_seed_value(v: Any) -> Any:
     """1 of the type of a scalar float output (the seed of reverse mode)."""
     if isinstance(v, float) and not isinstance(v, bool):
@@ -270,6 +326,21 @@ def _infer_cast_like(g: Any, x: Any) -> Any:
     return _like_shape(g, g, x)
 
 
+def _infer_reshape_like(g: Any, x: Any) -> Any:
+    return _like_shape(g, x, g)
+
+
+def _infer_prod_others(x: Any, axis: Any) -> Any:
+    return _like_shape(x, x, x)
+
+
+def _infer_clip_grad(g: Any, x: Any, lo: Any, hi: Any) -> Any:
+    dtype, _ = shape_of_abstract(g, "a gradient")
+    shapes = [shape_of_abstract(v, "a gradient")[1] for v in (g, x, lo, hi) if not isinstance(v, ANone)]
+    return tensor_or_scalar(dtype, broadcast_shapes(shapes)) if any(
+        isinstance(v, ATensor) for v in (g, x, lo, hi)) else AScalar(dtype)
+
+
 def _infer_size(x: Any) -> Any:
     return AScalar("i64")
 
@@ -338,6 +409,22 @@ matmul_dx = declare("matmul_dx", 3, _matmul_dx, infer=_infer_matmul_dx, family=F
 matmul_dy = declare("matmul_dy", 3, _matmul_dy, infer=_infer_matmul_dy, family=FAMILY, internal=True,
                     doc="matmul_dy(x, dout, y) — the gradient of x @ y with respect to y",
                     bprop="lambda (x, dout, y, out, g) (matmul_dx(dout, g, x), x @ g, zeros_like(y)) end")
+reshape_like = declare("reshape_like", 2, _reshape_like, infer=_infer_reshape_like, family=FAMILY,
+                       internal=True,
+                       doc="reshape_like(g, x) — g with x's shape (undoes a flattening)",
+                       bprop="lambda (g, x, out, dout) (reshape_like(dout, g), zeros_like(x)) end")
+prod_others = declare("prod_others", 2, _prod_others, infer=_infer_prod_others, family=FAMILY,
+                      internal=True,
+                      doc="prod_others(x, axis) — per element, the product of the other elements "
+                          "of its group of prod(x, axis) (the gradient of prod, exact at zeros)",
+    # d others_i / d x_k = others_i / x_k for k != i in the group (where x_k != 0).
+    bprop="""lambda (x, axis, out, dout)
+        ((unreduce(sum(dout * out, axis, true), x, axis, true) - dout * out) / x, zeros_like(axis)) end""")
+clip_grad = declare("clip_grad", 4, _clip_grad, infer=_infer_clip_grad, family=FAMILY, internal=True,
+                    doc="clip_grad(g, x, lo, hi) — g where lo <= x <= hi (None: no bound), else 0",
+                    bprop="""lambda (g, x, lo, hi, out, dout)
+                        (sum_to(clip_grad(dout, x, lo, hi), g), zeros_like(x), zeros_like(lo),
+                         zeros_like(hi)) end""")
 size = declare("size", 1, _size, infer=_infer_size, family=FAMILY, internal=True, differentiable=False,
                doc="size(x) — the number of elements of x (1 for a scalar)")
 cast_like = declare("cast_like", 2, _cast_like, infer=_infer_cast_like, family=FAMILY, internal=True,

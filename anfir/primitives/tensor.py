@@ -55,12 +55,16 @@ def _axis(axis: Any) -> Any:
     raise AnfirTypeError(f"an axis is an integer or a tuple of integers, not {axis!r}")
 
 
+def _keepdims(keepdims: Any, what: str) -> bool:
+    return rules.bool_attr(keepdims, "keepdims", what)
+
+
 def _sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    return np.sum(x, axis=_axis(axis), keepdims=keepdims)
+    return np.sum(x, axis=_axis(axis), keepdims=_keepdims(keepdims, "sum"))
 
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    return np.mean(x, axis=_axis(axis), keepdims=keepdims)
+    return np.mean(x, axis=_axis(axis), keepdims=_keepdims(keepdims, "mean"))
 
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
