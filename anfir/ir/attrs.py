@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping, Union
 
 from anfir.nested import fold_nested
 
-AttrValue = Union[None, bool, int, float, str, tuple]
+AttrValue = Union[None, bool, int, float, str, tuple[Any, ...]]
 """What an attribute may hold: a literal, None, a string, or a tuple of those."""
 
 _SCALARS = (bool, int, float, str)
@@ -103,7 +103,7 @@ class Attrs(Mapping[str, Any]):
         return hash(self._key)
 
     @property
-    def key(self) -> frozenset:
+    def key(self) -> frozenset[tuple[str, Any]]:
         """The hashable, type-exact identity of the mapping (order-free)."""
         return self._key
 

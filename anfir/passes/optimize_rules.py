@@ -171,8 +171,12 @@ def attributes_from_constants(node: CNode, ctx: "RewriteContext") -> Optional[No
     args = list(node.inputs[1:])
     inputs = prim.input_count(len(args))
     moved: list[tuple[str, Any]] = []
-    while len(args) > inputs and isinstance(args[-1], ValueNode) and is_attr_value(args[-1].value):
-        moved.append((prim.positional_attrs[len(args) - 1 - inputs], args.pop().value))
+    while len(args) > inputs:
+        last = args[-1]
+        if not (isinstance(last, ValueNode) and is_attr_value(last.value)):
+            break
+        moved.append((prim.positional_attrs[len(args) - 1 - inputs], last.value))
+        args.pop()
     if not moved:
         return None
     try:

@@ -56,12 +56,14 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x: Any) -> Any:
+    """erf(x), elementwise."""
     # numpy has no erf: math.erf element by element, in f64, back to x's float dtype.
     dtype = _float_dtype(x)
     return np.asarray(_ERF(np.asarray(x, np.float64)), np.float64).astype(dtype)
 
 
 def _float_unary(np_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``np_fn`` applied in x's float dtype (integers computed in f64)."""
     def fn(x: Any) -> Any:
         return np_fn(np.asarray(x, _float_dtype(x)))
 
@@ -70,32 +72,39 @@ def _float_unary(np_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def _reciprocal(x: Any) -> Any:
+    """1 / x."""
     return np.true_divide(1.0, np.asarray(x, _float_dtype(x)))
 
 
 def _rsqrt(x: Any) -> Any:
+    """1 / sqrt(x)."""
     return np.true_divide(1.0, np.sqrt(np.asarray(x, _float_dtype(x))))
 
 
 def _square(x: Any) -> Any:
+    """x * x (integers stay integers)."""
     return np.multiply(x, x)
 
 
 def _softsign(x: Any) -> Any:
+    """x / (1 + |x|)."""
     x = np.asarray(x, _float_dtype(x))
     return x / (1.0 + np.abs(x))
 
 
 def _sigmoid(x: Any) -> Any:
+    """The logistic function, without overflow (numpy arrays)."""
     return 0.5 * (np.tanh(0.5 * x) + 1.0)
 
 
 def _silu(x: Any) -> Any:
+    """x * sigmoid(x)."""
     x = np.asarray(x, _float_dtype(x))
     return x * _sigmoid(x)
 
 
 def _mish(x: Any) -> Any:
+    """x * tanh(softplus(x))."""
     x = np.asarray(x, _float_dtype(x))
     return x * np.tanh(np.logaddexp(0.0, x))
 
@@ -105,6 +114,7 @@ _GELU_CUBIC = 0.044715
 
 
 def _gelu(x: Any, approximate: str = "none") -> Any:
+    """x * Φ(x), exactly (erf) or with the tanh approximation."""
     x = np.asarray(x, _float_dtype(x))
     if approximate == "none":
         return 0.5 * x * (1.0 + _erf(x * (1.0 / math.sqrt(2.0))))
@@ -114,16 +124,19 @@ def _gelu(x: Any, approximate: str = "none") -> Any:
 
 
 def _number(value: Any, name: str, what: str) -> float:
+    """A number attribute checked (a located type error otherwise)."""
     return rules.float_attr(value, name, what)  # type: ignore[return-value]
 
 
 def _leaky_relu(x: Any, alpha: float = 0.01) -> Any:
+    """x where x >= 0, else alpha * x (ONNX LeakyRelu)."""
     alpha = _number(alpha, "alpha", "leaky_relu")
     x = np.asarray(x, _float_dtype(x))
     return np.where(x >= 0, x, alpha * x)
 
 
 def _elu(x: Any, alpha: float = 1.0) -> Any:
+    """x where x > 0, else alpha * (exp(x) - 1)."""
     alpha = _number(alpha, "alpha", "elu")
     x = np.asarray(x, _float_dtype(x))
     return np.where(x > 0, x, alpha * np.expm1(x))
@@ -136,11 +149,13 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _selu(x: Any) -> Any:
+    """scale * elu(x, alpha) with PyTorch's constants."""
     x = np.asarray(x, _float_dtype(x))
     return SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * np.expm1(x))
 
 
 def _hard_sigmoid(x: Any, alpha: float = 0.2, beta: float = 0.5) -> Any:
+    """max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid)."""
     alpha = _number(alpha, "alpha", "hard_sigmoid")
     beta = _number(beta, "beta", "hard_sigmoid")
     x = np.asarray(x, _float_dtype(x))
@@ -148,11 +163,13 @@ def _hard_sigmoid(x: Any, alpha: float = 0.2, beta: float = 0.5) -> Any:
 
 
 def _hard_swish(x: Any) -> Any:
+    """x * hard_sigmoid(x, 1/6, 1/2) (ONNX HardSwish)."""
     x = np.asarray(x, _float_dtype(x))
     return x * np.minimum(np.maximum(x * (1.0 / 6.0) + 0.5, 0.0), 1.0)
 
 
 def _clip(x: Any, lo: Any = None, hi: Any = None, *, min: Any = None, max: Any = None) -> Any:
+    """x limited to the bounds given as arguments (lo, hi) or attributes (min, max)."""
     _clip_check(min, max)
     if min is not None:
         if lo is not None:
@@ -171,6 +188,7 @@ def _clip(x: Any, lo: Any = None, hi: Any = None, *, min: Any = None, max: Any =
 
 
 def _numpy_binary(np_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """The numpy function ``np_fn`` of two arguments, as a plain function."""
     def fn(x: Any, y: Any) -> Any:
         return np_fn(x, y)
 
@@ -179,15 +197,18 @@ def _numpy_binary(np_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]
 
 
 def _bit_shift(x: Any, y: Any, direction: str = "left") -> Any:
+    """x << y, or x >> y for direction="right"."""
     rules.choice_attr(direction, "direction", "bit_shift", ("left", "right"))
     return np.left_shift(x, y) if direction == "left" else np.right_shift(x, y)
 
 
 def _gelu_check(approximate: str = "none") -> None:
+    """The approximate attribute is "none" or "tanh"."""
     rules.choice_attr(approximate, "approximate", "gelu", ("none", "tanh"))
 
 
 def _alpha_check(what: str) -> Callable[..., None]:
+    """A check that every attribute of ``what`` is a number."""
     def check(**attrs: Any) -> None:
         for name, value in attrs.items():
             rules.float_attr(value, name, what)
@@ -196,11 +217,13 @@ def _alpha_check(what: str) -> Callable[..., None]:
 
 
 def _clip_check(min: Any = None, max: Any = None) -> None:
+    """The min/max attributes are numbers or None."""
     rules.float_attr(min, "min", "clip", optional=True)
     rules.float_attr(max, "max", "clip", optional=True)
 
 
 def _shift_check(direction: str = "left") -> None:
+    """The direction attribute is "left" or "right"."""
     rules.choice_attr(direction, "direction", "bit_shift", ("left", "right"))
 
 

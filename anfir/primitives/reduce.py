@@ -32,10 +32,12 @@ _REDUCE = {"axis": None, "keepdims": False}
 
 
 def _axis(axis: Any, what: str) -> Any:
+    """An axis attribute checked."""
     return rules.axis_attr(axis, what)
 
 
 def _keep(keepdims: Any, what: str) -> bool:
+    """A keepdims attribute checked."""
     return rules.bool_attr(keepdims, "keepdims", what)
 
 
@@ -47,6 +49,7 @@ def _scalar(result: Any) -> Any:
 
 
 def _float_array(x: Any) -> np.ndarray:
+    """x as an array of its float dtype (integers as f64)."""
     array = np.asarray(x)
     return array if array.dtype.kind == "f" else array.astype(np.float64)
 
@@ -63,6 +66,7 @@ def _reduced_empty(array: np.ndarray, axis: Any) -> bool:
 
 # -- evaluation ---------------------------------------------------------------------------
 def _max(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> Any:
+    """The largest element (over axis), or with two arguments the elementwise maximum."""
     if y is not None:  # max(x, y): the elementwise maximum
         _binary_only("max", axis, keepdims)
         return arith.maximum.impl(x, y)
@@ -70,6 +74,7 @@ def _max(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> 
 
 
 def _min(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> Any:
+    """The smallest element (over axis), or with two arguments the elementwise minimum."""
     if y is not None:
         _binary_only("min", axis, keepdims)
         return arith.minimum.impl(x, y)
@@ -77,20 +82,24 @@ def _min(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> 
 
 
 def _binary_only(name: str, axis: Any, keepdims: Any) -> None:
+    """max(x, y) / min(x, y) take no reduction attribute."""
     if axis is not None or keepdims is not False:
         raise AnfirTypeError(f"{name}(x, y) is the elementwise {name}imum: it takes no axis "
                              f"or keepdims (write {name}(x, axis=...) to reduce)")
 
 
 def _prod(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """The product of the elements (over axis)."""
     return np.prod(x, axis=_axis(axis, "prod"), keepdims=_keep(keepdims, "prod"))
 
 
 def _correction(value: Any) -> float:
+    """A correction attribute checked."""
     return rules.float_attr(value, "correction", "var")  # type: ignore[return-value]
 
 
 def _var(x: Any, axis: Any = None, keepdims: bool = False, correction: Any = 0) -> Any:
+    """The variance, divided by n - correction."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.var(x, axis=_axis(axis, "var"), keepdims=_keep(keepdims, "var"),
@@ -98,6 +107,7 @@ def _var(x: Any, axis: Any = None, keepdims: bool = False, correction: Any = 0) 
 
 
 def _std(x: Any, axis: Any = None, keepdims: bool = False, correction: Any = 0) -> Any:
+    """The standard deviation, sqrt(var)."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.std(x, axis=_axis(axis, "std"), keepdims=_keep(keepdims, "std"),
@@ -105,6 +115,7 @@ def _std(x: Any, axis: Any = None, keepdims: bool = False, correction: Any = 0) 
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """log(sum(exp(x))) over axis, shifted by the maximum so that it does not overflow."""
     array = _float_array(x)
     ax = _axis(axis, "logsumexp")
     keepdims = _keep(keepdims, "logsumexp")
@@ -118,14 +129,17 @@ def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def _all(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """Whether every element (over axis) is true."""
     return np.all(x, axis=_axis(axis, "all"), keepdims=_keep(keepdims, "all"))
 
 
 def _any(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """Whether some element (over axis) is true."""
     return np.any(x, axis=_axis(axis, "any"), keepdims=_keep(keepdims, "any"))
 
 
 def _ord(value: Any) -> float:
+    """An ord attribute checked."""
     return rules.float_attr(value, "ord", "norm")  # type: ignore[return-value]
 
 
@@ -156,6 +170,7 @@ def _norm(x: Any, ord: Any = 2, axis: Any = None, keepdims: bool = False) -> Any
 
 
 def _arg_extreme(name: str, np_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The impl of argmax/argmin (``np_fn``), with keepdims and select_last."""
     def impl(x: Any, axis: Any = 0, keepdims: bool = False, select_last: bool = False) -> Any:
         if axis is not None and not (isinstance(axis, int) and not isinstance(axis, bool)):
             raise AnfirTypeError(f"the axis of {name} is an integer or None, not {axis!r}")
@@ -178,6 +193,7 @@ def _arg_extreme(name: str, np_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _scan(name: str, np_fn: Callable[..., Any], identity: int) -> Callable[..., Any]:
+    """The impl of cumsum/cumprod (``np_fn``, ``identity`` for exclusive scans)."""
     def impl(x: Any, axis: Any = None, exclusive: bool = False, reverse: bool = False) -> Any:
         if axis is not None and not (isinstance(axis, int) and not isinstance(axis, bool)):
             raise AnfirTypeError(f"the axis of {name} is an integer or None, not {axis!r}")
@@ -204,6 +220,7 @@ def _scan(name: str, np_fn: Callable[..., Any], identity: int) -> Callable[..., 
 
 # -- abstract rules ----------------------------------------------------------------------------
 def _extreme_rule(name: str, binary: Any) -> rules.ProbingRule:
+    """The rule of max/min: a reduction with one argument, ``binary``'s rule with two."""
     reduce = rules.reduction(name)
 
     def body(impl: Callable[..., Any], x: AbstractValue, y: Optional[AbstractValue] = None,
@@ -219,6 +236,7 @@ def _extreme_rule(name: str, binary: Any) -> rules.ProbingRule:
 
 
 def _arg_rule(name: str) -> Callable[..., AbstractValue]:
+    """The rule of argmax/argmin: the reduced shape, i64."""
     def rule(x: AbstractValue, *, axis: Any = 0, keepdims: Any = False,
              select_last: Any = False) -> AbstractValue:
         if axis is not None and not (isinstance(axis, int) and not isinstance(axis, bool)):
@@ -234,6 +252,7 @@ def _arg_rule(name: str) -> Callable[..., AbstractValue]:
 
 
 def _scan_rule(name: str) -> rules.ProbingRule:
+    """The rule of cumsum/cumprod: x's shape (flattened without an axis)."""
     def body(impl: Callable[..., Any], x: AbstractValue, *, axis: Any = None,
              exclusive: Any = False, reverse: Any = False) -> AbstractValue:
         if axis is not None and not (isinstance(axis, int) and not isinstance(axis, bool)):
