@@ -7,7 +7,8 @@ the types show it is not needed, so the gradient of a straight-line program
 becomes one flat graph of arithmetic:
 
 * ``sum_to(g, x)``, ``broadcast_like(g, x)``, ``cast_like(g, x)``,
-  ``unreduce(g, x, axis)`` → ``g`` when ``g`` already has the result's type;
+  ``unreduce(g, x, axis, keepdims)``, ``reshape_like(g, x)`` → ``g`` when ``g``
+  already has the result's type;
 * ``env_getitem(env_setitem(e, k, v), k, d)`` → ``v`` (another key: look in
   ``e``); ``env_getitem(newenv(), k, d)`` → ``d``;
 * ``gadd(0, b)`` → ``b``; ``gadd(a, b)`` of two numbers/tensors of one type → ``add``;
@@ -60,9 +61,11 @@ def _is_float(abstract: object) -> bool:
 
 
 def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
-    """``sum_to/broadcast_like/cast_like/unreduce(g, ...)`` → ``g`` when types agree."""
+    """``sum_to/broadcast_like/cast_like/unreduce/reshape_like(g, ...)`` → ``g`` when
+    types agree."""
     prim = callee_primitive(node)
-    if prim not in (gradient.sum_to, gradient.broadcast_like, gradient.cast_like, gradient.unreduce):
+    if prim not in (gradient.sum_to, gradient.broadcast_like, gradient.cast_like, gradient.unreduce,
+                    gradient.reshape_like):
         return None
     g = node.inputs[1]
     if ctx.same_type(g, node):
