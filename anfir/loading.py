@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
+from anfir.errors import UsageError
 from anfir.ir.graph import Module
 from anfir.grammar.ir_loader import load_ir_file
 from anfir.grammar.parser import parse_file
@@ -19,6 +20,11 @@ from anfir.grammar.parser import parse_file
 
 def load_file(path: Union[str, Path]) -> Module:
     """The Module stored in ``path`` (a ``.ir`` dump or ANF source)."""
+    if not isinstance(path, (str, Path)):
+        raise UsageError(f"anfir.load takes the path of a file (a str), not {type(path).__name__}"
+                         + ("; use anfir.parse for program text" if isinstance(path, bytes) else ""))
+    if "\0" in str(path):
+        raise UsageError(f"cannot read {str(path)!r}: a path cannot contain a NUL character")
     if Path(path).suffix.lower() == ".ir":
 
         return load_ir_file(path)

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "anfir"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("anfir.errors", "anfir.location", "anfir.dtypes", "anfir.nested", "anfir.gcpause")),
+    ("base", ("anfir.errors", "anfir.location", "anfir.dtypes", "anfir.nested", "anfir.gcpause",
+              "anfir.limits")),
     ("ir", ("anfir.ir", "anfir.values")),
     ("abstract", ("anfir.abstract",)),
     ("op library", ("anfir.primitives",)),
