@@ -43,7 +43,7 @@ def rule_graph(prim: Primitive, ninputs: int) -> FuncGraph:
         text = prim.bprop_text(ninputs)
         if text is None:
             raise GradientError(f"no gradient rule for {prim.name} with {ninputs} arguments")
-        module = parse_module(text, f"<gradient rule of {prim.name}>")
+        module = parse_module(text, f"<gradient rule of {prim.name}>", allow_internal=True)
         graph = module["main"]
         graph.name = f"bprop_{prim.name}"
         expected = prim.rule_parameters(ninputs)

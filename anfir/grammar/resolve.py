@@ -38,7 +38,7 @@ from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Symbol
 
 
-def resolve_module(module: Module) -> Module:
+def resolve_module(module: Module, *, allow_internal: bool = False) -> Module:
     """Replace every Symbol constant reachable from ``module``'s graphs; check static arities.
 
     Returns ``module``, changed in place: a Symbol constant no manager tracks
@@ -46,6 +46,9 @@ def resolve_module(module: Module) -> Module:
     redirected to a new ValueNode, so the manager's records stay exact.
     Raises :class:`NameResolutionError` for the first unknown name in source
     order, :class:`ArityError` for the first call with a wrong argument count.
+    An internal primitive (``env_getitem``, ``J``...: what the autodiff
+    generates) is an unknown name to a program, unless ``allow_internal``
+    (the autodiff's own gradient rules are parsed so).
     """
     imported: dict[str, FuncGraph] = dict(getattr(module, "imported", None) or {})
     scope: dict[str, FuncGraph] = dict(imported)
@@ -57,8 +60,7 @@ def resolve_module(module: Module) -> Module:
     for use in symbol_uses:
         name = use[2].value.name
         if name not in targets:
-            target = scope.get(name)
-            targets[name] = target if target is not None else lookup(name)
+            targets[name] = _target(name, scope, allow_internal)
         if targets[name] is None:
             unknown.append(use)
     # Uses the parser saw that are not reachable (dead let bindings) are
@@ -67,8 +69,7 @@ def resolve_module(module: Module) -> Module:
         if isinstance(node.value, Symbol):
             name = node.value.name
             if name not in targets:
-                target = scope.get(name)
-                targets[name] = target if target is not None else lookup(name)
+                targets[name] = _target(name, scope, allow_internal)
             if targets[name] is None:
                 unknown.append((None, -1, node))
     if unknown:
@@ -190,6 +191,17 @@ def set_call(cnode: CNode, inputs: list[Node], attrs: Attrs = NO_ATTRS) -> CNode
     return new
 
 
+def _target(name: str, scope: dict[str, FuncGraph], allow_internal: bool) -> Any:
+    """What the global ``name`` stands for: a definition, else a built-in (None if nothing)."""
+    target = scope.get(name)
+    if target is not None:
+        return target
+    found = lookup(name)
+    if found is not None and found.internal and not allow_internal:
+        return None
+    return found
+
+
 def _arity_fits(callee: Any, count: int) -> bool:
     """Whether calling the constant ``callee`` with ``count`` arguments may be right."""
     cls = callee.__class__
@@ -288,7 +300,13 @@ def _source_order(node: Node) -> tuple:
 
 def _unknown_name(node: ValueNode, scope: dict[str, FuncGraph]) -> NameResolutionError:
     name = node.value.name
-    candidates = sorted(set(scope) | set(PRIMITIVES) | set(META_FUNCTIONS))
+    found = lookup(name)
+    if found is not None and found.internal:
+        return NameResolutionError(
+            f"unknown name '{name}': {name} is an internal primitive (the automatic "
+            "differentiation generates it); programs cannot use it", node.loc)
+    public = [n for n, p in (*PRIMITIVES.items(), *META_FUNCTIONS.items()) if not p.internal]
+    candidates = sorted(set(scope) | set(public))
     close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
     hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else ""
     return NameResolutionError(f"unknown name '{name}'", node.loc, hint=hint)
