@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional, Union
 
 from lark import Transformer
 
+from anfir import limits
 from anfir.errors import AnfirSyntaxError, AnfirTypeError, DuplicateDefinitionError
 from anfir.grammar.anf_lexer import Token, string_value
 from anfir.grammar.resolve import static_value
@@ -663,9 +664,18 @@ class AnfBuilder(Transformer):
         return node
 
     def int_(self, c: list) -> ValueNode:
-        """An integer literal."""
+        """An integer literal (at most ``anfir.limits.MAX_INT_DIGITS`` digits)."""
         token = c[0]
-        return ValueNode(int(token[1]), self.loc(token[2], token[3]))
+        return ValueNode(self.int_value(token), self.loc(token[2], token[3]))
+
+    def int_value(self, token: Token) -> int:
+        """The value of an INT token; too many digits is a located syntax error."""
+        text = token[1]
+        if len(text) > 18:
+            why = limits.int_too_long(text)
+            if why is not None:
+                raise AnfirSyntaxError(why, self.token_loc(token))
+        return int(text)
 
     def float_(self, c: list) -> ValueNode:
         """A float literal."""
@@ -782,7 +792,7 @@ class AnfBuilder(Transformer):
         loc = self.token_loc(c[1])
         position = c[2]
         return self.apply([ValueNode(_GETITEM, loc), c[0],
-                           ValueNode(int(position[1]), self.token_loc(position))], loc)
+                           ValueNode(self.int_value(position), self.token_loc(position))], loc)
 
     # -- type annotations ---------------------------------------------------------
     def type_name(self, c: list) -> ScalarAnn:
@@ -797,7 +807,7 @@ class AnfBuilder(Transformer):
 
     def dim(self, c: list) -> Union[int, str]:
         """A dimension: a size, a dimension variable or ``*``."""
-        return dimension(c[0][1])
+        return dimension(c[0][1], self.token_loc(c[0]))
 
     def type_paren(self, c: list) -> TypeAnn:
         """``(T)`` is ``T``."""

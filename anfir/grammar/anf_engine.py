@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from itertools import chain
+from typing import Any, Callable, Iterable, Optional, Union
 
 from lark import Lark
 from lark.parsers.lalr_analysis import Shift
@@ -146,8 +147,10 @@ class ShiftReduce(tuple):
     __slots__ = ()
 
 
-def run_tables(eng: Engine, tokens: list[Token], eof: Token) -> Any:
-    """Parse ``tokens`` (then ``eof``) with the LALR tables, running the callbacks.
+def run_tables(eng: Engine, batches: Iterable[list[Token]], end_token: Callable[[], Token]) -> Any:
+    """Parse the tokens of ``batches`` (lists of tokens, pulled one at a time),
+    then ``end_token()`` (the end-of-input token), with the LALR tables,
+    running the callbacks.
 
     Raises :class:`Unexpected` with the failing token.
     """
@@ -157,7 +160,7 @@ def run_tables(eng: Engine, tokens: list[Token], eof: Token) -> Any:
     values: list = []
     push_state = states.append
     push_value = values.append
-    for token in tokens:
+    for token in chain.from_iterable(batches):
         kind = token[0]
         while True:
             code: Any = actions[state].get(kind)  # (see ActionTable)
@@ -192,6 +195,7 @@ def run_tables(eng: Engine, tokens: list[Token], eof: Token) -> Any:
             push_state(state)
             break
     end_state = eng.end
+    eof = end_token()
     while True:
         code = actions[state].get(END)
         if code is None or code.__class__ is int:

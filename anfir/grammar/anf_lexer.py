@@ -61,18 +61,40 @@ _FIXED = TERMINALS  # keywords, punctuation and operators: text -> terminal
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "r": "\r", "0": "\0"}
 
 
+LONG_LINE = 10_000
+"""Lines longer than this are scanned a match at a time (``finditer``) and
+handed on in batches, so that no more than a batch of a line's tokens exist
+before the parser has checked them (a huge line of junk fails at once)."""
+_BATCH = 1000
+
+
 def tokenize(lines: list[str], filename: str) -> list[Token]:
     """All tokens of ``lines`` (the source split at ``\\n``), comments dropped."""
     tokens: list[Token] = []
-    append = tokens.append
+    for batch in token_batches(lines, filename):
+        tokens.extend(batch)
+    return tokens
+
+
+def token_batches(lines: list[str], filename: str) -> Iterator[list[Token]]:
+    """The tokens of ``lines`` in source order, a list per line (or per part of a long line).
+
+    The parser pulls them as it goes, so bad input is rejected after
+    scanning at most one line (or batch) beyond the error.
+    """
     fixed_get = _FIXED.get
     first_get = _FIRST_CHAR.get
     findall = _TOKEN_RE.findall
+    finditer = _TOKEN_RE.finditer
     lineno = 0
     for line in lines:
         lineno += 1
         col = 1
-        for blanks, text in findall(line):
+        tokens: list[Token] = []
+        append = tokens.append
+        matches: Any = findall(line) if len(line) <= LONG_LINE else (
+            m.groups() for m in finditer(line))
+        for blanks, text in matches:
             col += len(blanks)
             kind = fixed_get(text)
             if kind is None:
@@ -89,7 +111,12 @@ def tokenize(lines: list[str], filename: str) -> list[Token]:
                         _raise_bad_character(text, filename, lineno, col, line)
             append((kind, text, lineno, col))
             col += len(text)
-    return tokens
+            if len(tokens) >= _BATCH and len(line) > LONG_LINE:
+                yield tokens
+                tokens = []
+                append = tokens.append
+        if tokens:
+            yield tokens
 
 
 def string_value(token: Token, filename: str, line_text: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from anfir import limits
 from anfir.dtypes import ELEMENT_TYPES, TYPE_NAMES, is_dtype
 from anfir.errors import AnfirSyntaxError
 from anfir.ir.annotations import DimAnn, ScalarAnn, TensorAnn, TupleAnn, TypeAnn
@@ -68,11 +69,16 @@ def tuple_type(items: Iterable[TypeAnn], loc: Optional[Location] = None) -> Tupl
     return TupleAnn(tuple(items), loc)
 
 
-def dimension(text: str) -> DimAnn:
+def dimension(text: str, loc: Optional[Location] = None) -> DimAnn:
     """A dimension as written: digits are a size, anything else (a dimension
     variable, ``*``) is kept as its text.  The caller's lexer decides what may
-    be written."""
-    return int(text) if text.isdigit() else text
+    be written.  A size above ``anfir.limits.MAX_DIMENSION`` is a syntax error at ``loc``."""
+    if not text.isdigit():
+        return text
+    if len(text) > 19 and len(text.lstrip("0")) > 19 or int(text) > limits.MAX_DIMENSION:
+        raise AnfirSyntaxError(f"a dimension is at most {limits.MAX_DIMENSION:,}, not "
+                               f"{text if len(text) <= 30 else text[:20] + '...'}", loc)
+    return int(text)
 
 
 def is_dimension_text(text: str) -> bool:
