@@ -172,7 +172,7 @@ def _all_constants_graph() -> FuncGraph:
     B = dim_symbol("B")
     constants = [
         (1, (2.5, 's\t"\\é\n'), None, True, (h,)), np.float32(0.1), np.int8(-3), Symbol("foo"),
-        SymbolicKey("k x"), DType("f32"), Partial(P["add"], (1,)), Closure(h, (1.0,)),
+        SymbolicKey("k x"), DType("f32"), Partial(P["add"], (1,)), Closure(h, ()),
         GradEnv({SymbolicKey("a"): 1.0}), GradEnv(), float("nan"), float("-inf"), -0.0, 1e300, -5,
         np.array([[True]]), np.zeros((0, 3), np.int32), np.array(2.0),
         np.array([0.1, 1e-7, 3.0], np.float32), np.arange(6, dtype=np.uint8).reshape(3, 2, 1),
@@ -198,7 +198,7 @@ def test_every_kind_of_constant_and_type_round_trips_exactly():
     g = _all_constants_graph()
     text = dump_ir(g)
     for piece in ['Scalar[f32](0.1)', 'Key("k x")', "Symbol(foo)", "DType(f32)", "Partial(add, 1)",
-                  "Closure(@h, (1.0,))", "GradEnv(Key(a): 1.0)", "-inf", "-0.0", "1e+300",
+                  "Closure(@h, ())", "GradEnv(Key(a): 1.0)", "-inf", "-0.0", "1e+300",
                   "Tensor[i32, (0, 3)]([])", "Tensor[f64, ()](2.0)", "Tensor[f32, (3,)]([0.1, 1e-07, 3.0])",
                   "<f32[2*B+1, 3, B**2]>", "<Func {@?gone, @h, add}>", "value_and_grad(@h, 0, 1)",
                   "<Bottom>", "subgraph @h(%para1_x)"]:

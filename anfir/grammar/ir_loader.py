@@ -15,11 +15,13 @@ and every pass accepts them.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
 import re
 import threading
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
@@ -33,22 +35,28 @@ from anfir.abstract.values import (AAny, AbstractValue, AEnv, AFunction, AKey,
                                    GraphSig, JFn, PartialFn, PrimFn)
 from anfir.abstract.lattice import BOTTOM
 from anfir.abstract.shapes import dim_symbol
-from anfir.dtypes import from_abstract_name, numpy_dtype
-from anfir.errors import AnfirError, AnfirSyntaxError, AnfirTypeError, NameResolutionError, UsageError
+from anfir import limits
+from anfir.dtypes import from_abstract_name, is_dtype, numpy_dtype
+from anfir.errors import (AnfirError, AnfirSyntaxError, AnfirTypeError, NameResolutionError,
+                          UsageError)
 from anfir.gcpause import gc_paused
 from anfir.ir.annotations import DimAnn, ScalarAnn, TensorAnn, TupleAnn
 from anfir.ir.type_syntax import dimension, scalar_type, tensor_type, tuple_type
 from anfir.ir.attrs import NO_ATTRS, Attrs, is_attr_value
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.primitives import lookup
 from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 
-_LOC = re.compile(r"#[ \t]?(?P<file>.*?):(?P<line>\d+):(?P<col>\d+)"
-                  r"(?: \((?P<note>.*?)\))?(?:  (?P<text>.*))?\Z")
+_LOC_NUMBERS = re.compile(r"(?=:(\d+):(\d+))")
+"""Where ``:line:col`` may follow a location comment's file name (overlapping)."""
+MAX_DIM_EXPONENT = 64
+"""The largest exponent a dimension expression may use (``N**2``)."""
+_CALLABLE = (FuncGraph, Primitive, MetaFunction, Closure, Partial, Symbol)
+"""What a constant callee may be."""
 _DIM_FUNCTIONS = {"floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max,
                   "Min": sympy.Min, "Abs": sympy.Abs, "Mod": sympy.Mod}
 
@@ -91,13 +99,15 @@ def load_ir_text(text: str, filename: str = "<string>",
 
 
 def load_ir_file(path: Union[str, Path]) -> Module:
-    """Read a ``.ir`` file (and its ``.npz`` side file, if it has one) into a Module."""
-    target = Path(path)
+    """Read a ``.ir`` file (and its ``.npz`` side file, if it has one) into a Module.
+
+    Only a regular file of at most ``anfir.limits.MAX_SOURCE_BYTES`` is read.
+    """
     try:
-        data = target.read_bytes()
-    except OSError as exc:
+        data = limits.read_bounded(path)  # type: ignore[arg-type]
+    except limits.ReadError as exc:
         # A path that cannot be read is a usage error, as for ANF files.
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read {path}: {exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -112,7 +122,7 @@ def load_ir_file(path: Union[str, Path]) -> Module:
 def _syntax_error(exc: UnexpectedInput, builder: "_IRBuilder") -> AnfirSyntaxError:
     line = getattr(exc, "line", 0) or 0
     col = getattr(exc, "column", 0) or 0
-    if isinstance(exc, UnexpectedEOF) or line <= 0:
+    if isinstance(exc, UnexpectedEOF) or line <= 0 or line > len(builder.lines):
         line = max(len(builder.lines), 1)
         col = len(builder.lines[-1]) + 1 if builder.lines else 1
         message = "the dump ends too early (a subgraph is not closed with '}'?)"
@@ -167,7 +177,7 @@ class _GraphState:
         self.defined = False
         self.locals: dict[str, Node] = {}
         self.first_use: Optional[Token] = None
-        self.pending: list[tuple[CNode, list[Any]]] = []
+        self.pending: list[tuple[CNode, list[Any], Token]] = []
         self.output: Any = None
         self.output_abstract: Any = None
 
@@ -190,6 +200,16 @@ class _Const:
 
     def __init__(self, value: Any) -> None:
         self.value = value
+
+
+class _SymbolConst(_Const):
+    """A ``Symbol(name)`` operand: a global name to resolve, with where the dump has it."""
+
+    __slots__ = ("loc",)
+
+    def __init__(self, value: Any, loc: Location) -> None:
+        super().__init__(value)
+        self.loc = loc
 
 
 class _Leading:
@@ -221,6 +241,14 @@ class _IRBuilder(Transformer):
         self.entry: Optional[str] = None
         self.phase = ""
         self.definitions: list[tuple[str, str, Token]] = []
+        self.closures: list[tuple[Closure, Token]] = []
+        """Every ``Closure(@g, env)`` constant, checked once the graphs are wired."""
+        self._dim_loc: Optional[Location] = None
+        """Where the last dimension atom was read (for errors in dimension expressions)."""
+        archive = getattr(self, "archive", None)
+        if archive is not None:
+            archive.close()
+        self.archive: Optional[zipfile.ZipFile] = None
 
     # -- helpers --------------------------------------------------------------------
     def _location_at(self, line: int, col: int) -> Location:
@@ -333,8 +361,12 @@ class _IRBuilder(Transformer):
                                  f"but the node has {len(operands) - 1}", token)
             node.abstract = out
             operands = [operands[0]] + [_typed(op, t) for op, t in zip(operands[1:], ins)]
+        callee = operands[0]
+        if isinstance(callee, _Const) and not isinstance(callee.value, _CALLABLE):
+            raise self._error(f"{local} calls {_shown(callee.value)}, which is not a function",
+                              token, AnfirTypeError)
         st.locals[local] = node
-        st.pending.append((node, operands))
+        st.pending.append((node, operands, token))
 
     def prim_attrs(self, *items: Any) -> list:
         return [item for item in items if item is not None]
@@ -393,21 +425,39 @@ class _IRBuilder(Transformer):
         return _Ref(self._state(graph, token), local, token)
 
     def _parse_loc(self, token: Token) -> Location:
-        match = _LOC.match(str(token).rstrip("\r"))
-        if match is None:  # the lexer only makes LOC tokens of this shape
+        """``# file:line:col (note)  text`` -> a Location (see :func:`split_location_comment`)."""
+        parts = split_location_comment(str(token).rstrip("\r"))
+        if parts is None:  # the lexer only makes LOC tokens of this shape
             raise self._error("a location comment is written '# file:line:col  text'", token)
-        return Location(match["file"], int(match["line"]), int(match["col"]),
-                        match["text"] or "", match["note"] or "")
+        file, line, col, note, text = parts
+        if len(line) > 12 or len(col) > 12:
+            raise self._error("a location's line or column number is too large", token)
+        return Location(file, int(line), int(col), text, note)
 
     # -- constants -----------------------------------------------------------------------
     def _constant(self, value: Any) -> Any:
         return value.value if isinstance(value, _Const) else value
 
     def int_(self, token: Token) -> _Const:
-        return _Const(int(token))
+        return _Const(self._int(token))
 
     def neg_int(self, token: Token) -> _Const:
-        return _Const(-int(token))
+        return _Const(-self._int(token))
+
+    def _int(self, token: Token) -> int:
+        """An INT token's value; more than ``anfir.limits.MAX_INT_DIGITS`` digits is an error."""
+        why = limits.int_too_long(str(token))
+        if why is not None:
+            raise self._error(why, token)
+        return int(token)
+
+    def _size(self, token: Token, what: str) -> int:
+        """An INT token that is a size (a dimension, an index): at most ``MAX_DIMENSION``."""
+        text = str(token)
+        if len(text.lstrip("0")) > 19 or int(text) > limits.MAX_DIMENSION:
+            shown = text if len(text) <= 30 else text[:20] + "..."
+            raise self._error(f"{what} is at most {limits.MAX_DIMENSION:,}, not {shown}", token)
+        return int(text)
 
     def float_(self, token: Token) -> _Const:
         return _Const(float(token))
@@ -461,31 +511,52 @@ class _IRBuilder(Transformer):
         return _Const(tuple(i.value for i in items))
 
     def shape(self, *dims: Token) -> tuple:
-        return tuple(int(d) for d in dims if d is not None)
+        return tuple(self._size(d, "a dimension") for d in dims if d is not None)
 
     def tensor(self, dtype: Token, shape: tuple, data: Any) -> _Const:
         name = str(dtype)
         np_dtype = self._numpy_dtype(name, dtype, "unknown tensor dtype")
         kind, payload, token = data
+        count = math.prod(shape)  # (Python integers: no overflow)
+        if count * np_dtype.itemsize > limits.MAX_CONSTANT_BYTES:
+            raise self._error(f"a {name} tensor of shape {shape} would take {count * np_dtype.itemsize:,} "
+                              f"bytes; a constant holds at most {limits.MAX_CONSTANT_BYTES:,} "
+                              "(anfir.limits.MAX_CONSTANT_BYTES)", dtype)
         if kind == "side":
-            array = self._side_array(payload, token)
-            if array.dtype != np_dtype or array.shape != shape:
-                raise self._error(f"side array {payload!r} is {array.dtype}{list(array.shape)}, "
-                                 f"the dump says {name}{list(shape)}", token)
+            array = self._side_array(payload, token, np_dtype, shape, name)
             array.setflags(write=False)
             return _Const(array)
         values = payload
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if len(values) != count:
             raise self._error(f"a {name} tensor of shape {shape} has {count} elements, "
                              f"not {len(values)}", token or dtype)
         if count == 0:
             array = np.zeros(shape, np_dtype)
         else:
+            self._check_range(values, np_dtype, name, token or dtype)
             array = np.array(values, dtype=np_dtype if np_dtype.kind != "f" else np.float64)
             array = array.astype(np_dtype).reshape(shape)
         array.setflags(write=False)
         return _Const(array)
+
+    def _check_range(self, values: list, np_dtype: np.dtype, name: str, token: Token) -> None:
+        """Every element fits ``np_dtype`` (an integer in range; a float for a float type)."""
+        if np_dtype.kind in "iu":
+            info = np.iinfo(np_dtype)
+            for v in values:
+                if isinstance(v, float) or not (info.min <= v <= info.max):
+                    raise self._error(f"{v!r} does not fit {name} (whose values are "
+                                      f"{info.min} to {info.max})", token, AnfirTypeError)
+        elif np_dtype.kind == "f":
+            for v in values:
+                if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 1023:
+                    raise self._error(f"an integer of {len(limits.int_text(v))} digits is too "
+                                      f"large for {name}", token, AnfirTypeError)
+        elif np_dtype.kind == "b":
+            for v in values:
+                if not isinstance(v, bool) and v not in (0, 1):
+                    raise self._error(f"{v!r} is not a bool value (true or false)", token,
+                                      AnfirTypeError)
 
     def tensor_lists(self, token: Token) -> tuple:
         return ("inline", self._tensor_elements(token), token)
@@ -515,6 +586,9 @@ class _IRBuilder(Transformer):
             return False
         try:
             if re.fullmatch(r"-?\d+", word):
+                why = limits.int_too_long(word)
+                if why is not None:
+                    raise self._error(why, token)
                 return int(word)
             if re.fullmatch(r"-?(\d+\.\d*(e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)", word, re.I):
                 return float(word)
@@ -522,27 +596,68 @@ class _IRBuilder(Transformer):
             pass
         raise self._error(f"bad tensor element {word!r}", token)
 
-    def _side_array(self, key: str, token: Token) -> np.ndarray:
-        if self.side is None:
-            self.side = self._open_side_file(token)
+    def _side_array(self, key: str, token: Token, np_dtype: np.dtype, shape: tuple,
+                    name: str) -> np.ndarray:
+        """The array ``key`` of the side data, which must be ``name``\\ ``shape``.
+
+        From the ``.npz`` file, only this member is read, and only once its
+        header has said it is the array the dump declares (a member claiming
+        another shape or size is refused before its data is read).
+        """
+        if self.side is not None:
+            try:
+                array = np.asarray(self.side[key])
+            except KeyError:
+                raise self._error(f"the side file has no array {key!r}", token) from None
+            self._check_side(key, array.dtype, array.shape, np_dtype, shape, name, token)
+            return array
+        archive = self._open_side_file(token)
+        member = key + ".npy"
         try:
-            return np.asarray(self.side[key])
+            info = archive.getinfo(member)
         except KeyError:
             raise self._error(f"the side file has no array {key!r}", token) from None
-
-    def _open_side_file(self, token: Token) -> Mapping[str, np.ndarray]:
-        path = Path(self.filename).with_suffix(".npz")
-        if not path.is_file():
-            raise self._error(f"this dump keeps large tensors in {path.name}, which is missing",
-                             token)
         try:
-            with np.load(path, allow_pickle=False) as data:
-                return {k: data[k] for k in data.files}
-        except (OSError, ValueError) as exc:
-            raise self._error(f"cannot read the side file {path.name}: {exc}", token) from None
+            with archive.open(info) as stream:
+                found_shape, fortran, found_dtype = limits.npy_header(stream)
+                self._check_side(key, found_dtype, found_shape, np_dtype, shape, name, token)
+                return limits.read_npy_data(stream, found_shape, fortran, found_dtype)
+        except limits.ReadError as exc:
+            raise self._error(f"cannot read array {key!r} of the side file: {exc}", token) from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
+            raise self._error(f"cannot read array {key!r} of the side file: {exc}", token) from None
+
+    def _check_side(self, key: str, found_dtype: np.dtype, found_shape: tuple, np_dtype: np.dtype,
+                    shape: tuple, name: str, token: Token) -> None:
+        if found_dtype != np_dtype or tuple(found_shape) != tuple(shape):
+            dims = list(found_shape) if isinstance(found_shape, tuple) else found_shape
+            raise self._error(f"side array {key!r} is {found_dtype}{dims}, "
+                              f"the dump says {name}{list(shape)}", token)
+
+    def _open_side_file(self, token: Token) -> zipfile.ZipFile:
+        """The ``.npz`` side file next to the dump, opened once (a regular file only)."""
+        if self.archive is not None:
+            return self.archive
+        path = Path(self.filename).with_suffix(".npz")
+        try:
+            if not path.is_file():
+                raise self._error(f"this dump keeps large tensors in {path.name}, which is missing",
+                                  token)
+            handle = open(path, "rb")
+        except OSError as exc:
+            raise self._error(f"cannot read the side file {path.name}: {exc.strerror or exc}",
+                              token) from None
+        try:
+            self.archive = zipfile.ZipFile(handle)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            handle.close()
+            raise self._error(f"the side file {path.name} is not an .npz archive ({exc})",
+                              token) from None
+        return self.archive
 
     def np_scalar(self, dtype: Token, value: _Const) -> _Const:
         np_dtype = self._numpy_dtype(str(dtype), dtype, "unknown dtype")
+        self._check_range([value.value], np_dtype, str(dtype), dtype)
         return _Const(np_dtype.type(value.value))
 
     def _numpy_dtype(self, name: str, token: Token, what: str) -> np.dtype:
@@ -553,7 +668,8 @@ class _IRBuilder(Transformer):
             raise self._error(f"{what} {name}", token) from None
 
     def symbol(self, word: Token) -> _Const:
-        return _Const(Symbol(self._word(word)))
+        # Located in the dump: an unknown name is reported there when resolved.
+        return _SymbolConst(Symbol(self._word(word)), self._loc(word))
 
     def key(self, word: Token) -> _Const:
         return _Const(SymbolicKey(self._word(word)))
@@ -562,6 +678,8 @@ class _IRBuilder(Transformer):
         return self._unquote(token) if token.type == "STRING" else str(token)
 
     def dtype(self, name: Token) -> _Const:
+        if not is_dtype(str(name)):
+            raise self._error(f"unknown dtype {name}", name, AnfirTypeError)
         return _Const(DType(str(name)))
 
     def partial(self, fn: _Const, *args: _Const) -> _Const:
@@ -570,7 +688,9 @@ class _IRBuilder(Transformer):
     def closure(self, graph: Token, env: _Const) -> _Const:
         if not isinstance(env.value, tuple):
             raise self._error("a closure's environment is a tuple", graph)
-        return _Const(Closure(self._state(str(graph)[1:], graph).graph, env.value))
+        closure = Closure(self._state(str(graph)[1:], graph).graph, env.value)
+        self.closures.append((closure, graph))
+        return _Const(closure)
 
     def grad_env(self, *items: Any) -> _Const:
         return _Const(GradEnv({k: v for k, v in (i for i in items if i is not None)}))
@@ -591,7 +711,7 @@ class _IRBuilder(Transformer):
         return tuple_type(i for i in items if i is not None)
 
     def ann_int(self, token: Token) -> DimAnn:
-        return dimension(str(token))
+        return dimension(str(token), self._loc(token))
 
     def ann_name(self, token: Token) -> DimAnn:
         return dimension(str(token))
@@ -628,10 +748,18 @@ class _IRBuilder(Transformer):
         return ATensor(str(dtype), dims)
 
     def dims_leading(self, *dims: Any) -> "_Leading":
-        return _Leading(tuple(_norm_dim(d) for d in dims if d is not None))
+        return _Leading(tuple(self._dim(d) for d in dims if d is not None))
 
     def dims_list(self, *dims: Any) -> tuple:
-        return tuple(_norm_dim(d) for d in dims if d is not None)
+        return tuple(self._dim(d) for d in dims if d is not None)
+
+    def _dim(self, dim: Any) -> Any:
+        dim = _norm_dim(dim)
+        if isinstance(dim, int) and not 0 <= dim <= limits.MAX_DIMENSION:
+            raise AnfirSyntaxError(f"a dimension is from 0 to {limits.MAX_DIMENSION:,}, not "
+                                   f"{limits.int_text(dim) if dim.bit_length() < 200 else 'a huge number'}",
+                                   self._dim_loc)
+        return dim
 
     def dims_any(self) -> None:
         return None
@@ -679,12 +807,14 @@ class _IRBuilder(Transformer):
         raise self._error(f"unknown function type {name}(...)", name)
 
     def fn_index(self, token: Token) -> int:
-        return int(token)
+        return self._size(token, "an argument index")
 
     def dim_int(self, token: Token) -> int:
-        return int(token)
+        self._dim_loc = self._loc(token)
+        return self._size(token, "a dimension")
 
     def dim_name(self, token: Token) -> Any:
+        self._dim_loc = self._loc(token)
         return _dim_symbol(str(token))
 
     def dim_add(self, a: Any, b: Any) -> Any:
@@ -697,9 +827,19 @@ class _IRBuilder(Transformer):
         return a * b
 
     def dim_div(self, a: Any, b: Any) -> Any:
+        if b == 0:
+            raise AnfirSyntaxError("a dimension divided by zero", self._dim_loc)
         return sympy.Rational(a, b) if isinstance(a, int) and isinstance(b, int) else a / b
 
     def dim_power(self, a: Any, b: Any) -> Any:
+        # Dimension expressions are small: a huge power (10**10**10) would make
+        # sympy compute for ever, so exponents are small integers.
+        if not (isinstance(b, int) or (isinstance(b, sympy.Integer))) or abs(int(b)) > MAX_DIM_EXPONENT:
+            raise AnfirSyntaxError(f"a dimension's exponent is an integer from "
+                                   f"-{MAX_DIM_EXPONENT} to {MAX_DIM_EXPONENT}, not {b}",
+                                   self._dim_loc)
+        if isinstance(a, int) and abs(a) > 1 and (abs(a).bit_length() - 1) * int(b) >= 63:
+            raise AnfirSyntaxError(f"the dimension {a}**{b} is too large", self._dim_loc)
         return sympy.Pow(a, b)
 
     def dim_neg(self, a: Any) -> Any:
@@ -709,7 +849,10 @@ class _IRBuilder(Transformer):
         fn = _DIM_FUNCTIONS.get(str(name))
         if fn is None:
             raise self._error(f"unknown function {name} in a dimension", name)
-        return fn(*args)
+        try:
+            return fn(*args)
+        except (TypeError, ValueError, ZeroDivisionError) as exc:
+            raise self._error(f"bad dimension {name}(...): {exc}", name) from None
 
     # -- the end ----------------------------------------------------------------------
     def start(self, *_items: Any) -> None:
@@ -725,13 +868,14 @@ class _IRBuilder(Transformer):
         for st in self.graphs.values():
             if not st.defined:
                 continue
-            for node, operands in st.pending:
+            for node, operands, _ in st.pending:
                 node._inputs = tuple(self._operand_node(op) for op in operands)
             if st.output is not None:
                 out = self._operand_node(st.output)
                 if isinstance(out, ValueNode):
                     out.abstract = st.output_abstract
                 st.graph.output = out
+        self._check_no_cycle()
         graphs = {}
         for key, name, token in self.definitions:
             state = self.graphs.get(name)
@@ -751,6 +895,7 @@ class _IRBuilder(Transformer):
                                    self._location_at(max(len(self.lines), 1), 1))
         if roots:
             manage(*roots)
+        self._check_closures()
         module = Module(graphs, self.filename)
         module.phase = self.phase
         entry = self.graphs.get(self.entry) if self.entry else None
@@ -759,12 +904,66 @@ class _IRBuilder(Transformer):
                                      if entry is not None and g is entry.graph), None)
         return module
 
+    def _check_no_cycle(self) -> None:
+        """Reject a node that depends on itself (``%1 = add(%1, 1)``, or through other
+        nodes, of any graph): every walk of the graphs would loop.  Iterative DFS."""
+        token_of = {node: token for st in self.graphs.values() for node, _, token in st.pending}
+        state: dict[CNode, int] = {}  # 1: on the current path, 2: done
+        for start in token_of:
+            if start in state:
+                continue
+            state[start] = 1
+            path = [start]
+            stack = [iter(start._inputs)]
+            while stack:
+                for inp in stack[-1]:
+                    if inp.__class__ is not CNode:
+                        continue
+                    seen = state.get(inp)
+                    if seen == 1:
+                        cycle = path[path.index(inp):] + [inp]
+                        names = " -> ".join(self._local_name(n).split()[0] for n in cycle)
+                        raise self._error(f"{self._local_name(inp)} depends on its own value "
+                                          f"({names}): a node cannot use itself",
+                                          token_of[inp], NameResolutionError)
+                    if seen is None:
+                        state[inp] = 1
+                        path.append(inp)
+                        stack.append(iter(inp._inputs))
+                        break
+                else:
+                    stack.pop()
+                    state[path.pop()] = 2
+
+    def _local_name(self, node: Node) -> str:
+        for st in self.graphs.values():
+            for local, found in st.locals.items():
+                if found is node:
+                    return f"{local} of @{st.graph.name}"
+        return "a node"  # pragma: no cover - every CNode is some graph's local
+
+    def _check_closures(self) -> None:
+        """A ``Closure(@g, env)`` captures exactly the values @g's free variables need."""
+        for closure, token in self.closures:
+            graph = closure.graph
+            if graph.manager is None or not graph.has_output:
+                raise self._error(f"a closure of @{graph.name}, which the dump does not define",
+                                  token, NameResolutionError)
+            needed = len(graph.manager.free_variables_total(graph))
+            if needed != len(closure.env):
+                raise self._error(f"a closure of @{graph.name} captures {len(closure.env)} "
+                                  f"value{'s' if len(closure.env) != 1 else ''}, but "
+                                  f"@{graph.name} has {needed} free variable"
+                                  f"{'s' if needed != 1 else ''}", token, AnfirTypeError)
+
     def _operand_node(self, op: Any) -> Node:
         if isinstance(op, _Typed):
             node = self._operand_node(op.operand)
             if isinstance(node, ValueNode):
                 node.abstract = op.abstract
             return node
+        if isinstance(op, _SymbolConst):
+            return ValueNode(op.value, op.loc)
         if isinstance(op, _Const):
             return ValueNode(op.value)
         st = op.graph
@@ -788,6 +987,43 @@ class _Typed:
 def _typed(operand: Any, abstract: Any) -> Any:
     # Only constants take their type from the line (other nodes have their own).
     return _Typed(operand, abstract) if isinstance(operand, _Const) and abstract is not None else operand
+
+
+def split_location_comment(comment: str) -> Optional[tuple[str, str, str, str, str]]:
+    """``(file, line, col, note, text)`` of a location comment
+    ``#[ ]file:line:col[ (note)][  text]``, or None if it is not one.
+
+    The file is the shortest prefix after which the rest fits (file names
+    may hold ``:``), the note the shortest that ends with ``)`` followed by
+    the end or two blanks — what a backtracking regular expression would
+    choose, found in linear time (a regex took quadratic time on long lines).
+    """
+    if not comment.startswith("#"):
+        return None
+    start = 2 if comment[1:2] in (" ", "\t") else 1
+    n = len(comment)
+    # Where a note may end: a ')' at the end of the line or before two blanks.
+    closes = [i for i in range(n) if comment[i] == ")"
+              and (i == n - 1 or comment.startswith("  ", i + 1))] if ")" in comment else []
+    for match in _LOC_NUMBERS.finditer(comment, start):
+        line, col = match.group(1), match.group(2)
+        rest = match.start() + 2 + len(line) + len(col)
+        if rest == n:
+            return comment[start:match.start()], line, col, "", ""
+        if comment.startswith("  ", rest):
+            return comment[start:match.start()], line, col, "", comment[rest + 2:]
+        if comment.startswith(" (", rest):
+            at = bisect.bisect_left(closes, rest + 2)
+            if at < len(closes):
+                close = closes[at]
+                return (comment[start:match.start()], line, col, comment[rest + 2:close],
+                        comment[close + 3:])
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, np.ndarray) else f"a tensor of shape {value.shape}"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _param_name(local: str) -> str:
