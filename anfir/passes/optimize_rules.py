@@ -145,6 +145,8 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
         return None
     if not prim.accepts(len(args)):
         return None
+    if prim.fold_guard is not None and not prim.fold_guard([a.value for a in args]):
+        return None  # too costly to fold at compile time (10 ** 10 ** 10)
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
@@ -153,6 +155,8 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
         return None
     if not is_data(value):
         return None
+    if type(value) is int and value.bit_length() > 63:
+        return None  # an integer beyond i64 (the specializer's type) stays a computation
     new = ctx.constant(value, like=node)
     if not ctx.compatible(new.abstract, node.abstract):
         return None

@@ -11,6 +11,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from anfir import limits
+from anfir.errors import AnfirRuntimeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
 
@@ -50,10 +52,20 @@ def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any],
     return _unary(scalar, np_fn if total else array)
 
 
+def _too_large(what: str) -> AnfirRuntimeError:
+    return AnfirRuntimeError(f"{what}: the integer result would have more than "
+                             f"{limits.MAX_INT_BITS:,} bits (anfir.limits.MAX_INT_BITS)",
+                             hint="use floats for numbers this large")
+
+
 def _pow(x: Any, y: Any) -> Any:
     if type(x) in (int, float) and type(y) in (int, float):
-        if type(x) is int and type(y) is int and y < 0:
-            return float(x) ** y
+        if type(x) is int and type(y) is int:
+            if y < 0:
+                return float(x) ** y
+            # Bounded before computing: 10 ** 10 ** 10 would run for hours.
+            if x not in (0, 1, -1) and y * math.log2(abs(x)) > limits.MAX_INT_BITS:
+                raise _too_large("pow")
         try:
             result = x ** y
         except (ZeroDivisionError, OverflowError):
@@ -61,6 +73,14 @@ def _pow(x: Any, y: Any) -> Any:
                 return float(np.power(float(x), float(y)))
         return float("nan") if isinstance(result, complex) else result
     return np.power(x, y)
+
+
+def _mul(x: Any, y: Any) -> Any:
+    # Integers are bounded (repeated squaring would exhaust memory); other values
+    # go straight to ``*``.
+    if type(x) is int and type(y) is int and x.bit_length() + y.bit_length() > limits.MAX_INT_BITS:
+        raise _too_large("mul")
+    return x * y
 
 
 def _cheap_pow(values: Sequence[Any]) -> bool:
@@ -117,10 +137,21 @@ def _binary_np(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[Any, Any],
     return impl
 
 
-def _logical(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[bool, bool], bool]) -> Callable[[Any, Any], Any]:
+def _check_bool(name: str, x: Any) -> None:
+    """``and``, ``or`` and ``not`` take bools (or bool tensors), not numbers."""
+    if isinstance(x, (bool, np.bool_)) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
+        return
+    kind = f"a {x.dtype} tensor" if isinstance(x, np.ndarray) else type(x).__name__
+    raise TypeError(f"needs bools (or bool tensors), not {kind}")
+
+
+def _logical(name: str, np_fn: Callable[[Any, Any], Any],
+             scalar_fn: Callable[[bool, bool], bool]) -> Callable[[Any, Any], Any]:
     def impl(x: Any, y: Any) -> Any:
         if isinstance(x, (bool, np.bool_)) and isinstance(y, (bool, np.bool_)):
             return scalar_fn(bool(x), bool(y))
+        _check_bool(name, x)
+        _check_bool(name, y)
         return np_fn(x, y)
 
     return impl
@@ -129,6 +160,7 @@ def _logical(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[bool, bool],
 def _logical_not(x: Any) -> Any:
     if isinstance(x, (bool, np.bool_)):
         return not x
+    _check_bool("logical_not", x)
     return np.logical_not(x)
 
 
@@ -138,7 +170,7 @@ add = declare("add", 2, operator.add, infer=rules.elementwise("add"), family=FAM
 sub = declare("sub", 2, operator.sub, infer=rules.elementwise("sub"), family=FAMILY,
     symbolic=operator.sub, doc="sub(x, y) — x - y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(-dout, y)) end")
-mul = declare("mul", 2, operator.mul, infer=rules.elementwise("mul"), family=FAMILY,
+mul = declare("mul", 2, _mul, infer=rules.elementwise("mul"), family=FAMILY,
     symbolic=operator.mul, doc="mul(x, y) — x * y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * y, x), sum_to(x * dout, y)) end")
 div = declare("div", 2, _div, infer=rules.elementwise("div"), family=FAMILY,
@@ -198,10 +230,10 @@ gt = declare("gt", 2, operator.gt, infer=rules.elementwise("gt"), family=_CMP, d
 ge = declare("ge", 2, operator.ge, infer=rules.elementwise("ge"), family=_CMP, differentiable=False, doc="ge(x, y) — x >= y")
 eq = declare("eq", 2, operator.eq, infer=rules.elementwise("eq"), family=_CMP, differentiable=False, doc="eq(x, y) — x == y")
 ne = declare("ne", 2, operator.ne, infer=rules.elementwise("ne"), family=_CMP, differentiable=False, doc="ne(x, y) — x != y")
-logical_and = declare("logical_and", 2, _logical(np.logical_and, lambda a, b: a and b),
+logical_and = declare("logical_and", 2, _logical("logical_and", np.logical_and, lambda a, b: a and b),
                       infer=rules.elementwise("logical_and"), family=_CMP, differentiable=False,
                       doc="logical_and(x, y) — x and y (both are evaluated: calls are strict)")
-logical_or = declare("logical_or", 2, _logical(np.logical_or, lambda a, b: a or b),
+logical_or = declare("logical_or", 2, _logical("logical_or", np.logical_or, lambda a, b: a or b),
                      infer=rules.elementwise("logical_or"), family=_CMP, differentiable=False,
                      doc="logical_or(x, y) — x or y (both are evaluated: calls are strict)")
 logical_not = declare("logical_not", 1, _logical_not, infer=rules.elementwise("logical_not"), family=_CMP, differentiable=False,

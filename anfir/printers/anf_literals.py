@@ -27,6 +27,7 @@ from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.ir_constants import ConstantPrinter
 from anfir.dtypes import LITERAL_DTYPES, dtype_name, dtype_of_array, numpy_name
 from anfir.values import DType, Symbol
+from anfir.limits import int_text
 
 HELPER_NAMES = ("array", "cast", "zeros", "div")
 """Built-ins the printer itself may emit (so no local name may shadow them)."""
@@ -91,7 +92,7 @@ def _atom_literal(value: Any, graph_name: Callable[[FuncGraph], str]) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return str(value)
+        return int_text(value)
     if isinstance(value, float):
         return float_literal(value)
     if isinstance(value, str):

@@ -32,6 +32,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.dtypes import dtype_of_array
 from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
+from anfir.limits import int_text
 
 INLINE_TENSOR_LIMIT = 64
 """Tensors with more elements go to the side file when one is provided."""
@@ -70,7 +71,7 @@ class ConstantPrinter:
         """``value`` as dump text."""
         value_type = type(value)
         if value_type is int:
-            return str(value)
+            return int_text(value)
         if value_type is float:
             return float_text(value)
         out: list[str] = []
@@ -100,7 +101,7 @@ class ConstantPrinter:
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, int):
-            return str(value)
+            return int_text(value)
         if isinstance(value, float):
             return float_text(value)
         if isinstance(value, str):
