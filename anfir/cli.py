@@ -15,6 +15,8 @@ from typing import Any, NoReturn, Optional, Sequence
 import numpy as np
 
 from anfir.errors import AnfirError, UsageError
+from anfir import limits
+from anfir.limits import int_text
 from anfir.abstract.values import AbstractValue
 from anfir.dtypes import dtype_name
 from anfir.autodiff.api import grad
@@ -63,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry", help="the definition to run (default: main, or the only one)")
     p.add_argument("args", nargs="*", metavar="ARG",
                    help='an ANF literal (3, 2.5, true, "s", (1, 2.0)) or an .npy file')
+    _max_depth_option(p)
 
     p = sub.add_parser("grad", help="print the gradient of a definition at arguments",
                        formatter_class=raw,
@@ -75,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(then the ARGs may be left out)")
     p.add_argument("args", nargs="*", metavar="ARG",
                    help="the point at which to evaluate the gradient: ANF literals or .npy files")
+    _max_depth_option(p)
 
     p = sub.add_parser("compile", help="run the pipeline, writing numbered per-phase dumps",
                        formatter_class=raw,
@@ -88,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "compiled graph is also run and its result printed")
     p.add_argument("--dump-dir", help="write NN_phase.ir and NN_phase.dot here")
     p.add_argument("--time", action="store_true", help="print a per-phase timing table")
+    _max_depth_option(p)
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
                        epilog="example:\n  anfir fmt examples/hof.anf")
@@ -101,22 +106,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _max_depth_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-depth", type=_positive, metavar="N",
+                   help=f"the most nested calls an evaluation may make (default "
+                        f"{limits.MAX_CALL_DEPTH:,}); deeper is a runtime error")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text[:30]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {value}")
+    return value
+
+
 # -- arguments ------------------------------------------------------------------
+MAX_ARGUMENT_CHARS = 1_000_000
+"""The longest literal ARG (larger values are passed as ``.npy`` files)."""
+
+
 def parse_arg(text: str) -> Any:
     """A command-line ARG: an ``.npy`` path (loaded without pickle) or an ANF literal."""
     if text.endswith(".npy"):
         if not os.path.exists(text):
             raise UsageError(f"no such file: {text}")
         try:
-            return np.load(text, allow_pickle=False)
-        except (ValueError, OSError) as exc:
+            return limits.read_npy_file(text)
+        except limits.ReadError as exc:
             raise UsageError(f"cannot read {text} as a numpy array: {exc}") from None
-
+    shown = text if len(text) <= 60 else text[:50] + "..."
+    if len(text) > MAX_ARGUMENT_CHARS:
+        raise UsageError(f"the argument {shown!r} is too long ({len(text):,} characters; at most "
+                         f"{MAX_ARGUMENT_CHARS:,}): pass large values as .npy files")
     try:
         module = parse_module(f"def __arg__() = {text}", "<argument>")
-    except AnfirError:
-        raise UsageError(f"cannot read the argument {text!r}: expected an ANF literal such as "
-                         '3, 2.5, true, "s", (1, 2.0), or the path of an .npy file') from None
+    except AnfirError as error:
+        why = error.message if "at most" in error.message else ""
+        raise UsageError(f"cannot read the argument {shown!r}: expected an ANF literal such as "
+                         '3, 2.5, true, "s", (1, 2.0), or the path of an .npy file'
+                         + (f" ({why})" if why else "")) from None
     graph = module["__arg__"]
     for node in graph.nodes():
         callee = node.inputs[0] if node.inputs else None
@@ -149,7 +179,7 @@ def _format_atom(value: Any) -> str:
     if isinstance(value, float) or isinstance(value, np.floating):
         return repr(float(value))
     if isinstance(value, (int, np.integer)):
-        return str(int(value))
+        return int_text(int(value))
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(value, np.ndarray):
@@ -323,6 +353,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not ns.command:
         parser.print_help()
         return 2
+    depth = limits.MAX_CALL_DEPTH
+    if getattr(ns, "max_depth", None):
+        limits.MAX_CALL_DEPTH = ns.max_depth
     try:
         return COMMANDS[ns.command](ns)
     except UsageError as err:
@@ -360,6 +393,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"internal error: {type(exc).__name__}: {exc} (set ANFIR_DEBUG=1 for the "
               "traceback, and please report it)", file=sys.stderr)
         return 3
+    finally:
+        limits.MAX_CALL_DEPTH = depth
 
 
 def console() -> None:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from anfir import limits
 from anfir.errors import (AnfirError, AnfirRuntimeError, AnfirTypeError, ArityError,
                           ShapeError)
 from anfir.eval.compiler import Code, arity_words, code_for
@@ -74,6 +75,12 @@ def _check_graph_call(code: Code, nargs: int, nenv: int) -> None:
                                 f"called with {nenv} (a closure made before the graph changed?)")
 
 
+def _too_deep(limit: int) -> AnfirRuntimeError:
+    return AnfirRuntimeError(
+        f"recursion too deep: more than {limit:,} nested calls (a recursion that never ends?)",
+        hint="the limit is anfir.limits.MAX_CALL_DEPTH (the command line's --max-depth)")
+
+
 def _bad_condition(value: Any) -> AnfirTypeError:
     return AnfirTypeError(f"a condition must be a bool, not {describe(value)}")
 
@@ -84,6 +91,7 @@ def execute(code: Code, regs: list) -> Any:
     Errors are located at the CNode being evaluated (see :func:`locate`).
     """
     stack: list[tuple[Any, list, tuple]] = []
+    max_depth = limits.MAX_CALL_DEPTH
     it = iter(code.instrs)
     ins: Optional[tuple] = None
     tail_site: Optional[tuple] = None  # the last tail call: it left no frame behind
@@ -104,6 +112,8 @@ def execute(code: Code, regs: list) -> Any:
                     new = [*ins[3](regs), *callee.template]
                     if op == CALLG:
                         stack.append((it, regs, ins))
+                        if len(stack) > max_depth:
+                            raise _too_deep(max_depth)
                     else:
                         tail_site = ins
                     regs = new
@@ -126,6 +136,8 @@ def execute(code: Code, regs: list) -> Any:
                     new = [*get(regs), *callee.template]
                     if op == BRANCH:
                         stack.append((it, regs, ins))
+                        if len(stack) > max_depth:
+                            raise _too_deep(max_depth)
                     regs = new
                     it = iter(callee.instrs)
                     break
@@ -156,6 +168,8 @@ def execute(code: Code, regs: list) -> Any:
                     if callee is not None:
                         if op == CALL:
                             stack.append((it, regs, ins))
+                            if len(stack) > max_depth:
+                                raise _too_deep(max_depth)
                         else:
                             tail_site = ins
                         regs = new
