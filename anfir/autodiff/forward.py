@@ -20,6 +20,7 @@ from typing import Optional
 
 from anfir.abstract.values import AFunction
 from anfir.autodiff.partials import atom_arity, call_node
+from anfir.autodiff.jtransform import check_function_value
 from anfir.autodiff.runtime import arity_of
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
@@ -86,7 +87,9 @@ def generate_jvp(args: tuple) -> FuncGraph:
     # running a graph attaches a manager to it and the run-time J caches the
     # transforms of its closures, which a later J of the whole graph (jvp inside
     # grad) must not reuse.  Building one is linear in the arity.
-    return build_jvp_graph(arity_of(args[0]))
+    nparams = arity_of(args[0])
+    check_function_value(args[0])
+    return build_jvp_graph(nparams)
 
 
 def generate_jvp_for_types(args: tuple) -> Optional[FuncGraph]:

@@ -49,9 +49,9 @@ from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.autodiff.partials import j_partial_maker
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.primitives import gradient, structure
+from anfir.primitives import gradient, meta, structure
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.values import SymbolicKey
+from anfir.values import Closure, Partial, SymbolicKey
 
 FORWARD = "▸"
 BACKWARD = "◂"
@@ -469,3 +469,81 @@ def check_differentiable_graph(graph: FuncGraph) -> None:
                     lacks_rule(value, value.min_args, arg.loc or node.loc)
     if missing:
         raise GradientError("no gradient rule for:\n" + "\n".join(missing), first_loc)
+    check_no_self_differentiation(graph)
+
+
+def _code_reach(graph: FuncGraph) -> set[FuncGraph]:
+    """The graphs whose code calling ``graph`` may run: ``graph``, and the graphs its
+    own nodes name as constants (called, or made into closures), transitively —
+    not the graphs that enclose it (a free variable is a value, not code)."""
+    seen = {graph}
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        if not g.has_output:
+            continue
+        items: list[Node] = [g.output]
+        for node in toposort(g):
+            if isinstance(node, CNode) and node.graph is g:
+                items.extend(node.inputs)
+        for item in items:
+            if isinstance(item, ValueNode) and isinstance(item.value, FuncGraph) \
+                    and item.value not in seen:
+                seen.add(item.value)
+                todo.append(item.value)
+    return seen
+
+
+_checked: "weakref.WeakKeyDictionary[FuncGraph, int]" = weakref.WeakKeyDictionary()
+
+
+def check_function_value(fn: Any) -> None:
+    """:func:`check_no_self_differentiation` for the graph of the function value
+    ``fn`` that a run-time ``grad``/``jvp`` is about to transform (once per graph
+    and change of its manager)."""
+    while isinstance(fn, Partial):
+        fn = fn.fn
+    graph = fn.graph if isinstance(fn, Closure) else fn
+    if not isinstance(graph, FuncGraph):
+        return
+    manager = graph.manager or manage(graph)
+    if _checked.get(graph) == manager.epoch:
+        return
+    check_no_self_differentiation(graph)
+    _checked[graph] = manager.epoch
+
+
+_DIFFERENTIATIONS = (meta.grad, meta.value_and_grad, meta.jvp, gradient.J)
+"""What transforms the function it is given: a call of one of these inside the
+reach of its own function argument is a recursion of the transformation."""
+
+
+def check_no_self_differentiation(graph: FuncGraph) -> None:
+    """Reject a differentiation that would have to unfold for ever: ``grad(@f)``
+    called in the reach of ``f`` itself (``def g(x, y) = x * y + grad(g)(2.0, y)``).
+
+    Transforming ``g`` then needs the transform of ``grad(g)``, which needs
+    ``J(J(g))``, and so on: each level a bigger graph, without end (at run time
+    as in the ``ad`` phase).  Raises a located :class:`GradientError`.
+    """
+    reach_of: dict[FuncGraph, set[FuncGraph]] = {}
+    for g in reachable_graphs([graph]):
+        for node in toposort(g):
+            if not isinstance(node, CNode) or len(node.inputs) < 2:
+                continue
+            callee, target = node.inputs[0], node.inputs[1]
+            if not (isinstance(callee, ValueNode) and callee.value in _DIFFERENTIATIONS
+                    and isinstance(target, ValueNode) and isinstance(target.value, FuncGraph)):
+                continue
+            fn = target.value
+            reach = reach_of.get(fn)
+            if reach is None:
+                reach = reach_of[fn] = _code_reach(fn)
+            if g in reach:
+                name = callee.value.name
+                raise GradientError(
+                    f"{name}(@{fn.name}) is used inside @{fn.name} itself (or what it calls): "
+                    f"differentiating @{fn.name} needs the derivative of {name}(@{fn.name}), "
+                    "which needs a higher one, and so on for ever — a recursion the "
+                    "transformation cannot unfold", node.loc or target.loc,
+                    hint=f"compute the {name} outside @{fn.name} and pass it in")

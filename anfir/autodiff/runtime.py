@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from anfir.autodiff.jtransform import j_graph_checked, j_meta
+from anfir.autodiff.jtransform import check_function_value, j_graph_checked, j_meta
 from anfir.autodiff.partials import call_node, item_node, j_partial_call
 from anfir.autodiff.primitive_j import j_primitive_value
 from anfir.errors import GradientError
@@ -99,6 +99,7 @@ def generate_grad(args: tuple, with_value: bool) -> FuncGraph:
     if not args:
         raise GradientError("grad needs a function")
     nparams = arity_of(args[0])
+    check_function_value(args[0])
     wrt, multi = normalize_wrt(args[1:], nparams)
     return grad_graph(nparams, wrt, multi, with_value, len(args) - 1)
 
