@@ -561,6 +561,9 @@ def gradient_abstract(arg: AbstractValue, index: int, loc: Any) -> AbstractValue
     if isinstance(arg, ATensor) and not is_float(arg.dtype):
         raise GradientError(f"gradients with respect to integer arguments are not supported "
                             f"(argument {index} is {arg})", loc)
+    if isinstance(arg, AString):
+        raise GradientError(f"a gradient with respect to a string is not defined "
+                            f"(argument {index} is {arg})", loc)
     return _zero_of(widen(arg))
 
 
@@ -720,9 +723,16 @@ class InPlaceProvider(Provider):
                     engine.drive(_request_root(graph, sig))
                 except AnfirError:
                     self.by_graph.pop(graph, None)  # never called and ill-typed: left untyped
+                    graph.flags[UNTYPED] = True  # (the validator knows it is so by design)
                     failed.add(graph)
         for graph, spec in self.by_graph.items():
             graph.abstract = GraphSig(tuple(p.abstract for p in graph.parameters), spec.out)
+
+
+UNTYPED = "untyped"
+"""The flag of a graph the specializer leaves untyped by design: a function value
+that is never called and is ill-typed for unknown arguments (``lambda (x) a(x)
+end`` with ``a`` a number) — an error only if something calls it at run time."""
 
 
 def _request_root(graph: FuncGraph, sig: tuple) -> Infer:

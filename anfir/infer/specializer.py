@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Any, Callable, Generator, Optional, Sequence
 
-from anfir.infer.engine import MAX_SIGNATURES, Engine, Provider, Request, Spec, set_parameters
+from anfir.infer.engine import (MAX_SIGNATURES, UNTYPED, Engine, Provider, Request, Spec,
+                                set_parameters)
 from anfir.abstract.lattice import map_graphs, widen
 from anfir.abstract.typeann import abstract_from_annotation
 from anfir.abstract.values import AAny, AFunction, AScalar, GraphFn, GraphSig
@@ -324,8 +325,10 @@ class CloneProvider(Provider):
                         result = generic.graph
                     elif self.info(template).private:
                         result = template
+                        result.flags[UNTYPED] = True
                     else:
                         result, _ = self.clone(template)  # untyped copy
+                        result.flags[UNTYPED] = True
             final[graph] = result
             return result
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from anfir.abstract.lattice import BOTTOM, abstract_of_value
-from anfir.abstract.values import AFunction, AScalar, ATensor, GraphFn
+from anfir.abstract.values import AFunction, AScalar, AString, ATensor, GraphFn
 from anfir.autodiff.forward import jvp_graph
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
 from anfir.autodiff.partials import static_arity
@@ -171,7 +171,10 @@ def _fails_when_called(manager: Manager, call: CNode) -> bool:
 
 
 def _is_integer(abstract: Any) -> bool:
-    return isinstance(abstract, (AScalar, ATensor)) and not is_float(abstract.dtype)
+    """Whether a gradient with respect to a value of type ``abstract`` is refused
+    (an integer, a bool or a string)."""
+    return (isinstance(abstract, (AScalar, ATensor)) and not is_float(abstract.dtype)
+            or isinstance(abstract, AString))
 
 
 def _expand(manager: Manager, call: CNode, context: JContext) -> None:

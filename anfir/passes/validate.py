@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from anfir.errors import AnfirError, IRConsistencyError
+from anfir.infer.engine import UNTYPED
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.ir.manager import Manager
@@ -90,6 +91,9 @@ def check_nodes(manager: Manager, *, require_types: bool = True) -> list[Problem
             problems.append(Problem(f"graph @{g.name} has no output", g.loc))
             continue
         ancestors = set(manager.ancestors(g))
+        # A function value the specializer left untyped by design (never called,
+        # ill-typed for unknown arguments), and what is nested in it, has no types.
+        typed = require_types and not any(a.flags.get(UNTYPED) for a in (g, *ancestors))
         outer = [fv for fv in manager.free_variables_total(g) if fv.graph is not g]
         if g in manager.roots and outer:
             problems.append(Problem(f"root graph @{g.name} has free variables "
@@ -101,7 +105,7 @@ def check_nodes(manager: Manager, *, require_types: bool = True) -> list[Problem
         seen_constants: set[ValueNode] = set()
         # Creation order is deterministic and cheaper than a dependency order.
         for node in sorted(manager.nodes.get(g, {}), key=lambda n: n.seq):
-            if require_types and node.abstract is None:
+            if typed and node.abstract is None:
                 problems.append(Problem(f"{_describe(node)} has no type", _where(node)))
             if isinstance(node, ParameterNode):
                 continue
@@ -119,14 +123,14 @@ def check_nodes(manager: Manager, *, require_types: bool = True) -> list[Problem
                     if inp in seen_constants:
                         continue
                     seen_constants.add(inp)
-                    problems.extend(_check_constant(inp, node, index, require_types))
+                    problems.extend(_check_constant(inp, node, index, typed))
                 elif inp.graph is not g and inp.graph not in ancestors:
                     problems.append(Problem(
                         f"{_describe(node)} uses {_describe(inp)}, which is not in an enclosing graph",
                         _where(node)))
         out = g.output
         if isinstance(out, ValueNode):
-            problems.extend(_check_constant(out, None, -1, require_types, graph=g))
+            problems.extend(_check_constant(out, None, -1, typed, graph=g))
         elif out.graph is not g and out.graph not in ancestors:
             problems.append(Problem(f"graph @{g.name} returns {_describe(out)}, which is not in scope", g.loc))
     return problems

@@ -28,7 +28,7 @@ import numpy as np
 
 from anfir.abstract.lattice import JoinError, is_float_scalar, join, map_tuple_leaves, widen
 from anfir.abstract.rules import broadcast_shapes, int_value, shape_of_abstract, tensor_or_scalar
-from anfir.abstract.values import AEnv, AFunction, ANone, AScalar, ATensor, ATuple, JFn
+from anfir.abstract.values import AEnv, AFunction, ANone, AScalar, AString, ATensor, ATuple, JFn
 from anfir.dtypes import is_float
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
 from anfir.ir.upcalls import UPCALLS
@@ -368,6 +368,9 @@ def _infer_grad_arg_check(x: Any, g: Any) -> Any:
     if isinstance(x, (AScalar, ATensor)) and not is_float(x.dtype):
         raise GradientError(f"gradients with respect to integer or boolean arguments are not "
                             f"supported (the argument is {x})")
+    if isinstance(x, AString):
+        raise GradientError(f"a gradient with respect to a string is not defined (the argument "
+                            f"is {x})")
     return g
 
 
@@ -448,6 +451,10 @@ def _grad_arg_check(x: Any, g: Any) -> Any:
             isinstance(x, np.ndarray) and x.dtype.kind in "biu"):
         raise GradientError("gradients with respect to integer or boolean arguments are not "
                             f"supported (the argument is {x!r}); pass a float")
+    if isinstance(x, str):
+        shown = repr(x) if len(x) <= 30 else repr(x[:27]) + "..."
+        raise GradientError(f"a gradient with respect to a string is not defined (the argument "
+                            f"is {shown})")
     return g
 
 
