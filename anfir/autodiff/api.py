@@ -34,9 +34,14 @@ def entry_graph(graph: Union[FuncGraph, Module]) -> FuncGraph:
 
 
 def _wrt(wrt: Wrt, nparams: int) -> tuple[tuple[int, ...], bool]:
-    if isinstance(wrt, int):
+    if isinstance(wrt, int) and not isinstance(wrt, bool):
         indices, _ = normalize_wrt([wrt], nparams)
         return indices, False
+    if not isinstance(wrt, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in wrt):
+        shown = repr(wrt) if len(repr(wrt)) <= 40 else type(wrt).__name__
+        raise UsageError(f"wrt is an argument index or a tuple of them (wrt=0, wrt=(0, 2)), "
+                         f"not {shown}")
     return normalize_wrt(list(wrt), nparams)[0], True
 
 

@@ -358,6 +358,14 @@ def write_dumps(program: Program, folder: Path, stem: str, dot: bool = True) -> 
     obj = program.dump_object()
     if obj is None:
         return []
+    try:
+        return _write_dumps(program, obj, folder, stem, dot)
+    except OSError as error:
+        where = error.filename or folder
+        raise UsageError(f"cannot use {where} for the dumps: {error.strerror or error}") from None
+
+
+def _write_dumps(program: Program, obj: Any, folder: Path, stem: str, dot: bool) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     ir_path = folder / f"{stem}.ir"
@@ -400,8 +408,21 @@ def compile_program(source: Source, entry: Optional[str] = None, args: Optional[
     ``time=True`` prints the phase timings to stderr.  ``phases`` replaces
     :data:`PHASES`.
     """
+    if entry is not None and not isinstance(entry, str):
+        raise UsageError(f"entry is the name of a definition (a str), not {type(entry).__name__}")
+    if args is not None and not isinstance(args, (list, tuple)):
+        raise UsageError(f"args is a list of example arguments (one per parameter of the entry), "
+                         f"not {type(args).__name__}; write args=[{_short_repr(args)}]")
+    folder = None
+    if dump_dir is not None:
+        if not isinstance(dump_dir, (str, os.PathLike)):
+            raise UsageError(f"dump_dir is a directory name, not {type(dump_dir).__name__}")
+        folder = Path(dump_dir)
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"cannot use {str(folder)!r} as the dump directory: it exists and "
+                             "is not a directory")
     program = Program(source=source, entry_name=entry, args=list(args) if args is not None else None,
-                      dump_dir=Path(dump_dir) if dump_dir is not None else None, fine_dumps=fine_dumps)
+                      dump_dir=folder, fine_dumps=fine_dumps)
     # The cyclic garbage collector's full passes grow with the live heap, which
     # a compile fills with (cyclic) nodes: left on, it makes compile time
     # superlinear in the program's size.  Nothing here needs it mid-compile.
@@ -414,6 +435,11 @@ def compile_program(source: Source, entry: Optional[str] = None, args: Optional[
         _print_timings(timings, sys.stderr)
     return CompileResult(program.entry, timings, dict(sorted(program.stats.items())),
                          list(program.dump_files), program)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value) if isinstance(value, (int, float, bool, str)) else "..."
+    return text if len(text) <= 30 else "..."
 
 
 def _run_phases(program: Program, phases: Sequence[Phase]) -> tuple[Program, dict[str, float]]:
