@@ -527,3 +527,34 @@ def test_the_command_line_sets_the_depth_limit(tmp_path):
     assert limits.MAX_CALL_DEPTH == 1_000_000  # restored after the command
     status, _, err = run_in_process(["run", prog, "0", "--max-depth", "0"], ROOT)
     assert status == 2
+
+
+# -- deep nesting in crafted input: no recursion on its size -------------------------------------
+DEEP = 5000
+
+
+@pytest.mark.parametrize("text", [
+    "def main(x: " + "(" * DEEP + "f64" + ",)" * DEEP + ") = x",
+    "def main() = " + "(" * DEEP + "1" + ",)" * DEEP,
+])
+def test_deeply_nested_annotations_and_tuples_are_handled_without_recursion(text):
+    module = anfir.parse(text)
+    anfir.to_text(module)
+    compiled = anfir.compile(module, args=None if not module["main"].parameters else None)
+    anfir.dump_ir(compiled)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("subgraph @main(%para1_x: " + "(" * DEEP + "f64" + ",)" * DEEP + ") {\n  return %para1_x\n}\n",
+     None),
+    ("subgraph @main() {\n  return " + "Partial(" * DEEP + "add" + ", 1)" * DEEP + "\n}\n", None),
+    ("subgraph @main(%para1_x) {\n  param %para1_x : <Func " + "J(" * DEEP + "add" + ")" * DEEP
+     + ">\n  return %para1_x\n}\n", "more than 100 deep"),
+])
+def test_deeply_nested_dump_values_load_or_fail_cleanly(text, words):
+    if words is None:
+        module = load_ir_text(text, "deep.ir")
+        anfir.dump_ir(module)
+        anfir.to_text(module)
+    else:
+        assert words in located(raises(AnfirSyntaxError, load_ir_text, text, "deep.ir")).message

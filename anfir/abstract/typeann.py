@@ -9,11 +9,12 @@ but the dimensions before the ``*`` are kept: ``ATensor.leading``).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from anfir.abstract.shapes import dim_symbol, dims_compatible, is_unknown_dim
 from anfir.abstract.values import (AAny, AbstractValue, AScalar, AString, ATensor, ATuple, Dim,
                                    dim_text)
+from anfir.nested import fold_nested
 from anfir.ir.annotations import DimAnn, ScalarAnn, TensorAnn, TupleAnn, TypeAnn
 from anfir.ir.type_syntax import parse_type_text  # the one reader of type text (re-exported)
 
@@ -21,8 +22,20 @@ Binding = dict[str, Dim]
 
 
 def abstract_from_annotation(ann: TypeAnn, binding: Optional[Binding] = None) -> AbstractValue:
-    """The abstract value an annotation describes (dimension variables from ``binding``)."""
+    """The abstract value an annotation describes (dimension variables from ``binding``).
+
+    Tuples may nest to any depth: they are folded without recursion."""
     binding = {} if binding is None else binding
+    return fold_nested(ann, _tuple_items,
+                       lambda _t, items: ATuple(tuple(items)),
+                       lambda leaf: _abstract_of_leaf(leaf, binding))
+
+
+def _tuple_items(ann: Any) -> Optional[tuple]:
+    return ann.items if isinstance(ann, TupleAnn) else None
+
+
+def _abstract_of_leaf(ann: TypeAnn, binding: Binding) -> AbstractValue:
     if isinstance(ann, ScalarAnn):
         return AString() if ann.dtype == "str" else AScalar(ann.dtype)
     if isinstance(ann, TensorAnn):
@@ -39,8 +52,6 @@ def abstract_from_annotation(ann: TypeAnn, binding: Optional[Binding] = None) ->
         if star:
             return ATensor(ann.dtype, None, tuple(dims))
         return ATensor(ann.dtype, tuple(dims))
-    if isinstance(ann, TupleAnn):
-        return ATuple(tuple(abstract_from_annotation(i, binding) for i in ann.items))
     raise TypeError(f"not an annotation: {ann!r}")
 
 
@@ -48,8 +59,26 @@ def match_annotation(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Op
     """Check ``value`` against ``ann``, binding new dimension variables.
 
     Returns None when it fits, else a short reason.  A 0-d tensor fits a
-    scalar annotation and vice versa; ``AAny`` fits everything.
+    scalar annotation and vice versa; ``AAny`` fits everything.  Tuples are
+    checked element by element, left to right, without recursion.
     """
+    stack: list[tuple[TypeAnn, AbstractValue]] = [(ann, value)]
+    while stack:
+        ann, value = stack.pop()
+        if isinstance(ann, TupleAnn) and not isinstance(value, AAny):
+            if not isinstance(value, ATuple):
+                return "not a tuple"
+            if len(value.items) != len(ann.items):
+                return f"a tuple of {len(value.items)} elements, not {len(ann.items)}"
+            stack.extend(reversed(list(zip(ann.items, value.items))))
+            continue
+        why = _match_leaf(ann, value, binding)
+        if why is not None:
+            return why
+    return None
+
+
+def _match_leaf(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Optional[str]:
     if isinstance(value, AAny):
         return None
     if isinstance(ann, ScalarAnn):
@@ -70,16 +99,6 @@ def match_annotation(ann: TypeAnn, value: AbstractValue, binding: Binding) -> Op
         if value.shape is None:
             return _match_leading(ann.dims, value.leading, binding)
         return _match_dims(ann.dims, value.shape, binding)
-    if isinstance(ann, TupleAnn):
-        if not isinstance(value, ATuple):
-            return "not a tuple"
-        if len(value.items) != len(ann.items):
-            return f"a tuple of {len(value.items)} elements, not {len(ann.items)}"
-        for a, v in zip(ann.items, value.items):
-            why = match_annotation(a, v, binding)
-            if why is not None:
-                return why
-        return None
     raise TypeError(f"not an annotation: {ann!r}")
 
 

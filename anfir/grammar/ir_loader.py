@@ -55,6 +55,8 @@ _LOC_NUMBERS = re.compile(r"(?=:(\d+):(\d+))")
 """Where ``:line:col`` may follow a location comment's file name (overlapping)."""
 MAX_DIM_EXPONENT = 64
 """The largest exponent a dimension expression may use (``N**2``)."""
+MAX_FUNCTION_NESTING = 100
+"""How deep ``J(grad(partial(...)))`` may nest in a function type (derivative orders are small)."""
 _CALLABLE = (FuncGraph, Primitive, MetaFunction, Closure, Partial, Symbol)
 """What a constant callee may be."""
 _DIM_FUNCTIONS = {"floor": sympy.floor, "ceiling": sympy.ceiling, "Max": sympy.Max,
@@ -683,7 +685,10 @@ class _IRBuilder(Transformer):
         return _Const(DType(str(name)))
 
     def partial(self, fn: _Const, *args: _Const) -> _Const:
-        return _Const(Partial(fn.value, tuple(a.value for a in args)))
+        inner, bound = fn.value, tuple(a.value for a in args)
+        if isinstance(inner, Partial):  # Partial(Partial(f, a), b) is Partial(f, a, b): flat
+            inner, bound = inner.fn, inner.args + bound
+        return _Const(Partial(inner, bound))
 
     def closure(self, graph: Token, env: _Const) -> _Const:
         if not isinstance(env.value, tuple):
@@ -796,6 +801,12 @@ class _IRBuilder(Transformer):
 
     def fn_apply(self, name: Token, fn: Any, *args: Any) -> Any:
         kind = str(name)
+        depth, inner = 1, fn
+        while isinstance(inner, (JFn, PartialFn, GradFn)):
+            depth, inner = depth + 1, inner.fn
+            if depth > MAX_FUNCTION_NESTING:
+                raise self._error(f"a function type nests J/partial/grad more than "
+                                  f"{MAX_FUNCTION_NESTING} deep", name)
         abstracts = all(isinstance(a, AbstractValue) for a in args)
         indices = all(isinstance(a, int) for a in args)
         if kind == "J" and not args:

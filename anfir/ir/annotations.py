@@ -10,9 +10,10 @@ of :mod:`anfir.dtypes`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from anfir.location import Location
+from anfir.nested import nested_text
 
 DimAnn = Union[int, str]
 """A dimension: an int, a dimension variable name, or ``"*"`` (any rank/dims)."""
@@ -49,9 +50,12 @@ class TupleAnn:
     loc: Optional[Location] = field(default=None, compare=False)
 
     def __str__(self) -> str:
-        if len(self.items) == 1:
-            return f"({self.items[0]},)"
-        return f"({', '.join(str(i) for i in self.items)})"
+        # Written without recursion: a crafted annotation may nest thousands deep.
+        return nested_text(self, _ann_items, str)
+
+
+def _ann_items(ann: Any) -> Optional[tuple]:
+    return ann.items if isinstance(ann, TupleAnn) else None
 
 
 TypeAnn = Union[ScalarAnn, TensorAnn, TupleAnn]
