@@ -39,6 +39,9 @@ def within(seconds: float) -> Iterator[None]:
         return
 
     def alarm(signum: int, frame: object) -> None:
+        # If the exception lands where Python ignores exceptions (a garbage
+        # collector callback, a __del__), it is lost: fire again shortly.
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
         raise Hang(f"still running after {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, alarm)
