@@ -558,3 +558,19 @@ def test_deeply_nested_dump_values_load_or_fail_cleanly(text, words):
         anfir.to_text(module)
     else:
         assert words in located(raises(AnfirSyntaxError, load_ir_text, text, "deep.ir")).message
+
+
+def test_compiling_a_huge_constant_tensor_does_not_allocate_it():
+    module = anfir.parse("def main() = sum(ones((12000, 12000)))\ndef small() = sum(ones((2, 3)))")
+    tracemalloc.start()
+    try:
+        with within(30):
+            anfir.compile(module, entry="main")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20, peak  # the tensor would be 1.1 GB
+    assert anfir.run(anfir.compile(module, entry="small")) == 6.0
+    error = located(raises(AnfirRuntimeError, anfir.run,
+                           anfir.parse("def main() = ones((99999, 99999))")["main"]))
+    assert "allocate" in error.message

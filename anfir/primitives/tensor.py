@@ -83,6 +83,27 @@ def _ones(shape: Any, dtype: Any = "f64") -> np.ndarray:
     return np.ones(_shape_arg(shape), numpy_name(_dtype_arg(dtype)))
 
 
+FOLD_ELEMENTS = 1 << 20
+"""The largest tensor that ``zeros``/``ones``/``broadcast_to`` make at compile time
+(constant folding): a bigger one is left to run time, so compiling
+``ones((99999, 99999))`` neither allocates it nor writes it into a dump."""
+
+
+def _small_result(position: int) -> Any:
+    def guard(values: Any) -> bool:
+        shape = values[position] if len(values) > position else ()
+        dims = shape if isinstance(shape, tuple) else (shape,)
+        count = 1
+        for d in dims:
+            if not isinstance(d, int) or d < 0:
+                return True  # (the evaluation will say what is wrong)
+            count *= d
+            if count > FOLD_ELEMENTS:
+                return False
+        return True
+    return guard
+
+
 def _where(c: Any, a: Any, b: Any) -> Any:
     if isinstance(c, (bool, np.bool_)) and np.ndim(a) == 0 and np.ndim(b) == 0:
         return a if c else b
@@ -131,7 +152,7 @@ mean = declare("mean", 1, _mean, infer=rules.reduction("mean"), family=FAMILY,
                attrs=_REDUCE, positional_attrs=2,
                doc="mean(x, axis=None, keepdims=false) — the mean of all elements, or along axes",
     bprop="lambda (x, axis, keepdims, out, dout) (unreduce(dout, x, axis, keepdims) / (size(x) / size(out)),) end")
-broadcast_to = declare("broadcast_to", 2, _broadcast_to, infer=rules.broadcast_to_rule, family=FAMILY,
+broadcast_to = declare("broadcast_to", 2, _broadcast_to, infer=rules.broadcast_to_rule, fold_guard=_small_result(1), family=FAMILY,
                        doc="broadcast_to(x, shape) — x repeated to shape (numpy broadcasting)",
     bprop="lambda (x, s, out, dout) (sum_to(dout, x), zeros_like(s)) end")
 shape = declare("shape", 1, _shape, infer=rules.shape_rule, family=FAMILY, differentiable=False,
@@ -139,9 +160,9 @@ shape = declare("shape", 1, _shape, infer=rules.shape_rule, family=FAMILY, diffe
 ones_like = declare("ones_like", 1, lambda x: np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1),
                     infer=rules.ones_like_rule, family=FAMILY, differentiable=False,
                     doc="ones_like(x) — ones of x's shape and type")
-zeros = declare("zeros", (1, 2), _zeros, infer=rules.constructor_rule("zeros"), family=FAMILY, differentiable=False,
+zeros = declare("zeros", (1, 2), _zeros, infer=rules.constructor_rule("zeros"), fold_guard=_small_result(0), family=FAMILY, differentiable=False,
                 doc='zeros(shape) — an f64 tensor of zeros; zeros(shape, "f32") — of that dtype')
-ones = declare("ones", (1, 2), _ones, infer=rules.constructor_rule("ones"), family=FAMILY, differentiable=False,
+ones = declare("ones", (1, 2), _ones, infer=rules.constructor_rule("ones"), fold_guard=_small_result(0), family=FAMILY, differentiable=False,
                doc='ones(shape) — an f64 tensor of ones; ones(shape, "f32") — of that dtype')
 where = declare("where", 3, _where, infer=rules.where_rule, family=FAMILY,
                 doc="where(c, a, b) — a where c is true, else b, elementwise",
