@@ -250,9 +250,13 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         for text in ns.args:
             try:
                 args.append(parse_arg(text))
-            except AnfirError:
-
-                args.append(abstract_from_annotation_text(text))
+            except AnfirError as literal_error:
+                try:
+                    args.append(abstract_from_annotation_text(text))
+                except AnfirError:
+                    if text[:1].isalpha():
+                        raise  # meant as a type: say what is wrong with it
+                    raise literal_error from None
         if all(not _is_abstract(a) for a in args):
             values = args
     result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir)

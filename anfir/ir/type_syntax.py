@@ -99,7 +99,8 @@ def parse_type_text(text: str) -> TypeAnn:
     pos = 0
 
     def error(why: str) -> AnfirSyntaxError:
-        return AnfirSyntaxError(f"bad type {text!r}: {why}")
+        shown = text if len(text) <= 60 else text[:50] + "..."
+        return AnfirSyntaxError(f"bad type {shown!r}: {why if len(why) <= 80 else why[:70] + '...'}")
 
     # Per open ``(``: its items so far and whether a comma was read in it
     # (``(T)`` is T, ``(T,)`` is a tuple).
