@@ -17,7 +17,7 @@ import io
 import math
 import os
 import stat
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def read_bounded(path: str, limit: Optional[int] = None) -> bytes:
         os.close(fd)
 
 
-def npy_header(stream: IO[bytes]) -> tuple[tuple, bool, "np.dtype"]:
+def npy_header(stream: IO[bytes]) -> tuple[tuple[int, ...], bool, "np.dtype[Any]"]:
     """``(shape, fortran_order, dtype)`` from the header of the ``.npy`` data in
     ``stream`` (left just after the header).  Raises :class:`ReadError`."""
     try:
@@ -118,7 +118,8 @@ def npy_header(stream: IO[bytes]) -> tuple[tuple, bool, "np.dtype"]:
     return shape, fortran, dtype
 
 
-def read_npy_data(stream: IO[bytes], shape: tuple, fortran: bool, dtype: "np.dtype") -> "np.ndarray":
+def read_npy_data(stream: IO[bytes], shape: tuple[int, ...], fortran: bool,
+                  dtype: "np.dtype[Any]") -> "np.ndarray[Any, Any]":
     """The array whose header :func:`npy_header` read: its size is checked against
     :data:`MAX_CONSTANT_BYTES` before a byte is read, and the data must be all there."""
     count = math.prod(shape)
@@ -132,11 +133,12 @@ def read_npy_data(stream: IO[bytes], shape: tuple, fortran: bool, dtype: "np.dty
         raise ReadError(str(error)) from None
     if len(data) != size:
         raise ReadError(f"the file holds {len(data):,} bytes of data; its header says {size:,}")
-    array = np.frombuffer(data, dtype=dtype, count=count)
-    return array.reshape(shape, order="F" if fortran else "C").copy()
+    array: "np.ndarray[Any, Any]" = np.frombuffer(data, dtype=dtype, count=count)
+    result: "np.ndarray[Any, Any]" = array.reshape(shape, order="F" if fortran else "C").copy()
+    return result
 
 
-def read_npy_file(path: str) -> "np.ndarray":
+def read_npy_file(path: str) -> "np.ndarray[Any, Any]":
     """The array in the ``.npy`` file ``path`` (a regular file; no pickles; bounded)."""
     data = read_bounded(path, MAX_CONSTANT_BYTES + (1 << 20))
     stream = io.BytesIO(data)

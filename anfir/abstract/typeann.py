@@ -31,7 +31,7 @@ def abstract_from_annotation(ann: TypeAnn, binding: Optional[Binding] = None) ->
                        lambda leaf: _abstract_of_leaf(leaf, binding))
 
 
-def _tuple_items(ann: Any) -> Optional[tuple]:
+def _tuple_items(ann: Any) -> Optional[tuple[TypeAnn, ...]]:
     return ann.items if isinstance(ann, TupleAnn) else None
 
 

@@ -305,7 +305,8 @@ def _unknown_name(node: ValueNode, scope: dict[str, FuncGraph]) -> NameResolutio
         return NameResolutionError(
             f"unknown name '{name}': {name} is an internal primitive (the automatic "
             "differentiation generates it); programs cannot use it", node.loc)
-    public = [n for n, p in (*PRIMITIVES.items(), *META_FUNCTIONS.items()) if not p.internal]
+    public = [n for n, p in PRIMITIVES.items() if not p.internal]
+    public += [n for n, m in META_FUNCTIONS.items() if not m.internal]
     candidates = sorted(set(scope) | set(public))
     close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
     hint = ("did you mean " + " or ".join(f"'{c}'" for c in close) + "?") if close else ""

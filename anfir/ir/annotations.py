@@ -54,7 +54,7 @@ class TupleAnn:
         return nested_text(self, _ann_items, str)
 
 
-def _ann_items(ann: Any) -> Optional[tuple]:
+def _ann_items(ann: Any) -> Optional[tuple["TypeAnn", ...]]:
     return ann.items if isinstance(ann, TupleAnn) else None
 
 
