@@ -384,6 +384,55 @@ class Manager:
         return [user for user, index in self.graph_users(graph)
                 if isinstance(user, CNode) and index == 0]
 
+    def settle_recursion(self, graph: FuncGraph, known: dict[FuncGraph, bool]) -> None:
+        """Record in ``known`` whether ``graph``, and every graph it reaches that
+        ``known`` does not hold yet, can reach itself through the graphs it uses.
+
+        One pass of Tarjan's strongly connected components (iterative): a graph
+        is recursive when its component has several graphs or it uses itself.
+        A graph ``known`` says is *not* recursive lies on no cycle, so the walk
+        does not enter it: a caller that keeps the answers (the inliner, whose
+        edits never make a graph recursive) pays once for each graph, instead
+        of once per question for everything the graph reaches.
+        """
+        used = self.graphs_used
+        index: dict[FuncGraph, int] = {graph: 0}
+        low: dict[FuncGraph, int] = {graph: 0}
+        component: list[FuncGraph] = [graph]
+        on_component: set[FuncGraph] = {graph}
+        work = [(graph, iter(list(used.get(graph, ()))))]
+        while work:
+            g, successors = work[-1]
+            descended = False
+            for h in successors:
+                if known.get(h) is False:
+                    continue  # on no cycle: it cannot lead back to g
+                if h not in index:
+                    index[h] = low[h] = len(index)
+                    component.append(h)
+                    on_component.add(h)
+                    work.append((h, iter(list(used.get(h, ())))))
+                    descended = True
+                    break
+                if h in on_component:
+                    low[g] = min(low[g], index[h])
+            if descended:
+                continue
+            work.pop()
+            if work:
+                caller = work[-1][0]
+                low[caller] = min(low[caller], low[g])
+            if low[g] == index[g]:
+                members = []
+                while True:
+                    member = component.pop()
+                    on_component.discard(member)
+                    members.append(member)
+                    if member is g:
+                        break
+                for member in members:
+                    known[member] = len(members) > 1 or member in used.get(member, ())
+
     def is_recursive(self, graph: FuncGraph) -> bool:
         """Whether ``graph`` can reach itself through the graphs it uses."""
         seen: set[FuncGraph] = set()
