@@ -325,15 +325,42 @@ class Manager:
         if old is not None and old is not node:
             self._drop_edges([(graph, OUTPUT, old)])
 
+    def set_inputs(self, user: CNode, inputs: tuple[Node, ...]) -> None:
+        """Point ``user``'s inputs at ``inputs`` (as many as it has): the edges
+        that change are recorded one by one, in order, as :meth:`set_edge`
+        would, but the input tuple is rebuilt once."""
+        changed = [(index, old) for index, (old, node) in enumerate(zip(user.inputs, inputs))
+                   if old is not node]
+        if not changed:
+            return
+        user._raw_set_inputs(inputs)
+        for index, old in changed:
+            self._add_edges([(user, index, inputs[index])])
+            self._drop_edges([(user, index, old)])
+
     def replace(self, old: Node, new: Node) -> None:
         """Redirect every use of ``old`` to ``new``."""
         if old is new:
             return
-        for user, index in list(self.users.get(old, {})):
+        uses = list(self.users.get(old, {}))
+        # A user may hold ``old`` at thousands of positions (a wide tuple of one
+        # value): rebuild each user's input tuple once, then record the edges
+        # in the order of the uses, exactly as one set_edge per use would.
+        positions: dict[CNode, list[int]] = {}
+        for user, index in uses:
+            if not isinstance(user, FuncGraph):
+                positions.setdefault(user, []).append(index)
+        for user, indices in positions.items():
+            inputs = list(user.inputs)
+            for index in indices:
+                inputs[index] = new
+            user._raw_set_inputs(tuple(inputs))
+        for user, index in uses:
             if isinstance(user, FuncGraph):
                 self.set_output(user, new)
             else:
-                self.set_edge(user, index, new)
+                self._add_edges([(user, index, new)])
+                self._drop_edges([(user, index, old)])
 
     # -- derived facts --------------------------------------------------------
     def _facts(self) -> "_Derived":
