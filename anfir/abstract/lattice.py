@@ -255,8 +255,11 @@ def map_graphs(a: AbstractValue, fn: Callable[[FuncGraph], FuncGraph],
             hit = None
         if hit is not None:
             return hit
-        if isinstance(x, ATuple):  # (nested tuples with an explicit stack)
-            out: AbstractValue = map_tuple_leaves(x, value)
+        if isinstance(x, ATuple):
+            # An explicit stack, and every inner tuple memoized as well: the
+            # types of a chain of nodes nest one more level per node and share
+            # the inner levels, so each node then costs its own level only.
+            out: AbstractValue = fold_nested(x, unmapped_items, rebuilt, value)
         elif isinstance(x, AFunction):
             out = AFunction(frozenset(atom(o) for o in x.options))
         elif isinstance(x, GraphSig):
@@ -264,6 +267,15 @@ def map_graphs(a: AbstractValue, fn: Callable[[FuncGraph], FuncGraph],
         else:
             out = x
         memo[x] = out
+        return out
+
+    def unmapped_items(x: Any) -> Optional[tuple[AbstractValue, ...]]:
+        # A tuple already mapped is a leaf here: ``value`` finds it in the memo.
+        return x.items if x.__class__ is ATuple and x not in memo else None
+
+    def rebuilt(t: ATuple, items: list[AbstractValue]) -> AbstractValue:
+        out = t if all(p is q for p, q in zip(items, t.items)) else ATuple(tuple(items))
+        memo[t] = out
         return out
 
     def atom(x: FunctionAtom) -> FunctionAtom:
