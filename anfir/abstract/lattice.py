@@ -184,17 +184,27 @@ def contains_bottom(a: AbstractValue) -> bool:
 
 
 # -- constants -----------------------------------------------------------------
-def abstract_of_value(value: Any) -> AbstractValue:
+def abstract_of_value(value: Any, memo: Optional[dict[int, tuple[Any, AbstractValue]]] = None
+                      ) -> AbstractValue:
     """The abstract value of a concrete one: example arguments and constants.
 
     Python ``bool``/``int``/``float`` are ``AScalar("bool"/"i64"/"f64", value)``;
     numpy scalars keep their dtype; arrays are ``ATensor(dtype, shape)``;
     tuples, strings and None map to ``ATuple``, ``AString``, ``ANone``; an
-    :class:`AbstractValue` stands for itself.
+    :class:`AbstractValue` stands for itself.  ``memo`` (see
+    :func:`anfir.nested.fold_nested`) reuses the abstract values of tuples seen
+    in earlier calls: a constant built from another constant costs its new part.
     """
     # Nested tuples without recursion: a constant may nest thousands deep.
-    return fold_nested(value, lambda v: v if isinstance(v, tuple) else None,
-                       lambda _t, items: ATuple(tuple(items)), _abstract_of_leaf)
+    return fold_nested(value, _python_tuple_items, _abstract_tuple, _abstract_of_leaf, memo)
+
+
+def _python_tuple_items(value: Any) -> Optional[tuple[Any, ...]]:
+    return value if isinstance(value, tuple) else None
+
+
+def _abstract_tuple(_value: tuple[Any, ...], items: list[AbstractValue]) -> AbstractValue:
+    return ATuple(tuple(items))
 
 
 def _abstract_of_leaf(value: Any) -> AbstractValue:
