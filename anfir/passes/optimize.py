@@ -90,6 +90,7 @@ class RewriteContext:
         self._abstracts: dict[int, tuple[Any, Any]] = {}
         self._data: dict[int, Any] = {}
         self._compatible: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._memos: dict[str, dict[Any, Any]] = {}
 
     # -- building --------------------------------------------------------------
     def loc(self, like: Node) -> Optional[Location]:
@@ -166,6 +167,15 @@ class RewriteContext:
         """Whether a constant typed ``new`` may stand where a node typed ``old``
         was: the same kind and dtype (and shape where ``old`` knows it)."""
         return abstract_compatible(new, old, self._compatible)
+
+    def memo(self, name: str) -> dict[Any, Any]:
+        """A dict a rule may keep its own facts in for the whole run (one per
+        ``name``); what it keeps must stay true under value-preserving rewrites,
+        or be checked before use."""
+        found = self._memos.get(name)
+        if found is None:
+            found = self._memos[name] = {}
+        return found
 
     def is_data(self, value: Any) -> bool:
         """Whether ``value`` is plain data a constant can hold (:func:`is_data`)."""
