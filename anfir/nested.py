@@ -13,16 +13,21 @@ R = TypeVar("R")
 
 
 def fold_nested(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],
-                combine: Callable[[Any, list[R]], R], leaf: Callable[[Any], R]) -> R:
+                combine: Callable[[Any, list[R]], R], leaf: Callable[[Any], R],
+                memo: Optional[dict[int, tuple[Any, R]]] = None) -> R:
     """Fold ``root`` bottom-up: ``combine(t, [results of t's items])`` for each
     tuple ``t`` (``items_of(t)`` is its items; None means "not a tuple") and
     ``leaf(x)`` for everything else.
 
     A tuple reached twice (shared) is folded once.  Any depth, constant stack.
+    ``memo`` carries that sharing across calls: ``memo[id(t)] = (t, result)``
+    for every tuple folded (holding ``t`` keeps its id from being reused), and
+    a tuple found there is not walked again — so folding a chain of values,
+    each nesting the previous one, costs the new levels only.
     """
     if items_of(root) is None:
         return leaf(root)
-    done: dict[int, R] = {}  # id of a tuple of ``root`` (kept alive by it) -> its result
+    done: dict[int, tuple[Any, R]] = {} if memo is None else memo
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         t, ready = stack.pop()
@@ -34,9 +39,9 @@ def fold_nested(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],
             stack.append((t, True))
             stack.extend((i, False) for i in items if items_of(i) is not None and id(i) not in done)
             continue
-        done[id(t)] = combine(t, [done[id(i)] if items_of(i) is not None else leaf(i)
-                                  for i in items])
-    return done[id(root)]
+        done[id(t)] = (t, combine(t, [done[id(i)][1] if items_of(i) is not None else leaf(i)
+                                      for i in items]))
+    return done[id(root)][1]
 
 
 def nested_text(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],

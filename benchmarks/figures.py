@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 import anfir
+import bench_scaling
 from harness import Figure, micro, milli, paired_seconds
 import peers
 import workloads
@@ -315,6 +316,54 @@ def phase_ratios(source: Callable[[int], str], small: int, large: int) -> str:
                      for name in phases[small] if phases[small][name] > 1e-4)
 
 
+# -- compile scaling (issue 10) --------------------------------------------------------------
+SCALING_GOAL = f"<= {bench_scaling.RATIO_BOUND:g}x"
+
+
+def scaling_figure(key: str, quick: bool = False, repeat: int = 3) -> Figure:
+    """CPU time of ``anfir.compile`` on one of ``bench_scaling``'s shapes at 10N
+    over its time at N: linear is 10x."""
+    shape = next(s for s in bench_scaling.SHAPES if s.key == key)
+    size = shape.quick_size if quick else shape.size
+    name = f"compile time, {shape.label} ({10 * size:,} / {size:,} {shape.unit})"
+    return measured(name, SCALING_GOAL)(_scaling_figure)(shape, size, repeat)
+
+
+def _scaling_figure(fig: Figure, shape: "bench_scaling.Shape", size: int, repeat: int) -> None:
+    times = bench_scaling.shape_times(shape, size, repeat)
+    for n in (size, 10 * size):
+        fig.details.append(f"{n:>7,} {shape.unit}: {milli(times[n])} (CPU, parsing excluded)")
+    fig.value = times[10 * size] / times[size]
+    fig.passed = fig.value <= bench_scaling.RATIO_BOUND
+
+
+ORDER_GOAL = f"<= {bench_scaling.ORDER_BOUND:g}x"
+
+
+def order_figure(quick: bool = False, repeat: int = 3) -> Figure:
+    """Second-order over first-order gradient compile of one chain of lets:
+    CPU time (the figure) and peak memory (in the details; both must pass)."""
+    size = bench_scaling.ORDER_QUICK_SIZE if quick else bench_scaling.ORDER_SIZE
+    name = f"compile time, 2nd-order / 1st-order gradient ({size:,}-let chain)"
+    return measured(name, ORDER_GOAL)(_order_figure)(size, repeat)
+
+
+def _order_figure(fig: Figure, size: int, repeat: int) -> None:
+    costs = bench_scaling.order_costs(size, repeat)
+    for order in (1, 2):
+        memory = costs.memory[order]
+        grown = f", peak memory +{memory / 2**20:.1f} MiB" if memory is not None else ""
+        fig.details.append(f"order {order}: {milli(costs.seconds[order])} (CPU), "
+                           f"{costs.nodes[order]:,} call nodes compiled{grown}")
+    fig.value = costs.time_ratio
+    fig.passed = fig.value <= bench_scaling.ORDER_BOUND
+    if costs.memory_ratio is None:
+        fig.details.append("peak memory not measured on this system")
+    else:
+        fig.details.append(f"peak memory ratio {costs.memory_ratio:.2f}x (goal {ORDER_GOAL})")
+        fig.passed = fig.passed and costs.memory_ratio <= bench_scaling.ORDER_BOUND
+
+
 # -- memory ---------------------------------------------------------------------------------------
 MEMORY_GOAL = "flat (< 64 KiB)"
 MEMORY_SLACK = 64 * 1024
@@ -383,4 +432,7 @@ def all_figures(quick: bool = False) -> dict[str, Callable[[], Figure]]:
         "mlp_large": lambda: mlp_figure(64, 256, 10, 1.2, repeat=many),
         "compile": lambda: compile_figure(repeat=few),
         "memory": memory_figure,
+        **{f"scale_{shape.key}": functools.partial(scaling_figure, shape.key, quick, few)
+           for shape in bench_scaling.SHAPES},
+        "order2": lambda: order_figure(quick, few),
     }

@@ -107,3 +107,60 @@ def depth(n) =
 """Two loops, a local closure that recurses (the spec's ``power`` shape) and a
 top-level tail-recursive definition, which must run in constant memory; and
 ``depth``, a non-tail recursion, whose memory must grow (the control)."""
+
+
+# -- compile scaling (issue 10): program shapes whose compile time once grew
+# quadratically.  Each returns ANF text of ``main(x)`` (``main(x, y)`` for the
+# gradient chain) of ``size`` units; ``bench_scaling.py`` times them at N and
+# 10N, ``tests/test_scaling.py`` counts the work.
+
+
+def call_chain_anf(size: int) -> str:
+    """``size`` definitions, each calling the previous one once
+    (``def f3(x) = f2(x) * 1.0``), and ``main`` calling the last: the
+    inliner folds the whole chain into ``main``."""
+    out = ["def f0(x) = x + 1.0"]
+    out.extend(f"def f{i}(x) = f{i - 1}(x) * 1.0" for i in range(1, size))
+    out.append(f"def main(x) = f{size - 1}(x)")
+    return "\n".join(out) + "\n"
+
+
+def nested_tuples_anf(size: int) -> str:
+    """``main(x)`` returning ``size``-deep nested 1-tuples twice: around ``x``
+    (a chain of ``make_tuple`` nodes whose types nest deeper at each one) and
+    around a constant (which the optimizer folds, one level at a time)."""
+    return (f"def main(x) = ({'(' * size}x{',)' * size}, "
+            f"{'(' * size}1.5{',)' * size})\n")
+
+
+def wide_tuple_anf(size: int) -> str:
+    """``main(x)`` returning one tuple literal of ``size`` elements, computed
+    (``x * 2.0``) and constant (``3.0``) in turn."""
+    items = (f"x * {i}.0" if i % 2 == 0 else f"{i}.0" for i in range(size))
+    return f"def main(x) = ({', '.join(items)})\n"
+
+
+def nested_ifs_anf(size: int) -> str:
+    """``main(x)``: ``size`` ifs, each in the ``else`` branch of the previous
+    one (``if x < 0.0 then 0.5 else if x < 1.0 then 1.5 else ...``): a graph
+    per branch, each nested in the one before."""
+    out = ["def main(x) ="]
+    out.extend(f"  if x < {i}.0 then {i}.5 else" for i in range(size))
+    out.append("  -1.0")
+    return "\n".join(out) + "\n"
+
+
+def grad_order_anf(size: int, order: int) -> str:
+    """``f(x, y)``: a straight-line chain of ``size`` lets (``v * y`` and
+    ``sin(v) + x`` in turn), and ``main(x, y)`` its first-order
+    (``grad(f, 0)``) or second-order (``grad(grad(f, 0), 1)``) gradient."""
+    out = ["def f(x, y) ="]
+    previous = "x"
+    for i in range(size):
+        expr = f"{previous} * y" if i % 2 == 0 else f"sin({previous}) + x"
+        out.append(f"  let v{i} = {expr} in")
+        previous = f"v{i}"
+    out.append(f"  {previous}")
+    gradient = "grad(f, 0)" if order == 1 else "grad(grad(f, 0), 1)"
+    out.append(f"def main(x, y) = {gradient}(x, y)")
+    return "\n".join(out) + "\n"

@@ -184,17 +184,27 @@ def contains_bottom(a: AbstractValue) -> bool:
 
 
 # -- constants -----------------------------------------------------------------
-def abstract_of_value(value: Any) -> AbstractValue:
+def abstract_of_value(value: Any, memo: Optional[dict[int, tuple[Any, AbstractValue]]] = None
+                      ) -> AbstractValue:
     """The abstract value of a concrete one: example arguments and constants.
 
     Python ``bool``/``int``/``float`` are ``AScalar("bool"/"i64"/"f64", value)``;
     numpy scalars keep their dtype; arrays are ``ATensor(dtype, shape)``;
     tuples, strings and None map to ``ATuple``, ``AString``, ``ANone``; an
-    :class:`AbstractValue` stands for itself.
+    :class:`AbstractValue` stands for itself.  ``memo`` (see
+    :func:`anfir.nested.fold_nested`) reuses the abstract values of tuples seen
+    in earlier calls: a constant built from another constant costs its new part.
     """
     # Nested tuples without recursion: a constant may nest thousands deep.
-    return fold_nested(value, lambda v: v if isinstance(v, tuple) else None,
-                       lambda _t, items: ATuple(tuple(items)), _abstract_of_leaf)
+    return fold_nested(value, _python_tuple_items, _abstract_tuple, _abstract_of_leaf, memo)
+
+
+def _python_tuple_items(value: Any) -> Optional[tuple[Any, ...]]:
+    return value if isinstance(value, tuple) else None
+
+
+def _abstract_tuple(_value: tuple[Any, ...], items: list[AbstractValue]) -> AbstractValue:
+    return ATuple(tuple(items))
 
 
 def _abstract_of_leaf(value: Any) -> AbstractValue:
@@ -255,8 +265,11 @@ def map_graphs(a: AbstractValue, fn: Callable[[FuncGraph], FuncGraph],
             hit = None
         if hit is not None:
             return hit
-        if isinstance(x, ATuple):  # (nested tuples with an explicit stack)
-            out: AbstractValue = map_tuple_leaves(x, value)
+        if isinstance(x, ATuple):
+            # An explicit stack, and every inner tuple memoized as well: the
+            # types of a chain of nodes nest one more level per node and share
+            # the inner levels, so each node then costs its own level only.
+            out: AbstractValue = fold_nested(x, unmapped_items, rebuilt, value)
         elif isinstance(x, AFunction):
             out = AFunction(frozenset(atom(o) for o in x.options))
         elif isinstance(x, GraphSig):
@@ -264,6 +277,15 @@ def map_graphs(a: AbstractValue, fn: Callable[[FuncGraph], FuncGraph],
         else:
             out = x
         memo[x] = out
+        return out
+
+    def unmapped_items(x: Any) -> Optional[tuple[AbstractValue, ...]]:
+        # A tuple already mapped is a leaf here: ``value`` finds it in the memo.
+        return x.items if x.__class__ is ATuple and x not in memo else None
+
+    def rebuilt(t: ATuple, items: list[AbstractValue]) -> AbstractValue:
+        out = t if all(p is q for p, q in zip(items, t.items)) else ATuple(tuple(items))
+        memo[t] = out
         return out
 
     def atom(x: FunctionAtom) -> FunctionAtom:

@@ -141,7 +141,11 @@ def j_graph(graph: FuncGraph, context: Optional[JContext] = None) -> FuncGraph:
     return (context or _default_context).j_graph(graph)
 
 
-def node_key(node: Node, manager: Manager) -> SymbolicKey:
+Positions = dict[FuncGraph, tuple[Manager, int, dict[Node, int]]]
+"""graph -> (the manager and its epoch then, node -> index in ``toposort(graph, manager)``)."""
+
+
+def node_key(node: Node, manager: Manager, positions: Optional[Positions] = None) -> SymbolicKey:
     """The GradEnv key naming ``node`` (stable and readable: ``f/loop:3``).
 
     A node of ``▸g`` has the key of the node of ``g`` it computes: ``J`` of a
@@ -150,6 +154,10 @@ def node_key(node: Node, manager: Manager) -> SymbolicKey:
     that ``▸h``'s transform fills (keyed by ``▸h``'s free variables, nodes of
     an enclosing ``▸g``) must be read by ``◂g`` with ``h``'s own keys (grad
     of a function whose body takes ``grad`` of a closure over its argument).
+
+    ``positions`` caches the node order of each graph while its manager sees
+    no edit: a transform names every value a closure captures, one after the
+    other, and sorting the graph once per name made that quadratic.
     """
     origin = _key_origin.get(node)
     if origin is not None:
@@ -168,10 +176,13 @@ def node_key(node: Node, manager: Manager) -> SymbolicKey:
             current = manager.parent(current)
         index = 0
         if graph is not None:
-            for i, n in enumerate(toposort(graph, manager)):
-                if n is node:
-                    index = i
-                    break
+            cached = positions.get(graph) if positions is not None else None
+            if cached is None or cached[0] is not manager or cached[1] != manager.epoch:
+                order = {n: i for i, n in enumerate(toposort(graph, manager))}
+                cached = (manager, manager.epoch, order)
+                if positions is not None:
+                    positions[graph] = cached
+            index = cached[2].get(node, 0)
         label = node.name or "n"
         key = SymbolicKey(f"{'/'.join(reversed(path))}:{label}.{index}")
         _key_cache[node] = key
@@ -204,6 +215,7 @@ class _ScopeTransform:
         self.value: dict[Node, Node] = {}      # original node -> its forward value
         self.bprop: dict[CNode, Node] = {}     # original CNode -> bprop closure (generic calls)
         self.jcache: dict[tuple[FuncGraph, Node], Node] = {}
+        self.positions: Positions = {}  # node_key's cache, for this transform
         for g in self.scope:
             if g is not root:
                 self.forward[g] = FuncGraph(FORWARD + g.name, g.loc)
@@ -353,7 +365,8 @@ class _ScopeTransform:
         for fv in mng.free_variables_total(g):
             s = total(fv)
             if s is not None:
-                env = CNode(bwd, [ValueNode(gradient.env_setitem), env, ValueNode(node_key(fv, mng)), s],
+                env = CNode(bwd, [ValueNode(gradient.env_setitem), env,
+                                  ValueNode(node_key(fv, mng, self.positions)), s],
                             self._note(fv, g, BACKWARD))
         outs: list[Node] = [env]
         for p in g.parameters:
@@ -376,7 +389,8 @@ class _ScopeTransform:
         loc = self._note(closure, g, BACKWARD)
         for fv in mng.free_variables_total(closure.value):
             zero = CNode(bwd, [ValueNode(structure.zeros_like), self.value_in(fv, g)], loc)
-            add(fv, CNode(bwd, [ValueNode(gradient.env_getitem), s, ValueNode(node_key(fv, mng)), zero], loc))
+            add(fv, CNode(bwd, [ValueNode(gradient.env_getitem), s,
+                                ValueNode(node_key(fv, mng, self.positions)), zero], loc))
 
     def _reverse_order(self, g: FuncGraph) -> list[Union[CNode, ValueNode]]:
         """``g``'s CNodes (and the closures it makes) in reverse dependency order.

@@ -75,23 +75,81 @@ def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 
 def env_get_after_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     """``env_getitem(env_setitem(e, k, v), k, d)`` → ``v``; another constant key
-    looks further down; ``env_getitem(newenv(), k, d)`` → ``d``."""
+    looks further down; ``env_getitem(newenv(), k, d)`` → ``d``.
+
+    The whole chain of ``env_setitem`` below the environment is searched in
+    one firing, through an index of the chain kept for the run
+    (:func:`_env_lookup`): the environment of a gradient holds one entry per
+    captured value, and looking every one of them up a step at a time would
+    fire this rule, and make a node, once per entry passed over."""
     if not _is(node, gradient.env_getitem) or len(node.inputs) != 4:
         return None
     _, env, key, default = node.inputs
     if _is(env, gradient.newenv):
         return default
-    if not _is(env, gradient.env_setitem) or not isinstance(key, ValueNode):
+    if not (_is(env, gradient.env_setitem) and isinstance(key, ValueNode)
+            and isinstance(key.value, SymbolicKey) and _constant_key(env) is not None):
         return None
-    _, inner, key2, value = env.inputs
-    if not (isinstance(key2, ValueNode) and isinstance(key.value, SymbolicKey)
-            and isinstance(key2.value, SymbolicKey)):
-        return None
-    if key.value == key2.value:
-        return value
+    found, bottom = _env_lookup(env, key.value, ctx)
+    if found is not None:
+        return found.inputs[3]
+    if _is(bottom, gradient.newenv):
+        return default
     assert node.graph is not None
-    return ctx.apply(node.graph, [node.inputs[0], inner, key, default], like=node,
+    return ctx.apply(node.graph, [node.inputs[0], bottom, key, default], like=node,
                      abstract=node.abstract)
+
+
+def _constant_key(env: Node) -> Optional[SymbolicKey]:
+    # The key of ``env_setitem(e, k, v)`` when it is a constant symbolic key.
+    key = env.inputs[2]
+    if isinstance(key, ValueNode) and isinstance(key.value, SymbolicKey):
+        return key.value
+    return None
+
+
+class _EnvIndex:
+    """The ``env_setitem`` chain below one environment node: for each
+    constant key, the outermost ``env_setitem`` that sets it, and the first
+    node down the chain that is not such an ``env_setitem`` (its bottom)."""
+
+    __slots__ = ("setters", "bottom")
+
+    def __init__(self, env: Node) -> None:
+        self.setters: dict[SymbolicKey, CNode] = {}
+        current = env
+        while _is(current, gradient.env_setitem):
+            key = _constant_key(current)
+            if key is None:
+                break
+            assert isinstance(current, CNode)
+            self.setters.setdefault(key, current)
+            current = current.inputs[1]
+        self.bottom = current
+
+
+def _env_lookup(env: Node, key: SymbolicKey, ctx: "RewriteContext") -> tuple[Optional[CNode], Node]:
+    """The ``env_setitem`` of ``key`` the chain below ``env`` holds (None if
+    none), and the chain's bottom.
+
+    The index is built once per environment node and kept for the run.
+    Rewrites only ever replace a node by one of equal value, so what an
+    environment maps a key to never changes; an index is rebuilt only when a
+    node it names is gone from the program (or is no longer that
+    ``env_setitem``)."""
+    indexes: dict[Node, _EnvIndex] = ctx.memo("env_get_after_set")
+    index = indexes.get(env)
+    if index is None or not _env_index_valid(index, key, ctx):
+        index = indexes[env] = _EnvIndex(env)
+    return index.setters.get(key), index.bottom
+
+
+def _env_index_valid(index: _EnvIndex, key: SymbolicKey, ctx: "RewriteContext") -> bool:
+    found = index.setters.get(key)
+    if found is not None:
+        return (ctx.manager.tracks(found) and _is(found, gradient.env_setitem)
+                and _constant_key(found) == key)
+    return ctx.manager.tracks(index.bottom) or isinstance(index.bottom, ValueNode)
 
 
 def gadd_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:

@@ -7,10 +7,15 @@ Kept on every edge change (``set_edge``, ``set_output``, ``replace``):
 * ``nodes[g]`` — the nodes ``g`` owns that are alive (reachable);
 * ``free_variables_direct[g]`` — nodes of other graphs used by ``g``'s own edges;
 * ``graphs_used[g]`` — graphs ``g`` refers to through ValueNodes, with counts;
-* ``graph_value_nodes[h]`` — the live ValueNodes that hold graph ``h``.
+* ``graph_value_nodes[h]`` — the live ValueNodes that hold graph ``h``;
+* ``used_by[h]`` — the graphs whose edges use ``h`` (``graphs_used`` reversed).
 
-Derived on demand from those and cached until the next change (the facts are
-cheap to recompute for all graphs at once and always agree with the edges):
+Derived from those on demand (:class:`_Derived`), and repaired — not
+recomputed — after changes: an edit marks the graphs whose free-variable or
+graph-use *sets* changed, and the next query revisits only those graphs and
+the facts that flow from them, so a pass that edits and queries in turn (the
+inliner: one query per inlined call) costs what it changes, not the size of
+the program each time:
 
 * ``free_variables_total(g)`` — direct free variables plus those of every graph
   ``g`` uses that ``g`` does not own (a closure made in ``g`` needs them);
@@ -24,7 +29,7 @@ describe the live program.  No walk here recurses on program size.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Optional, Union
+from typing import Iterable, Optional, Sequence, Union
 
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
@@ -48,7 +53,10 @@ class Manager:
         self.free_variables_direct: dict[FuncGraph, Counter[Node]] = {}
         self.graphs_used: dict[FuncGraph, Counter[FuncGraph]] = {}
         self.graph_value_nodes: dict[FuncGraph, dict[ValueNode, None]] = {}
-        self._derived: Optional[_Derived] = None
+        self.used_by: dict[FuncGraph, dict[FuncGraph, None]] = {}
+        """``used_by[h]``: the graphs ``g`` with ``h`` in ``graphs_used[g]`` (the
+        edges along which free variables flow to the closures' users)."""
+        self._derived = _Derived()
         self.epoch = 0
         """Bumped on every change; caches of compiled code compare it."""
         for root in roots:
@@ -89,7 +97,13 @@ class Manager:
         self.graphs_used.update(other.graphs_used)
         for graph, holders in other.graph_value_nodes.items():
             self.graph_value_nodes.setdefault(graph, {}).update(holders)
-        self._derived = None
+        for graph, users in other.used_by.items():
+            self.used_by.setdefault(graph, {}).update(users)
+        # The other manager's derived facts are not carried over: its graphs
+        # are re-derived at the next query (a cost in the size of ``other``,
+        # like the updates above).
+        for graph in other.graphs:
+            self._derived.dirty[graph] = None
         self.epoch += other.epoch + 1
         other.__dict__ = self.__dict__
 
@@ -136,11 +150,18 @@ class Manager:
             user_graph = user if isinstance(user, FuncGraph) else user.graph
             if isinstance(node, ValueNode):
                 if isinstance(node.value, FuncGraph):
-                    self.graphs_used[user_graph][node.value] += 1
-                    self._derived = None
+                    used = self.graphs_used[user_graph]
+                    count = used[node.value]
+                    used[node.value] = count + 1
+                    if not count:  # a new graph use: the derived facts of user_graph may change
+                        self.used_by.setdefault(node.value, {})[user_graph] = None
+                        self._derived.dirty[user_graph] = None
             elif node.graph is not user_graph:
-                self.free_variables_direct[user_graph][node] += 1
-                self._derived = None
+                direct = self.free_variables_direct[user_graph]
+                count = direct[node]
+                direct[node] = count + 1
+                if not count:
+                    self._derived.dirty[user_graph] = None
 
     def _acquire_graph_deferred(self, graph: FuncGraph, todo: list[tuple[User, int, Node]]) -> None:
         if self.detached:
@@ -161,7 +182,7 @@ class Manager:
         self.free_variables_direct[graph] = Counter()
         self.graphs_used[graph] = Counter()
         self.graph_value_nodes.setdefault(graph, {})
-        self._derived = None
+        self._derived.dirty[graph] = None
         for param in graph.parameters:
             self.users.setdefault(param, {})
             self.nodes[graph][param] = None
@@ -191,14 +212,15 @@ class Manager:
                         counts[node.value] -= 1
                         if counts[node.value] <= 0:
                             del counts[node.value]
-                    self._derived = None
+                            self.used_by.get(node.value, {}).pop(user_graph, None)
+                            self._derived.dirty[user_graph] = None
             elif node.graph is not user_graph:
                 fv_counts = self.free_variables_direct.get(user_graph)
                 if fv_counts is not None:
                     fv_counts[node] -= 1
                     if fv_counts[node] <= 0:
                         del fv_counts[node]
-                self._derived = None
+                        self._derived.dirty[user_graph] = None
             if users:
                 continue
             # ``node`` lost its last user (a parameter keeps its empty record
@@ -276,11 +298,13 @@ class Manager:
         self.graphs.pop(graph, None)
         self.nodes.pop(graph, None)
         self.free_variables_direct.pop(graph, None)
-        self.graphs_used.pop(graph, None)
+        for used in self.graphs_used.pop(graph, {}):
+            self.used_by.get(used, {}).pop(graph, None)
+        self.used_by.pop(graph, None)
         self.graph_value_nodes.pop(graph, None)
         if graph.manager is self:
             graph.manager = None
-        self._derived = None
+        self._derived.removed[graph] = None
 
     def set_edge(self, user: CNode, index: int, node: Node) -> None:
         """Point ``user.inputs[index]`` at ``node``."""
@@ -301,25 +325,53 @@ class Manager:
         if old is not None and old is not node:
             self._drop_edges([(graph, OUTPUT, old)])
 
+    def set_inputs(self, user: CNode, inputs: tuple[Node, ...]) -> None:
+        """Point ``user``'s inputs at ``inputs`` (as many as it has): the edges
+        that change are recorded one by one, in order, as :meth:`set_edge`
+        would, but the input tuple is rebuilt once."""
+        changed = [(index, old) for index, (old, node) in enumerate(zip(user.inputs, inputs))
+                   if old is not node]
+        if not changed:
+            return
+        user._raw_set_inputs(inputs)
+        for index, old in changed:
+            self._add_edges([(user, index, inputs[index])])
+            self._drop_edges([(user, index, old)])
+
     def replace(self, old: Node, new: Node) -> None:
         """Redirect every use of ``old`` to ``new``."""
         if old is new:
             return
-        for user, index in list(self.users.get(old, {})):
+        uses = list(self.users.get(old, {}))
+        # A user may hold ``old`` at thousands of positions (a wide tuple of one
+        # value): rebuild each user's input tuple once, then record the edges
+        # in the order of the uses, exactly as one set_edge per use would.
+        positions: dict[CNode, list[int]] = {}
+        for user, index in uses:
+            if not isinstance(user, FuncGraph):
+                positions.setdefault(user, []).append(index)
+        for user, indices in positions.items():
+            inputs = list(user.inputs)
+            for index in indices:
+                inputs[index] = new
+            user._raw_set_inputs(tuple(inputs))
+        for user, index in uses:
             if isinstance(user, FuncGraph):
                 self.set_output(user, new)
             else:
-                self.set_edge(user, index, new)
+                self._add_edges([(user, index, new)])
+                self._drop_edges([(user, index, old)])
 
     # -- derived facts --------------------------------------------------------
     def _facts(self) -> "_Derived":
-        if self._derived is None:
-            self._derived = _Derived(self)
-        return self._derived
+        derived = self._derived
+        if derived.dirty or derived.removed:
+            derived.repair(self)
+        return derived
 
     def free_variables_total(self, graph: FuncGraph) -> list[Node]:
         """Free variables of ``graph`` and of the closures it makes, in creation order."""
-        return self._facts().fv_total.get(graph, [])
+        return self._facts().free_variables(graph)
 
     def parent(self, graph: FuncGraph) -> Optional[FuncGraph]:
         """The graph ``graph`` is nested in (derived from its free variables)."""
@@ -327,7 +379,7 @@ class Manager:
 
     def children(self, graph: FuncGraph) -> list[FuncGraph]:
         """The graphs whose parent is ``graph``."""
-        return self._facts().children.get(graph, [])
+        return self._facts().children_of(graph)
 
     def scope(self, graph: FuncGraph) -> list[FuncGraph]:
         """``graph`` and all its descendants, parents before children."""
@@ -359,6 +411,55 @@ class Manager:
         return [user for user, index in self.graph_users(graph)
                 if isinstance(user, CNode) and index == 0]
 
+    def settle_recursion(self, graph: FuncGraph, known: dict[FuncGraph, bool]) -> None:
+        """Record in ``known`` whether ``graph``, and every graph it reaches that
+        ``known`` does not hold yet, can reach itself through the graphs it uses.
+
+        One pass of Tarjan's strongly connected components (iterative): a graph
+        is recursive when its component has several graphs or it uses itself.
+        A graph ``known`` says is *not* recursive lies on no cycle, so the walk
+        does not enter it: a caller that keeps the answers (the inliner, whose
+        edits never make a graph recursive) pays once for each graph, instead
+        of once per question for everything the graph reaches.
+        """
+        used = self.graphs_used
+        index: dict[FuncGraph, int] = {graph: 0}
+        low: dict[FuncGraph, int] = {graph: 0}
+        component: list[FuncGraph] = [graph]
+        on_component: set[FuncGraph] = {graph}
+        work = [(graph, iter(list(used.get(graph, ()))))]
+        while work:
+            g, successors = work[-1]
+            descended = False
+            for h in successors:
+                if known.get(h) is False:
+                    continue  # on no cycle: it cannot lead back to g
+                if h not in index:
+                    index[h] = low[h] = len(index)
+                    component.append(h)
+                    on_component.add(h)
+                    work.append((h, iter(list(used.get(h, ())))))
+                    descended = True
+                    break
+                if h in on_component:
+                    low[g] = min(low[g], index[h])
+            if descended:
+                continue
+            work.pop()
+            if work:
+                caller = work[-1][0]
+                low[caller] = min(low[caller], low[g])
+            if low[g] == index[g]:
+                members = []
+                while True:
+                    member = component.pop()
+                    on_component.discard(member)
+                    members.append(member)
+                    if member is g:
+                        break
+                for member in members:
+                    known[member] = len(members) > 1 or member in used.get(member, ())
+
     def is_recursive(self, graph: FuncGraph) -> bool:
         """Whether ``graph`` can reach itself through the graphs it uses."""
         seen: set[FuncGraph] = set()
@@ -375,56 +476,263 @@ class Manager:
 
 
 class _Derived:
-    """free_variables_total, parent and children for every managed graph."""
+    """free_variables_total, parent and children of every managed graph, kept
+    up to date by :meth:`repair`.
 
-    def __init__(self, manager: Manager) -> None:
-        graphs = list(manager.graphs)
-        fv: dict[FuncGraph, dict[Node, None]] = {
-            g: dict.fromkeys(manager.free_variables_direct[g]) for g in graphs}
-        users_of: dict[FuncGraph, list[FuncGraph]] = {g: [] for g in graphs}
-        for g in graphs:
-            for h in manager.graphs_used[g]:
-                if h in users_of:
-                    users_of[h].append(g)
-        # Fixpoint: a graph needs the free variables of the graphs it uses,
-        # except those it owns itself.  Sets only grow, so this terminates.
-        work = list(graphs)
-        queued = set(graphs)
-        while work:
-            h = work.pop()
-            queued.discard(h)
-            for g in users_of[h]:
-                target = fv[g]
-                grew = False
-                for node in fv[h]:
-                    if node.graph is not g and node not in target:
-                        target[node] = None
-                        grew = True
-                if grew and g not in queued:
-                    queued.add(g)
-                    work.append(g)
-        self.fv_total = {g: sorted(nodes, key=_seq) for g, nodes in fv.items()}
-        # Parent: the deepest owner among the free variables' graphs.  Depth is
-        # computed with an explicit stack (nesting can be deep in generated code).
-        owners = {g: {n.graph for n in fv[g]} - {g} for g in graphs}
+    ``free_variables_total`` is the least fixpoint of "a graph's direct free
+    variables, plus those of every graph it uses that it does not own".  A
+    change can add facts (new edges) and remove them (edges gone, graphs
+    released), through cycles of recursive graphs too, so :meth:`repair`
+    works as delete-and-rederive (DRed) does for recursive views: every fact
+    that may have rested on something removed is deleted (cascading along
+    ``used_by``), then every graph touched re-derives its facts from its
+    current edges and its used graphs' facts, and what it gains flows on to
+    the graphs that use it.  A fact that is a *direct* free variable is never
+    deleted (the edges say it is true), which stops most cascades at once.
+    Parents are then recomputed for the graphs whose owners changed, and in
+    turn for those whose owners' depths changed.
+    """
+
+    def __init__(self) -> None:
+        self.dirty: dict[FuncGraph, None] = {}
+        """Graphs whose direct free variables or graph uses changed (as sets), or new."""
+        self.removed: dict[FuncGraph, None] = {}
+        """Graphs released since the last repair."""
+        self.fv: dict[FuncGraph, dict[Node, None]] = {}
+        self.owners: dict[FuncGraph, Counter[FuncGraph]] = {}
+        """``owners[g][o]``: how many of ``g``'s free variables ``o`` owns."""
+        self.owned_by: dict[FuncGraph, dict[FuncGraph, None]] = {}
+        """``owned_by[o]``: the graphs with a free variable owned by ``o``
+        (their parent depends on ``o``'s depth)."""
+        self.parent: dict[FuncGraph, Optional[FuncGraph]] = {}
+        self.depth: dict[FuncGraph, int] = {}
+        self.children: dict[FuncGraph, dict[FuncGraph, None]] = {}
+        self.tangled = False
+        """Whether ownership had a cycle (an ill-scoped program) at the last
+        full computation: parents are then always recomputed in full, since
+        the result depends on the order graphs are visited in."""
+        self._sorted_fv: dict[FuncGraph, list[Node]] = {}
+        self._sorted_children: dict[FuncGraph, list[FuncGraph]] = {}
+        self._reparent: dict[FuncGraph, None] = {}
+
+    # -- reading -------------------------------------------------------------------
+    def free_variables(self, graph: FuncGraph) -> list[Node]:
+        """``graph``'s free variables sorted by creation (a cached list: never mutate it)."""
+        cached = self._sorted_fv.get(graph)
+        if cached is None:
+            cached = self._sorted_fv[graph] = sorted(self.fv.get(graph, ()), key=_seq)
+        return cached
+
+    def children_of(self, graph: FuncGraph) -> list[FuncGraph]:
+        """The graphs whose parent is ``graph``, by creation (a cached list)."""
+        cached = self._sorted_children.get(graph)
+        if cached is None:
+            cached = self._sorted_children[graph] = sorted(self.children.get(graph, ()),
+                                                           key=_graph_seq)
+        return cached
+
+    # -- editing one graph's facts -----------------------------------------------------
+    def _add(self, graph: FuncGraph, nodes: Sequence[Node]) -> None:
+        facts = self.fv.setdefault(graph, {})
+        owners = self.owners.setdefault(graph, Counter())
+        for node in nodes:
+            facts[node] = None
+            owner = node.graph
+            assert owner is not None
+            if not owners[owner]:
+                self.owned_by.setdefault(owner, {})[graph] = None
+                self._reparent[graph] = None
+            owners[owner] += 1
+        self._sorted_fv.pop(graph, None)
+
+    def _remove(self, graph: FuncGraph, nodes: Sequence[Node]) -> None:
+        facts = self.fv.get(graph, {})
+        owners = self.owners[graph]
+        for node in nodes:
+            facts.pop(node, None)
+            owner = node.graph
+            assert owner is not None
+            owners[owner] -= 1
+            if not owners[owner]:
+                del owners[owner]
+                self.owned_by.get(owner, {}).pop(graph, None)
+                self._reparent[graph] = None
+        self._sorted_fv.pop(graph, None)
+
+    def _drop_graph(self, graph: FuncGraph) -> None:
+        """Forget a released graph's facts (graphs that depended on them are dirty)."""
+        facts = self.fv.pop(graph, None)
+        if facts:
+            self._remove(graph, list(facts))
+        self.owners.pop(graph, None)
+        self._sorted_fv.pop(graph, None)
+        for user in self.owned_by.pop(graph, {}):
+            self._reparent[user] = None
+        for child in self.children.pop(graph, {}):
+            self._reparent[child] = None
+        self._sorted_children.pop(graph, None)
+        self._set_parent(graph, None)
+        self.parent.pop(graph, None)
+        self.depth.pop(graph, None)
+        self._reparent.pop(graph, None)
+
+    def _set_parent(self, graph: FuncGraph, parent: Optional[FuncGraph]) -> None:
+        old = self.parent.get(graph)
+        if old is not parent or graph not in self.parent:
+            if old is not None:
+                self.children.get(old, {}).pop(graph, None)
+                self._sorted_children.pop(old, None)
+            if parent is not None:
+                self.children.setdefault(parent, {})[graph] = None
+                self._sorted_children.pop(parent, None)
+        self.parent[graph] = parent
+
+    # -- repair ------------------------------------------------------------------------
+    def repair(self, manager: "Manager") -> None:
+        """Bring every fact up to date with ``manager``'s edges."""
+        graphs = manager.graphs
+        direct = manager.free_variables_direct
+        dirty = [g for g in self.dirty if g in graphs]
+        removed = [g for g in self.removed if g not in graphs]
+        self.dirty = {}
+        self.removed = {}
+        for g in removed:
+            self._drop_graph(g)
+        for g in dirty:
+            self._reparent[g] = None
+        # 1. Delete every fact that may rest on a removed edge: in a dirty
+        # graph, whatever is not a direct free variable; then, along
+        # ``used_by``, the same nodes in the graphs that got them from there.
+        touched: dict[FuncGraph, None] = {}
+        cascade: list[tuple[FuncGraph, list[Node]]] = []
+        for g in dirty:
+            own = direct[g]
+            lost = [n for n in self.fv.get(g, ()) if n not in own]
+            if lost:
+                self._remove(g, lost)
+                cascade.append((g, lost))
+        while cascade:
+            g, lost = cascade.pop()
+            for user in manager.used_by.get(g, ()):
+                facts = self.fv.get(user)
+                if not facts:
+                    continue
+                own = direct[user]
+                gone = [n for n in lost if n in facts and n not in own]
+                if gone:
+                    self._remove(user, gone)
+                    touched[user] = None
+                    cascade.append((user, gone))
+        # 2. Re-derive: each graph touched or dirty from its current edges and
+        # the facts of the graphs it uses; what it gains flows to its users.
+        grown: list[tuple[FuncGraph, list[Node]]] = []
+        for g in (*dirty, *touched):
+            facts = self.fv.setdefault(g, {})
+            new: dict[Node, None] = {n: None for n in direct[g] if n not in facts}
+            for used in manager.graphs_used[g]:
+                for n in self.fv.get(used, ()):
+                    if n.graph is not g and n not in facts:
+                        new[n] = None
+            if new:
+                gained = list(new)
+                self._add(g, gained)
+                grown.append((g, gained))
+        while grown:
+            g, gained = grown.pop()
+            for user in manager.used_by.get(g, ()):
+                facts = self.fv.setdefault(user, {})
+                new_nodes = [n for n in gained if n.graph is not user and n not in facts]
+                if new_nodes:
+                    self._add(user, new_nodes)
+                    grown.append((user, new_nodes))
+        # 3. Parents.
+        if self.tangled:
+            self._all_parents(manager)
+        else:
+            self._update_parents(manager)
+
+    def _place(self, graph: FuncGraph, graphs: dict[FuncGraph, None]) -> tuple[Optional[FuncGraph], int]:
+        # The deepest owner (the first created among equals), from current depths.
+        owners = [o for o in self.owners.get(graph, ()) if o in graphs]
+        if not owners:
+            return None, 0
+        best = max(owners, key=lambda o: (self.depth.get(o, 0), -o.seq))
+        return best, self.depth.get(best, 0) + 1
+
+    def _update_parents(self, manager: "Manager") -> None:
+        """Recompute parent and depth of the graphs marked, owners first (a
+        depth-first walk with an explicit stack), and again for the graphs
+        whose owners' depths change.  An owner met again on the walk's own
+        path means ownership has a cycle: everything is then recomputed by
+        :meth:`_all_parents`."""
+        graphs = manager.graphs
+        todo = self._reparent
+        self._reparent = {}
+        while todo:
+            start = next(iter(todo))
+            path = [(start, iter(list(self.owners.get(start, ()))))]
+            on_path = {start}
+            while path:
+                g, owners = path[-1]
+                descended = False
+                for o in owners:
+                    if o in on_path:
+                        self._all_parents(manager)
+                        return
+                    if o in todo and o in graphs:
+                        path.append((o, iter(list(self.owners.get(o, ())))))
+                        on_path.add(o)
+                        descended = True
+                        break
+                if descended:
+                    continue
+                path.pop()
+                on_path.discard(g)
+                todo.pop(g, None)
+                if g not in graphs:
+                    continue
+                parent, depth = self._place(g, graphs)
+                moved = self.depth.get(g) != depth
+                self._set_parent(g, parent)
+                self.depth[g] = depth
+                if moved:
+                    for user in self.owned_by.get(g, ()):
+                        todo[user] = None
+
+    def _all_parents(self, manager: "Manager") -> None:
+        """Parent and depth of every graph from scratch, owners first.
+
+        Only for ill-scoped programs, whose ownership has a cycle: an owner met
+        again on the walk's own path counts as unknown (it is not a
+        candidate), so every graph still gets a parent, which then depends on
+        the order the graphs are visited in.
+        """
+        self._reparent = {}
+        graphs = manager.graphs
         depth: dict[FuncGraph, int] = {}
         parent: dict[FuncGraph, Optional[FuncGraph]] = {}
+        tangled = False
         for start in graphs:
-            stack = [start]
-            while stack:
-                g = stack[-1]
-                if g in depth:
-                    stack.pop()
+            if start in depth:
+                continue
+            path = [(start, iter(list(self.owners.get(start, ()))))]
+            on_path = {start}
+            while path:
+                g, owners = path[-1]
+                descended = False
+                for o in owners:
+                    if o in on_path:
+                        tangled = True
+                    elif o not in depth and o in graphs:
+                        path.append((o, iter(list(self.owners.get(o, ())))))
+                        on_path.add(o)
+                        descended = True
+                        break
+                if descended:
                     continue
-                pending = [o for o in owners.get(g, ()) if o not in depth and o in owners]
-                # Guard against ill-scoped cycles (an owner that is an ancestor
-                # of itself): treat a node already on the stack as depth 0.
-                pending = [o for o in pending if o not in stack]
-                if pending:
-                    stack.extend(pending)
-                    continue
-                stack.pop()
-                candidates = [o for o in owners.get(g, ()) if o in depth]
+                path.pop()
+                on_path.discard(g)
+                candidates = [o for o in self.owners.get(g, ()) if o in depth]
                 if candidates:
                     best = max(candidates, key=lambda o: (depth[o], -o.seq))
                     parent[g] = best
@@ -432,17 +740,21 @@ class _Derived:
                 else:
                     parent[g] = None
                     depth[g] = 0
-        self.parent = parent
-        children: dict[FuncGraph, list[FuncGraph]] = {}
-        for g in sorted(graphs, key=lambda x: x.seq):
-            p = parent.get(g)
-            if p is not None:
-                children.setdefault(p, []).append(g)
-        self.children = children
+        self.tangled = tangled
+        self.depth = depth
+        self.parent = {}
+        self.children = {}
+        self._sorted_children = {}
+        for g in graphs:
+            self._set_parent(g, parent[g])
 
 
 def _seq(node: Node) -> int:
     return node.seq
+
+
+def _graph_seq(graph: FuncGraph) -> int:
+    return graph.seq
 
 
 def remove_dead_graphs(manager: Manager) -> int:

@@ -161,6 +161,21 @@ class CNode(Node):
         else:
             self._raw_set_input(index, node)
 
+    def set_inputs(self, inputs: Iterable[Node]) -> None:
+        """Point every input at the corresponding node of ``inputs`` (as many as
+        there are now), keeping the manager's records exact.  One rebuild of the
+        input tuple however many change: setting the inputs of a wide node one
+        by one would copy its tuple once per input."""
+        new = tuple(inputs)
+        if len(new) != len(self._inputs):
+            raise ValueError("set_inputs: give as many inputs as the node has")
+        graph = self.graph
+        manager = graph.manager if graph is not None else None
+        if manager is not None and manager.tracks(self):
+            manager.set_inputs(self, new)
+        else:
+            self._inputs = new
+
     def _raw_set_input(self, index: int, node: Node) -> None:
         # Only the manager (which updates its records itself) and builders of
         # not-yet-managed nodes may call this.

@@ -56,9 +56,17 @@ class RecursionCache:
     def __call__(self, graph: FuncGraph) -> bool:
         known = self._known.get(graph)
         if known is None:
-            known = self.manager.is_recursive(graph)
-            if known or self.keep_negative:
-                self._known[graph] = known
+            if self.keep_negative:
+                # One walk answers for every graph it reaches, and known
+                # answers prune later walks: linear over the whole pass.
+                self.manager.settle_recursion(graph, self._known)
+                known = self._known[graph]
+            else:
+                found: dict[FuncGraph, bool] = {}
+                self.manager.settle_recursion(graph, found)
+                known = found[graph]
+                if known:
+                    self._known[graph] = True
         return known
 
 

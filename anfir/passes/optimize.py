@@ -39,7 +39,7 @@ from anfir.ir.manager import Manager, remove_dead_graphs
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.passes.inline import INLINE_THRESHOLD, RecursionCache, called_graph, clone_call_body, should_inline
 from anfir.autodiff.rules import GRADIENT_RULES
-from anfir.passes.optimize_rules import FINAL_RULES, SIMPLIFY_RULES, Rule
+from anfir.passes.optimize_rules import FINAL_RULES, SIMPLIFY_RULES, Rule, is_data
 from anfir.passes.specialize import abstract_of_value, infer_call
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,6 +83,14 @@ class RewriteContext:
         self.inline_threshold = inline_threshold
         self.recursive = RecursionCache(manager, keep_negative=False)
         self._cse: dict[tuple, CNode] = {}
+        # Facts about constant values and types, by identity, for the whole
+        # run.  Folding a chain of tuple constructions makes constants that
+        # nest the previous one: with these, each fold looks at its new level
+        # only, not the whole value again (the memos hold what they key).
+        self._abstracts: dict[int, tuple[Any, Any]] = {}
+        self._data: dict[int, Any] = {}
+        self._compatible: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._memos: dict[str, dict[Any, Any]] = {}
 
     # -- building --------------------------------------------------------------
     def loc(self, like: Node) -> Optional[Location]:
@@ -95,7 +103,7 @@ class RewriteContext:
         """A typed constant ``value`` standing where ``like`` was."""
         node = ValueNode(value, self.loc(like))
         try:
-            node.abstract = abstract_of_value(value)
+            node.abstract = abstract_of_value(value, self._abstracts)
         except AnfirError:  # a value the type system has no name for: do not make it
             raise RuleDeclined() from None
         return node
@@ -155,11 +163,23 @@ class RewriteContext:
         return a is b or (isinstance(a, ValueNode) and isinstance(b, ValueNode)
                           and _input_key(a) == _input_key(b))
 
-    @staticmethod
-    def compatible(new: Any, old: Any) -> bool:
+    def compatible(self, new: Any, old: Any) -> bool:
         """Whether a constant typed ``new`` may stand where a node typed ``old``
         was: the same kind and dtype (and shape where ``old`` knows it)."""
-        return abstract_compatible(new, old)
+        return abstract_compatible(new, old, self._compatible)
+
+    def memo(self, name: str) -> dict[Any, Any]:
+        """A dict a rule may keep its own facts in for the whole run (one per
+        ``name``); what it keeps must stay true under value-preserving rewrites,
+        or be checked before use."""
+        found = self._memos.get(name)
+        if found is None:
+            found = self._memos[name] = {}
+        return found
+
+    def is_data(self, value: Any) -> bool:
+        """Whether ``value`` is plain data a constant can hold (:func:`is_data`)."""
+        return is_data(value, self._data)
 
     # -- CSE ---------------------------------------------------------------------
     def hash_cons(self, node: CNode) -> Optional[CNode]:
@@ -205,13 +225,20 @@ def _same_inputs(a: CNode, b: CNode) -> bool:
 
 
 # -- types -------------------------------------------------------------------
-def abstract_compatible(new: Any, old: Any) -> bool:
-    """Whether a value typed ``new`` may replace one typed ``old`` (see RewriteContext.compatible)."""
+def abstract_compatible(new: Any, old: Any,
+                        proven: Optional[dict[tuple[int, int], tuple[Any, Any]]] = None) -> bool:
+    """Whether a value typed ``new`` may replace one typed ``old`` (see RewriteContext.compatible).
+
+    ``proven`` holds the pairs already found compatible (by identity; each
+    entry holds its pair), which are not compared again; ``(new, old)`` is
+    added when compatible."""
     if old is None or new is None:
         return old is None
     stack = [(new, old)]
     while stack:
         n, o = stack.pop()
+        if proven is not None and (id(n), id(o)) in proven:
+            continue
         if type(n) is not type(o):
             return False
         if isinstance(o, AScalar):
@@ -231,6 +258,8 @@ def abstract_compatible(new: Any, old: Any) -> bool:
             stack.extend(zip(n.items, o.items))
         elif n != o:
             return False
+    if proven is not None:
+        proven[(id(new), id(old))] = (new, old)
     return True
 
 

@@ -82,13 +82,17 @@ _DIV = arith.div
 _POW = arith.pow_
 
 
-def is_data(value: Any) -> bool:
-    """Whether ``value`` is plain data a constant can hold (no functions)."""
+def is_data(value: Any, known: Optional[dict[int, Any]] = None) -> bool:
+    """Whether ``value`` is plain data a constant can hold (no functions).
+
+    ``known`` holds tuples already found to be data (``known[id(t)] = t``),
+    which are not walked again; ``value`` is added when it is data."""
     stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, tuple):
-            stack.extend(v)
+            if known is None or id(v) not in known:
+                stack.extend(v)
         elif isinstance(v, np.ndarray):
             if v.dtype.kind not in "biuf" or v.size > FOLD_MAX_ELEMENTS:
                 return False
@@ -96,6 +100,8 @@ def is_data(value: Any) -> bool:
             continue
         else:
             return False
+    if known is not None and isinstance(value, tuple):
+        known[id(value)] = value
     return True
 
 
@@ -141,7 +147,7 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     if prim is None or not prim.foldable or prim is _SWITCH or prim is _PARTIAL:
         return None
     args = [a for a in node.inputs[1:] if isinstance(a, ValueNode)]
-    if len(args) != len(node.inputs) - 1 or not all(is_data(a.value) for a in args):
+    if len(args) != len(node.inputs) - 1 or not all(ctx.is_data(a.value) for a in args):
         return None
     if not prim.accepts(len(args)):
         return None
@@ -153,7 +159,7 @@ def fold_constant(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
             value = prim.impl(*[a.value for a in args], **node.attrs)
     except Exception:  # noqa: BLE001 - any failure simply means "do not fold"
         return None
-    if not is_data(value):
+    if not ctx.is_data(value):
         return None
     if type(value) is int and value.bit_length() > 63:
         return None  # an integer beyond i64 (the specializer's type) stays a computation

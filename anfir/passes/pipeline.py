@@ -329,10 +329,8 @@ def _clone_graphs(graphs: list[FuncGraph]) -> Cloner:
 
     for original, copy in list(cloner.node_map.items()):
         if isinstance(copy, CNode) and copy is not original:
-            for index, inp in enumerate(copy.inputs):
-                mine = own(inp)
-                if mine is not inp:
-                    copy.set_input(index, mine)  # the copy is not managed yet: a plain edit
+            # (the copy is not managed yet: a plain edit, one per node however wide)
+            copy.set_inputs([own(inp) for inp in copy.inputs])
     for g, new in cloner.graph_map.items():
         if new.has_output and isinstance(new.output, ValueNode):
             new.output = own(new.output)
