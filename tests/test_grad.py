@@ -72,6 +72,18 @@ def test_matmul_transpose_reshape_sum_mean():
     check_grad("def f(a) = sum(broadcast_to(sum(a, 0), (5, 4)) ** 2)", [a])
 
 
+
+def test_transposes_whose_permutations_are_not_their_own_inverse_at_second_order():
+    # The gradient transposes by the inverse permutation; its type once said the
+    # permutation itself, so the second-order program did not compile (issue 11).
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(2, 5, 3, 4)), rng.normal(size=(2, 3, 4, 5))
+    f = ("def f(x, y) = sum(sin(transpose(x, (0, 3, 1, 2))) * transpose(y, (0, 2, 3, 1)))\n"
+         "def g(x, y) = sum(grad(f)(x, y) * x)\n")
+    ways = ("api", "program", "compiled", "compiled_program")
+    check_grad(f, [x, y], (0, 1), ways=ways, rtol=1e-4)
+    check_grad(f, [x, y], (0, 1), entry="g", ways=("api", "program", "compiled_program"), rtol=1e-4)
+
 def test_where_cast_and_stop_gradient():
     x = np.array([-1.0, 0.5, 2.0])
     check_grad("def f(x) = sum(where(x > 0.0, x * x, -x))", [x])

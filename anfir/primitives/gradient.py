@@ -28,7 +28,7 @@ import numpy as np
 
 from anfir.abstract.lattice import JoinError, is_float_scalar, join, map_tuple_leaves, widen
 from anfir.abstract.rules import broadcast_shapes, int_value, shape_of_abstract, tensor_or_scalar
-from anfir.abstract.values import AEnv, AFunction, ANone, AScalar, ATensor, ATuple, JFn
+from anfir.abstract.values import UNKNOWN, AEnv, AFunction, ANone, AScalar, ATensor, ATuple, JFn
 from anfir.dtypes import is_float
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
 from anfir.ir.upcalls import UPCALLS
@@ -354,8 +354,20 @@ def _infer_tuple_setitem(t: Any, i: Any, v: Any) -> Any:
     return ATuple(tuple(items))
 
 
-def _infer_identity_first(x: Any, *rest: Any) -> Any:
-    return x
+def _infer_invert_permutation(perm: Any) -> Any:
+    """The inverse permutation's type: its values are those of the inverse, never
+    ``perm``'s own (a permutation that is not its own inverse would otherwise give
+    the transposed gradient ``perm``'s shape)."""
+    if isinstance(perm, ANone):
+        return perm
+    items = perm.items if isinstance(perm, ATuple) else None
+    if items is None or not all(isinstance(i, AScalar) for i in items):
+        raise AnfirTypeError(f"invert_permutation needs a tuple of axes, not {perm}")
+    values = [i.value for i in items]
+    if any(v is UNKNOWN for v in values):
+        return ATuple(tuple(AScalar(i.dtype) for i in items))
+    inverse = _invert_permutation(tuple(values))
+    return ATuple(tuple(AScalar(i.dtype, v) for i, v in zip(items, inverse)))
 
 
 def _infer_grad_seed(v: Any) -> Any:
@@ -435,8 +447,8 @@ tuple_setitem = declare("tuple_setitem", 3, _tuple_setitem, infer=_infer_tuple_s
                         bprop="""lambda (t, i, v, out, dout)
                             (tuple_setitem(dout, i, zeros_like(v)), zeros_like(i), tuple_getitem(dout, i))
                         end""")
-invert_permutation = declare("invert_permutation", 1, _invert_permutation, infer=_infer_identity_first, family=FAMILY,
-                             internal=True, differentiable=False,
+invert_permutation = declare("invert_permutation", 1, _invert_permutation, infer=_infer_invert_permutation,
+                             family=FAMILY, internal=True, differentiable=False,
                              doc="invert_permutation(p) — the inverse of an axis permutation")
 grad_seed = declare("grad_seed", 1, grad_seed_value, infer=_infer_grad_seed, family=FAMILY, internal=True,
                     differentiable=False, foldable=False,
