@@ -51,7 +51,7 @@ The programs (strategies drawing a :class:`Program`, whose ``text`` is the ANF):
   too) returning every binding, with :data:`HELPERS`.
 
 Each property test names its grammar here (:data:`SMOOTH`, :data:`PIPELINE`,
-:data:`COMPILE`, :data:`ROUNDTRIP`), so what it covers is visible in one place.
+:data:`COMPILE`, :data:`ROUNDTRIP`, :data:`IEEE`), so what it covers is visible in one place.
 Two narrower generators live here too: :func:`operator_chains` (unparenthesised
 operator expressions, for precedence) and :func:`primitive_chains` (a list of
 primitive calls, for graphs built through the IR API).
@@ -144,6 +144,18 @@ ROUNDTRIP = Grammar(
 )
 """Integers and floats, closures nested and curried, ``if`` with logic, tuples,
 calls of helpers and of a recursive def, local recursion, shadowing (printers)."""
+
+IEEE = Grammar(
+    kinds=("leaf", "bin", "bin", "bin", "unary", "let", "tuple", "closure"),
+    constants=(0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 0, 1),
+    unary=("-", "exp", "tanh", "sqrt", "log", "abs"),
+    binary=("+", "-", "*", "/"),
+    calls=(None, "*", "-"),
+    shadowing=True,
+)
+"""Float arithmetic with the constants an optimizer is tempted to fold (``x * 0.0``,
+``x - x``, ``x / x``, ``x + 0.0``), integers among them, and no ``if``: the
+expressions also run elementwise on tensors (rewrites are exact on inf and nan)."""
 
 
 # -- drawing -------------------------------------------------------------------------------
