@@ -330,3 +330,54 @@ def test_released_graph_whose_parameter_a_live_loop_still_uses() -> None:
     ran, compiled = _both(src, "main", 2.0, 1.0)
     # h1(a, b) = 0.5 b, h0(a, b) = 0.5 b: d/dp9 (0.5 p9 * h1(0.5, -0.75)) = -0.1875
     assert ran == -0.1875 and compiled == ran
+
+
+# -- one semantics outside AD: run and compile agree, values or errors ---------------
+SEMANTICS = """
+def g(x, y) = x * y * y
+def last(x, y) = grad(g, -1)(x, y)
+def twice(x, y) = grad(g, 0, 0)(x, y)
+def concat() = (1, 2) + (3, 4)
+def tuple_times() = (1, 2) * 2
+def tuple_less() = (1, 2) < (3, 4)
+def tuple_exp() = exp((1.0, 2.0))
+def int_where() = where(1, 2, 3)
+def int_tensor_where() = where(ones((2,)), 2, 3)
+def tuple_shape() = shape((1, 2))
+def scalar_shape() = shape(1.5)
+def cast_scalar() = cast(1000, "i8")
+def cast_tensor() = cast(ones((2,)) * 1000, "i8")[0]
+def cast_f32() = cast(0.1, "f32")
+def cast_int() = cast(2.75, "i64")
+"""
+SEMANTICS_WANT: dict[str, Any] = {
+    "last": 2 * 1.5 * 2.0, "twice": (4.0, 4.0), "scalar_shape": (),
+    "cast_scalar": np.int8(-24), "cast_f32": np.float32(0.1), "cast_int": 2,
+}
+
+
+@pytest.mark.parametrize("entry", ["last", "twice", "concat", "tuple_times", "tuple_less",
+                                   "tuple_exp", "int_where", "int_tensor_where", "tuple_shape",
+                                   "scalar_shape", "cast_scalar", "cast_tensor", "cast_f32",
+                                   "cast_int"])
+def test_run_and_compile_have_one_semantics(entry: str) -> None:
+    args = [1.5, 2.0] if entry in ("last", "twice") else []
+    try:
+        ran: Any = anfir.run(anfir.parse(SEMANTICS, "t.anf")[entry], *args)
+    except AnfirError as err:
+        ran = err
+    try:
+        compiled: Any = anfir.run(anfir.compile(anfir.parse(SEMANTICS, "t.anf"), entry=entry,
+                                                args=args), *args)
+    except AnfirError as err:
+        compiled = err
+    if isinstance(ran, AnfirError) or isinstance(compiled, AnfirError):
+        assert type(ran) is type(compiled), (ran, compiled)
+        assert entry not in SEMANTICS_WANT
+        return
+    assert _same(ran, compiled) and type(ran) is type(compiled), (ran, compiled)
+    if entry == "cast_tensor":
+        assert ran == anfir.run(anfir.parse(SEMANTICS, "t.anf")["cast_scalar"])
+    else:
+        want = SEMANTICS_WANT[entry]
+        assert type(ran) is type(want) and _same(ran, want), (ran, want)

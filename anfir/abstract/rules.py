@@ -405,13 +405,15 @@ def _where(impl: Callable[..., Any], c: AbstractValue, a: AbstractValue,
     if all(isinstance(v, AScalar) for v in (c, a, b)):
         assert isinstance(c, AScalar)
         if c.dtype != "bool":
-            raise AnfirTypeError(f"the condition of where must be a bool, not {c}")
+            raise AnfirTypeError(f"the condition of where must be a bool or a bool tensor, not {c}")
         if c.value is not UNKNOWN:
             return a if c.value else b
         try:
             return join(a, b)
         except JoinError:
             raise AnfirTypeError(f"where on scalars needs two values of one type, not {a} and {b}") from None
+    if not isinstance(c, (AScalar, ATensor)) or c.dtype != "bool":
+        raise AnfirTypeError(f"the condition of where must be a bool or a bool tensor, not {c}")
     return _elementwise_result("where", impl, c, a, b)
 
 
