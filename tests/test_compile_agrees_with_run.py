@@ -381,3 +381,22 @@ def test_run_and_compile_have_one_semantics(entry: str) -> None:
     else:
         want = SEMANTICS_WANT[entry]
         assert type(ran) is type(want) and _same(ran, want), (ran, want)
+
+
+def test_a_graph_compiled_for_a_string_refuses_another_string(tmp_path: Any) -> None:
+    """The specializer folds what a string argument decides (``s == "l2"``): the
+    compiled graph is the "l2" program, so "l1" is a clear error, not its result."""
+    src = ('def main(x, s) = if s == "l2" then x * x else abs(x)\n'
+           'def pair(x, t) = if t[1] == "l2" then x * x else abs(x)\n')
+    graph = anfir.compile(anfir.parse(src, "t.anf"), entry="main", args=[-3.0, "l2"])
+    assert anfir.run(graph, -3.0, "l2") == 9.0
+    with pytest.raises(anfir.AnfirError, match=r"compiled for argument 2 \(s\).*'l2'.*'l1'"):
+        anfir.run(graph, -3.0, "l1")
+    (tmp_path / "main.ir").write_text(anfir.dump_ir(graph))
+    loaded = anfir.load(str(tmp_path / "main.ir"))
+    with pytest.raises(anfir.AnfirError, match="compiled for argument 2"):
+        anfir.run(loaded, -3.0, "l1")
+    graph = anfir.compile(anfir.parse(src, "t.anf"), entry="pair", args=[-3.0, (1, "l1")])
+    assert anfir.run(graph, -3.0, (2, "l1")) == 3.0
+    with pytest.raises(anfir.AnfirError, match="compiled for argument 2"):
+        anfir.run(graph, -3.0, (1, "l2"))
