@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import anfir
 import programs
 from anfir.errors import AnfirError, GradientError
-from gradcheck import check_grad, numeric_grad, smooth_at
+from gradcheck import WAYS, check_grad, numeric_grad, smooth_at
 
 
 def f_of(text, name="f"):
@@ -387,3 +387,21 @@ def test_generated_program_second_derivatives(program, x, y):
     if not np.isfinite(want) or abs(want) > 1e5:
         return
     check_grad(df, [x, y], 0, want=want, rtol=1e-3, atol=1e-4, msg=program.text)
+
+
+# -- a tuple index known only at run time --------------------------------------------
+DYNAMIC_INDEX = """
+def g(t, k) = tuple_getitem(t, k) * tuple_getitem(t, k + 1)
+def loop(t, n) =
+  let l = lambda (i, acc) if i < n then l(i + 1, acc + sin(tuple_getitem(t, i)) * tuple_getitem(t, i)) else acc end in
+  l(0, 0.0)
+def second(t, n) = let d = grad(loop)(t, n) in d[0] * d[1] + d[2]
+"""
+
+
+@pytest.mark.parametrize("entry, k", [("g", 1), ("g", 0), ("loop", 3), ("second", 2)])
+def test_gradients_through_a_tuple_index_known_only_at_run_time(entry, k):
+    # The gradient of t[k] sets element k of zeros: typed with a run-time k too.
+    t = (0.7, -1.2, 2.1)
+    ways = ("api", "program", "compiled_program") if entry == "second" else WAYS
+    check_grad(DYNAMIC_INDEX, [t, k], 0, entry=entry, ways=ways)

@@ -347,11 +347,19 @@ def _infer_size(x: Any) -> Any:
 
 def _infer_tuple_setitem(t: Any, i: Any, v: Any) -> Any:
     index = int_value(i, "a tuple index")
-    if not isinstance(t, ATuple) or index is None or not -len(t.items) <= index < len(t.items):
-        raise AnfirTypeError(f"tuple_setitem needs a tuple and a constant index in range, not {t}, {i}")
+    if not isinstance(t, ATuple) or (index is not None and not -len(t.items) <= index < len(t.items)):
+        raise AnfirTypeError(f"tuple_setitem needs a tuple and an index in range, not {t}, {i}")
     items = list(t.items)
-    items[index] = _widen(v)
-    return ATuple(tuple(items))
+    if index is not None:
+        items[index] = _widen(v)
+        return ATuple(tuple(items))
+    # An index known only at run time (the gradient of ``t[k]``): any element may be
+    # the one replaced, so each has the join of its type and v's.
+    try:
+        return ATuple(tuple(_widen(join(item, v)) for item in items))
+    except JoinError:
+        raise AnfirTypeError(f"tuple_setitem with an index known only at run time needs elements "
+                             f"of one type, not {t} and {v}") from None
 
 
 def _infer_invert_permutation(perm: Any) -> Any:
