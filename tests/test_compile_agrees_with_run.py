@@ -400,3 +400,41 @@ def test_a_graph_compiled_for_a_string_refuses_another_string(tmp_path: Any) -> 
     assert anfir.run(graph, -3.0, (2, "l1")) == 3.0
     with pytest.raises(anfir.AnfirError, match="compiled for argument 2"):
         anfir.run(graph, -3.0, (1, "l2"))
+
+
+# -- partial at any order: its gradient is a GradEnv, whatever the J-level --------------
+PARTIAL_HIGH = """
+def f(a, x) = a * x * x
+def tup(x) = let t = (partial(f, x), 1.0) in t[0](x) * t[1]
+def loop(x) = let k = partial(f, x) in
+  let l = lambda (i, acc) if i < 2 then l(i + 1, acc + k(x)) else acc end in l(0, 0.0)
+def lam(x) = let k = partial(f, x) in (lambda (z) k(z) end)(x)
+def lam2(x) = let k = partial(f, 2.0) in (lambda (z) k(z) * z end)(x)
+def prim(x) = let k = partial(mul, x) in (lambda (z) k(z) * sin(z) end)(x)
+"""
+# The derivatives of x^3 (tup, lam), 2 x^3 (loop, lam2) and x^2 sin(x) (prim), order 0 to 4.
+PARTIAL_HIGH_WANT: dict[str, Callable[[float], tuple[float, ...]]] = {
+    "tup": lambda x: (x ** 3, 3 * x * x, 6 * x, 6.0, 0.0),
+    "lam": lambda x: (x ** 3, 3 * x * x, 6 * x, 6.0, 0.0),
+    "loop": lambda x: (2 * x ** 3, 6 * x * x, 12 * x, 12.0, 0.0),
+    "lam2": lambda x: (2 * x ** 3, 6 * x * x, 12 * x, 12.0, 0.0),
+    "prim": lambda x: (x * x * math.sin(x),
+                       2 * x * math.sin(x) + x * x * math.cos(x),
+                       2 * math.sin(x) + 4 * x * math.cos(x) - x * x * math.sin(x),
+                       6 * math.cos(x) - 6 * x * math.sin(x) - x * x * math.cos(x),
+                       -12 * math.sin(x) - 8 * x * math.cos(x) + x * x * math.sin(x)),
+}
+
+
+def _grads(entry: str, order: int) -> str:
+    return "".join(f"grad(" for _ in range(order)) + entry + ")" * order
+
+
+@pytest.mark.parametrize("entry", sorted(PARTIAL_HIGH_WANT))
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_partial_values_differentiate_to_fourth_order_in_programs(entry: str, order: int) -> None:
+    src = PARTIAL_HIGH + f"def main(x) = {_grads(entry, order)}(x)\n"
+    ran, compiled = _both(src, "main", 1.5)
+    want = PARTIAL_HIGH_WANT[entry](1.5)[order]
+    assert math.isclose(ran, want, rel_tol=1e-9, abs_tol=1e-9), (ran, want)
+    assert math.isclose(compiled, ran, rel_tol=1e-9, abs_tol=1e-9)

@@ -360,7 +360,7 @@ def ones_like_rule(x: AbstractValue) -> AbstractValue:
 
 def zeros_like_rule(x: AbstractValue) -> AbstractValue:
     """``zeros_like(x)``: x's type; tuples elementwise; None for None/str; a GradEnv for
-    functions, except a partial: the tuple of the zeros of what it holds."""
+    functions (partial applications included)."""
     if isinstance(x, ATuple):  # (nested tuples with an explicit stack)
         return map_tuple_leaves(x, zeros_like_rule)
     if isinstance(x, AScalar):
@@ -369,18 +369,6 @@ def zeros_like_rule(x: AbstractValue) -> AbstractValue:
         return x
     if isinstance(x, (ANone, AString)):
         return ANone()
-    if isinstance(x, AFunction) and x.options and all(isinstance(o, PartialFn) for o in x.options):
-        # A partial value's zero is the zeros of what it holds, as ``zeros_like_value``
-        # makes it: the default of ``env_getitem`` for a captured partial must have
-        # the type of the (d_fn, d_args...) tuple stored under that key.
-        zero: AbstractValue = BOTTOM
-        try:
-            for option in x.options:
-                assert isinstance(option, PartialFn)  # every option is (checked above)
-                zero = join(zero, ATuple(tuple(zeros_like_rule(a) for a in option.args)))
-        except JoinError:
-            return AEnv()  # partials of different shapes: no common zero to name
-        return zero
     if isinstance(x, (AFunction, AEnv)):
         return AEnv()
     if isinstance(x, AAny):  # inside a tuple (a bare Any never reaches the rule): unknown too

@@ -46,7 +46,7 @@ from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
-from anfir.autodiff.partials import j_partial_maker
+from anfir.autodiff.partials import bound_gradient, j_partial_maker
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import gradient, structure
@@ -339,10 +339,10 @@ class _ScopeTransform:
                     if _can_receive(arg, mng):
                         add(arg, grad)
             elif prim is structure.partial:
-                # The gradient of a partial value is (d_fn, d_arg1, ...).
+                # The gradient of a partial value is a GradEnv of d_fn, d_arg1, ...
                 for i, arg in enumerate(node.inputs[1:]):
                     if _can_receive(arg, mng):
-                        add(arg, CNode(bwd, [ValueNode(structure.tuple_getitem), s, ValueNode(i)], loc))
+                        add(arg, bound_gradient(bwd, s, i, self.value_in(arg, g), loc))
             else:
                 all_grads = CNode(bwd, [self.bprop[node], s], loc)
                 for i, inp in enumerate(node.inputs):

@@ -1,7 +1,15 @@
 """The J-world ``partial``: a partial value's gradient holds those of what it binds.
 
+The gradient of a partial value is a :class:`~anfir.values.GradEnv`, as the
+gradient of every function value is: ``partial(f, a...)`` holds ``d_f`` under
+the key :func:`partial_key` ``(0)`` and ``d_a_i`` under ``partial_key(1 + i)``.
+Its zero is the empty GradEnv whatever the J-level of the value, so the
+gradient code of a partial can be differentiated again (a partial's
+J-transform binds one more value, the regrouping graph, and a zero made from
+it must still be the zero of the original partial's gradient).
+
 ``partial(f, a...)`` differentiated calls ``f'(a..., b...)`` through a small
-regrouping graph so the gradients come back as ``((d_f, d_a...), d_b...)``.
+regrouping graph so the gradients come back as ``(env{d_f, d_a...}, d_b...)``.
 The ``ad`` phase builds that graph statically when the arity of ``f`` is
 known (:func:`j_partial_maker`); otherwise the meta function
 :func:`j_partial_call` builds it at run time.  Shared by the primitive rules,
@@ -16,15 +24,40 @@ from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, Pr
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.primitives import structure
+from anfir.primitives import gradient, structure
+from anfir.values import SymbolicKey
 
 _partial_graphs: dict[tuple, FuncGraph] = {}
 _partial_calls: dict[int, MetaFunction] = {}
+_partial_keys: list[SymbolicKey] = []
+
+
+def partial_key(i: int) -> SymbolicKey:
+    """The GradEnv key of the ``i``-th value a partial binds (0: the function)."""
+    while len(_partial_keys) <= i:
+        _partial_keys.append(SymbolicKey(f"partial.{len(_partial_keys)}"))
+    return _partial_keys[i]
+
+
+def partial_gradient(graph: FuncGraph, grads: list[Node], loc: Any = None) -> Node:
+    """Nodes in ``graph`` making the gradient of a partial value from the gradients
+    of what it binds (``grads[0]`` the function's)."""
+    env: Node = CNode(graph, [ValueNode(gradient.newenv)], loc)
+    for i, g in enumerate(grads):
+        env = CNode(graph, [ValueNode(gradient.env_setitem), env, ValueNode(partial_key(i)), g], loc)
+    return env
+
+
+def bound_gradient(graph: FuncGraph, sens: Node, i: int, bound: Node, loc: Any = None) -> Node:
+    """Nodes in ``graph`` reading, from the gradient ``sens`` of a partial value, the
+    gradient of the ``i``-th value it binds (``bound``, for the zero)."""
+    zero = CNode(graph, [ValueNode(structure.zeros_like), bound], loc)
+    return CNode(graph, [ValueNode(gradient.env_getitem), sens, ValueNode(partial_key(i)), zero], loc)
 
 
 def j_partial_call(nbound: int) -> MetaFunction:
     """The J-world partial: calls ``f'(a..., b...)`` and regroups the gradients as
-    ``((d_f, d_a...), d_b...)`` — a partial value's gradient holds those of
+    ``(env{d_f, d_a...}, d_b...)`` — a partial value's gradient holds those of
     what it binds."""
     cached = _partial_calls.get(nbound)
     if cached is None:
@@ -113,7 +146,7 @@ def atom_arity(atom: Any) -> Optional[int]:
 
 def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     """A new graph ``(f', a'..., b'...) -> (value, ◂)`` calling ``f'`` and regrouping
-    its gradients as ``((d_f, d_a...), d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
+    its gradients as ``(env{d_f, d_a...}, d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
     fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}")
     f = fwd.add_parameter("f")
     xs = [fwd.add_parameter(f"x{i}") for i in range(nbound + nrest)]
@@ -123,7 +156,7 @@ def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     bwd = FuncGraph(f"◂J_partial_call{nbound}_{nrest}")
     dout = bwd.add_parameter("dout")
     grads = call_node(bwd, bp, dout)
-    bound = CNode(bwd, [ValueNode(structure.make_tuple)] + [item_node(bwd, grads, i) for i in range(nbound + 1)])
+    bound = partial_gradient(bwd, [item_node(bwd, grads, i) for i in range(nbound + 1)])
     rest = [item_node(bwd, grads, nbound + 1 + i) for i in range(nrest)]
     bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), bound, *rest])
     fwd.output = CNode(fwd, [ValueNode(structure.make_tuple), value, ValueNode(bwd)])
@@ -140,5 +173,5 @@ def item_node(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
     return CNode(graph, [ValueNode(structure.tuple_getitem), t, ValueNode(i)], loc)
 
 
-__all__ = ["atom_arity", "call_node", "item_node", "j_partial_call", "j_partial_maker",
-           "partial_call_graph", "static_arity"]
+__all__ = ["atom_arity", "bound_gradient", "call_node", "item_node", "j_partial_call",
+           "j_partial_maker", "partial_call_graph", "partial_gradient", "partial_key", "static_arity"]
