@@ -124,6 +124,26 @@ def grad_graph(nparams: int, wrt: tuple[int, ...], multi: bool, with_value: bool
     return outer
 
 
+_grad_call_graphs: dict[tuple, FuncGraph] = {}
+
+
+def grad_call_graph(nparams: int, wrt: tuple[int, ...], multi: bool, with_value: bool) -> FuncGraph:
+    """``(f, x1..xn) -> grad(f, wrt...)(x1..xn)`` as one graph (a template, shared:
+    copy it before typing it in place).  ``grad(f, i...)`` as a function is this
+    graph with ``f`` bound, so the specializer types the J-transform of a
+    gradient function as the J-transform of that partial application."""
+    key = (nparams, wrt, multi, with_value)
+    graph = _grad_call_graphs.get(key)
+    if graph is None:
+        graph = FuncGraph("value_and_grad_call" if with_value else "grad_call")
+        f = graph.add_parameter("f")
+        xs = [graph.add_parameter(f"x{i}") for i in range(nparams)]
+        jf = CNode(graph, [ValueNode(gradient.J), f])
+        graph.output = build_grad_body(graph, jf, xs, wrt, multi, with_value)
+        _grad_call_graphs[key] = graph
+    return graph
+
+
 def build_grad_body(graph: FuncGraph, jf: Node, xs: Sequence[Node], wrt: tuple[int, ...],
                     multi: bool, with_value: bool, loc: Any = None) -> Node:
     """Nodes in ``graph`` computing the gradient of ``jf``'s function at ``xs``."""
@@ -140,5 +160,5 @@ def build_grad_body(graph: FuncGraph, jf: Node, xs: Sequence[Node], wrt: tuple[i
     return result
 
 
-__all__ = ["arity_of", "build_grad_body", "generate_grad", "grad_graph", "j_value",
-           "normalize_wrt"]
+__all__ = ["arity_of", "build_grad_body", "generate_grad", "grad_call_graph", "grad_graph",
+           "j_value", "normalize_wrt"]

@@ -53,13 +53,17 @@ def run(program: "Program") -> "Program":
     manager = program.require_manager()
     context = JContext(static=True)
     count = 0
+    untyped: list[tuple[FuncGraph, Node]] = []
     while True:
         calls = _meta_calls(manager)
         if not calls:
             break
         call = _innermost(calls, manager)
-        _expand(manager, call, context)
+        _expand(manager, call, context, untyped)
         count += 1
+    for nabla, fn in untyped:
+        if nabla in manager.graphs and nabla.abstract is None:
+            raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
     if count:
         program.stats["ad: grad expanded"] += count
         _track_entry_only(program)
@@ -174,10 +178,11 @@ def _is_integer(abstract: Any) -> bool:
     return isinstance(abstract, (AScalar, ATensor)) and not is_float(abstract.dtype)
 
 
-def _expand(manager: Manager, call: CNode, context: JContext) -> None:
+def _expand(manager: Manager, call: CNode, context: JContext,
+            untyped: list[tuple[FuncGraph, Node]]) -> None:
     meta: MetaFunction = call.inputs[0].value  # type: ignore[attr-defined]
     if meta is metas.jvp:
-        _expand_jvp(manager, call, context)
+        _expand_jvp(manager, call, context, untyped)
         return
     if _fails_when_called(manager, call):
         return
@@ -209,10 +214,12 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
     nabla.name = f"∇{target.name}" if target is not None else "∇"
     _resolve_known_j(manager, nabla, context)  # J(f) itself included, when f is known
     closure.abstract = AFunction(frozenset({GraphFn(nabla)}))
-    _type_new_graph(manager, closure, nabla, fn)
+    if not _type_new_graph(manager, closure, nabla, fn):
+        untyped.append((nabla, fn))
 
 
-def _expand_jvp(manager: Manager, call: CNode, context: JContext) -> None:
+def _expand_jvp(manager: Manager, call: CNode, context: JContext,
+                untyped: list[tuple[FuncGraph, Node]]) -> None:
     """``jvp(f)`` → the closure of :func:`~anfir.autodiff.forward.jvp_graph`, whose
     ``grad`` call the next rounds of :func:`run` expand in turn."""
     if len(call.inputs) != 2:
@@ -232,7 +239,8 @@ def _expand_jvp(manager: Manager, call: CNode, context: JContext) -> None:
     tangent.name = f"jvp▸{target.name}" if target is not None else "jvp▸"
     _resolve_known_j(manager, tangent, context)
     closure.abstract = AFunction(frozenset({GraphFn(tangent)}))
-    _type_new_graph(manager, closure, tangent, fn, tangents=True)
+    if not _type_new_graph(manager, closure, tangent, fn, tangents=True):
+        untyped.append((tangent, fn))
 
 
 def _resolve_known_j(manager: Manager, nabla: FuncGraph, context: JContext) -> None:
@@ -288,12 +296,16 @@ def _locate(graph: FuncGraph, call: CNode) -> None:
 
 
 def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: Node,
-                    tangents: bool = False) -> None:
-    """Type ``∇`` (and the transformed graphs it reaches) for its first call site.
+                    tangents: bool = False) -> bool:
+    """Type ``∇`` (and the transformed graphs it reaches) for its first call site;
+    False when nothing gives its signature yet.
 
     Without a call site, the signature is that of the differentiated function
     (twice over with ``tangents``: a jvp closure takes a tangent per argument,
-    of its argument's type)."""
+    of its argument's type).  When neither says (``grad(grad(sin))``: the inner
+    ``∇`` is only differentiated, and ``sin`` takes any number), ``∇`` is left
+    untyped: the outer expansion transforms it and types its transform where it
+    is called; :func:`run` reports a ``∇`` still untyped at the end."""
     sig = None
     for user, index in manager.users.get(closure, {}):
         if isinstance(user, CNode) and index == 0 and all(a.abstract is not None for a in user.inputs[1:]):
@@ -310,7 +322,8 @@ def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: 
         if graphs and all(p.abstract is not None for p in graphs[0].parameters):
             sig = [p.abstract for p in graphs[0].parameters]
     if sig is None:
-        raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
+        return False
     if tangents and len(sig) * 2 == len(nabla.parameters):
         sig = sig + sig
     infer_new_graph(nabla, sig)
+    return True
