@@ -46,10 +46,11 @@ from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.autodiff.gradgraphs import grad_graph_for_types
 from anfir.autodiff.partials import bound_gradient, j_partial_maker
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.primitives import gradient, structure
+from anfir.primitives import gradient, meta as metas, structure
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import SymbolicKey
 
@@ -408,6 +409,11 @@ def j_meta(meta: MetaFunction) -> MetaFunction:
     cached = _j_metas.get(id(meta))
     if cached is None:
         typed = meta.generate_for_types
+        if meta is metas.grad or meta is metas.value_and_grad:
+            # (``grad`` itself is typed by its own rule, as a GradFn; its transform
+            # by the graph a call stands for, from the arity and the indices.)
+            with_value = meta is metas.value_and_grad
+            typed = lambda args: grad_graph_for_types(args, with_value)  # noqa: E731
 
         def generate(args: tuple[Any, ...]) -> FuncGraph:
             assert meta.generate is not None  # every meta function's generator is installed

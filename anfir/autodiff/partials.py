@@ -84,10 +84,12 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
                     shared: Optional[dict[tuple[Any, int, int], FuncGraph]] = None) -> Node:
     """What the J-world ``partial(fn, a...)`` (``nbound`` arguments bound) binds first.
 
-    With ``static`` (the ``ad`` phase, on a typed program) and the arity of
-    ``fn`` known from its constant or its type, a regrouping graph for that
-    arity — a plain graph the optimizer and the printers handle; otherwise the
-    meta function :func:`j_partial_call`, which makes it at run time.
+    When the arity of ``fn`` is known — from its constant, or with ``static``
+    (the ``ad`` phase, on a typed program) from its type — a regrouping graph
+    for that arity: a plain graph the optimizer and the printers handle, and
+    that a program built around the transform (``anfir.grad``) compiles;
+    otherwise the meta function :func:`j_partial_call`, which makes it at run
+    time.
 
     The graph is typed in place for the one signature it is called with, so it
     is fresh per ``partial`` node — except that, given ``shared`` (a cache the
@@ -96,9 +98,9 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
     signature of that graph's spec, and two such partial values have the same
     type (``ap(partial(f, p), y) + ap(partial(f, p), x)`` must type ``ap`` once).
     """
-    if static:
-        nparams = static_arity(fn)
-        if nparams is not None and nparams >= nbound:
+    nparams = static_arity(fn) if static else constant_arity(fn)
+    if nparams is not None:
+        if nparams >= nbound:
             graph = fn.value if isinstance(fn, ValueNode) else None
             key = (graph, nbound, nparams - nbound)
             maker = shared.get(key) if shared is not None and isinstance(graph, FuncGraph) else None
@@ -110,6 +112,20 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
     return ValueNode(j_partial_call(nbound))
 
 
+def constant_arity(node: Node) -> Optional[int]:
+    """The number of arguments of the function ``node`` stands for when constants
+    alone say it (a graph or fixed-arity primitive, or ``partial`` calls of one),
+    without types; None otherwise."""
+    bound = 0
+    while isinstance(node, CNode) and node.is_apply(structure.partial) and len(node.inputs) >= 2:
+        bound += len(node.inputs) - 2
+        node = node.inputs[1]
+    if not isinstance(node, ValueNode):
+        return None
+    arity = static_arity(node)
+    return None if arity is None or arity < bound else arity - bound
+
+
 def static_arity(node: Node) -> Optional[int]:
     """The number of arguments of the function ``node`` stands for, when its
     constant or its abstract value says so (the same for every function it may
@@ -117,6 +133,8 @@ def static_arity(node: Node) -> Optional[int]:
     value = node.value if isinstance(node, ValueNode) else None
     if isinstance(value, FuncGraph):
         return len(value.parameters)
+    if value is None and not isinstance(node.abstract, AFunction):
+        return constant_arity(node) if isinstance(node, CNode) else None
     if isinstance(value, Primitive):
         return value.min_args if value.max_args == value.min_args else None
     abstract = node.abstract
@@ -173,5 +191,5 @@ def item_node(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
     return CNode(graph, [ValueNode(structure.tuple_getitem), t, ValueNode(i)], loc)
 
 
-__all__ = ["atom_arity", "bound_gradient", "call_node", "item_node", "j_partial_call",
+__all__ = ["atom_arity", "bound_gradient", "constant_arity", "call_node", "item_node", "j_partial_call",
            "j_partial_maker", "partial_call_graph", "partial_gradient", "partial_key", "static_arity"]

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from anfir.autodiff.jtransform import JContext, j_graph, j_meta
 from anfir.autodiff.partials import atom_arity, j_partial_call
 from anfir.autodiff.primitive_j import j_prim_graph
-from anfir.autodiff.runtime import grad_call_graph
+from anfir.autodiff.gradgraphs import grad_call_graph
 from anfir.infer.engine import Engine, Infer
 from anfir.abstract.values import (AbstractValue, AFunction, FunctionAtom, GradFn, GraphFn, JFn,
                                    PartialFn, PrimFn)
@@ -77,7 +77,7 @@ def j_of_atom(engine: Engine, atom: FunctionAtom, args: tuple) -> Optional[Funct
     """A function atom the engine can call that computes ``J(atom)`` on ``args``, for the
     atoms whose transform is not a graph of their own: a partial application (the
     J-world partial of the transformed function and values), a gradient function
-    (the partial application of :func:`~anfir.autodiff.runtime.grad_call_graph` to
+    (the partial application of :func:`~anfir.autodiff.gradgraphs.grad_call_graph` to
     its function) and a meta function (its J-transform).  None for the others.
 
     The run-time ``J`` makes the same values (:func:`~anfir.autodiff.runtime.j_value`),

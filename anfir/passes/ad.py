@@ -29,7 +29,7 @@ from anfir.abstract.values import AFunction, AScalar, ATensor, GraphFn
 from anfir.autodiff.forward import jvp_graph
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
 from anfir.autodiff.partials import static_arity
-from anfir.autodiff.runtime import grad_graph, normalize_wrt
+from anfir.autodiff.gradgraphs import grad_graph, normalize_wrt
 from anfir.dtypes import is_float
 from anfir.errors import AnfirError, GradientError
 from anfir.ir.clone import clone_scope, inline_call
@@ -64,10 +64,51 @@ def run(program: "Program") -> "Program":
     for nabla, fn in untyped:
         if nabla in manager.graphs and nabla.abstract is None:
             raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
+    count += _expand_generated_calls(manager)
     if count:
         program.stats["ad: grad expanded"] += count
         _track_entry_only(program)
     return program
+
+
+def _expand_generated_calls(manager: Manager) -> int:
+    """Replace each call of a meta function the autodiff made (``J(grad)`` in the
+    transform of a graph that calls ``grad``, ``J`` of a built-in of varying arity)
+    by a call of the graph it stands for, typed for the call's arguments.
+
+    They come from a program built around a J-transform made before typing (what
+    ``anfir.grad`` returns): the specializer typed each call as a call of the graph
+    the meta function generates for these argument types, and that graph is what
+    the compiled program calls.  A worklist: the new graphs are scanned too."""
+    count = 0
+    queue = list(manager.graphs)
+    seen: set[FuncGraph] = set()
+    while queue:
+        graph = queue.pop()
+        if graph in seen or graph not in manager.graphs:
+            continue
+        seen.add(graph)
+        for node in list(toposort(graph, manager)):
+            head = node.inputs[0] if isinstance(node, CNode) else None
+            meta = head.value if isinstance(head, ValueNode) else None
+            if not isinstance(meta, MetaFunction) or any(meta is m for m in _GRADS):
+                continue
+            assert isinstance(node, CNode)
+            sig = tuple(a.abstract for a in node.inputs[1:])
+            made = (meta.generate_for_types(sig) if meta.generate_for_types is not None
+                    and all(a is not None for a in sig) else None)
+            if made is None:
+                raise GradientError(f"cannot compile a call of {meta.name}: the function it "
+                                    "transforms is only known at run time", node.loc)
+            copy, _ = clone_scope(made, note=f"ad: {meta.name}")
+            _locate(copy, node)
+            callee = ValueNode(copy, node.loc, head.name)  # type: ignore[union-attr]
+            callee.abstract = AFunction(frozenset({GraphFn(copy)}))
+            node.set_input(0, callee)
+            infer_new_graph(copy, sig)
+            count += 1
+            queue.extend(manager.graphs_used.get(graph, ()))
+    return count
 
 
 def _track_entry_only(program: "Program") -> None:
