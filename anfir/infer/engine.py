@@ -576,6 +576,8 @@ def _zero_of(a: AbstractValue) -> AbstractValue:
 
 
 def _meta_rule(meta: Any, args: tuple, loc: Any) -> AbstractValue:
+    if any(isinstance(a, AAny) for a in args):
+        return AAny()  # (a function value typed for unknown arguments)
     if meta not in (metas.grad, metas.value_and_grad):
         raise InferenceError(f"cannot infer the meta function {meta.name}", loc)
     fn = args[0]

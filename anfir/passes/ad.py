@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from anfir.abstract.lattice import BOTTOM, abstract_of_value
-from anfir.abstract.values import AFunction, AScalar, ATensor, GraphFn
+from anfir.abstract.values import AAny, AFunction, AScalar, ATensor, GradFn, GraphFn, JFn, PartialFn
 from anfir.autodiff.forward import jvp_graph
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
 from anfir.autodiff.partials import static_arity
@@ -36,7 +36,7 @@ from anfir.ir.clone import clone_scope, inline_call
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.walk import toposort
+from anfir.ir.walk import reachable_graphs, toposort
 from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import gradient, meta as metas
@@ -63,15 +63,22 @@ def run(program: "Program") -> "Program":
         count += 1
     for nabla, fn in untyped:
         if nabla in manager.graphs and nabla.abstract is None:
-            raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
-    count += _expand_generated_calls(manager)
+            # Still alive, and never called where its arguments are typed (the gradient of
+            # a built-in chosen by ``if`` and differentiated again): typed for any
+            # arguments, as the specializer types a function value it cannot place.
+            try:
+                infer_new_graph(nabla, [AAny() for _ in nabla.parameters])
+            except AnfirError:
+                raise GradientError("cannot type the gradient: its arguments' types are unknown",
+                                    fn.loc) from None
+    count += _expand_generated_calls(manager, program.entry)
     if count:
         program.stats["ad: grad expanded"] += count
         _track_entry_only(program)
     return program
 
 
-def _expand_generated_calls(manager: Manager) -> int:
+def _expand_generated_calls(manager: Manager, entry: Optional[FuncGraph]) -> int:
     """Replace each call of a meta function the autodiff made (``J(grad)`` in the
     transform of a graph that calls ``grad``, ``J`` of a built-in of varying arity)
     by a call of the graph it stands for, typed for the call's arguments.
@@ -79,9 +86,11 @@ def _expand_generated_calls(manager: Manager) -> int:
     They come from a program built around a J-transform made before typing (what
     ``anfir.grad`` returns): the specializer typed each call as a call of the graph
     the meta function generates for these argument types, and that graph is what
-    the compiled program calls.  A worklist: the new graphs are scanned too."""
+    the compiled program calls.  A worklist over the graphs the entry reaches (the
+    manager may also hold graphs of the user's it merged with): the new graphs are
+    scanned too."""
     count = 0
-    queue = list(manager.graphs)
+    queue = reachable_graphs([entry]) if entry is not None else list(manager.graphs)
     seen: set[FuncGraph] = set()
     while queue:
         graph = queue.pop()
@@ -95,20 +104,57 @@ def _expand_generated_calls(manager: Manager) -> int:
                 continue
             assert isinstance(node, CNode)
             sig = tuple(a.abstract for a in node.inputs[1:])
-            made = (meta.generate_for_types(sig) if meta.generate_for_types is not None
-                    and all(a is not None for a in sig) else None)
+            if any(_captures(a) for a in sig):
+                raise GradientError(
+                    f"cannot compile {meta.name} of a closure in a graph built around a "
+                    "J-transform (anfir.grad of a program whose grad differentiates a "
+                    "closure): its gradient environment is keyed by nodes the compiled "
+                    "program no longer has. Compile the program with the grad call in it "
+                    "(def main(x) = grad(f)(x)), which is the same gradient", node.loc)
+            typed = all(a is not None and not isinstance(a, AAny) for a in sig)
+            made = (meta.generate_for_types(sig) if meta.generate_for_types is not None and typed
+                    else None)
+            if made is None and meta.generate is not None and all(
+                    isinstance(a, ValueNode) for a in node.inputs[1:]):
+                # In a graph left untyped (a function value the specializer only typed
+                # generically): its constants still say what the call makes.
+                made = meta.generate(tuple(a.value for a in node.inputs[1:]))  # type: ignore[attr-defined]
+                typed = False
             if made is None:
                 raise GradientError(f"cannot compile a call of {meta.name}: the function it "
                                     "transforms is only known at run time", node.loc)
             copy, _ = clone_scope(made, note=f"ad: {meta.name}")
             _locate(copy, node)
             callee = ValueNode(copy, node.loc, head.name)  # type: ignore[union-attr]
-            callee.abstract = AFunction(frozenset({GraphFn(copy)}))
             node.set_input(0, callee)
-            infer_new_graph(copy, sig)
+            if typed:
+                callee.abstract = AFunction(frozenset({GraphFn(copy)}))
+                infer_new_graph(copy, sig)
             count += 1
             queue.extend(manager.graphs_used.get(graph, ()))
     return count
+
+
+def _captures(abstract: Any) -> bool:
+    """Whether a function of type ``abstract`` may be a closure (it captures values),
+    or a partial application binding one."""
+    stack = [abstract]
+    while stack:
+        a = stack.pop()
+        if not isinstance(a, AFunction):
+            continue
+        for atom in a.options:
+            while isinstance(atom, (JFn, GradFn)):
+                atom = atom.fn
+            if isinstance(atom, PartialFn):
+                stack.append(AFunction(frozenset({atom.fn})))
+                stack.extend(atom.args)
+            elif isinstance(atom, GraphFn):
+                graph = atom.graph
+                manager = graph.manager
+                if manager is not None and manager.free_variables_total(graph):
+                    return True
+    return False
 
 
 def _track_entry_only(program: "Program") -> None:
