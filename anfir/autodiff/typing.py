@@ -109,8 +109,8 @@ def call_j(engine: Engine, atom: FunctionAtom, args: tuple, node: Optional[CNode
     assert isinstance(atom, JFn)
     reduced = j_of_atom(engine, atom.fn, args)
     if reduced is not None:
-        result: Any = yield from engine.call_atom(reduced, args, node)
-        return result
+        value: Any = yield from engine.call_atom(reduced, args, node)
+        return value
     graph = transformed_graph(atom.fn, len(args), _context_of(engine))
     if graph is None:
         raise InferenceError(f"cannot infer a call of {atom} (the J transform of this kind of "

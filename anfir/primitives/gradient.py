@@ -368,9 +368,10 @@ def _infer_invert_permutation(perm: Any) -> Any:
     the transposed gradient ``perm``'s shape)."""
     if isinstance(perm, ANone):
         return perm
-    items = perm.items if isinstance(perm, ATuple) else None
-    if items is None or not all(isinstance(i, AScalar) for i in items):
+    found = perm.items if isinstance(perm, ATuple) else None
+    if found is None or not all(isinstance(i, AScalar) for i in found):
         raise AnfirTypeError(f"invert_permutation needs a tuple of axes, not {perm}")
+    items = [i for i in found if isinstance(i, AScalar)]
     values = [i.value for i in items]
     if any(v is UNKNOWN for v in values):
         return ATuple(tuple(AScalar(i.dtype) for i in items))

@@ -75,7 +75,7 @@ def _broadcast_to(x: Any, shape: Any) -> Any:
 
 def _shape(x: Any) -> tuple[int, ...]:
     if isinstance(x, np.ndarray):
-        return x.shape
+        return tuple(int(d) for d in x.shape)
     if isinstance(x, (bool, int, float, np.generic)):
         return ()
     raise AnfirTypeError(f"shape needs a tensor or a number, not {type(x).__name__}")
