@@ -40,6 +40,11 @@ scope.  The kinds (``e`` is a sub-expression, drawn one level shallower):
                   closing over the differentiated parameter (grad of grad when nested)
 ``partial_two``   one function bound by two ``partial`` nodes, called with
                   arguments whose types may differ
+``builtin``       a built-in passed as a value, ``(lambda (h, z) h(z) * z end)(sin, e)``
+``partial_prim``  a built-in bound by ``partial``, ``partial(mul, e)(e)``
+``grad_value``    a gradient function used as a value: of a built-in, of a
+                  ``partial``, chosen by ``if``, picked from a tuple, from a tuple
+                  by a loop counter, or let-bound and called twice
 ================  ================================================================
 
 The programs (strategies drawing a :class:`Program`, whose ``text`` is the ANF):
@@ -51,7 +56,7 @@ The programs (strategies drawing a :class:`Program`, whose ``text`` is the ANF):
   too) returning every binding, with :data:`HELPERS`.
 
 Each property test names its grammar here (:data:`SMOOTH`, :data:`PIPELINE`,
-:data:`COMPILE`, :data:`ROUNDTRIP`), so what it covers is visible in one place.
+:data:`COMPILE`, :data:`ROUNDTRIP`, :data:`IEEE`), so what it covers is visible in one place.
 Two narrower generators live here too: :func:`operator_chains` (unparenthesised
 operator expressions, for precedence) and :func:`primitive_chains` (a list of
 primitive calls, for graphs built through the IR API).
@@ -144,6 +149,35 @@ ROUNDTRIP = Grammar(
 )
 """Integers and floats, closures nested and curried, ``if`` with logic, tuples,
 calls of helpers and of a recursive def, local recursion, shadowing (printers)."""
+
+HIGHER = Grammar(
+    kinds=("leaf", "bin", "bin", "unary", "let", "closure", "tuple", "if", "builtin",
+           "partial_prim", "partial", "grad_value", "grad_value"),
+    constants=(0.5, 1.25, -0.75, 2.0),
+    unary=("sin", "cos", "tanh"),
+    comparisons=("<",),
+    calls=(None, "*"),
+)
+"""Smooth float arithmetic with function values of every kind — closures,
+``partial`` (of lambdas and built-ins), built-ins passed as values, gradient
+functions as values (chosen by ``if``, in tuples, by a loop counter) — for
+differentiating to high order from the program and from the API, run and
+compiled."""
+
+GRAD_VALUE_FORMS = ("builtin", "partial", "if", "tuple", "loop", "let")
+"""The forms of the ``grad_value`` kind."""
+
+IEEE = Grammar(
+    kinds=("leaf", "bin", "bin", "bin", "unary", "let", "tuple", "closure"),
+    constants=(0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 0, 1),
+    unary=("-", "exp", "tanh", "sqrt", "log", "abs"),
+    binary=("+", "-", "*", "/"),
+    calls=(None, "*", "-"),
+    shadowing=True,
+)
+"""Float arithmetic with the constants an optimizer is tempted to fold (``x * 0.0``,
+``x - x``, ``x / x``, ``x + 0.0``), integers among them, and no ``if``: the
+expressions also run elementwise on tensors (rewrites are exact on inf and nan)."""
 
 
 # -- drawing -------------------------------------------------------------------------------
@@ -268,6 +302,18 @@ def _expr(draw: Any, g: Grammar, scope: _Scope, depth: int, names: _Names) -> Ex
     if kind == "partial_two":
         p, v = names.fresh("p"), f"v{names.n}"
         return ("partial_two", p, v, sub(value(p)), sub(value(p)), sub(value(p)), sub())
+    builtins = tuple(u for u in g.unary if u != "-") or ("sin",)
+    if kind == "builtin":
+        return ("builtin", draw(st.sampled_from(builtins)), names.fresh("h"), sub())
+    if kind == "partial_prim":
+        return ("partial_prim", draw(st.sampled_from(("add", "sub", "mul"))), sub(), sub())
+    if kind == "grad_value":
+        form = draw(st.sampled_from(GRAD_VALUE_FORMS))
+        p = names.fresh("p")
+        body = sub(value(p))  # a function of p (and of what is in scope)
+        return ("grad_value", form, p, body, draw(st.sampled_from(builtins)),
+                draw(st.sampled_from(builtins)), sub(), sub(), names.fresh("d"),
+                draw(st.integers(0, 1)))
     raise ValueError(f"unknown kind of expression {kind!r}")
 
 
@@ -342,7 +388,33 @@ def to_anf(e: Expr) -> str:
         return (f"grad(lambda ({p}) (let {v} = lambda (a, b) a * b - {to_anf(term)} end in "
                 f"partial({v}, {p})({to_anf(arg)}) + partial({v}, {p})({to_anf(other)} * 1.0)) "
                 f"end)({to_anf(point)} * 1.0)")
+    if tag == "builtin":
+        _, fn, h, arg = e
+        return f"(lambda ({h}, z) {h}(z) * z end)({fn}, {to_anf(arg)})"
+    if tag == "partial_prim":
+        return f"partial({e[1]}, {to_anf(e[2])})({to_anf(e[3])})"
+    if tag == "grad_value":
+        return _grad_value_anf(e)
     raise ValueError(f"unknown kind of expression {tag!r}")
+
+
+def _grad_value_anf(e: Expr) -> str:
+    _, form, p, body, u1, u2, a, b, d, i = e
+    own = f"grad(lambda ({p}) {to_anf(body)} * {p} end)"  # a gradient of the program's own
+    at = f"({to_anf(a)} * 1.0)"  # a float point, even if the expression is an integer
+    if form == "builtin":
+        return f"(grad({u1})({at}) * {own}({at}))"
+    if form == "partial":
+        return f"grad(partial(lambda (c, {p}) c * {to_anf(body)} * {p} end, {to_anf(b)}))({at})"
+    if form == "if":
+        return f"(if {to_anf(a)} < {to_anf(b)} then grad({u1}) else {own})({at})"
+    if form == "tuple":
+        return f"((grad({u1}), {own})[{i}])({at})"
+    if form == "loop":
+        return (f"(let {d} = (grad({u1}), {own}, grad({u2})) in let l{d} = lambda (k, acc) "
+                f"if k < 3 then l{d}(k + 1, acc + tuple_getitem({d}, k)({at})) else acc end in "
+                f"l{d}(0, 0.0))")
+    return f"(let {d} = {own} in {d}({at}) * {d}({to_anf(b)} * 1.0))"
 
 
 def kinds_in(e: Expr) -> set[str]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import anfir
 import programs
 from anfir.errors import AnfirError, GradientError
-from gradcheck import check_grad, numeric_grad, smooth_at
+from gradcheck import WAYS, check_grad, numeric_grad, smooth_at
 
 
 def f_of(text, name="f"):
@@ -71,6 +71,18 @@ def test_matmul_transpose_reshape_sum_mean():
     check_grad("def f(a) = sum(mean(a, 1) ** 2) + mean(a) ** 2", [a])
     check_grad("def f(a) = sum(broadcast_to(sum(a, 0), (5, 4)) ** 2)", [a])
 
+
+
+def test_transposes_whose_permutations_are_not_their_own_inverse_at_second_order():
+    # The gradient transposes by the inverse permutation; its type once said the
+    # permutation itself, so the second-order program did not compile (issue 11).
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(2, 5, 3, 4)), rng.normal(size=(2, 3, 4, 5))
+    f = ("def f(x, y) = sum(sin(transpose(x, (0, 3, 1, 2))) * transpose(y, (0, 2, 3, 1)))\n"
+         "def g(x, y) = sum(grad(f)(x, y) * x)\n")
+    ways = ("api", "program", "compiled", "compiled_program")
+    check_grad(f, [x, y], (0, 1), ways=ways, rtol=1e-4)
+    check_grad(f, [x, y], (0, 1), entry="g", ways=ways, rtol=1e-4)
 
 def test_where_cast_and_stop_gradient():
     x = np.array([-1.0, 0.5, 2.0])
@@ -375,3 +387,20 @@ def test_generated_program_second_derivatives(program, x, y):
     if not np.isfinite(want) or abs(want) > 1e5:
         return
     check_grad(df, [x, y], 0, want=want, rtol=1e-3, atol=1e-4, msg=program.text)
+
+
+# -- a tuple index known only at run time --------------------------------------------
+DYNAMIC_INDEX = """
+def g(t, k) = tuple_getitem(t, k) * tuple_getitem(t, k + 1)
+def loop(t, n) =
+  let l = lambda (i, acc) if i < n then l(i + 1, acc + sin(tuple_getitem(t, i)) * tuple_getitem(t, i)) else acc end in
+  l(0, 0.0)
+def second(t, n) = let d = grad(loop)(t, n) in d[0] * d[1] + d[2]
+"""
+
+
+@pytest.mark.parametrize("entry, k", [("g", 1), ("g", 0), ("loop", 3), ("second", 2)])
+def test_gradients_through_a_tuple_index_known_only_at_run_time(entry, k):
+    # The gradient of t[k] sets element k of zeros: typed with a run-time k too.
+    t = (0.7, -1.2, 2.1)
+    check_grad(DYNAMIC_INDEX, [t, k], 0, entry=entry, ways=WAYS)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from typing import Any, Optional
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+
+import programs
 
 import anfir
 from anfir.abstract.values import AScalar, ATensor
@@ -161,7 +166,7 @@ def _arith(prim: str, left: Any, right: Any, out: Any) -> FuncGraph:
 
 
 @pytest.mark.parametrize("prim,left,right", [
-    ("mul", "x", 1.0), ("mul", 1.0, "x"), ("add", "x", 0.0), ("add", 0.0, "x"),
+    ("mul", "x", 1.0), ("mul", 1.0, "x"), ("add", "x", -0.0), ("add", -0.0, "x"),
     ("sub", "x", 0.0), ("div", "x", 1.0), ("pow", "x", 1.0),
 ])
 def test_arithmetic_identities_on_floats(prim: str, left: Any, right: Any) -> None:
@@ -195,20 +200,32 @@ def test_broadcasting_identity_is_not_applied() -> None:
     assert np.array_equal(before, after) and after.shape == (3,)
 
 
-def test_multiplication_by_zero() -> None:
-    f = _arith("mul", "x", 0.0, F64)
-    counts, before, after = optimized(f, 4.0)
-    assert before == after == 0.0 and counts["arithmetic_identity"] == 1
-    assert isinstance(f.output, ValueNode) and f.output.value == 0.0
-    t = ATensor("f64", (2,))
+def test_multiplication_by_zero_only_on_integers() -> None:
+    f = _arith("mul", "x", 0, I64)
+    counts, before, after = optimized(f, 4)
+    assert before == after == 0 and counts["arithmetic_identity"] == 1
+    assert isinstance(f.output, ValueNode) and f.output.value == 0
+    t = ATensor("i64", (2,))
     g = FuncGraph("g")
     y = typed(g.add_parameter("y"), t)
-    g.output = typed(g.apply(P["mul"], ValueNode(0.0), y), t)
-    counts, before, after = optimized(g, np.array([1.0, 2.0]))
+    g.output = typed(g.apply(P["mul"], ValueNode(0), y), t)
+    counts, before, after = optimized(g, np.array([1, 2]))
     assert counts["arithmetic_identity"] == 1
     assert np.array_equal(before, after)
     (node,) = cnodes(g)
     assert node.inputs[0].value is P["zeros_like"] and node.abstract == t
+
+
+@pytest.mark.parametrize("prim,left,right,x", [
+    ("mul", "x", 0.0, math.inf), ("mul", 0.0, "x", math.nan), ("mul", "x", 0.0, -2.0),
+    ("add", "x", 0.0, -0.0), ("add", 0.0, "x", -0.0), ("sub", "x", -0.0, -0.0)])
+def test_float_identities_that_ieee_does_not_have_are_left_alone(prim: str, left: Any, right: Any,
+                                                               x: float) -> None:
+    # x * 0.0 is nan for inf and nan, -0.0 for a negative x; -0.0 + 0.0 is +0.0.
+    f = _arith(prim, left, right, F64)
+    counts, before, after = optimized(f, x)
+    assert counts["arithmetic_identity"] == 0
+    assert repr(before) == repr(after)
 
 
 def test_identity_elimination_and_cse() -> None:
@@ -343,3 +360,42 @@ def test_branches_that_only_return_a_value_become_a_select() -> None:
     select = f.output.inputs[1]
     assert select.is_apply(P["switch"]) and select.inputs[3] is x and select.abstract == F64
     assert select.loc is not None and select.loc.note == "optimize: select_trivial_branches"
+
+
+# -- IEEE: no rewrite changes a result on inf, nan or a signed zero --------------------
+SPECIAL = (math.inf, -math.inf, math.nan, 0.0, -0.0, 1.0, -2.5)
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Equal as IEEE values, nan matching nan and the sign of a zero counted."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same_bits(x, y) for x, y in zip(a, b)))
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return (x.shape == y.shape and bool(np.all((x == y) | (np.isnan(x) & np.isnan(y))))
+            and bool(np.all(np.signbit(x) == np.signbit(y))))
+
+
+@settings(max_examples=40, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(program=programs.let_programs(programs.IEEE, depth=2, params=("x", "y")))
+def test_optimized_programs_agree_with_run_on_inf_nan_and_signed_zeros(program: programs.Program) -> None:
+    """The optimizer's rewrites are exact under IEEE: ``x * 0.0``, ``x - x``, ``x / x``
+    and ``x + 0.0`` keep their inf/nan/-0.0 results (scalars, and the same
+    expressions elementwise on a tensor of the special values)."""
+    src = program.text
+    column = np.array(SPECIAL)
+    cases = [(x, y) for x in SPECIAL for y in (math.nan, -0.0, 2.0)]
+    cases.append((column, column[::-1].copy()))
+    for args in ((1.0, 2.0), (column, column)):
+        compiled = anfir.compile(anfir.parse(src, "ieee.anf"), entry="f", args=list(args))
+        for x, y in cases:
+            if isinstance(x, np.ndarray) != isinstance(args[0], np.ndarray):
+                continue
+            with np.errstate(all="ignore"):
+                try:
+                    want = anfir.run(anfir.parse(src, "ieee.anf")["f"], x, y)
+                except AnfirError:
+                    continue
+                got = anfir.run(compiled, x, y)
+            assert _same_bits(got, want), (src, x, y, got, want)

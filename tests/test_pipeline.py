@@ -220,7 +220,7 @@ def test_optimizer_work_is_counted_and_shrinks_the_graph() -> None:
     text = """
     def main(x) =
       let k = (2.0 * 3.0) - 5.0 in
-      let t = (x * k, x + 0.0) in
+      let t = (x * k, x - 0.0) in
       let a = sin(t[0]) in
       let b = sin(t[0]) in
       if 1 < 2 then a + b + t[1] else x

@@ -27,7 +27,7 @@ from typing import Any, Callable, Hashable, Optional, Sequence
 import numpy as np
 import sympy
 
-from anfir.abstract.lattice import BOTTOM, JoinError, join, map_tuple_leaves
+from anfir.abstract.lattice import JoinError, join, map_tuple_leaves
 from anfir.abstract.shapes import (broadcast_shapes, broadcast_to_shape, dims_equal, fresh_dim,
                                    matmul_shape, norm_dim, reduce_shape, reshape_shape, shape_text,
                                    transpose_shape)
@@ -360,7 +360,7 @@ def ones_like_rule(x: AbstractValue) -> AbstractValue:
 
 def zeros_like_rule(x: AbstractValue) -> AbstractValue:
     """``zeros_like(x)``: x's type; tuples elementwise; None for None/str; a GradEnv for
-    functions, except a partial: the tuple of the zeros of what it holds."""
+    functions (partial applications included)."""
     if isinstance(x, ATuple):  # (nested tuples with an explicit stack)
         return map_tuple_leaves(x, zeros_like_rule)
     if isinstance(x, AScalar):
@@ -369,18 +369,6 @@ def zeros_like_rule(x: AbstractValue) -> AbstractValue:
         return x
     if isinstance(x, (ANone, AString)):
         return ANone()
-    if isinstance(x, AFunction) and x.options and all(isinstance(o, PartialFn) for o in x.options):
-        # A partial value's zero is the zeros of what it holds, as ``zeros_like_value``
-        # makes it: the default of ``env_getitem`` for a captured partial must have
-        # the type of the (d_fn, d_args...) tuple stored under that key.
-        zero: AbstractValue = BOTTOM
-        try:
-            for option in x.options:
-                assert isinstance(option, PartialFn)  # every option is (checked above)
-                zero = join(zero, ATuple(tuple(zeros_like_rule(a) for a in option.args)))
-        except JoinError:
-            return AEnv()  # partials of different shapes: no common zero to name
-        return zero
     if isinstance(x, (AFunction, AEnv)):
         return AEnv()
     if isinstance(x, AAny):  # inside a tuple (a bare Any never reaches the rule): unknown too
@@ -405,13 +393,15 @@ def _where(impl: Callable[..., Any], c: AbstractValue, a: AbstractValue,
     if all(isinstance(v, AScalar) for v in (c, a, b)):
         assert isinstance(c, AScalar)
         if c.dtype != "bool":
-            raise AnfirTypeError(f"the condition of where must be a bool, not {c}")
+            raise AnfirTypeError(f"the condition of where must be a bool or a bool tensor, not {c}")
         if c.value is not UNKNOWN:
             return a if c.value else b
         try:
             return join(a, b)
         except JoinError:
             raise AnfirTypeError(f"where on scalars needs two values of one type, not {a} and {b}") from None
+    if not isinstance(c, (AScalar, ATensor)) or c.dtype != "bool":
+        raise AnfirTypeError(f"the condition of where must be a bool or a bool tensor, not {c}")
     return _elementwise_result("where", impl, c, a, b)
 
 

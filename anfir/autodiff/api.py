@@ -11,7 +11,7 @@ from typing import Sequence, Union
 
 from anfir.autodiff.forward import jvp_api
 from anfir.autodiff.jtransform import check_differentiable_graph, j_graph
-from anfir.autodiff.runtime import build_grad_body, normalize_wrt
+from anfir.autodiff.gradgraphs import build_grad_body, normalize_wrt
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.manager import analyse

@@ -46,10 +46,11 @@ from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
-from anfir.autodiff.partials import j_partial_maker
+from anfir.autodiff.gradgraphs import grad_graph_for_types
+from anfir.autodiff.partials import bound_gradient, j_partial_maker
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.primitives import gradient, meta, structure
+from anfir.primitives import gradient, meta as metas, structure
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Closure, Partial, SymbolicKey
 
@@ -351,10 +352,10 @@ class _ScopeTransform:
                     if _can_receive(arg, mng):
                         add(arg, grad)
             elif prim is structure.partial:
-                # The gradient of a partial value is (d_fn, d_arg1, ...).
+                # The gradient of a partial value is a GradEnv of d_fn, d_arg1, ...
                 for i, arg in enumerate(node.inputs[1:]):
                     if _can_receive(arg, mng):
-                        add(arg, CNode(bwd, [ValueNode(structure.tuple_getitem), s, ValueNode(i)], loc))
+                        add(arg, bound_gradient(bwd, s, i, self.value_in(arg, g), loc))
             else:
                 all_grads = CNode(bwd, [self.bprop[node], s], loc)
                 for i, inp in enumerate(node.inputs):
@@ -422,6 +423,11 @@ def j_meta(meta: MetaFunction) -> MetaFunction:
     cached = _j_metas.get(id(meta))
     if cached is None:
         typed = meta.generate_for_types
+        if meta is metas.grad or meta is metas.value_and_grad:
+            # (``grad`` itself is typed by its own rule, as a GradFn; its transform
+            # by the graph a call stands for, from the arity and the indices.)
+            with_value = meta is metas.value_and_grad
+            typed = lambda args: grad_graph_for_types(args, with_value)  # noqa: E731
 
         def generate(args: tuple[Any, ...]) -> FuncGraph:
             assert meta.generate is not None  # every meta function's generator is installed
@@ -527,7 +533,7 @@ def check_function_value(fn: Any) -> None:
     _checked[graph] = manager.epoch
 
 
-_DIFFERENTIATIONS = (meta.grad, meta.value_and_grad, meta.jvp, gradient.J)
+_DIFFERENTIATIONS = (metas.grad, metas.value_and_grad, metas.jvp, gradient.J)
 """What transforms the function it is given: a call of one of these inside the
 reach of its own function argument is a recursion of the transformation."""
 

@@ -1,7 +1,15 @@
 """The J-world ``partial``: a partial value's gradient holds those of what it binds.
 
+The gradient of a partial value is a :class:`~anfir.values.GradEnv`, as the
+gradient of every function value is: ``partial(f, a...)`` holds ``d_f`` under
+the key :func:`partial_key` ``(0)`` and ``d_a_i`` under ``partial_key(1 + i)``.
+Its zero is the empty GradEnv whatever the J-level of the value, so the
+gradient code of a partial can be differentiated again (a partial's
+J-transform binds one more value, the regrouping graph, and a zero made from
+it must still be the zero of the original partial's gradient).
+
 ``partial(f, a...)`` differentiated calls ``f'(a..., b...)`` through a small
-regrouping graph so the gradients come back as ``((d_f, d_a...), d_b...)``.
+regrouping graph so the gradients come back as ``(env{d_f, d_a...}, d_b...)``.
 The ``ad`` phase builds that graph statically when the arity of ``f`` is
 known (:func:`j_partial_maker`); otherwise the meta function
 :func:`j_partial_call` builds it at run time.  Shared by the primitive rules,
@@ -16,15 +24,40 @@ from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, Pr
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.primitives import structure
+from anfir.primitives import gradient, structure
+from anfir.values import SymbolicKey
 
 _partial_graphs: dict[tuple, FuncGraph] = {}
 _partial_calls: dict[int, MetaFunction] = {}
+_partial_keys: list[SymbolicKey] = []
+
+
+def partial_key(i: int) -> SymbolicKey:
+    """The GradEnv key of the ``i``-th value a partial binds (0: the function)."""
+    while len(_partial_keys) <= i:
+        _partial_keys.append(SymbolicKey(f"partial.{len(_partial_keys)}"))
+    return _partial_keys[i]
+
+
+def partial_gradient(graph: FuncGraph, grads: list[Node], loc: Any = None) -> Node:
+    """Nodes in ``graph`` making the gradient of a partial value from the gradients
+    of what it binds (``grads[0]`` the function's)."""
+    env: Node = CNode(graph, [ValueNode(gradient.newenv)], loc)
+    for i, g in enumerate(grads):
+        env = CNode(graph, [ValueNode(gradient.env_setitem), env, ValueNode(partial_key(i)), g], loc)
+    return env
+
+
+def bound_gradient(graph: FuncGraph, sens: Node, i: int, bound: Node, loc: Any = None) -> Node:
+    """Nodes in ``graph`` reading, from the gradient ``sens`` of a partial value, the
+    gradient of the ``i``-th value it binds (``bound``, for the zero)."""
+    zero = CNode(graph, [ValueNode(structure.zeros_like), bound], loc)
+    return CNode(graph, [ValueNode(gradient.env_getitem), sens, ValueNode(partial_key(i)), zero], loc)
 
 
 def j_partial_call(nbound: int) -> MetaFunction:
     """The J-world partial: calls ``f'(a..., b...)`` and regroups the gradients as
-    ``((d_f, d_a...), d_b...)`` — a partial value's gradient holds those of
+    ``(env{d_f, d_a...}, d_b...)`` — a partial value's gradient holds those of
     what it binds."""
     cached = _partial_calls.get(nbound)
     if cached is None:
@@ -51,10 +84,12 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
                     shared: Optional[dict[tuple[Any, int, int], FuncGraph]] = None) -> Node:
     """What the J-world ``partial(fn, a...)`` (``nbound`` arguments bound) binds first.
 
-    With ``static`` (the ``ad`` phase, on a typed program) and the arity of
-    ``fn`` known from its constant or its type, a regrouping graph for that
-    arity — a plain graph the optimizer and the printers handle; otherwise the
-    meta function :func:`j_partial_call`, which makes it at run time.
+    When the arity of ``fn`` is known — from its constant, or with ``static``
+    (the ``ad`` phase, on a typed program) from its type — a regrouping graph
+    for that arity: a plain graph the optimizer and the printers handle, and
+    that a program built around the transform (``anfir.grad``) compiles;
+    otherwise the meta function :func:`j_partial_call`, which makes it at run
+    time.
 
     The graph is typed in place for the one signature it is called with, so it
     is fresh per ``partial`` node — except that, given ``shared`` (a cache the
@@ -63,9 +98,9 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
     signature of that graph's spec, and two such partial values have the same
     type (``ap(partial(f, p), y) + ap(partial(f, p), x)`` must type ``ap`` once).
     """
-    if static:
-        nparams = static_arity(fn)
-        if nparams is not None and nparams >= nbound:
+    nparams = static_arity(fn) if static else constant_arity(fn)
+    if nparams is not None:
+        if nparams >= nbound:
             graph = fn.value if isinstance(fn, ValueNode) else None
             key = (graph, nbound, nparams - nbound)
             maker = shared.get(key) if shared is not None and isinstance(graph, FuncGraph) else None
@@ -77,6 +112,20 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
     return ValueNode(j_partial_call(nbound))
 
 
+def constant_arity(node: Node) -> Optional[int]:
+    """The number of arguments of the function ``node`` stands for when constants
+    alone say it (a graph or fixed-arity primitive, or ``partial`` calls of one),
+    without types; None otherwise."""
+    bound = 0
+    while isinstance(node, CNode) and node.is_apply(structure.partial) and len(node.inputs) >= 2:
+        bound += len(node.inputs) - 2
+        node = node.inputs[1]
+    if not isinstance(node, ValueNode):
+        return None
+    arity = static_arity(node)
+    return None if arity is None or arity < bound else arity - bound
+
+
 def static_arity(node: Node) -> Optional[int]:
     """The number of arguments of the function ``node`` stands for, when its
     constant or its abstract value says so (the same for every function it may
@@ -84,6 +133,8 @@ def static_arity(node: Node) -> Optional[int]:
     value = node.value if isinstance(node, ValueNode) else None
     if isinstance(value, FuncGraph):
         return len(value.parameters)
+    if value is None and not isinstance(node.abstract, AFunction):
+        return constant_arity(node) if isinstance(node, CNode) else None
     if isinstance(value, Primitive):
         return value.min_args if value.max_args == value.min_args else None
     abstract = node.abstract
@@ -113,7 +164,7 @@ def atom_arity(atom: Any) -> Optional[int]:
 
 def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     """A new graph ``(f', a'..., b'...) -> (value, ◂)`` calling ``f'`` and regrouping
-    its gradients as ``((d_f, d_a...), d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
+    its gradients as ``(env{d_f, d_a...}, d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
     fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}")
     f = fwd.add_parameter("f")
     xs = [fwd.add_parameter(f"x{i}") for i in range(nbound + nrest)]
@@ -123,7 +174,7 @@ def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     bwd = FuncGraph(f"◂J_partial_call{nbound}_{nrest}")
     dout = bwd.add_parameter("dout")
     grads = call_node(bwd, bp, dout)
-    bound = CNode(bwd, [ValueNode(structure.make_tuple)] + [item_node(bwd, grads, i) for i in range(nbound + 1)])
+    bound = partial_gradient(bwd, [item_node(bwd, grads, i) for i in range(nbound + 1)])
     rest = [item_node(bwd, grads, nbound + 1 + i) for i in range(nrest)]
     bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), bound, *rest])
     fwd.output = CNode(fwd, [ValueNode(structure.make_tuple), value, ValueNode(bwd)])
@@ -140,5 +191,5 @@ def item_node(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
     return CNode(graph, [ValueNode(structure.tuple_getitem), t, ValueNode(i)], loc)
 
 
-__all__ = ["atom_arity", "call_node", "item_node", "j_partial_call", "j_partial_maker",
-           "partial_call_graph", "static_arity"]
+__all__ = ["atom_arity", "bound_gradient", "constant_arity", "call_node", "item_node", "j_partial_call",
+           "j_partial_maker", "partial_call_graph", "partial_gradient", "partial_key", "static_arity"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from anfir.autodiff.partials import j_partial_call
+from anfir.autodiff.partials import bound_gradient, j_partial_call
 from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
 from anfir.ir.clone import Cloner
@@ -103,8 +103,7 @@ def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:
     bwd = FuncGraph(f"◂{prim.name}")
     dout = bwd.add_parameter("dout")
     if prim is structure.partial:
-        grads: list[Node] = [CNode(bwd, [ValueNode(structure.tuple_getitem), dout, ValueNode(i)])
-                             for i in range(nargs)]
+        grads: list[Node] = [bound_gradient(bwd, dout, i, x) for i, x in enumerate(xs)]
     else:
         grads = instantiate_bprop(prim, bwd, list(xs), y, dout, None)
     bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), CNode(bwd, [ValueNode(gradient.newenv)]), *grads])

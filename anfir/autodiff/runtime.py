@@ -4,29 +4,24 @@
   closure of ``h`` becomes a closure of ``▸h`` over the *same* captured
   values (``▸h`` has exactly ``h``'s free variables), a primitive becomes
   ``▸p``, a partial a J-world partial.
-* :func:`grad_graph` — the graph behind ``grad(f, i...)``/``value_and_grad``:
-  ``(f, i...) -> closure ∇(x...)`` that runs ``J(f)``, seeds the backward
-  pass with 1.0 and picks the requested gradients.  The ``ad`` phase expands
-  ``grad`` calls into it statically; the evaluator does the same at run time
-  through ``MetaFunction.generate``.
+* :func:`generate_grad` — the graph behind a run-time call ``grad(f, i...)``
+  (:func:`anfir.autodiff.gradgraphs.grad_graph`, from the arity of ``f``); the
+  ``ad`` phase expands calls into the same graph statically.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
+from anfir.autodiff.gradgraphs import grad_graph, normalize_wrt
 from anfir.autodiff.jtransform import check_function_value, j_graph_checked, j_meta
-from anfir.autodiff.partials import call_node, item_node, j_partial_call
+from anfir.autodiff.partials import j_partial_call
 from anfir.autodiff.primitive_j import j_primitive_value
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
-from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import gradient, structure
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Closure, Partial
-
-_grad_graphs: dict[tuple, FuncGraph] = {}
 
 
 # -- J on values ----------------------------------------------------------------
@@ -80,20 +75,6 @@ def arity_of(fn: Any) -> int:
     raise GradientError(f"grad needs a function, not {type(fn).__name__}")
 
 
-def normalize_wrt(indices: Sequence[Any], nparams: int) -> tuple[tuple[int, ...], bool]:
-    """Checked argument indices, and whether the result is a tuple (several indices)."""
-    if not indices:
-        return (0,), False
-    result = []
-    for i in indices:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise GradientError(f"grad's argument indices must be integer constants, not {i!r}")
-        if not -nparams <= i < nparams:
-            raise GradientError(f"grad w.r.t. argument {i}, but the function takes {nparams}")
-        result.append(i % nparams)
-    return tuple(result), len(result) > 1
-
-
 def generate_grad(args: tuple, with_value: bool) -> FuncGraph:
     """The graph for a call ``grad(f, i...)`` (``value_and_grad`` with ``with_value``)."""
     if not args:
@@ -104,42 +85,4 @@ def generate_grad(args: tuple, with_value: bool) -> FuncGraph:
     return grad_graph(nparams, wrt, multi, with_value, len(args) - 1)
 
 
-def grad_graph(nparams: int, wrt: tuple[int, ...], multi: bool, with_value: bool,
-               nindices: int) -> FuncGraph:
-    """``(f, i...) -> ∇`` where the closure ``∇(x1..xn)`` computes the gradient."""
-    key = (nparams, wrt, multi, with_value, nindices)
-    graph = _grad_graphs.get(key)
-    if graph is not None:
-        return graph
-    name = "value_and_grad" if with_value else "grad"
-    outer = FuncGraph(name)
-    f = outer.add_parameter("f")
-    for i in range(nindices):
-        outer.add_parameter(f"i{i}")
-    inner = FuncGraph("∇")
-    xs = [inner.add_parameter(f"x{i}") for i in range(nparams)]
-    jf = CNode(inner, [ValueNode(gradient.J), f])
-    inner.output = build_grad_body(inner, jf, xs, wrt, multi, with_value)
-    outer.output = ValueNode(inner)
-    _grad_graphs[key] = outer
-    return outer
-
-
-def build_grad_body(graph: FuncGraph, jf: Node, xs: Sequence[Node], wrt: tuple[int, ...],
-                    multi: bool, with_value: bool, loc: Any = None) -> Node:
-    """Nodes in ``graph`` computing the gradient of ``jf``'s function at ``xs``."""
-    t = call_node(graph, jf, *xs, loc=loc)
-    value = item_node(graph, t, 0, loc)
-    bp = item_node(graph, t, 1, loc)
-    seed = CNode(graph, [ValueNode(gradient.grad_seed), value], loc)
-    grads = call_node(graph, bp, seed, loc=loc)
-    picked = [CNode(graph, [ValueNode(gradient.grad_arg_check), xs[i], item_node(graph, grads, 1 + i, loc)], loc)
-              for i in wrt]
-    result: Node = picked[0] if not multi else CNode(graph, [ValueNode(structure.make_tuple), *picked], loc)
-    if with_value:
-        result = CNode(graph, [ValueNode(structure.make_tuple), value, result], loc)
-    return result
-
-
-__all__ = ["arity_of", "build_grad_body", "generate_grad", "grad_graph", "j_value",
-           "normalize_wrt"]
+__all__ = ["arity_of", "generate_grad", "j_value"]

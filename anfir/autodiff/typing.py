@@ -17,14 +17,18 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
-from anfir.autodiff.jtransform import JContext, j_graph
+from anfir.autodiff.jtransform import JContext, j_graph, j_meta
+from anfir.autodiff.partials import atom_arity, j_partial_call
 from anfir.autodiff.primitive_j import j_prim_graph
+from anfir.autodiff.gradgraphs import grad_call_graph
 from anfir.infer.engine import Engine, Infer
-from anfir.abstract.values import AFunction, FunctionAtom, GraphFn, JFn, PrimFn
+from anfir.abstract.values import (AbstractValue, AFunction, FunctionAtom, GradFn, GraphFn, JFn,
+                                   PartialFn, PrimFn)
 from anfir.errors import InferenceError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode
-from anfir.ir.primitive import Primitive
+from anfir.ir.primitive import MetaFunction, Primitive
+from anfir.primitives.gradient import J
 
 _contexts: "weakref.WeakKeyDictionary[Engine, JContext]" = weakref.WeakKeyDictionary()
 
@@ -61,9 +65,52 @@ def transformed_graph(atom: FunctionAtom, nargs: int,
     return graph
 
 
+def _j_abstract(value: AbstractValue) -> AbstractValue:
+    """The abstract value of ``J(x)`` for ``x`` of abstract ``value`` (``J``'s own rule)."""
+    rule = J.infer
+    assert rule is not None  # declared with a rule
+    result: AbstractValue = rule(value)
+    return result
+
+
+def j_of_atom(engine: Engine, atom: FunctionAtom, args: tuple) -> Optional[FunctionAtom]:
+    """A function atom the engine can call that computes ``J(atom)`` on ``args``, for the
+    atoms whose transform is not a graph of their own: a partial application (the
+    J-world partial of the transformed function and values), a gradient function
+    (the partial application of :func:`~anfir.autodiff.gradgraphs.grad_call_graph` to
+    its function) and a meta function (its J-transform).  None for the others.
+
+    The run-time ``J`` makes the same values (:func:`~anfir.autodiff.runtime.j_value`),
+    so a compiled program computes what ``anfir.run`` does."""
+    if isinstance(atom, GradFn):
+        nparams = atom_arity(atom.fn)
+        if nparams is None or len(args) != nparams:
+            return None
+        wrt = tuple(i % nparams for i in atom.wrt)
+        fn_value = AFunction(frozenset({atom.fn}))
+        template = grad_call_graph(nparams, wrt, len(wrt) > 1, atom.with_value)
+        graph = engine.typing_copy(template, (fn_value, *args))
+        atom = PartialFn(GraphFn(graph), (fn_value,))
+    if isinstance(atom, PartialFn):
+        return PartialFn(PrimFn(j_partial_call(len(atom.args))),
+                         (AFunction(frozenset({JFn(atom.fn)})),
+                          *(_j_abstract(a) for a in atom.args)))
+    if isinstance(atom, PrimFn) and isinstance(atom.prim, MetaFunction):
+        return PrimFn(j_meta(atom.prim))
+    if isinstance(atom, JFn):
+        inner = j_of_atom(engine, atom.fn, args)
+        if inner is not None:
+            return j_of_atom(engine, inner, args) or JFn(inner)
+    return None
+
+
 def call_j(engine: Engine, atom: FunctionAtom, args: tuple, node: Optional[CNode]) -> Infer:
     """Type a call of ``J(f)`` as a call of the graph ``▸f`` (the engine's JFn caller)."""
     assert isinstance(atom, JFn)
+    reduced = j_of_atom(engine, atom.fn, args)
+    if reduced is not None:
+        value: Any = yield from engine.call_atom(reduced, args, node)
+        return value
     graph = transformed_graph(atom.fn, len(args), _context_of(engine))
     if graph is None:
         raise InferenceError(f"cannot infer a call of {atom} (the J transform of this kind of "
@@ -72,4 +119,4 @@ def call_j(engine: Engine, atom: FunctionAtom, args: tuple, node: Optional[CNode
     return result
 
 
-__all__ = ["call_j", "transformed_graph"]
+__all__ = ["call_j", "j_of_atom", "transformed_graph"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from anfir.errors import AnfirError
+from anfir.abstract.values import AString, ATuple, GraphSig
+from anfir.errors import AnfirError, AnfirTypeError
 from anfir.eval.compiler import code_for, compile_graph, disassemble
 from anfir.eval.vm import attach_location, enter, execute, locate
 from anfir.ir.graph import FuncGraph, Module
@@ -56,7 +57,34 @@ def run(graph: Any, *args: Any) -> Any:
     as FuncGraph, Closure, Partial or Primitive objects)."""
     if isinstance(graph, Module):
         graph = graph.entry
+    if isinstance(graph, FuncGraph) and isinstance(graph.abstract, GraphSig):
+        check_specialized_arguments(graph, graph.abstract, args)
     return call_function(graph, args)
+
+
+def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) -> None:
+    """Refuse arguments that differ from the constants ``graph`` was specialized for.
+
+    The specializer keeps the value of a string argument (a dtype name, a mode such
+    as ``"l2"``) and folds what depends on it, so the compiled graph computes the
+    result for that value only: any other value is an error, never a silent
+    wrong result."""
+    if len(args) != len(sig.params):
+        return  # the call reports the arity error
+    for index, (param, expected, arg) in enumerate(zip(graph.parameters, sig.params, args)):
+        stack = [(expected, arg)]
+        while stack:
+            abstract, value = stack.pop()
+            if isinstance(abstract, ATuple):
+                if isinstance(value, tuple) and len(value) == len(abstract.items):
+                    stack.extend(zip(abstract.items, value))
+                continue  # (a tuple of another shape: the graph's own code reports it)
+            if isinstance(abstract, AString) and isinstance(abstract.value, str) and value != abstract.value:
+                raise AnfirTypeError(
+                    f"@{graph.name} was compiled for argument {index + 1} ({param.name}) "
+                    f"containing the string {abstract.value!r}, and cannot run with {value!r}: "
+                    "its result was computed for that string; compile it with this value",
+                    graph.loc)
 
 
 __all__ = ["attach_location", "call_function", "code_for", "compile_graph", "disassemble",

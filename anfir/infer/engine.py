@@ -442,10 +442,11 @@ class Engine:
             raise GradientError(f"grad of a function whose output is not {kind} (got {out})", loc)
         grads = []
         for i in atom.wrt:
-            if not 0 <= i < len(args):
+            if not -len(args) <= i < len(args):  # (negative indices count from the end)
                 plural = "" if len(args) == 1 else "s"
                 raise GradientError(f"gradient with respect to argument {i}, but the function "
                                     f"is called with {len(args)} argument{plural}", loc)
+            i %= len(args)
             try:
                 grads.append(gradient_abstract(args[i], i, loc))
             except GradientError as err:
@@ -578,6 +579,8 @@ def _zero_of(a: AbstractValue) -> AbstractValue:
 
 
 def _meta_rule(meta: Any, args: tuple, loc: Any) -> AbstractValue:
+    if any(isinstance(a, AAny) for a in args):
+        return AAny()  # (a function value typed for unknown arguments)
     if meta not in (metas.grad, metas.value_and_grad):
         raise InferenceError(f"cannot infer the meta function {meta.name}", loc)
     fn = args[0]
@@ -592,8 +595,6 @@ def _meta_rule(meta: Any, args: tuple, loc: Any) -> AbstractValue:
             raise GradientError(f"the argument indices of {meta.name} must be integer constants, "
                                 f"not {a}", loc)
         wrt.append(int(a.value))
-    if len(set(wrt)) != len(wrt):
-        raise GradientError(f"{meta.name}: repeated argument index in {tuple(wrt)}", loc)
     indices = tuple(wrt) if wrt else (0,)
     with_value = meta is metas.value_and_grad
     return AFunction(frozenset(GradFn(atom, indices, with_value) for atom in fn.options))

@@ -42,7 +42,7 @@ from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.walk import toposort
+from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import structure
 
 
@@ -465,6 +465,11 @@ class CloneProvider(Provider):
                 for k, s in enumerate(sorted(specs, key=lambda x: x.serial), 1):
                     s.graph.name = f"{s.graph.name}_{k}"
         result = entry.graph
+        # Typing a call of a J-transformed closure manages the specs it transforms
+        # (managers merge), and that manager keeps the transforms made for typing as
+        # roots: the program's manager is computed from its own edges, afresh.
+        for g in reachable_graphs([result]):
+            g.manager = None
         mng = Manager([result])
         stray = [g for g in mng.graphs if g not in seen]
         if stray:

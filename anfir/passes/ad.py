@@ -25,18 +25,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from anfir.abstract.lattice import BOTTOM, abstract_of_value
-from anfir.abstract.values import AFunction, AScalar, AString, ATensor, GraphFn
+from anfir.abstract.values import AAny, AFunction, AScalar, AString, ATensor, GradFn, GraphFn, JFn, PartialFn
 from anfir.autodiff.forward import jvp_graph
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
 from anfir.autodiff.partials import static_arity
-from anfir.autodiff.runtime import grad_graph, normalize_wrt
+from anfir.autodiff.gradgraphs import grad_graph, normalize_wrt
 from anfir.dtypes import is_float
 from anfir.errors import AnfirError, GradientError
 from anfir.ir.clone import clone_scope, inline_call
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.walk import toposort
+from anfir.ir.walk import reachable_graphs, toposort
 from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import gradient, meta as metas
@@ -53,17 +53,108 @@ def run(program: "Program") -> "Program":
     manager = program.require_manager()
     context = JContext(static=True)
     count = 0
+    untyped: list[tuple[FuncGraph, Node]] = []
     while True:
         calls = _meta_calls(manager)
         if not calls:
             break
         call = _innermost(calls, manager)
-        _expand(manager, call, context)
+        _expand(manager, call, context, untyped)
         count += 1
+    for nabla, fn in untyped:
+        if nabla in manager.graphs and nabla.abstract is None:
+            # Still alive, and never called where its arguments are typed (the gradient of
+            # a built-in chosen by ``if`` and differentiated again): typed for any
+            # arguments, as the specializer types a function value it cannot place.
+            try:
+                infer_new_graph(nabla, [AAny() for _ in nabla.parameters])
+            except AnfirError:
+                raise GradientError("cannot type the gradient: its arguments' types are unknown",
+                                    fn.loc) from None
+    count += _expand_generated_calls(manager, program.entry)
     if count:
         program.stats["ad: grad expanded"] += count
         _track_entry_only(program)
     return program
+
+
+def _expand_generated_calls(manager: Manager, entry: Optional[FuncGraph]) -> int:
+    """Replace each call of a meta function the autodiff made (``J(grad)`` in the
+    transform of a graph that calls ``grad``, ``J`` of a built-in of varying arity)
+    by a call of the graph it stands for, typed for the call's arguments.
+
+    They come from a program built around a J-transform made before typing (what
+    ``anfir.grad`` returns): the specializer typed each call as a call of the graph
+    the meta function generates for these argument types, and that graph is what
+    the compiled program calls.  A worklist over the graphs the entry reaches (the
+    manager may also hold graphs of the user's it merged with): the new graphs are
+    scanned too."""
+    count = 0
+    queue = reachable_graphs([entry]) if entry is not None else list(manager.graphs)
+    seen: set[FuncGraph] = set()
+    while queue:
+        graph = queue.pop()
+        if graph in seen or graph not in manager.graphs:
+            continue
+        seen.add(graph)
+        for node in list(toposort(graph, manager)):
+            head = node.inputs[0] if isinstance(node, CNode) else None
+            meta = head.value if isinstance(head, ValueNode) else None
+            if not isinstance(meta, MetaFunction) or any(meta is m for m in _GRADS):
+                continue
+            assert isinstance(node, CNode)
+            sig = tuple(a.abstract for a in node.inputs[1:])
+            if any(_captures(a) for a in sig):
+                raise GradientError(
+                    f"cannot compile {meta.name} of a closure in a graph built around a "
+                    "J-transform (anfir.grad of a program whose grad differentiates a "
+                    "closure): its gradient environment is keyed by nodes the compiled "
+                    "program no longer has. Compile the program with the grad call in it "
+                    "(def main(x) = grad(f)(x)), which is the same gradient", node.loc)
+            typed = all(a is not None and not isinstance(a, AAny) for a in sig)
+            made = (meta.generate_for_types(sig) if meta.generate_for_types is not None and typed
+                    else None)
+            if made is None and meta.generate is not None and all(
+                    isinstance(a, ValueNode) for a in node.inputs[1:]):
+                # In a graph left untyped (a function value the specializer only typed
+                # generically): its constants still say what the call makes.
+                made = meta.generate(tuple(a.value for a in node.inputs[1:]))  # type: ignore[attr-defined]
+                typed = False
+            if made is None:
+                raise GradientError(f"cannot compile a call of {meta.name}: the function it "
+                                    "transforms is only known at run time", node.loc)
+            copy, _ = clone_scope(made, note=f"ad: {meta.name}")
+            _locate(copy, node)
+            callee = ValueNode(copy, node.loc, head.name)  # type: ignore[union-attr]
+            node.set_input(0, callee)
+            if typed:
+                callee.abstract = AFunction(frozenset({GraphFn(copy)}))
+                infer_new_graph(copy, sig)
+            count += 1
+            queue.extend(manager.graphs_used.get(graph, ()))
+    return count
+
+
+def _captures(abstract: Any) -> bool:
+    """Whether a function of type ``abstract`` may be a closure (it captures values),
+    or a partial application binding one."""
+    stack = [abstract]
+    while stack:
+        a = stack.pop()
+        if not isinstance(a, AFunction):
+            continue
+        for atom in a.options:
+            while isinstance(atom, (JFn, GradFn)):
+                atom = atom.fn
+            if isinstance(atom, PartialFn):
+                stack.append(AFunction(frozenset({atom.fn})))
+                stack.extend(atom.args)
+            elif isinstance(atom, GraphFn):
+                graph = atom.graph
+                manager = graph.manager
+                if manager is not None and manager.free_variables_total(graph):
+                    return True
+    return False
 
 
 def _track_entry_only(program: "Program") -> None:
@@ -177,10 +268,11 @@ def _is_integer(abstract: Any) -> bool:
             or isinstance(abstract, AString))
 
 
-def _expand(manager: Manager, call: CNode, context: JContext) -> None:
+def _expand(manager: Manager, call: CNode, context: JContext,
+            untyped: list[tuple[FuncGraph, Node]]) -> None:
     meta: MetaFunction = call.inputs[0].value  # type: ignore[attr-defined]
     if meta is metas.jvp:
-        _expand_jvp(manager, call, context)
+        _expand_jvp(manager, call, context, untyped)
         return
     if _fails_when_called(manager, call):
         return
@@ -212,10 +304,12 @@ def _expand(manager: Manager, call: CNode, context: JContext) -> None:
     nabla.name = f"∇{target.name}" if target is not None else "∇"
     _resolve_known_j(manager, nabla, context)  # J(f) itself included, when f is known
     closure.abstract = AFunction(frozenset({GraphFn(nabla)}))
-    _type_new_graph(manager, closure, nabla, fn)
+    if not _type_new_graph(manager, closure, nabla, fn):
+        untyped.append((nabla, fn))
 
 
-def _expand_jvp(manager: Manager, call: CNode, context: JContext) -> None:
+def _expand_jvp(manager: Manager, call: CNode, context: JContext,
+                untyped: list[tuple[FuncGraph, Node]]) -> None:
     """``jvp(f)`` → the closure of :func:`~anfir.autodiff.forward.jvp_graph`, whose
     ``grad`` call the next rounds of :func:`run` expand in turn."""
     if len(call.inputs) != 2:
@@ -235,7 +329,8 @@ def _expand_jvp(manager: Manager, call: CNode, context: JContext) -> None:
     tangent.name = f"jvp▸{target.name}" if target is not None else "jvp▸"
     _resolve_known_j(manager, tangent, context)
     closure.abstract = AFunction(frozenset({GraphFn(tangent)}))
-    _type_new_graph(manager, closure, tangent, fn, tangents=True)
+    if not _type_new_graph(manager, closure, tangent, fn, tangents=True):
+        untyped.append((tangent, fn))
 
 
 def _resolve_known_j(manager: Manager, nabla: FuncGraph, context: JContext) -> None:
@@ -291,12 +386,16 @@ def _locate(graph: FuncGraph, call: CNode) -> None:
 
 
 def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: Node,
-                    tangents: bool = False) -> None:
-    """Type ``∇`` (and the transformed graphs it reaches) for its first call site.
+                    tangents: bool = False) -> bool:
+    """Type ``∇`` (and the transformed graphs it reaches) for its first call site;
+    False when nothing gives its signature yet.
 
     Without a call site, the signature is that of the differentiated function
     (twice over with ``tangents``: a jvp closure takes a tangent per argument,
-    of its argument's type)."""
+    of its argument's type).  When neither says (``grad(grad(sin))``: the inner
+    ``∇`` is only differentiated, and ``sin`` takes any number), ``∇`` is left
+    untyped: the outer expansion transforms it and types its transform where it
+    is called; :func:`run` reports a ``∇`` still untyped at the end."""
     sig = None
     for user, index in manager.users.get(closure, {}):
         if isinstance(user, CNode) and index == 0 and all(a.abstract is not None for a in user.inputs[1:]):
@@ -313,7 +412,8 @@ def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: 
         if graphs and all(p.abstract is not None for p in graphs[0].parameters):
             sig = [p.abstract for p in graphs[0].parameters]
     if sig is None:
-        raise GradientError("cannot type the gradient: its arguments' types are unknown", fn.loc)
+        return False
     if tangents and len(sig) * 2 == len(nabla.parameters):
         sig = sig + sig
     infer_new_graph(nabla, sig)
+    return True

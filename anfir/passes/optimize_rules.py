@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from anfir.dtypes import is_float, is_integer
+from anfir.dtypes import is_integer
 from anfir.errors import AnfirError
 from anfir.ir.attrs import is_attr_value
 from anfir.ir.graph import FuncGraph
@@ -284,12 +284,33 @@ def partial_elimination(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return ctx.apply(node.graph, inputs, like=node, abstract=node.abstract)
 
 
-def arithmetic_identity(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
-    """``x * 1``, ``1 * x``, ``x + 0``, ``0 + x``, ``x - 0``, ``x / 1``, ``x ** 1`` → ``x``;
-    ``x * 0``, ``0 * x`` → zeros.
+def _zero_with_sign(node: Node, negative: bool) -> bool:
+    """Whether ``node`` is the constant zero, and, if it holds floats, the zero of
+    that sign: ``x + (-0.0)`` and ``x - 0.0`` are ``x`` for every IEEE ``x``, but
+    ``(-0.0) + 0.0`` is ``+0.0``."""
+    if not _numeric_constant(node, 0):
+        return False
+    v = node.value  # type: ignore[attr-defined]
+    if isinstance(v, (int, np.integer)) or (isinstance(v, np.ndarray) and v.dtype.kind in "iu"):
+        return True
+    return bool(np.all(np.signbit(v) == negative))
 
-    Only when the types prove it: ``x`` has the result's type (so an int never
-    becomes a float, and broadcasting never changes a shape).
+
+def _integral(abstract: Any) -> bool:
+    dtype = getattr(abstract, "dtype", None)
+    return type(abstract).__name__ in ("AScalar", "ATensor") and dtype is not None and (
+        is_integer(dtype) or dtype == "bool")
+
+
+def arithmetic_identity(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``x * 1``, ``1 * x``, ``x + (-0.0)``, ``x - 0.0``, ``x / 1``, ``x ** 1`` → ``x``;
+    on integers also ``x + 0``, ``0 + x`` → ``x`` and ``x * 0``, ``0 * x`` → zeros.
+
+    Exact for every IEEE value: ``x * 0.0`` is nan for an infinite or nan ``x``
+    and ``-0.0`` for a negative one, and ``(-0.0) + 0.0`` is ``+0.0``, so those
+    are left to run time on floats.  Only when the types prove it: ``x`` has the
+    result's type (so an int never becomes a float, and broadcasting never
+    changes a shape).
     """
     prim = callee_primitive(node)
     if prim is None or len(node.inputs) != 3:
@@ -301,16 +322,19 @@ def arithmetic_identity(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
             candidate = a
         elif _numeric_constant(a, 1):
             candidate = b
-        elif _numeric_constant(b, 0) or _numeric_constant(a, 0):
+        elif (_numeric_constant(b, 0) or _numeric_constant(a, 0)) and _integral(node.abstract):
             other = a if _numeric_constant(b, 0) else b
             return _zeros_for(node, other, ctx)
     elif prim is _ADD:
-        if _numeric_constant(b, 0):
+        if _zero_with_sign(b, True):
             candidate = a
-        elif _numeric_constant(a, 0):
+        elif _zero_with_sign(a, True):
             candidate = b
-    elif prim is _SUB or prim is _DIV or prim is _POW:
-        if _numeric_constant(b, 0 if prim is _SUB else 1):
+    elif prim is _SUB:
+        if _zero_with_sign(b, False):
+            candidate = a
+    elif prim is _DIV or prim is _POW:
+        if _numeric_constant(b, 1):
             candidate = a
     if candidate is None or not ctx.same_type(candidate, node):
         return None
@@ -318,15 +342,13 @@ def arithmetic_identity(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 
 
 def _zeros_for(node: CNode, other: Node, ctx: "RewriteContext") -> Optional[Node]:
-    # x * 0: zeros of the result's type, only when that is x's type too.
+    # x * 0 on integers: zeros of the result's type, only when that is x's type too.
     if not ctx.same_type(other, node):
         return None
     abstract = node.abstract
     kind = type(abstract).__name__
     dtype = getattr(abstract, "dtype", "")
     if kind == "AScalar":
-        if is_float(dtype):
-            return ctx.constant(0.0, like=node)
         if is_integer(dtype):
             return ctx.constant(0, like=node)
         return None

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from anfir import limits
-from anfir.errors import AnfirRuntimeError
+from anfir.errors import AnfirRuntimeError, AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
 
@@ -20,12 +20,32 @@ FAMILY = "arithmetic"
 _SCALARS = (int, float, bool)
 
 
-def _unary(scalar_fn: Callable[[Any], Any], array_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _refuse_tuple(name: str) -> Any:
+    # A tuple is not an operand of elementwise arithmetic (its type rule says
+    # so): Python's ``+`` would concatenate and numpy would make an array of it.
+    raise AnfirTypeError(f"{name} needs numbers or tensors, not a tuple")
+
+
+def _unary(scalar_fn: Callable[[Any], Any], array_fn: Callable[[Any], Any],
+           name: str = "") -> Callable[[Any], Any]:
     def impl(x: Any) -> Any:
         if type(x) is float or type(x) is int:
             return scalar_fn(x)
+        if x.__class__ is tuple:
+            _refuse_tuple(name or getattr(array_fn, "__name__", "this operation"))
         return array_fn(x)
 
+    return impl
+
+
+def _on_data(op: Callable[[Any, Any], Any], name: str) -> Callable[[Any, Any], Any]:
+    """``op`` (Python's operator, fast on scalars) refusing tuple operands."""
+    def impl(x: Any, y: Any) -> Any:
+        if x.__class__ is tuple or y.__class__ is tuple:
+            _refuse_tuple(name)
+        return op(x, y)
+
+    impl.__name__ = name
     return impl
 
 
@@ -49,7 +69,8 @@ def _float_fn(fn: Callable[[float], float], np_fn: Callable[[Any], Any],
         with np.errstate(all="ignore"):
             return np_fn(x)
 
-    return _unary(scalar, np_fn if total else array)
+    return _unary(scalar, np_fn if total else array,
+                  getattr(fn, "__name__", "").strip("_").removesuffix("_scalar"))
 
 
 def _too_large(what: str) -> AnfirRuntimeError:
@@ -59,6 +80,8 @@ def _too_large(what: str) -> AnfirRuntimeError:
 
 
 def _pow(x: Any, y: Any) -> Any:
+    if x.__class__ is tuple or y.__class__ is tuple:
+        _refuse_tuple("pow")
     if type(x) in (int, float) and type(y) in (int, float):
         if type(x) is int and type(y) is int:
             if y < 0:
@@ -90,6 +113,8 @@ def _cheap_pow(values: Sequence[Any]) -> bool:
 
 
 def _div(x: Any, y: Any) -> Any:
+    if x.__class__ is tuple or y.__class__ is tuple:
+        _refuse_tuple("div")
     if type(x) in (int, float) and type(y) in (int, float):
         if y == 0:
             with np.errstate(all="ignore"):
@@ -132,6 +157,8 @@ def _binary_np(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[Any, Any],
     def impl(x: Any, y: Any) -> Any:
         if type(x) in (int, float, bool) and type(y) in (int, float, bool):
             return scalar_fn(x, y)
+        if x.__class__ is tuple or y.__class__ is tuple:
+            _refuse_tuple(np_fn.__name__)
         return np_fn(x, y)
 
     return impl
@@ -150,6 +177,8 @@ def _logical(name: str, np_fn: Callable[[Any, Any], Any],
     def impl(x: Any, y: Any) -> Any:
         if isinstance(x, (bool, np.bool_)) and isinstance(y, (bool, np.bool_)):
             return scalar_fn(bool(x), bool(y))
+        if x.__class__ is tuple or y.__class__ is tuple:
+            _refuse_tuple(name)
         _check_bool(name, x)
         _check_bool(name, y)
         return np_fn(x, y)
@@ -160,23 +189,25 @@ def _logical(name: str, np_fn: Callable[[Any, Any], Any],
 def _logical_not(x: Any) -> Any:
     if isinstance(x, (bool, np.bool_)):
         return not x
+    if x.__class__ is tuple:
+        _refuse_tuple("logical_not")
     _check_bool("logical_not", x)
     return np.logical_not(x)
 
 
-add = declare("add", 2, operator.add, infer=rules.elementwise("add"), family=FAMILY,
+add = declare("add", 2, _on_data(operator.add, "add"), infer=rules.elementwise("add"), family=FAMILY,
     symbolic=operator.add, doc="add(x, y) — x + y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(dout, y)) end")
-sub = declare("sub", 2, operator.sub, infer=rules.elementwise("sub"), family=FAMILY,
+sub = declare("sub", 2, _on_data(operator.sub, "sub"), infer=rules.elementwise("sub"), family=FAMILY,
     symbolic=operator.sub, doc="sub(x, y) — x - y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(-dout, y)) end")
-mul = declare("mul", 2, _mul, infer=rules.elementwise("mul"), family=FAMILY,
+mul = declare("mul", 2, _on_data(_mul, "mul"), infer=rules.elementwise("mul"), family=FAMILY,
     symbolic=operator.mul, doc="mul(x, y) — x * y, elementwise",
     bprop="lambda (x, y, out, dout) (sum_to(dout * y, x), sum_to(x * dout, y)) end")
 div = declare("div", 2, _div, infer=rules.elementwise("div"), family=FAMILY,
               doc="div(x, y) — x / y, true division (ints give a float); x / 0 is inf or nan",
     bprop="lambda (x, y, out, dout) (sum_to(dout / y, x), sum_to(-dout * out / y, y)) end")
-neg = declare("neg", 1, operator.neg, infer=rules.elementwise("neg"), family=FAMILY,
+neg = declare("neg", 1, _unary(operator.neg, operator.neg, "neg"), infer=rules.elementwise("neg"), family=FAMILY,
     symbolic=operator.neg, doc="neg(x) — -x",
     bprop="lambda (x, out, dout) (-dout,) end")
 pow_ = declare("pow", 2, _pow, infer=rules.elementwise("pow"), family=FAMILY, fold_guard=_cheap_pow, doc="pow(x, y) — x ** y, elementwise",
@@ -201,9 +232,9 @@ tanh = declare("tanh", 1, _float_fn(math.tanh, np.tanh, total=True), infer=rules
 sqrt = declare("sqrt", 1, _float_fn(math.sqrt, np.sqrt), infer=rules.elementwise("sqrt"), family=FAMILY,
                doc="sqrt(x) — square root (nan below 0)",
     bprop="lambda (x, out, dout) (dout / (2.0 * out),) end")
-abs_ = declare("abs", 1, _unary(abs, np.abs), infer=rules.elementwise("abs"), family=FAMILY, doc="abs(x) — |x|",
+abs_ = declare("abs", 1, _unary(abs, np.abs, "abs"), infer=rules.elementwise("abs"), family=FAMILY, doc="abs(x) — |x|",
     bprop="lambda (x, out, dout) (dout * sign(x),) end")
-sign = declare("sign", 1, _unary(_sign_scalar, np.sign), infer=rules.elementwise("sign"), family=FAMILY,
+sign = declare("sign", 1, _unary(_sign_scalar, np.sign, "sign"), infer=rules.elementwise("sign"), family=FAMILY,
                doc="sign(x) — -1, 0 or 1 (as x's type)",
                bprop="lambda (x, out, dout) (zeros_like(x),) end")
 maximum = declare("maximum", 2, _binary_np(np.maximum, max), infer=rules.elementwise("maximum"), family=FAMILY,
@@ -215,7 +246,7 @@ minimum = declare("minimum", 2, _binary_np(np.minimum, min), infer=rules.element
 sigmoid = declare("sigmoid", 1, _float_fn(_sigmoid_scalar, _sigmoid_array, total=True), infer=rules.elementwise("sigmoid"), family=FAMILY,
                   doc="sigmoid(x) — 1 / (1 + exp(-x))",
     bprop="lambda (x, out, dout) (dout * out * (1.0 - out),) end")
-relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0)), infer=rules.elementwise("relu"), family=FAMILY,
+relu = declare("relu", 1, _unary(_relu_scalar, lambda x: np.maximum(x, 0), "relu"), infer=rules.elementwise("relu"), family=FAMILY,
                doc="relu(x) — max(x, 0)",
     bprop="lambda (x, out, dout) (dout * cast_like(x > 0, dout),) end")
 softplus = declare("softplus", 1, _float_fn(_softplus_scalar, _softplus_array, total=True),
@@ -224,12 +255,12 @@ softplus = declare("softplus", 1, _float_fn(_softplus_scalar, _softplus_array, t
     bprop="lambda (x, out, dout) (dout * sigmoid(x),) end")
 
 _CMP = "comparison"
-lt = declare("lt", 2, operator.lt, infer=rules.elementwise("lt"), family=_CMP, differentiable=False, doc="lt(x, y) — x < y")
-le = declare("le", 2, operator.le, infer=rules.elementwise("le"), family=_CMP, differentiable=False, doc="le(x, y) — x <= y")
-gt = declare("gt", 2, operator.gt, infer=rules.elementwise("gt"), family=_CMP, differentiable=False, doc="gt(x, y) — x > y")
-ge = declare("ge", 2, operator.ge, infer=rules.elementwise("ge"), family=_CMP, differentiable=False, doc="ge(x, y) — x >= y")
-eq = declare("eq", 2, operator.eq, infer=rules.elementwise("eq"), family=_CMP, differentiable=False, doc="eq(x, y) — x == y")
-ne = declare("ne", 2, operator.ne, infer=rules.elementwise("ne"), family=_CMP, differentiable=False, doc="ne(x, y) — x != y")
+lt = declare("lt", 2, _on_data(operator.lt, "lt"), infer=rules.elementwise("lt"), family=_CMP, differentiable=False, doc="lt(x, y) — x < y")
+le = declare("le", 2, _on_data(operator.le, "le"), infer=rules.elementwise("le"), family=_CMP, differentiable=False, doc="le(x, y) — x <= y")
+gt = declare("gt", 2, _on_data(operator.gt, "gt"), infer=rules.elementwise("gt"), family=_CMP, differentiable=False, doc="gt(x, y) — x > y")
+ge = declare("ge", 2, _on_data(operator.ge, "ge"), infer=rules.elementwise("ge"), family=_CMP, differentiable=False, doc="ge(x, y) — x >= y")
+eq = declare("eq", 2, _on_data(operator.eq, "eq"), infer=rules.elementwise("eq"), family=_CMP, differentiable=False, doc="eq(x, y) — x == y")
+ne = declare("ne", 2, _on_data(operator.ne, "ne"), infer=rules.elementwise("ne"), family=_CMP, differentiable=False, doc="ne(x, y) — x != y")
 logical_and = declare("logical_and", 2, _logical("logical_and", np.logical_and, lambda a, b: a and b),
                       infer=rules.elementwise("logical_and"), family=_CMP, differentiable=False,
                       doc="logical_and(x, y) — x and y (both are evaluated: calls are strict)")

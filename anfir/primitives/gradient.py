@@ -28,7 +28,7 @@ import numpy as np
 
 from anfir.abstract.lattice import JoinError, is_float_scalar, join, map_tuple_leaves, widen
 from anfir.abstract.rules import broadcast_shapes, int_value, shape_of_abstract, tensor_or_scalar
-from anfir.abstract.values import AEnv, AFunction, ANone, AScalar, AString, ATensor, ATuple, JFn
+from anfir.abstract.values import UNKNOWN, AEnv, AFunction, ANone, AScalar, AString, ATensor, ATuple, JFn
 from anfir.dtypes import is_float
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
 from anfir.ir.upcalls import UPCALLS
@@ -347,15 +347,36 @@ def _infer_size(x: Any) -> Any:
 
 def _infer_tuple_setitem(t: Any, i: Any, v: Any) -> Any:
     index = int_value(i, "a tuple index")
-    if not isinstance(t, ATuple) or index is None or not -len(t.items) <= index < len(t.items):
-        raise AnfirTypeError(f"tuple_setitem needs a tuple and a constant index in range, not {t}, {i}")
+    if not isinstance(t, ATuple) or (index is not None and not -len(t.items) <= index < len(t.items)):
+        raise AnfirTypeError(f"tuple_setitem needs a tuple and an index in range, not {t}, {i}")
     items = list(t.items)
-    items[index] = _widen(v)
-    return ATuple(tuple(items))
+    if index is not None:
+        items[index] = _widen(v)
+        return ATuple(tuple(items))
+    # An index known only at run time (the gradient of ``t[k]``): any element may be
+    # the one replaced, so each has the join of its type and v's.
+    try:
+        return ATuple(tuple(_widen(join(item, v)) for item in items))
+    except JoinError:
+        raise AnfirTypeError(f"tuple_setitem with an index known only at run time needs elements "
+                             f"of one type, not {t} and {v}") from None
 
 
-def _infer_identity_first(x: Any, *rest: Any) -> Any:
-    return x
+def _infer_invert_permutation(perm: Any) -> Any:
+    """The inverse permutation's type: its values are those of the inverse, never
+    ``perm``'s own (a permutation that is not its own inverse would otherwise give
+    the transposed gradient ``perm``'s shape)."""
+    if isinstance(perm, ANone):
+        return perm
+    found = perm.items if isinstance(perm, ATuple) else None
+    if found is None or not all(isinstance(i, AScalar) for i in found):
+        raise AnfirTypeError(f"invert_permutation needs a tuple of axes, not {perm}")
+    items = [i for i in found if isinstance(i, AScalar)]
+    values = [i.value for i in items]
+    if any(v is UNKNOWN for v in values):
+        return ATuple(tuple(AScalar(i.dtype) for i in items))
+    inverse = _invert_permutation(tuple(values))
+    return ATuple(tuple(AScalar(i.dtype, v) for i, v in zip(items, inverse)))
 
 
 def _infer_grad_seed(v: Any) -> Any:
@@ -438,8 +459,8 @@ tuple_setitem = declare("tuple_setitem", 3, _tuple_setitem, infer=_infer_tuple_s
                         bprop="""lambda (t, i, v, out, dout)
                             (tuple_setitem(dout, i, zeros_like(v)), zeros_like(i), tuple_getitem(dout, i))
                         end""")
-invert_permutation = declare("invert_permutation", 1, _invert_permutation, infer=_infer_identity_first, family=FAMILY,
-                             internal=True, differentiable=False,
+invert_permutation = declare("invert_permutation", 1, _invert_permutation, infer=_infer_invert_permutation,
+                             family=FAMILY, internal=True, differentiable=False,
                              doc="invert_permutation(p) — the inverse of an axis permutation")
 grad_seed = declare("grad_seed", 1, grad_seed_value, infer=_infer_grad_seed, family=FAMILY, internal=True,
                     differentiable=False, foldable=False,

@@ -46,8 +46,8 @@ def _partial(fn: Any, *args: Any) -> Partial:
 
 def zeros_like_value(x: Any) -> Any:
     """The zero gradient for a value: 0 of scalars, zero arrays, tuples of zeros,
-    an empty GradEnv for functions (a partial: the zeros of its arguments),
-    None for None and strings."""
+    an empty GradEnv for functions (partial applications included), None for None
+    and strings."""
     if isinstance(x, bool):
         return False
     if isinstance(x, (int, float)):
@@ -60,9 +60,6 @@ def zeros_like_value(x: Any) -> Any:
         return tuple(zeros_like_value(v) for v in x)
     if x is None or isinstance(x, str):
         return None
-    if isinstance(x, Partial):
-        # The gradient of a partial application is the gradients of what it holds.
-        return tuple(zeros_like_value(a) for a in x.args)
     return GradEnv()  # a function value: its gradient is an (empty) environment
 
 

@@ -9,10 +9,12 @@ import numpy as np
 from anfir.errors import AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
-from anfir.dtypes import ELEMENT_TYPES, check_dtype, is_float, numpy_name
+from anfir.dtypes import ELEMENT_TYPES, LITERAL_DTYPES, check_dtype, numpy_name
 from anfir.values import DType
 
 FAMILY = "tensor"
+_PYTHON_SCALARS = frozenset(LITERAL_DTYPES.values())
+"""The dtypes whose scalars are Python values (``bool``, ``int``, ``float``)."""
 
 
 def _dtype_arg(dtype: Any) -> str:
@@ -72,7 +74,11 @@ def _broadcast_to(x: Any, shape: Any) -> Any:
 
 
 def _shape(x: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in np.shape(x))
+    if isinstance(x, np.ndarray):
+        return tuple(int(d) for d in x.shape)
+    if isinstance(x, (bool, int, float, np.generic)):
+        return ()
+    raise AnfirTypeError(f"shape needs a tensor or a number, not {type(x).__name__}")
 
 
 def _zeros(shape: Any, dtype: Any = "f64") -> np.ndarray:
@@ -105,8 +111,14 @@ def _small_result(position: int) -> Any:
 
 
 def _where(c: Any, a: Any, b: Any) -> Any:
-    if isinstance(c, (bool, np.bool_)) and np.ndim(a) == 0 and np.ndim(b) == 0:
-        return a if c else b
+    if isinstance(c, (bool, np.bool_)):
+        if np.ndim(a) == 0 and np.ndim(b) == 0:
+            return a if c else b
+    elif not (isinstance(c, np.ndarray) and c.dtype == np.bool_):
+        what = f"a {c.dtype.name} tensor" if isinstance(c, np.ndarray) else type(c).__name__
+        raise AnfirTypeError(f"the condition of where must be a bool or a bool tensor, not {what}")
+    if a.__class__ is tuple or b.__class__ is tuple:
+        raise AnfirTypeError("where needs numbers or tensors, not a tuple")
     return np.where(c, a, b)
 
 
@@ -121,14 +133,18 @@ def _array(nested: Any) -> np.ndarray:
 
 
 def _cast(x: Any, dtype: Any) -> Any:
+    """``x`` converted to ``dtype`` the way numpy converts a tensor's elements
+    (integers wrap around, floats round to the precision), on a scalar too: a
+    scalar of a literal's type (``bool``, ``i64``, ``f64``) is a Python value, any
+    other a numpy scalar of that dtype (``cast(1000, "i8")`` is ``int8(-24)``)."""
     name = _dtype_arg(dtype)
     if isinstance(x, np.ndarray):
         return x.astype(numpy_name(name))
-    if name == "bool":
-        return bool(x)
-    if is_float(name):
-        return float(x)
-    return int(x)
+    if x.__class__ is tuple or isinstance(x, str) or x is None:
+        raise AnfirTypeError(f"cast needs a number or a tensor, not {type(x).__name__}")
+    with np.errstate(all="ignore"):
+        value = np.array(x).astype(numpy_name(name))[()]
+    return value.item() if name in _PYTHON_SCALARS else value
 
 
 matmul = declare("matmul", 2, _matmul, infer=rules.matmul_rule, family=FAMILY,
