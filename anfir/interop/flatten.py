@@ -747,7 +747,10 @@ class Walker:
         return FnUnion(tag, (*opts_a, *opts_b))
 
     def tag_index(self, tag: Any, block: Block, loc: Optional[Location], what: str) -> SV:
-        """A union's tag as an i64 index (a :class:`CondTag` becomes ``cond ? 0 : 1``)."""
+        """A union's tag as an i64 index (a :class:`CondTag` becomes ``cond ? 0 : 1``;
+        None — a single function — is 0)."""
+        if tag is None:
+            return Known(0)
         if isinstance(tag, CondTag):
             return self.select(Leaf(tag.cond), Known(0), Known(1), block, loc, what)
         assert isinstance(tag, SV)
@@ -1206,6 +1209,7 @@ WALKER_ONLY: frozenset[Primitive] = frozenset({
     structure.identity, structure.stop_gradient, tensor.shape, gradient.J, gradient.newenv,
     gradient.env_setitem, gradient.env_getitem, gradient.tuple_setitem,
     gradient.invert_permutation, gradient.grad_arg_check, gradient.grad_seed,
+    gradient.tangent_scale,
 })
 """The primitives that never reach a target's rule table (the walker takes them apart)."""
 

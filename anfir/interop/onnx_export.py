@@ -287,6 +287,17 @@ def _softplus(w: OnnxWriter, op: Op) -> None:
     w.node("Add", [t[0], t[5]], [out.name])
 
 
+def _relu(w: OnnxWriter, op: Op) -> None:
+    # ONNX Relu is for floats (onnxruntime has no integer kernel): integers take Max(x, 0).
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    if is_float(d):
+        w.node("Relu", [x], [out.name])
+    else:
+        w.node("Max", [x, w.const(0, d)], [out.name])
+
+
 def _matmul(w: OnnxWriter, op: Op) -> None:
     out = op.results[0]
     d = w.dtype(out)
@@ -586,7 +597,7 @@ RULES: dict[Primitive, OnnxRule] = {
     arith.maximum: binary("Max"),
     arith.minimum: binary("Min"),
     arith.sigmoid: unary("Sigmoid"),
-    arith.relu: unary("Relu"),
+    arith.relu: _relu,
     arith.softplus: _softplus,
     arith.lt: compare("Less"),
     arith.le: compare("LessOrEqual"),
