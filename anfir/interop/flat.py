@@ -182,6 +182,122 @@ class NameAllocator:
         return name
 
 
+# -- dead code -----------------------------------------------------------------------------
+def prune(program: FlatProgram) -> int:
+    """Remove the ops whose results nothing reads, and the ``If`` results nothing
+    reads (with what each branch yields for them).  Loops stay whole (their
+    state is carried).  Returns how many statements and results went.
+
+    The walker evaluates every node of a graph, so values only a part it took
+    apart needed (a forward value no gradient reads, a negated condition) are
+    left behind; this keeps the model to what runs.  Use counts and a
+    worklist: linear in the program's size.
+    """
+    uses: dict[int, int] = {}
+    owner: dict[int, Statement] = {}
+    blocks: list[Block] = []
+    stack = [program.body]
+    while stack:
+        block = stack.pop()
+        blocks.append(block)
+        for statement in block.ops:
+            for value in statement.results:
+                owner[id(value)] = statement
+            for value in _reads(statement):
+                uses[id(value)] = uses.get(id(value), 0) + 1
+            stack += _inner_blocks(statement)
+        for value in _operand_values(block.results):
+            uses[id(value)] = uses.get(id(value), 0) + 1
+    dead: set[int] = set()
+    removed: set[int] = set()
+    count = 0
+    work = [v for statement in owner.values() for v in statement.results if not uses.get(id(v))]
+    while work:
+        value = work.pop()
+        if id(value) in dead or uses.get(id(value)):
+            continue
+        statement = owner[id(value)]
+        freed: list[Value] = []
+        if isinstance(statement, LoopOp) or id(statement) in removed:
+            continue
+        if isinstance(statement, IfOp):
+            gone = [i for i, v in enumerate(statement.results) if not uses.get(id(v))]
+            keep = [i for i in range(len(statement.results)) if i not in gone]
+            for branch in (statement.then_block, statement.else_block):
+                freed += _operand_values([branch.results[i] for i in gone])
+                branch.results = [branch.results[i] for i in keep]
+            dead.update(id(statement.results[i]) for i in gone)
+            count += len(gone)
+            statement.results = tuple(statement.results[i] for i in keep)
+            if not keep:
+                reads, inside = _contents([statement.then_block, statement.else_block])
+                dead.update(inside)
+                freed += [statement.cond] + [v for v in reads if id(v) not in inside]
+                removed.add(id(statement))
+        else:
+            if any(uses.get(id(v)) for v in statement.results):
+                continue
+            dead.update(id(v) for v in statement.results)
+            freed = _reads(statement)
+            removed.add(id(statement))
+            count += 1
+        for v in freed:
+            if id(v) in dead:
+                continue
+            uses[id(v)] -= 1
+            if not uses[id(v)] and id(v) in owner:
+                work.append(v)
+    for block in blocks:
+        block.ops = [statement for statement in block.ops if id(statement) not in removed]
+    return count
+
+
+def _inner_blocks(statement: Statement) -> list[Block]:
+    if isinstance(statement, IfOp):
+        return [statement.then_block, statement.else_block]
+    if isinstance(statement, LoopOp):
+        return [statement.body]
+    return []
+
+
+def _operand_values(operands: Any) -> list[Value]:
+    """The values among (nested tuples of) operands."""
+    found: list[Value] = []
+    stack = list(operands)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Value):
+            found.append(item)
+        elif isinstance(item, tuple):
+            stack.extend(item)
+    return found
+
+
+def _reads(statement: Statement) -> list[Value]:
+    """The values a statement reads directly (not those its blocks read)."""
+    if isinstance(statement, Op):
+        return _operand_values(statement.args)
+    if isinstance(statement, IfOp):
+        return [statement.cond]
+    return _operand_values(statement.init)
+
+
+def _contents(roots: list[Block]) -> tuple[list[Value], set[int]]:
+    """What ``roots`` and the blocks in them read, and the ids of the values they define."""
+    reads: list[Value] = []
+    defined: set[int] = set()
+    stack = list(roots)
+    while stack:
+        current = stack.pop()
+        defined.update(id(v) for v in current.params)
+        for statement in current.ops:
+            reads += _reads(statement)
+            defined.update(id(v) for v in statement.results)
+            stack += _inner_blocks(statement)
+        reads += _operand_values(current.results)
+    return reads, defined
+
+
 # -- the operations only the flat program has --------------------------------------------
 def _dim_impl(x: Any, axis: int) -> int:
     return int(np.shape(x)[axis])
@@ -223,5 +339,5 @@ def is_value_type(t: Any) -> bool:
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
-    "is_value_type", "shape_of_type",
+    "is_value_type", "prune", "shape_of_type",
 ]

@@ -61,7 +61,7 @@ from anfir.dtypes import dtype_name, is_float, numpy_dtype
 from anfir.errors import AnfirError, ExportError
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Structure, Undefined,
-    Value, dtype_of_type, is_value_type,
+    Value, dtype_of_type, is_value_type, prune,
 )
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, analyse
@@ -1221,7 +1221,38 @@ def flatten_program(graph: FuncGraph) -> FlatProgram:
     Raises :class:`~anfir.errors.ExportError`, located at the node, for what a
     first-order target cannot express.
     """
-    return Walker(graph).program()
+    program = Walker(graph).program()
+    prune(program)
+    selects_for_trivial_ifs(program)
+    return program
+
+
+def selects_for_trivial_ifs(program: FlatProgram) -> int:
+    """An ``If`` whose branches compute nothing (each yields constants or outer
+    values: the tag of a backpropagator chosen by ``if``) becomes one ``switch``
+    op per result, which a target writes as a select.  Returns how many went."""
+    count = 0
+    stack = [program.body]
+    while stack:
+        block = stack.pop()
+        ops: list[Any] = []
+        for statement in block.ops:
+            if (isinstance(statement, IfOp) and not statement.then_block.ops
+                    and not statement.else_block.ops
+                    and not any(isinstance(o, Undefined) for o in
+                                [*statement.then_block.results, *statement.else_block.results])):
+                for value, a, b in zip(statement.results, statement.then_block.results,
+                                       statement.else_block.results):
+                    ops.append(Op(structure.switch, (statement.cond, a, b), (value,), statement.loc))
+                count += 1
+                continue
+            ops.append(statement)
+            if isinstance(statement, IfOp):
+                stack += [statement.then_block, statement.else_block]
+            elif isinstance(statement, LoopOp):
+                stack.append(statement.body)
+        block.ops = ops
+    return count
 
 
 def join_types(types: Sequence[AbstractValue]) -> AbstractValue:
