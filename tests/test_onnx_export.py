@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -636,3 +637,12 @@ def test_the_command_line_reports_errors(tmp_path: Path) -> None:
     status, _, stderr = run_in_process(["export", "missing.anf", "-o", "x.onnx"], tmp_path)
     assert status == 2 and "no such file" in stderr
 
+
+
+def test_the_operator_table_of_the_docs_names_every_rule() -> None:
+    text = (ROOT / "docs" / "onnx.md").read_text(encoding="utf-8")
+    section = text[text.index("## Operators"):]
+    rows = [line for line in section.split("\n") if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`([A-Za-z_]+)`", row.split("|")[1])}
+    expected = {p.name for p in [*RULES, *flatten.WALKER_ONLY]}
+    assert named == expected, (sorted(expected - named), sorted(named - expected))
