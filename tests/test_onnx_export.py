@@ -646,3 +646,30 @@ def test_the_operator_table_of_the_docs_names_every_rule() -> None:
     named = {name for row in rows for name in re.findall(r"`([A-Za-z_]+)`", row.split("|")[1])}
     expected = {p.name for p in [*RULES, *flatten.WALKER_ONLY]}
     assert named == expected, (sorted(expected - named), sorted(named - expected))
+
+
+# -- generated programs ----------------------------------------------------------------
+# The grammar COMPILE of tests/programs.py (loops, closures, higher-order functions,
+# grad, tensors, escaping closures, partial): what compiles either exports and
+# computes what anfir.run computes, or is an export error (a loop's gradient).
+import programs  # noqa: E402
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+GENERATED = programs.modules(programs.COMPILE, [
+    programs.Def("h0", ("a", "b"), 2, callees=("h1",)),
+    programs.Def("h1", ("a", "b"), 2, callees=("add",)),
+    programs.Def("main", ("x", "y"), 3, callees=("h0", "h1")),
+])
+
+
+@settings(max_examples=15, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.data_too_large])
+@given(program=GENERATED, x=st.sampled_from([0.0, 1.0, -1.5, 2.0]), y=st.sampled_from([1.0, 2, -3]))
+def test_generated_programs_export_and_agree(program: Any, x: float, y: Any) -> None:
+    try:
+        export_and_compare(anfir.parse(program.text, "gen.anf"), "main", [x, y], [(x, y)])
+    except anfir.AnfirError as err:
+        # A program that does not compile is test_compile_agrees_with_run's business;
+        # one that does not export says where.
+        assert err.kind != "export error" or err.loc is not None, err.render()
