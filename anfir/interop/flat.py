@@ -164,6 +164,7 @@ class NameAllocator:
     """Unique, deterministic names: the hint itself, then ``hint_1``, ``hint_2``..."""
 
     def __init__(self) -> None:
+        """No name taken yet."""
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
 
@@ -253,6 +254,7 @@ def prune(program: FlatProgram) -> int:
 
 
 def _inner_blocks(statement: Statement) -> list[Block]:
+    """The blocks a statement holds (an If's two branches, a Loop's body)."""
     if isinstance(statement, IfOp):
         return [statement.then_block, statement.else_block]
     if isinstance(statement, LoopOp):
@@ -300,6 +302,7 @@ def _contents(roots: list[Block]) -> tuple[list[Value], set[int]]:
 
 # -- the operations only the flat program has --------------------------------------------
 def _dim_impl(x: Any, axis: int) -> int:
+    """The size of ``x``'s axis ``axis`` (DIM's evaluation)."""
     return int(np.shape(x)[axis])
 
 

@@ -286,12 +286,14 @@ class Walker:
                            self.names)
 
     def _input(self, param: ParameterNode, block: Block, inputs: list[Value]) -> tuple[SV, Structure]:
+        """The symbolic value of an entry parameter, and its flat inputs."""
         name = param.name or "input"
         abstract = param.abstract
         return self._input_value(abstract, sanitize(name), block, inputs, param, 0)
 
     def _input_value(self, abstract: Any, hint: str, block: Block, inputs: list[Value],
                      param: ParameterNode, depth: int) -> tuple[SV, Structure]:
+        """Flat inputs for a parameter of type ``abstract`` (a tuple gives one per leaf)."""
         self._depth(depth, param.loc)
         if isinstance(abstract, ATuple):
             items, structs = [], []
@@ -312,6 +314,7 @@ class Walker:
 
     def _output(self, sv: SV, block: Block, names: list[str], types: list[AbstractValue],
                 hint: str, where: str, graph: FuncGraph, depth: int) -> Structure:
+        """Yield ``sv`` from the main block as outputs; return how their names nest."""
         self._depth(depth, graph.loc)
         if isinstance(sv, Known) and isinstance(sv.value, tuple):
             sv = Tup(tuple(Known(v) for v in sv.value))
@@ -333,6 +336,7 @@ class Walker:
 
     # -- the driver --------------------------------------------------------------------
     def _push(self, frame: Frame) -> None:
+        """Start walking a frame."""
         self.active[frame.graph] += 1
         self.stack.append(frame)
 
@@ -341,6 +345,7 @@ class Walker:
         self.stack.append(lambda: callback(sv))
 
     def _drive(self) -> None:
+        """Run frames and callbacks until the stack is empty (the only loop of the walk)."""
         stack = self.stack
         while stack:
             item = stack[-1]
@@ -359,12 +364,14 @@ class Walker:
                 self._eval(item, node)
 
     def _order(self, graph: FuncGraph) -> list[Node]:
+        """``graph``'s nodes in dependency order (computed once)."""
         order = self.orders.get(graph)
         if order is None:
             order = self.orders[graph] = toposort(graph, self.manager)
         return order
 
     def _lookup(self, frame: Frame, node: Node) -> SV:
+        """The symbolic value of ``node`` as seen from ``frame``."""
         found = frame.values.get(node)
         if found is not None:
             return found
@@ -376,6 +383,7 @@ class Walker:
         raise ExportError(f"internal: no value for {node!r} in @{frame.graph.name}", node.loc)
 
     def _constant(self, frame: Frame, node: ValueNode) -> SV:
+        """The symbolic value of a constant (a graph constant makes a closure here)."""
         value = node.value
         if isinstance(value, FuncGraph):
             fvs = self.manager.free_variables_total(value)
@@ -394,6 +402,7 @@ class Walker:
 
     # -- one node ------------------------------------------------------------------------
     def _eval(self, frame: Frame, node: CNode) -> None:
+        """Evaluate one CNode of ``frame``: a primitive at once, a call by pushing work."""
         callee = self._lookup(frame, node.inputs[0])
         args = [self._lookup(frame, a) for a in node.inputs[1:]]
         if isinstance(callee, PrimValue):
@@ -452,6 +461,7 @@ class Walker:
     # -- if: a call of a function union -----------------------------------------------------
     def _call_union(self, fn: FnUnion, args: list[SV], block: Block, tail: Optional[LoopContext],
                     node: CNode, on_result: Callable[[SV], None]) -> None:
+        """Call a function that is one of several: each option in its own branch, merged into If(s)."""
         tag = fn.tag
         if isinstance(tag, Known):
             self._call(fn.options[int(tag.value)], args, block, tail, node, on_result)
@@ -500,6 +510,7 @@ class Walker:
     def _start_loop(self, fn: Closure, args: list[SV], block: Block, loc: Optional[Location],
                     what: str, members: frozenset[FuncGraph],
                     on_result: Callable[[SV], None]) -> None:
+        """Walk ``fn``'s recursive graph once as the body of a Loop started by this call."""
         graph = fn.graph
         body = Block(parent=block)
         state_types: list[AbstractValue] = []
@@ -571,6 +582,7 @@ class Walker:
         raise ExportError(f"{what} gives {_kind_text(sv)} where a loop carries data", loc)
 
     def _as_step(self, sv: SV, ctx: LoopContext) -> LoopStep:
+        """A loop body's result as a step: continue with new state, or stop with a result."""
         if isinstance(sv, LoopStep):
             return sv
         if isinstance(sv, Continue):
@@ -610,6 +622,7 @@ class Walker:
         return Leaf(self._emit(call.prim, operands, result_type, call.block, call.loc, call.hint))
 
     def _fold(self, call: PrimCall) -> Optional[SV]:
+        """``call`` evaluated at export time when every argument is known (and it may be folded)."""
         if not call.prim.foldable or not all(isinstance(a, Known) for a in call.args):
             return None
         values = [a.value for a in call.args if isinstance(a, Known)]
@@ -623,6 +636,7 @@ class Walker:
         return Known(result, result_type)
 
     def _result_type(self, call: PrimCall) -> AbstractValue:
+        """The flat type of ``call``'s result: the node's type, else the primitive's rule."""
         if call.type is not None and is_value_type(call.type):
             return _widen(call.type)
         infer = call.prim.infer
@@ -640,6 +654,7 @@ class Walker:
 
     def _emit(self, prim: Primitive, operands: tuple[Operand, ...], result_type: AbstractValue,
               block: Block, loc: Optional[Location], hint: str) -> Value:
+        """Append ``prim(*operands)`` to ``block``; return its result."""
         value = Value(self.names.take(sanitize(hint)), result_type, block)
         block.ops.append(Op(prim, operands, (value,), loc))
         return value
@@ -652,6 +667,7 @@ class Walker:
 
     def _operand(self, sv: SV, what: str, loc: Optional[Location], static_ok: bool = True,
                  depth: int = 0) -> Operand:
+        """``sv`` as an operand of a flat op (a value, a constant, a tuple of operands)."""
         self._depth(depth, loc)
         if isinstance(sv, Leaf):
             return sv.value
@@ -667,6 +683,7 @@ class Walker:
                           "a tensor", loc)
 
     def _depth(self, depth: int, loc: Optional[Location]) -> None:
+        """Refuse values that nest deeper than :data:`MAX_NESTING`."""
         if depth > MAX_NESTING:
             raise ExportError(f"a value nests tuples more than {MAX_NESTING} deep; the exporter "
                               "takes values apart up to that depth", loc)
@@ -702,6 +719,7 @@ class Walker:
 
     def _select_env(self, cond: SV, a: Env, b: Env, block: Block, loc: Optional[Location],
                     what: str, depth: int) -> Env:
+        """``cond ? a : b`` of two environments, key by key (a key in one only is flagged)."""
         entries: dict[Any, Entry] = {}
         negated: list[SV] = []
 
@@ -728,6 +746,7 @@ class Walker:
 
     def _and(self, flag: Optional[SV], cond: SV, block: Block, loc: Optional[Location],
              what: str) -> SV:
+        """``flag and cond`` (just ``cond`` when there is no flag)."""
         if flag is None:
             return cond
         return self.emit(arith.logical_and, [flag, cond], block, loc, what)
@@ -787,6 +806,7 @@ class _Merger:
     values: list[Value]
 
     def merge(self, svs: list[SV], depth: int) -> SV:
+        """One symbolic value for ``svs`` (one per branch; ABSENT where a branch has none)."""
         walker = self.walker
         walker._depth(depth, self.loc)
         present = [s for s in svs if s is not ABSENT]
@@ -824,6 +844,7 @@ class _Merger:
                           f"({', '.join(kinds)}), which no exported value can hold", self.loc)
 
     def _leaf(self, svs: list[SV]) -> SV:
+        """Leaves of the branches: one result of the If, each branch yielding its own."""
         types = [_type_of(s) for s in svs if s is not ABSENT]
         t = join_types(types)
         undefined = any(s is ABSENT or isinstance(s, Leaf) and s.value.maybe_undefined for s in svs)
@@ -840,6 +861,7 @@ class _Merger:
         return Leaf(value)
 
     def _functions(self, svs: list[SV], depth: int) -> SV:
+        """Functions of the branches: the union of their options, tagged."""
         walker = self.walker
         sides = [_as_options(s) if s is not ABSENT else None for s in svs]
         keys: dict[Any, int] = {}
@@ -897,6 +919,7 @@ class _Merger:
         return Closure(first.graph, captured)
 
     def _envs(self, svs: list[SV], depth: int) -> SV:
+        """Environments of the branches: keys merged, an entry flagged where a branch lacks it."""
         envs = [_as_env(s) if s is not ABSENT else None for s in svs]
         keys: dict[Any, None] = {}
         for env in envs:
@@ -925,16 +948,19 @@ class _Merger:
 
 # -- the structural rules ---------------------------------------------------------------------
 def _make_tuple(w: Walker, call: PrimCall) -> SV:
+    """``make_tuple(a, ...)``: a tuple of the symbolic values."""
     return Tup(tuple(call.args))
 
 
 def _static_int(w: Walker, call: PrimCall, sv: SV, what: str) -> int:
+    """``sv`` as an int, or an error: the walker needs this argument constant."""
     if isinstance(sv, Known) and isinstance(sv.value, (int, np.integer)) and not isinstance(sv.value, bool):
         return int(sv.value)
     raise ExportError(f"{call.what}: {what} must be a constant to export", call.loc)
 
 
 def _tuple_getitem(w: Walker, call: PrimCall) -> SV:
+    """``t[i]`` with a constant ``i``: the item itself."""
     t, i = call.args
     index = _static_int(w, call, i, "a tuple index")
     items = _tuple_items(t)
@@ -944,6 +970,7 @@ def _tuple_getitem(w: Walker, call: PrimCall) -> SV:
 
 
 def _len(w: Walker, call: PrimCall) -> SV:
+    """``len(t)``: a constant."""
     items = _tuple_items(call.args[0])
     if items is None:
         raise ExportError(f"{call.what}: len of {_kind_text(call.args[0])}", call.loc)
@@ -951,6 +978,7 @@ def _len(w: Walker, call: PrimCall) -> SV:
 
 
 def _switch(w: Walker, call: PrimCall) -> SV:
+    """``switch(c, a, b)``: the chosen value when ``c`` is known, else a select (or a union of functions)."""
     c, a, b = call.args
     if isinstance(c, Known):
         return a if c.value else b
@@ -958,14 +986,17 @@ def _switch(w: Walker, call: PrimCall) -> SV:
 
 
 def _partial(w: Walker, call: PrimCall) -> SV:
+    """``partial(f, a...)``: a partial application, called like ``f(a..., more...)``."""
     return PartialValue(call.args[0], tuple(call.args[1:]))
 
 
 def _identity(w: Walker, call: PrimCall) -> SV:
+    """``identity(x)`` / ``stop_gradient(x)``: ``x``."""
     return call.args[0]
 
 
 def _j(w: Walker, call: PrimCall) -> SV:
+    """``J(x)`` of data is ``x``; of a function it is a transform the ad phase left (an error)."""
     if _is_function(call.args[0]):
         raise ExportError(f"{call.what}: J of a function was left by the optimizer (a gradient "
                           "the ad phase could not expand statically)", call.loc)
@@ -973,10 +1004,12 @@ def _j(w: Walker, call: PrimCall) -> SV:
 
 
 def _zeros_like(w: Walker, call: PrimCall) -> SV:
+    """``zeros_like(x)``: zeros of tensors, tuples of zeros, an empty environment for functions."""
     return _zeros_of(w, call, call.args[0], 0)
 
 
 def _zeros_of(w: Walker, call: PrimCall, sv: SV, depth: int) -> SV:
+    """The zero gradient of one symbolic value (tuples item by item)."""
     w._depth(depth, call.loc)
     items = _tuple_items(sv)
     if items is not None:
@@ -994,10 +1027,12 @@ def _zeros_of(w: Walker, call: PrimCall, sv: SV, depth: int) -> SV:
 
 
 def _gadd(w: Walker, call: PrimCall) -> SV:
+    """``gadd(a, b)``: gradients added (tensors, tuples item by item, environments key by key)."""
     return _gadd_of(w, call, call.args[0], call.args[1], 0)
 
 
 def _gadd_of(w: Walker, call: PrimCall, a: SV, b: SV, depth: int) -> SV:
+    """The sum of two gradients of one value (see :func:`_gadd`)."""
     w._depth(depth, call.loc)
     if isinstance(a, Known) and a.value is None:
         return b
@@ -1027,10 +1062,12 @@ def _gadd_of(w: Walker, call: PrimCall, a: SV, b: SV, depth: int) -> SV:
 
 
 def _newenv(w: Walker, call: PrimCall) -> SV:
+    """``newenv()``: an empty gradient environment."""
     return Env({})
 
 
 def _env_setitem(w: Walker, call: PrimCall) -> SV:
+    """``env_setitem(env, key, g)``: the environment with ``key`` bound (keys are constants)."""
     env, key, value = call.args
     found = _as_env(env) if not _is_function(env) else Env({})
     if found is None or not isinstance(key, Known):
@@ -1042,6 +1079,7 @@ def _env_setitem(w: Walker, call: PrimCall) -> SV:
 
 
 def _env_getitem(w: Walker, call: PrimCall) -> SV:
+    """``env_getitem(env, key, default)``: the entry, the default, or a select when the entry depends on a branch."""
     env, key, default = call.args
     found = _as_env(env) if not _is_function(env) else Env({})
     if found is None or not isinstance(key, Known):
@@ -1056,6 +1094,7 @@ def _env_getitem(w: Walker, call: PrimCall) -> SV:
 
 
 def _tuple_setitem(w: Walker, call: PrimCall) -> SV:
+    """``tuple_setitem(t, i, v)``: the tuple with item ``i`` replaced."""
     t, i, v = call.args
     items = _tuple_items(t)
     if items is None:
@@ -1067,6 +1106,7 @@ def _tuple_setitem(w: Walker, call: PrimCall) -> SV:
 
 
 def _invert_permutation(w: Walker, call: PrimCall) -> SV:
+    """``invert_permutation(p)`` of a constant permutation."""
     perm = call.args[0]
     if isinstance(perm, Known):
         return Known(gradient.invert_permutation.impl(perm.value))
@@ -1079,6 +1119,7 @@ def _invert_permutation(w: Walker, call: PrimCall) -> SV:
 
 
 def _shape(w: Walker, call: PrimCall) -> SV:
+    """``shape(x)``: constants for known dimensions, a ``dim`` op for symbolic ones."""
     x = call.args[0]
     if isinstance(x, Known):
         return Known(tensor.shape.impl(x.value))
@@ -1100,6 +1141,7 @@ def _shape(w: Walker, call: PrimCall) -> SV:
 
 
 def _size(w: Walker, call: PrimCall) -> SV:
+    """``size(x)``: a constant when the shape is known, else an op."""
     x = call.args[0]
     if isinstance(x, Leaf):
         t = x.value.type
@@ -1111,10 +1153,12 @@ def _size(w: Walker, call: PrimCall) -> SV:
 
 
 def _grad_arg_check(w: Walker, call: PrimCall) -> SV:
+    """``grad_arg_check(x, g)``: ``g`` (inference has checked ``x``'s type)."""
     return call.args[1]
 
 
 def _grad_seed(w: Walker, call: PrimCall) -> SV:
+    """``grad_seed(v)``: 1 of ``v``'s float type, a constant."""
     v = call.args[0]
     if isinstance(v, Known):
         return Known(gradient.grad_seed_value(v.value), v.type)
@@ -1134,6 +1178,7 @@ def _passes_gradients(w: Walker, call: PrimCall) -> SV:
 
 
 def _tangent_dot(w: Walker, call: PrimCall) -> SV:
+    """``tangent_dot(a, b)``: the sum over leaf pairs of ``sum(x * y)``."""
     pairs: list[tuple[SV, SV]] = []
     _pair_leaves(w, call, call.args[0], call.args[1], pairs, 0)
     result_type = _widen(call.type) if isinstance(call.type, AScalar) else AScalar("f64")
@@ -1148,6 +1193,7 @@ def _tangent_dot(w: Walker, call: PrimCall) -> SV:
 
 def _pair_leaves(w: Walker, call: PrimCall, a: SV, b: SV, out: list[tuple[SV, SV]],
                  depth: int) -> None:
+    """The tensor leaves of two values of one tuple structure, paired (None and environments skipped)."""
     w._depth(depth, call.loc)
     ta, tb = _tuple_items(a), _tuple_items(b)
     if ta is not None and tb is not None:
@@ -1160,10 +1206,12 @@ def _pair_leaves(w: Walker, call: PrimCall, a: SV, b: SV, out: list[tuple[SV, SV
 
 
 def _tangent_scale(w: Walker, call: PrimCall) -> SV:
+    """``tangent_scale(a, s)``: every tensor leaf of ``a`` times ``s``."""
     return _scale_leaves(w, call, call.args[0], call.args[1], 0)
 
 
 def _scale_leaves(w: Walker, call: PrimCall, a: SV, s: SV, depth: int) -> SV:
+    """The leaves of ``a`` times ``s`` (see :func:`_tangent_scale`)."""
     w._depth(depth, call.loc)
     items = _tuple_items(a)
     if items is not None:
@@ -1338,6 +1386,7 @@ def _cycles(manager: Manager) -> dict[FuncGraph, frozenset[FuncGraph]]:
 
 
 def _widen(t: Any) -> AbstractValue:
+    """A flat value's type: the abstract with its constant value forgotten."""
     if isinstance(t, AScalar):
         return AScalar(t.dtype)
     if isinstance(t, AString):
@@ -1347,6 +1396,7 @@ def _widen(t: Any) -> AbstractValue:
 
 
 def _is_constant_abstract(a: Any) -> bool:
+    """Whether the abstract value is a known constant (it takes no slot in a loop)."""
     return isinstance(a, AScalar) and a.value is not UNKNOWN or (
         isinstance(a, AString) and a.value is not UNKNOWN)
 
@@ -1380,6 +1430,7 @@ def _retype(value: Any, t: AbstractValue) -> Optional[AbstractValue]:
 
 
 def _tuple_items(sv: SV) -> Optional[tuple[SV, ...]]:
+    """The items of a tuple (a known tuple's items as known values), else None."""
     if isinstance(sv, Tup):
         return sv.items
     if isinstance(sv, Known) and isinstance(sv.value, tuple):
@@ -1388,10 +1439,12 @@ def _tuple_items(sv: SV) -> Optional[tuple[SV, ...]]:
 
 
 def _is_function(sv: SV) -> bool:
+    """Whether ``sv`` is a function value."""
     return isinstance(sv, (Closure, PrimValue, PartialValue, FnUnion))
 
 
 def _is_leaflike(sv: SV) -> bool:
+    """Whether ``sv`` is one tensor: a flat value or a known number, string or array."""
     if isinstance(sv, Leaf):
         return True
     if isinstance(sv, Known):
@@ -1402,6 +1455,7 @@ def _is_leaflike(sv: SV) -> bool:
 
 
 def _as_env(sv: SV) -> Optional[Env]:
+    """``sv`` as a gradient environment (a constant GradEnv too), else None."""
     if isinstance(sv, Env):
         return sv
     if isinstance(sv, Known) and isinstance(sv.value, GradEnv):
@@ -1410,12 +1464,14 @@ def _as_env(sv: SV) -> Optional[Env]:
 
 
 def _as_options(sv: SV) -> tuple[tuple[SV, ...], Any]:
+    """A function value's options and tag (a single function: itself, tag None)."""
     if isinstance(sv, FnUnion):
         return sv.options, sv.tag
     return (sv,), None
 
 
 def _option_key(sv: SV) -> Any:
+    """What identifies an option of a union across branches: its graph, primitive or partial."""
     if isinstance(sv, Closure):
         return ("graph", sv.graph.seq)
     if isinstance(sv, PrimValue):
@@ -1426,6 +1482,7 @@ def _option_key(sv: SV) -> Any:
 
 
 def _same_known(a: Known, b: Known) -> bool:
+    """Whether two known values are the same constant of the same type."""
     x, y = a.value, b.value
     if type(x) is not type(y):
         return False
@@ -1464,6 +1521,7 @@ def _visible(sv: SV, block: Block, depth: int) -> bool:
 
 
 def _type_of(sv: SV) -> AbstractValue:
+    """The flat type of a leaf-like symbolic value."""
     if isinstance(sv, Leaf):
         return sv.value.type
     assert isinstance(sv, Known)
@@ -1491,6 +1549,7 @@ def _abstract_of_sv(sv: SV) -> AbstractValue:
 
 
 def _kind_text(sv: Any) -> str:
+    """How messages call a symbolic value (``a function (@f)``, ``a tuple``...)."""
     if isinstance(sv, Closure):
         return f"a function (@{sv.graph.name})"
     if isinstance(sv, FnUnion):
@@ -1527,6 +1586,7 @@ def sanitize(text: str) -> str:
 
 
 def _hint(node: CNode, default: str) -> str:
+    """A name for a node's results: its source name, else ``default``."""
     return sanitize(node.name or default)
 
 
@@ -1546,6 +1606,7 @@ def _describe(node: CNode) -> str:
 
 
 def _describe_graph_output(graph: FuncGraph) -> str:
+    """How messages name a graph's result."""
     return f"the result of @{graph.name}"
 
 

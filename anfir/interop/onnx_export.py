@@ -184,6 +184,7 @@ def nest_outputs(model: "onnx.ModelProto", outputs: Sequence[Any]) -> Any:
 
 def _tuples(nested: list[Any]) -> tuple[Any, ...]:
     # Lists to tuples, bottom-up, without recursion.
+    """Nested lists as nested tuples."""
     order: list[list[Any]] = []
     stack = [nested]
     while stack:
@@ -274,6 +275,7 @@ def logical(op_type: str) -> OnnxRule:
 
 def _softplus(w: OnnxWriter, op: Op) -> None:
     # relu(x) + log(1 + exp(-|x|)): anfir's overflow-free form (ONNX Softplus overflows).
+    """softplus as ``Relu(x) + Log(1 + Exp(-Abs(x)))`` (anfir's overflow-free form)."""
     out = op.results[0]
     d = w.dtype(out)
     x = w.tensor(op.args[0], d)
@@ -289,6 +291,7 @@ def _softplus(w: OnnxWriter, op: Op) -> None:
 
 def _relu(w: OnnxWriter, op: Op) -> None:
     # ONNX Relu is for floats (onnxruntime has no integer kernel): integers take Max(x, 0).
+    """``Relu``, or ``Max(x, 0)`` for integers."""
     out = op.results[0]
     d = w.dtype(out)
     x = w.tensor(op.args[0], d)
@@ -299,12 +302,14 @@ def _relu(w: OnnxWriter, op: Op) -> None:
 
 
 def _matmul(w: OnnxWriter, op: Op) -> None:
+    """``MatMul`` on the result's dtype."""
     out = op.results[0]
     d = w.dtype(out)
     w.node("MatMul", [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
 
 
 def _transpose(w: OnnxWriter, op: Op) -> None:
+    """``Transpose`` with the constant permutation (none: axes reversed)."""
     out = op.results[0]
     x = w.tensor(op.args[0], w.dtype(out))
     perm = w.static(op.args[1]) if len(op.args) > 1 else None
@@ -315,12 +320,14 @@ def _transpose(w: OnnxWriter, op: Op) -> None:
 
 
 def _reshape(w: OnnxWriter, op: Op) -> None:
+    """``Reshape`` with numpy's meaning of 0 (``allowzero=1``)."""
     out = op.results[0]
     x = w.tensor(op.args[0], w.dtype(out))
     w.node("Reshape", [x, w.shape_tensor(op.args[1])], [out.name], allowzero=1)
 
 
 def _reduce(op_type: str) -> OnnxRule:
+    """A reduction over constant axes (none: every axis), without kept dimensions."""
     def rule(w: OnnxWriter, op: Op) -> None:
         out = op.results[0]
         x = w.tensor(op.args[0], w.dtype(out))
@@ -339,11 +346,13 @@ def _reduce(op_type: str) -> OnnxRule:
 
 
 def _broadcast_to(w: OnnxWriter, op: Op) -> None:
+    """``Expand`` to the shape."""
     out = op.results[0]
     w.node("Expand", [w.tensor(op.args[0], w.dtype(out)), w.shape_tensor(op.args[1])], [out.name])
 
 
 def _filled_like(fill: int) -> OnnxRule:
+    """A tensor of ``fill`` with the shape of the argument."""
     def rule(w: OnnxWriter, op: Op) -> None:
         out = op.results[0]
         d = w.dtype(out)
@@ -355,6 +364,7 @@ def _filled_like(fill: int) -> OnnxRule:
 
 
 def _filled(fill: int) -> OnnxRule:
+    """A tensor of ``fill`` of the given shape."""
     def rule(w: OnnxWriter, op: Op) -> None:
         out = op.results[0]
         w.node("ConstantOfShape", [w.shape_tensor(op.args[0])], [out.name],
@@ -364,6 +374,7 @@ def _filled(fill: int) -> OnnxRule:
 
 
 def _where(w: OnnxWriter, op: Op) -> None:
+    """``Where`` on a boolean condition."""
     out = op.results[0]
     d = w.dtype(out)
     w.node("Where", [w.tensor(op.args[0], "bool"), w.tensor(op.args[1], d),
@@ -392,6 +403,7 @@ def _select(w: OnnxWriter, op: Op) -> None:
 
 
 def _array(w: OnnxWriter, op: Op) -> None:
+    """A tensor from elements computed at run time (constant ones are folded before)."""
     out = op.results[0]
     d = w.dtype(out)
     leaves: list[Operand] = []
@@ -419,21 +431,25 @@ def _array(w: OnnxWriter, op: Op) -> None:
 
 
 def _cast(w: OnnxWriter, op: Op) -> None:
+    """``Cast`` to the constant dtype."""
     out = op.results[0]
     w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
 
 
 def _cast_like(w: OnnxWriter, op: Op) -> None:
+    """``Cast`` to the dtype of the second argument."""
     out = op.results[0]
     w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
 
 
 def _size(w: OnnxWriter, op: Op) -> None:
+    """``Size``."""
     out = op.results[0]
     w.node("Size", [w.tensor(op.args[0])], [out.name])
 
 
 def _dim(w: OnnxWriter, op: Op) -> None:
+    """One dimension: ``Gather(Shape(x), axis)``."""
     out = op.results[0]
     shape = w.temp("shape")
     w.node("Shape", [w.tensor(op.args[0])], [shape])
@@ -442,6 +458,7 @@ def _dim(w: OnnxWriter, op: Op) -> None:
 
 
 def _static_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[Any, ...]:
+    """An operand's shape from its type (the rank must be known)."""
     shape = shape_of_type(w.type_of(operand))
     if shape is None:
         raise ExportError(f"{what} needs tensors of known rank", w.loc)
@@ -465,10 +482,12 @@ def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple
 
 
 def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two shapes are provably equal."""
     return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
 
 
 def _sum_to(w: OnnxWriter, op: Op) -> None:
+    """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
     out = op.results[0]
     g_op, x_op = op.args
     g = w.tensor(g_op, w.dtype(out))
@@ -483,6 +502,7 @@ def _sum_to(w: OnnxWriter, op: Op) -> None:
 
 
 def _broadcast_like(w: OnnxWriter, op: Op) -> None:
+    """``broadcast_like(g, x)``: ``Expand(g, Shape(x))``."""
     out = op.results[0]
     g_op, x_op = op.args
     g = w.tensor(g_op, w.dtype(out))
@@ -495,6 +515,7 @@ def _broadcast_like(w: OnnxWriter, op: Op) -> None:
 
 
 def _unreduce(w: OnnxWriter, op: Op) -> None:
+    """``unreduce(g, x, axis)``: ``g`` with the reduced axes back, expanded to ``x``'s shape."""
     out = op.results[0]
     g_op, x_op, axis_op = op.args
     g = w.tensor(g_op, w.dtype(out))
@@ -514,6 +535,7 @@ def _unreduce(w: OnnxWriter, op: Op) -> None:
 
 
 def _swap_last(w: OnnxWriter, name: str, rank: int) -> str:
+    """``name`` with its last two axes swapped."""
     perm = list(range(rank - 2)) + [rank - 1, rank - 2]
     out = w.temp("transposed")
     w.node("Transpose", [name], [out], perm=perm)
@@ -521,6 +543,7 @@ def _swap_last(w: OnnxWriter, name: str, rank: int) -> str:
 
 
 def _unsqueeze(w: OnnxWriter, name: str, axis: int) -> str:
+    """``name`` with a new axis of size 1 at ``axis``."""
     out = w.temp("unsqueezed")
     w.node("Unsqueeze", [name, w.const(np.array([axis], dtype=np.int64), "i64")], [out])
     return out
@@ -568,6 +591,7 @@ def _matmul_grad(wrt_x: bool) -> OnnxRule:
 
 
 def _tangent_dot(w: OnnxWriter, op: Op) -> None:
+    """``sum(a * b)``."""
     out = op.results[0]
     d = w.dtype(out)
     a, b = op.args
@@ -666,6 +690,7 @@ class OnnxWriter:
     """Writes a :class:`FlatProgram` as an ONNX model; the helpers rules use are here."""
 
     def __init__(self, onnx: Any, program: FlatProgram) -> None:
+        """A writer for ``program`` (``onnx`` is the imported module)."""
         self.onnx = onnx
         self.helper = onnx.helper
         self.program = program
@@ -687,6 +712,7 @@ class OnnxWriter:
         main.inputs = [self.value_info(v.name, v.type) for v in program.inputs]
 
         def finish_main() -> None:
+            """The main block's results as the model's outputs."""
             self.graph = main
             for operand, name, t in zip(program.body.results, program.output_names,
                                         program.output_types):
@@ -732,6 +758,7 @@ class OnnxWriter:
                 self._loop(statement, task.graph, stack)
 
     def _if(self, op: IfOp, parent: _Graph, stack: list[_Task]) -> None:
+        """Write an IfOp: its branches as graphs (pushed as tasks), then the If node."""
         base = op.results[0].name if op.results else "if"
         then_graph, else_graph = _Graph(f"{base}_then"), _Graph(f"{base}_else")
 
@@ -755,6 +782,7 @@ class OnnxWriter:
         stack.append(_Task(op.then_block, then_graph, finish(op.then_block, then_graph)))
 
     def _loop(self, op: LoopOp, parent: _Graph, stack: list[_Task]) -> None:
+        """Write a LoopOp: its body as a graph (a task), then the Loop node."""
         base = op.results[0].name if op.results else "loop"
         body = _Graph(f"{base}_body")
         iteration, cond_in = self.names.take("iteration"), self.names.take("cond_in")
@@ -789,6 +817,7 @@ class OnnxWriter:
             graph.outputs.append(self.value_info(name, _loose(declared) if loose else declared))
 
     def _graph_proto(self, graph: _Graph) -> Any:
+        """The GraphProto of a written graph."""
         return self.helper.make_graph(graph.nodes, _graph_name(graph.name), graph.inputs,
                                       graph.outputs)
 
@@ -992,6 +1021,7 @@ def _loose(t: AbstractValue) -> AbstractValue:
 
 
 def _with_dtype(t: AbstractValue, dtype: str) -> AbstractValue:
+    """``t``'s shape with element type ``dtype``."""
     if dtype == "str":
         return AString()
     if isinstance(t, ATensor):
@@ -1000,10 +1030,12 @@ def _with_dtype(t: AbstractValue, dtype: str) -> AbstractValue:
 
 
 def _graph_name(name: str) -> str:
+    """An ONNX graph name (ASCII) for an anfir graph name."""
     return sanitize(name)
 
 
 def _version() -> str:
+    """anfir's version as installed ('' when not installed as a distribution)."""
     try:
         from importlib.metadata import version
 
