@@ -22,6 +22,7 @@ The whole module skips where the ``onnx`` extra is not installed
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import subprocess
@@ -142,6 +143,13 @@ class S:
         self.value = value
 
 
+class A:
+    """The attributes of a sample call (``A(axis=1, keepdims=True)``), last in its tuple."""
+
+    def __init__(self, **attrs: Any) -> None:
+        self.attrs = attrs
+
+
 rng = np.random.default_rng(15)
 X = np.array([[0.5, -1.25, 2.0], [3.0, -0.5, 1.5]])
 Y = np.array([[1.5, 0.25, 2.0], [0.5, 4.0, 3.0]])
@@ -173,8 +181,9 @@ SAMPLES: dict[Any, list[tuple[Any, ...]]] = {
     tensor.matmul: [(X, M34), (V3, M34), (X, V3), (T223, M34), (I, J.T)],
     tensor.transpose: [(X,), (T223, S((2, 0, 1)))],
     tensor.reshape: [(X, S((3, 2))), (X, S((-1,))), (T223, S((4, 3)))],
-    tensor.sum_: [(X,), (X, S(0)), (T223, S((0, 2))), (I,), (X, S(-1))],
-    tensor.mean: [(X,), (X, S(1)), (T223, S((1, 2)))],
+    tensor.sum_: [(X,), (X, A(axis=0)), (T223, A(axis=(0, 2), keepdims=True)), (I,),
+                  (X, A(axis=-1)), (X, A(axis=()))],
+    tensor.mean: [(X,), (X, A(axis=1)), (T223, A(axis=(1, 2))), (X, A(keepdims=True))],
     tensor.broadcast_to: [(V3, S((2, 3))), (2.0, S((2, 2)))],
     tensor.ones_like: [(X,), (I,), (2.5,)], structure.zeros_like: [(X,), (I,), (B,), (2.5,)],
     tensor.zeros: [(S((2, 3)),), (S((2,)), S("f32")), (S(()),)],
@@ -186,7 +195,12 @@ SAMPLES: dict[Any, list[tuple[Any, ...]]] = {
     gradient.sum_to: [(X, V3), (X, np.ones((1, 3))), (X, 1.0), (T223, X), (X, X)],
     gradient.broadcast_like: [(V3, X), (2.0, X), (X, X)],
     gradient.unreduce: [(V3, X, S(0)), (2.0, X, S(None)), (np.ones(2), T223, S((1, 2))),
-                        (np.ones((2, 3)), T223, S(-2))],
+                        (np.ones((2, 3)), T223, S(-2)), (np.ones((2, 1)), X, S(1), S(True))],
+    gradient.reshape_like: [(np.arange(6.0), X), (X, X), (np.ones(1), 2.0)],
+    gradient.prod_others: [(X, S(None)), (X, S(1)), (T223, S((0, 2))), (np.array([2.0, 0.0, 3.0]), S(0)),
+                           (2.5, S(None))],
+    gradient.clip_grad: [(X, X, S(-0.5), S(1.0)), (Y, X, S(None), S(0.0)), (X, X, S(None), S(None)),
+                         (X, X, V3, S(1.0))],
     gradient.matmul_dx: [(M24, M34, X), (rng.normal(size=4), M34, V3), (np.ones(2), V3, X),
                          (T224, M34, T223), (T224, M34, X)],
     gradient.matmul_dy: [(X, M24, M34), (V3, rng.normal(size=4), M34), (X, np.ones(2), V3),
@@ -196,6 +210,60 @@ SAMPLES: dict[Any, list[tuple[Any, ...]]] = {
     gradient.tangent_dot: [(X, Y), (2.0, 3.0)],
     DIM: [(X, S(1)), (T223, S(0))],
 }
+W = np.array([[0.3, -1.7, 2.5, -0.5], [4.0, -3.25, 0.0, 1e-9]])
+"""Values around the interesting points of the math functions (0, tiny, halves...)."""
+UNIT = np.array([[0.3, -0.7, 0.0, 0.95], [-0.99, 0.5, 1e-9, -1e-12]])
+SMALL = np.array([1e-12, -1e-10, 1e-5, -0.3, 2.0, 40.0])
+for _name in ("erf", "floor", "ceil", "reciprocal", "square", "atan", "sinh", "cosh", "softsign",
+              "silu", "mish", "selu", "hard_swish"):
+    SAMPLES[PRIMITIVES[_name]] = [(W,), (W.astype(np.float32),), (0.75,)]
+SAMPLES.update({
+    PRIMITIVES["expm1"]: [(W,), (SMALL,), (np.array([-800.0, 800.0, 0.0]),), (0.5,)],
+    PRIMITIVES["log1p"]: [(np.abs(W),), (SMALL,), (np.array([-1.0, np.inf, 0.0]),), (0.5,)],
+    PRIMITIVES["round"]: [(np.array([0.5, 1.5, 2.5, -0.5, -1.7, 3.2]),)],
+    PRIMITIVES["rsqrt"]: [(np.abs(W) + 0.1,), (2.0,)],
+    PRIMITIVES["tan"]: [(UNIT,), (0.5,)],
+    PRIMITIVES["sinh"]: [(W,), (SMALL,), (np.array([-30.0, 30.0]),)],
+    PRIMITIVES["asin"]: [(UNIT,), (0.5,)], PRIMITIVES["acos"]: [(UNIT,), (0.5,)],
+    PRIMITIVES["gelu"]: [(W,), (W, A(approximate="tanh")), (W.astype(np.float32),)],
+    PRIMITIVES["leaky_relu"]: [(W,), (W, A(alpha=0.2))],
+    PRIMITIVES["elu"]: [(W,), (W, A(alpha=0.5)), (SMALL,)],
+    PRIMITIVES["hard_sigmoid"]: [(W,), (W, A(alpha=1.0 / 6.0, beta=0.5))],
+    PRIMITIVES["clip"]: [(W, A(min=-0.5, max=0.7)), (W, A(min=0.1)), (W, Y[:, :1]),
+                         (W, V3[:1], S(0.8)), (I, A(max=2))],
+    PRIMITIVES["floor_div"]: [(W, np.array([2.0, -0.75, 0.5, 3.0])), (I, J), (I, np.array([2, -4, 0])),
+                              (7.5, -2.0), (np.array([1.0, -1.0, 0.0]), 0.0)],
+    PRIMITIVES["mod"]: [(W, np.array([2.0, -0.75, 0.5, 3.0])), (I, J), (I, np.array([2, -4, 0])),
+                        (-7.5, 2.0)],
+    PRIMITIVES["fmod"]: [(W, np.array([2.0, -0.75, 0.5, 3.0])), (I, J), (I, np.array([2, -4, 0]))],
+    PRIMITIVES["atan2"]: [(W, np.array([[1.0], [-2.0]])), (np.array([1.0, -1.0, 0.0, 0.0, 2.0]),
+                                                         np.array([0.0, 0.0, -1.0, 1.0, -3.0]))],
+    PRIMITIVES["isnan"]: [(np.array([1.0, np.nan, np.inf]),), (I,)],
+    PRIMITIVES["isinf"]: [(np.array([1.0, np.nan, -np.inf]),), (I,), (np.float32(np.inf),)],
+    PRIMITIVES["logical_xor"]: [(B, ~B), (True, True), (I, J)],
+    PRIMITIVES["bitwise_and"]: [(I, J), (B, ~B)], PRIMITIVES["bitwise_or"]: [(I, J), (B, B)],
+    PRIMITIVES["bitwise_xor"]: [(I, J), (B, ~B)], PRIMITIVES["bitwise_not"]: [(I,), (B,)],
+    PRIMITIVES["bit_shift"]: [(I, np.array([1, 2, 3])), (I, np.array([1, 2, 3]), A(direction="right")),
+                              (I.astype(np.int32), np.array([4, 0, 1], dtype=np.int32))],
+    PRIMITIVES["max"]: [(W,), (W, A(axis=1)), (T223, A(axis=(0, 2), keepdims=True)), (X, Y), (I,)],
+    PRIMITIVES["min"]: [(W,), (W, A(axis=0, keepdims=True)), (X, Y), (I, A(axis=1))],
+    PRIMITIVES["prod"]: [(W,), (W, A(axis=1)), (I, A(axis=0, keepdims=True))],
+    PRIMITIVES["var"]: [(W,), (W, A(axis=1)), (T223, A(axis=(0, 2), keepdims=True, correction=1)), (I,)],
+    PRIMITIVES["std"]: [(W,), (W, A(axis=0, correction=1))],
+    PRIMITIVES["logsumexp"]: [(W,), (W, A(axis=1, keepdims=True)), (np.array([800.0, 799.0]),),
+                              (np.array([-np.inf, -np.inf]),)],
+    PRIMITIVES["all"]: [(B,), (B, A(axis=1)), (I, A(axis=0, keepdims=True))],
+    PRIMITIVES["any"]: [(B,), (B, A(axis=0)), (W, A(axis=1))],
+    PRIMITIVES["norm"]: [(W,), (W, A(ord=1, axis=1)), (W, A(ord=3.0)), (W, A(ord=math.inf, axis=0)),
+                         (W, A(ord=-math.inf)), (W, A(ord=0, keepdims=True)), (I,)],
+    PRIMITIVES["argmax"]: [(W,), (W, A(axis=1, keepdims=True)), (np.array([1.0, 3.0, 3.0]),
+                                                              A(select_last=True)),
+                           (W, A(axis=None)), (W, A(axis=None, keepdims=True))],
+    PRIMITIVES["argmin"]: [(W, A(axis=1)), (I, A(axis=None))],
+    PRIMITIVES["cumsum"]: [(W, A(axis=1)), (W, A(axis=0, exclusive=True, reverse=True)), (I,), (B, A(axis=1))],
+    PRIMITIVES["cumprod"]: [(W, A(axis=1)), (W, A(axis=0, exclusive=True)), (T223, A(axis=1, reverse=True)),
+                            (T223, A(axis=-1, exclusive=True, reverse=True)), (I,)],
+})
 """Sample arguments of each rule's primitive (``S(...)`` marks a constant operand)."""
 
 
@@ -221,7 +289,11 @@ def one_op_model(prim: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
         feed_values.append(arg)
         return value
 
+    given = args[-1].attrs if args and isinstance(args[-1], A) else {}
+    attrs = prim.bound_attrs(given) if prim.attrs else {}
     for arg in args:
+        if isinstance(arg, A):
+            continue
         before = len(abstracts)
         op = operand(arg)
         operands.append(op)
@@ -230,10 +302,10 @@ def one_op_model(prim: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     if prim is DIM:
         result_type: Any = AScalar("i64")
     else:
-        result_type = prim.infer(*abstracts)
+        result_type = prim.infer(*abstracts, **attrs)
         result_type = result_type if isinstance(result_type, ATensor) else AScalar(result_type.dtype)
     result = Value(names.take("result"), result_type, block)
-    block.ops.append(Op(prim, tuple(operands), (result,)))
+    block.ops.append(Op(prim, tuple(operands), (result,), None, attrs))
     block.results = [result]
     program = FlatProgram("op", inputs, [v.name for v in inputs], block, ["output"], "output",
                           [result_type], names)
@@ -251,6 +323,7 @@ def _raw(arg: Any) -> Any:
     return arg
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the samples divide by 0 on purpose
 @pytest.mark.parametrize("prim", sorted(RULES, key=lambda p: p.name), ids=lambda p: p.name)
 def test_each_rule_computes_the_primitive(prim: Any) -> None:
     samples = SAMPLES.get(prim)
@@ -258,10 +331,11 @@ def test_each_rule_computes_the_primitive(prim: Any) -> None:
     for args in samples:
         model, feeds = one_op_model(prim, args)
         checked(model)
-        want = prim.impl(*[_raw(a) for a in args])
+        given = args[-1].attrs if args and isinstance(args[-1], A) else {}
+        want = prim.impl(*[_raw(a) for a in args if not isinstance(a, A)], **given)
         for name, run in engines(model):
             (got,) = run(feeds[0])
-            where = f"{name}: {prim.name}{tuple(np.shape(_raw(a)) for a in args)}"
+            where = f"{name}: {prim.name}{tuple(np.shape(_raw(a)) for a in args if not isinstance(a, A))} {given}"
             assert_same(want, got, where)
             assert np.asarray(got).dtype == np.asarray(want).dtype or isinstance(want, float) \
                 or isinstance(want, (bool, int)), (where, np.asarray(got).dtype, np.asarray(want).dtype)
@@ -643,7 +717,7 @@ def test_the_operator_table_of_the_docs_names_every_rule() -> None:
     text = (ROOT / "docs" / "onnx.md").read_text(encoding="utf-8")
     section = text[text.index("## Operators"):]
     rows = [line for line in section.split("\n") if line.startswith("| `")]
-    named = {name for row in rows for name in re.findall(r"`([A-Za-z_]+)`", row.split("|")[1])}
+    named = {name for row in rows for name in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", row.split("|")[1])}
     expected = {p.name for p in [*RULES, *flatten.WALKER_ONLY]}
     assert named == expected, (sorted(expected - named), sorted(named - expected))
 
@@ -673,3 +747,74 @@ def test_generated_programs_export_and_agree(program: Any, x: float, y: Any) -> 
         # A program that does not compile is test_compile_agrees_with_run's business;
         # one that does not export says where.
         assert err.kind != "export error" or err.loc is not None, err.render()
+
+
+# -- the op library's table, through the whole pipeline ---------------------------------------
+# Every case of tests/ops_table.py as a program: its value, and (where differentiable)
+# the gradient of sum(sin(op)), whose optimized graph holds the gradient helpers
+# (unreduce with keepdims, prod_others, clip_grad, reshape_like...).
+from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY  # noqa: E402
+
+_CASES = [*UNARY, *BINARY, *PREDICATES, *INTEGER]
+
+
+def _draw(op: Any, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    data = np.random.default_rng(seed)
+    if op.kind == "int":
+        return data.integers(1, 6, size=shape)
+    if op.kind == "bool":
+        return data.integers(0, 2, size=shape).astype(bool)
+    return data.uniform(op.low, op.high, size=shape)
+
+
+@pytest.mark.parametrize("op", _CASES, ids=lambda o: o.id)
+def test_library_operator_exports_with_its_gradient(op: Any) -> None:
+    params = ", ".join("xy"[:op.nargs])
+    call = op.call.format(x="x", y="y")
+    args = [_draw(op, (2, 3), 1), _draw(op, (3,), 2)][:op.nargs]
+    text = f"def f({params}) = {call}\n"
+    if op.grad:
+        text += f"def g({params}) = grad(lambda ({params}) sum(sin({call})) end, {', '.join(str(i) for i in range(op.nargs))})({params})\n"
+    module = anfir.parse(text, f"{op.id}.anf")
+    export_and_compare(module, "f", args, [tuple(args)])
+    if op.grad:
+        export_and_compare(module, "g", args, [tuple(args)])
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isinf(value):
+        return "1e999"
+    return repr(value)
+
+
+@pytest.mark.parametrize("red", REDUCTIONS, ids=lambda r: r.id)
+def test_library_reduction_exports_with_its_gradient(red: Any) -> None:
+    extra = "".join(f", {k}={_literal(v)}" for k, v in red.kw)
+    defs = []
+    for k, (axis, keepdims) in enumerate([(None, False), (1, True), ((0, 2), False), (-1, False)]):
+        call = f"{red.name}({red.arg}, axis={_literal(axis)}, keepdims={_literal(keepdims)}{extra})"
+        defs.append(f"def f{k}(x) = {call}")
+        if red.grad:
+            defs.append(f"def g{k}(x) = grad(lambda (y) sum(sin({call.replace('(x', '(y')})) end)(x)")
+    module = anfir.parse("\n".join(defs) + "\n", f"{red.id}.anf")
+    x = np.random.default_rng(3).uniform(red.low, red.high, size=(2, 3, 4))
+    for name in module.graphs:
+        export_and_compare(module, name, [x], [(x,)])
+
+
+@pytest.mark.parametrize("call", [
+    "argmax(x, axis=1)", "argmin(x)", "argmax(x, axis=-1, select_last=true)",
+    "argmin(x, axis=1, keepdims=true, select_last=true)", "argmax(x, axis=None)",
+    "cumsum(x, 1)", "cumsum(x)", "cumsum(x, axis=-1, exclusive=true)", "cumprod(x, 1, true, true)",
+    "sum(sin(cumprod(x, axis=0)))", "sum(cumsum(x) * cumsum(x))",
+])
+def test_scans_and_arg_extremes_export(call: str) -> None:
+    module = anfir.parse(f"def f(x) = {call}\ndef g(x) = grad(lambda (y) sum(sin({call.replace('(x', '(y')})) end)(x)\n")
+    x = np.array([[1.0, 5.0, 5.0, -2.0], [3.0, 3.0, 0.5, 0.5]])
+    export_and_compare(module, "f", [x], [(x,)])
+    if not call.startswith("arg"):
+        export_and_compare(module, "g", [x], [(x,)])

@@ -82,6 +82,9 @@ class Op:
     results: tuple[Value, ...]
     loc: Optional[Location] = None
     """Where the anfir node came from (the exporter writes it as the node's doc string)."""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    """The primitive's attributes (``axis``, ``keepdims``...), every one with its value
+    (defaults filled in); empty for a primitive without attributes."""
 
 
 @dataclass(eq=False)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -234,6 +234,9 @@ class PrimCall:
     """A name for the results."""
     what: str
     """How messages name the node."""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    """The call's attributes (``sum(x, axis=1)``); once bound (:meth:`Walker.bind`),
+    every attribute of the primitive, defaults filled in."""
 
 
 StructuralRule = Callable[["Walker", PrimCall], SV]
@@ -407,7 +410,7 @@ class Walker:
         args = [self._lookup(frame, a) for a in node.inputs[1:]]
         if isinstance(callee, PrimValue):
             call = PrimCall(callee.prim, args, frame.block, node.loc, node.abstract,
-                            _hint(node, callee.prim.name), _describe(node))
+                            _hint(node, callee.prim.name), _describe(node), dict(node.attrs))
             frame.values[node] = self.apply(call)
             return
         tail = frame.tail if node is frame.graph.output else None
@@ -607,19 +610,43 @@ class Walker:
     # -- primitives -------------------------------------------------------------------
     def apply(self, call: PrimCall) -> SV:
         """The symbolic value of a primitive call: structural, folded, or a flat op."""
+        call = self.bind(call)
         rule = STRUCTURAL.get(call.prim)
         if rule is not None:
             return rule(self, call)
         return self.emit_call(call)
 
+    def bind(self, call: PrimCall) -> PrimCall:
+        """``call`` with its attributes bound: the arguments that stand for positional
+        attributes (``sum(x, 1)``) moved into them, every default filled in."""
+        prim = call.prim
+        if not prim.attrs:
+            if call.attrs:
+                raise ExportError(f"{call.what}: {prim.name} takes no attributes", call.loc)
+            return call
+        inputs = prim.input_count(len(call.args))
+        positional = []
+        for name, sv in zip(prim.positional_attrs, call.args[inputs:]):
+            if not isinstance(sv, Known):
+                raise ExportError(f"{call.what}: the {name} of {prim.name} must be a constant to "
+                                  "export (it is known only at run time)", call.loc)
+            positional.append(sv.value)
+        try:
+            attrs = prim.bound_attrs(call.attrs, positional)
+        except AnfirError as err:
+            raise ExportError(f"{call.what}: {err.message}", call.loc) from None
+        return replace(call, args=call.args[:inputs], attrs=attrs)
+
     def emit_call(self, call: PrimCall) -> SV:
         """Fold ``call`` when its arguments are known, else write it as an op."""
+        call = self.bind(call)
         folded = self._fold(call)
         if folded is not None:
             return folded
         operands = tuple(self._operand(a, call.what, call.loc, static_ok=True) for a in call.args)
         result_type = self._result_type(call)
-        return Leaf(self._emit(call.prim, operands, result_type, call.block, call.loc, call.hint))
+        return Leaf(self._emit(call.prim, operands, result_type, call.block, call.loc, call.hint,
+                               call.attrs))
 
     def _fold(self, call: PrimCall) -> Optional[SV]:
         """``call`` evaluated at export time when every argument is known (and it may be folded)."""
@@ -629,7 +656,7 @@ class Walker:
         if any(isinstance(v, (FuncGraph, Primitive, MetaFunction)) for v in values):
             return None
         try:
-            result = call.prim.impl(*values)
+            result = call.prim.impl(*values, **call.attrs)
         except Exception:  # noqa: BLE001 - an op that fails at export time fails at run time too
             return None
         result_type = _widen(call.type) if isinstance(call.type, AScalar) else None
@@ -643,7 +670,7 @@ class Walker:
         try:
             if infer is None:
                 raise ExportError(f"{call.prim.name} has no type rule")
-            result = infer(*[_abstract_of_sv(a) for a in call.args])
+            result = infer(*[_abstract_of_sv(a) for a in call.args], **call.attrs)
         except AnfirError as err:
             raise ExportError(f"{call.what}: cannot type {call.prim.name} here ({err.message})",
                               call.loc) from None
@@ -653,10 +680,11 @@ class Walker:
         return _widen(result)
 
     def _emit(self, prim: Primitive, operands: tuple[Operand, ...], result_type: AbstractValue,
-              block: Block, loc: Optional[Location], hint: str) -> Value:
-        """Append ``prim(*operands)`` to ``block``; return its result."""
+              block: Block, loc: Optional[Location], hint: str,
+              attrs: Optional[dict[str, Any]] = None) -> Value:
+        """Append ``prim(*operands)`` (with ``attrs``) to ``block``; return its result."""
         value = Value(self.names.take(sanitize(hint)), result_type, block)
-        block.ops.append(Op(prim, operands, (value,), loc))
+        block.ops.append(Op(prim, operands, (value,), loc, dict(attrs or {})))
         return value
 
     def emit(self, prim: Primitive, args: Sequence[SV], block: Block, loc: Optional[Location],
@@ -1022,7 +1050,7 @@ def _zeros_of(w: Walker, call: PrimCall, sv: SV, depth: int) -> SV:
         return Known(zeros_like_value(sv.value), sv.type)
     if isinstance(sv, Leaf) and isinstance(sv.value.type, AString):
         return Known(None)
-    sub = PrimCall(call.prim, [sv], call.block, call.loc, None, call.hint, call.what)
+    sub = PrimCall(call.prim, [sv], call.block, call.loc, None, call.hint, call.what, call.attrs)
     return w.emit_call(sub)
 
 
@@ -1057,7 +1085,8 @@ def _gadd_of(w: Walker, call: PrimCall, a: SV, b: SV, depth: int) -> SV:
     if ta is not None and tb is not None:
         return Tup(tuple(_gadd_of(w, call, x, y, depth + 1) for x, y in zip(ta, tb)))
     node_type = call.type if depth == 0 and ta is None else None
-    sub = PrimCall(call.prim, [a, b], call.block, call.loc, node_type, call.hint, call.what)
+    sub = PrimCall(call.prim, [a, b], call.block, call.loc, node_type, call.hint, call.what,
+                   call.attrs)
     return w.emit_call(sub)
 
 

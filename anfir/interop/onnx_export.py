@@ -40,6 +40,7 @@ extra to install.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -58,7 +59,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import arith, gradient, structure, tensor
+from anfir.primitives import arith, elementwise, gradient, reduce, structure, tensor
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -274,24 +275,17 @@ def logical(op_type: str) -> OnnxRule:
 
 
 def _softplus(w: OnnxWriter, op: Op) -> None:
-    # relu(x) + log(1 + exp(-|x|)): anfir's overflow-free form (ONNX Softplus overflows).
-    """softplus as ``Relu(x) + Log(1 + Exp(-Abs(x)))`` (anfir's overflow-free form)."""
+    """softplus as ``Relu(x) + log1p(Exp(-Abs(x)))`` (anfir's overflow-free form; ONNX
+    Softplus overflows)."""
     out = op.results[0]
     d = w.dtype(out)
     x = w.tensor(op.args[0], d)
-    t = [w.temp("softplus") for _ in range(6)]
-    w.node("Relu", [x], [t[0]])
-    w.node("Abs", [x], [t[1]])
-    w.node("Neg", [t[1]], [t[2]])
-    w.node("Exp", [t[2]], [t[3]])
-    w.node("Add", [t[3], w.const(1, d)], [t[4]])
-    w.node("Log", [t[4]], [t[5]])
-    w.node("Add", [t[0], t[5]], [out.name])
+    w.node("Add", [w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d)],
+           [out.name])
 
 
 def _relu(w: OnnxWriter, op: Op) -> None:
-    # ONNX Relu is for floats (onnxruntime has no integer kernel): integers take Max(x, 0).
-    """``Relu``, or ``Max(x, 0)`` for integers."""
+    """``Relu``, or ``Max(x, 0)`` for integers (onnxruntime has no integer Relu)."""
     out = op.results[0]
     d = w.dtype(out)
     x = w.tensor(op.args[0], d)
@@ -327,21 +321,12 @@ def _reshape(w: OnnxWriter, op: Op) -> None:
 
 
 def _reduce(op_type: str) -> OnnxRule:
-    """A reduction over constant axes (none: every axis), without kept dimensions."""
+    """A reduction over the ``axis`` attribute (None: every axis), ``keepdims`` as asked."""
     def rule(w: OnnxWriter, op: Op) -> None:
         out = op.results[0]
         x = w.tensor(op.args[0], w.dtype(out))
-        axis = w.static(op.args[1]) if len(op.args) > 1 else None
-        if axis is None:
-            w.node(op_type, [x], [out.name], keepdims=0)
-            return
-        axes = list(axis) if isinstance(axis, tuple) else [axis]
-        if not axes:
-            w.node("Identity", [x], [out.name])
-            return
-        w.node(op_type, [x, w.const(np.array(axes, dtype=np.int64), "i64")], [out.name],
-               keepdims=0)
-    rule.__doc__ = f"ONNX {op_type} (keepdims=0; no axis: every axis)"
+        w.reduce(op_type, x, op.attrs.get("axis"), bool(op.attrs.get("keepdims")), out.name)
+    rule.__doc__ = f"ONNX {op_type} over the axis attribute"
     return rule
 
 
@@ -515,23 +500,21 @@ def _broadcast_like(w: OnnxWriter, op: Op) -> None:
 
 
 def _unreduce(w: OnnxWriter, op: Op) -> None:
-    """``unreduce(g, x, axis)``: ``g`` with the reduced axes back, expanded to ``x``'s shape."""
+    """``unreduce(g, x, axis, keepdims)``: ``g`` with the reduced axes back (unless
+    kept), expanded to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op, axis_op = op.args
+    g_op, x_op, axis_op = op.args[:3]
+    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
     g = w.tensor(g_op, w.dtype(out))
     x_shape = _static_shape(w, x_op, "unreduce")
     axis = w.static(axis_op)
     if not x_shape:
         w.node("Identity", [g], [out.name])
         return
-    if axis is not None:
+    if axis is not None and not keepdims:
         axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
-        expanded = w.temp("unsqueezed")
-        w.node("Unsqueeze", [g, w.const(np.array(axes, dtype=np.int64), "i64")], [expanded])
-        g = expanded
-    shape = w.temp("shape")
-    w.node("Shape", [w.tensor(x_op)], [shape])
-    w.node("Expand", [g, shape], [out.name])
+        g = w.op("Unsqueeze", g, w.ints(axes))
+    w.node("Expand", [g, w.op("Shape", w.tensor(x_op))], [out.name])
 
 
 def _swap_last(w: OnnxWriter, name: str, rank: int) -> str:
@@ -603,6 +586,574 @@ def _tangent_dot(w: OnnxWriter, op: Op) -> None:
         w.node("ReduceSum", [product], [out.name], keepdims=0)
 
 
+# -- erf and atan where onnxruntime has no f64 kernel (Cephes' rational approximations) -----------
+_ERF_T = (9.60497373987051638749E0, 9.00260197203842689217E1, 2.23200534594684319226E3,
+          7.00332514112805075473E3, 5.55923013010394962768E4)
+_ERF_U = (3.35617141647503099647E1, 5.21357949780152679795E2, 4.59432382970980127987E3,
+          2.26290000613890934246E4, 4.92673942608635921086E4)
+_ERFC_P = (2.46196981473530512524E-10, 5.64189564831068821977E-1, 7.46321056442269912687E0,
+           4.86371970985681366614E1, 1.96520832956077098242E2, 5.26445194995477358631E2,
+           9.34528527171957607540E2, 1.02755188689515710272E3, 5.57535335369399327526E2)
+_ERFC_Q = (1.32281951154744992508E1, 8.67072140885989742329E1, 3.54937778887819891062E2,
+           9.75708501743205489753E2, 1.82390916687909736289E3, 2.24633760818710981792E3,
+           1.65666309194161350182E3, 5.57535340817727675546E2)
+_ERFC_R = (5.64189583547755073984E-1, 1.27536670759978104416E0, 5.01905042251180477414E0,
+           6.16021097993053585195E0, 7.40974269950448939160E0, 2.97886665372100240670E0)
+_ERFC_S = (2.26052863220117276590E0, 9.39603524938001434673E0, 1.20489539808096656605E1,
+           1.70814450747565897222E1, 9.60896809063285878198E0, 3.36907645100081516050E0)
+_ATAN_P = (-8.750608600031904122785E-1, -1.615753718733365076637E1, -7.500855792314704667340E1,
+           -1.228866684490136173410E2, -6.485021904942025371773E1)
+_ATAN_Q = (2.485846490142306297962E1, 1.650270098316988542046E2, 4.328810604912902668951E2,
+           4.853903996359136964868E2, 1.945506571482613964425E2)
+_ATAN_MOREBITS = 6.123233995736765886130E-17
+_NATIVE_F64 = False
+"""Whether to write Erf/Atan/Asin/Acos natively for f64 too (onnxruntime has no f64 kernel
+for them, so f64 uses the rational approximations below, accurate to about 1 ulp)."""
+
+
+def _polynomial(w: OnnxWriter, x: str, coefficients: Sequence[float], d: str, monic: bool) -> str:
+    """Horner's rule; ``monic``: a leading coefficient 1 not listed (Cephes' p1evl)."""
+    result = w.op("Add", x, w.const(coefficients[0], d)) if monic else w.const(coefficients[0], d)
+    for c in coefficients[1:]:
+        result = w.op("Add", w.op("Mul", result, x), w.const(c, d))
+    return result
+
+
+def _erf_of(w: OnnxWriter, x: str, d: str) -> str:
+    """erf(x): ONNX Erf, or for f64 Cephes' erf (|x| <= 1) and 1 - erfc (beyond)."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Erf", x)
+    z = w.op("Mul", x, x)
+    small = w.op("Div", w.op("Mul", x, _polynomial(w, z, _ERF_T, d, False)),
+                 _polynomial(w, z, _ERF_U, d, True))
+    a = w.op("Min", w.op("Abs", x), w.const(27.0, d))  # erfc(27) underflows: no inf * 0
+    e = w.op("Exp", w.op("Neg", w.op("Mul", a, a)))
+    mid = w.op("Div", w.op("Mul", e, _polynomial(w, a, _ERFC_P, d, False)),
+               _polynomial(w, a, _ERFC_Q, d, True))
+    far = w.op("Div", w.op("Mul", e, _polynomial(w, a, _ERFC_R, d, False)),
+               _polynomial(w, a, _ERFC_S, d, True))
+    erfc = w.op("Where", w.op("Less", a, w.const(8.0, d)), mid, far)
+    big = w.op("Mul", w.op("Sign", x), w.op("Sub", w.const(1.0, d), erfc))
+    return w.op("Where", w.op("LessOrEqual", w.op("Abs", x), w.const(1.0, d)), small, big)
+
+
+def _atan_of(w: OnnxWriter, x: str, d: str) -> str:
+    """atan(x): ONNX Atan, or for f64 Cephes' atan (reduced to |x| <= 0.66)."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Atan", x)
+    a = w.op("Abs", x)
+    big = w.op("Greater", a, w.const(2.41421356237309504880, d))
+    mid = w.op("And", w.op("Greater", a, w.const(0.66, d)), w.op("Not", big))
+    inverse = w.op("Neg", w.op("Div", w.const(1.0, d), a))
+    shifted = w.op("Div", w.op("Sub", a, w.const(1.0, d)), w.op("Add", a, w.const(1.0, d)))
+    reduced = w.op("Where", big, inverse, w.op("Where", mid, shifted, a))
+    base = w.op("Where", big, w.const(math.pi / 2 + _ATAN_MOREBITS, d),
+                w.op("Where", mid, w.const(math.pi / 4 + 0.5 * _ATAN_MOREBITS, d), w.const(0.0, d)))
+    z = w.op("Mul", reduced, reduced)
+    ratio = w.op("Div", w.op("Mul", z, _polynomial(w, z, _ATAN_P, d, False)),
+                 _polynomial(w, z, _ATAN_Q, d, True))
+    core = w.op("Add", w.op("Mul", reduced, ratio), reduced)
+    return w.op("Mul", w.op("Sign", x), w.op("Add", base, core))
+
+
+def _atan(w: OnnxWriter, x: str, d: str) -> str:
+    """atan(x) (see :func:`_atan_of`)."""
+    return _atan_of(w, x, d)
+
+
+def _erf(w: OnnxWriter, x: str, d: str) -> str:
+    """erf(x) (see :func:`_erf_of`)."""
+    return _erf_of(w, x, d)
+
+
+def _asin(w: OnnxWriter, x: str, d: str) -> str:
+    """asin(x): ONNX Asin, or for f64 ``atan(x / sqrt((1 - x) (1 + x)))``."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Asin", x)
+    one = w.const(1.0, d)
+    root = w.op("Sqrt", w.op("Mul", w.op("Sub", one, x), w.op("Add", one, x)))
+    return _atan_of(w, w.op("Div", x, root), d)
+
+
+def _acos(w: OnnxWriter, x: str, d: str) -> str:
+    """acos(x): ONNX Acos, or for f64 ``2 atan(sqrt((1 - x) / (1 + x)))``."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Acos", x)
+    one = w.const(1.0, d)
+    root = w.op("Sqrt", w.op("Div", w.op("Sub", one, x), w.op("Add", one, x)))
+    return w.op("Mul", w.const(2.0, d), _atan_of(w, root, d))
+
+
+# -- the operators of anfir/primitives/elementwise.py and reduce.py -----------------------------
+def _log1p(w: OnnxWriter, x: str, d: str) -> str:
+    """log(1 + x), exact near 0 (Goldberg: ``log(u) * x / (u - 1)`` with ``u = 1 + x``)."""
+    u = w.op("Add", x, w.const(1, d))
+    um1 = w.op("Sub", u, w.const(1, d))
+    ratio = w.op("Div", w.op("Mul", w.op("Log", u), x), um1)
+    small = w.op("Where", w.op("Equal", um1, w.const(0, d)), x, ratio)
+    return w.op("Where", w.op("IsInf", x), w.op("Log", u), small)
+
+
+def _expm1(w: OnnxWriter, x: str, d: str) -> str:
+    """exp(x) - 1, exact near 0 (Kahan: ``(u - 1) * x / log(u)`` with ``u = exp(x)``)."""
+    u = w.op("Exp", x)
+    um1 = w.op("Sub", u, w.const(1, d))
+    ratio = w.op("Div", w.op("Mul", um1, x), w.op("Log", u))
+    general = w.op("Where", w.op("IsInf", u), u, ratio)
+    general = w.op("Where", w.op("Equal", um1, w.const(-1, d)), w.const(-1, d), general)
+    return w.op("Where", w.op("Equal", u, w.const(1, d)), x, general)
+
+
+def _float_unary(build: Callable[[OnnxWriter, str, str], str]) -> OnnxRule:
+    """A rule computing ``build(writer, x, dtype)`` in the result's dtype."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.node("Identity", [build(w, w.tensor(op.args[0], d), d)], [out.name])
+    rule.__doc__ = build.__doc__
+    return rule
+
+
+def _tan(w: OnnxWriter, x: str, d: str) -> str:
+    """sin(x) / cos(x) (onnxruntime has no f64 Tan)."""
+    return w.op("Div", w.op("Sin", x), w.op("Cos", x))
+
+
+def _sinh(w: OnnxWriter, x: str, d: str) -> str:
+    """sinh: ``(e + e / (e + 1)) / 2`` with ``e = expm1(x)`` below |x| = 1, ``(exp(x) - exp(-x)) / 2``
+    above (onnxruntime has no f64 Sinh)."""
+    e = _expm1(w, x, d)
+    small = w.op("Mul", w.const(0.5, d), w.op("Add", e, w.op("Div", e, w.op("Add", e, w.const(1, d)))))
+    big = w.op("Mul", w.const(0.5, d), w.op("Sub", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
+    return w.op("Where", w.op("Less", w.op("Abs", x), w.const(1, d)), small, big)
+
+
+def _cosh(w: OnnxWriter, x: str, d: str) -> str:
+    """(exp(x) + exp(-x)) / 2 (onnxruntime has no f64 Cosh)."""
+    return w.op("Mul", w.const(0.5, d), w.op("Add", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
+
+
+def _softsign(w: OnnxWriter, x: str, d: str) -> str:
+    """x / (1 + |x|)."""
+    return w.op("Div", x, w.op("Add", w.const(1, d), w.op("Abs", x)))
+
+
+def _sigmoid_tanh(w: OnnxWriter, x: str, d: str) -> str:
+    """0.5 * (tanh(0.5 * x) + 1): anfir's overflow-free logistic function."""
+    half = w.const(0.5, d)
+    return w.op("Mul", half, w.op("Add", w.op("Tanh", w.op("Mul", half, x)), w.const(1, d)))
+
+
+def _silu(w: OnnxWriter, x: str, d: str) -> str:
+    """x * sigmoid(x)."""
+    return w.op("Mul", x, _sigmoid_tanh(w, x, d))
+
+
+def _softplus_of(w: OnnxWriter, x: str, d: str) -> str:
+    """relu(x) + log1p(exp(-|x|))."""
+    return w.op("Add", w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d))
+
+
+def _mish(w: OnnxWriter, x: str, d: str) -> str:
+    """x * tanh(softplus(x))."""
+    return w.op("Mul", x, w.op("Tanh", _softplus_of(w, x, d)))
+
+
+def _selu(w: OnnxWriter, x: str, d: str) -> str:
+    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
+    negative = w.op("Mul", w.const(_SELU_ALPHA, d), _expm1(w, x, d))
+    chosen = w.op("Where", w.op("Greater", x, w.const(0, d)), x, negative)
+    return w.op("Mul", w.const(_SELU_SCALE, d), chosen)
+
+
+def _hard_swish(w: OnnxWriter, x: str, d: str) -> str:
+    """x * min(max(x * (1/6) + 0.5, 0), 1)."""
+    inner = w.op("Add", w.op("Mul", x, w.const(1.0 / 6.0, d)), w.const(0.5, d))
+    clipped = w.op("Min", w.op("Max", inner, w.const(0, d)), w.const(1, d))
+    return w.op("Mul", x, clipped)
+
+
+def _gelu(w: OnnxWriter, op: Op) -> None:
+    """x * Φ(x): ``0.5 x (1 + erf(x / √2))``, or the tanh approximation, as anfir computes it."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    one, half = w.const(1, d), w.const(0.5, d)
+    if op.attrs.get("approximate") == "tanh":
+        cube = w.op("Mul", w.op("Mul", w.op("Mul", w.const(0.044715, d), x), x), x)
+        inner = w.op("Mul", w.const(math.sqrt(2.0 / math.pi), d), w.op("Add", x, cube))
+        phi = w.op("Add", one, w.op("Tanh", inner))
+    else:
+        phi = w.op("Add", one, _erf_of(w, w.op("Mul", x, w.const(1.0 / math.sqrt(2.0), d)), d))
+    w.node("Mul", [w.op("Mul", half, x), phi], [out.name])
+
+
+def _leaky_relu(w: OnnxWriter, op: Op) -> None:
+    """x where x >= 0, else alpha * x (alpha in x's dtype: ONNX LeakyRelu's is an f32)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    scaled = w.op("Mul", w.const(op.attrs.get("alpha", 0.01), d), x)
+    w.node("Where", [w.op("GreaterOrEqual", x, w.const(0, d)), x, scaled], [out.name])
+
+
+def _elu(w: OnnxWriter, op: Op) -> None:
+    """x where x > 0, else alpha * expm1(x)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    negative = w.op("Mul", w.const(op.attrs.get("alpha", 1.0), d), _expm1(w, x, d))
+    w.node("Where", [w.op("Greater", x, w.const(0, d)), x, negative], [out.name])
+
+
+def _hard_sigmoid(w: OnnxWriter, op: Op) -> None:
+    """min(max(alpha * x + beta, 0), 1)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    line = w.op("Add", w.op("Mul", w.const(op.attrs.get("alpha", 0.2), d), x),
+                w.const(op.attrs.get("beta", 0.5), d))
+    w.node("Min", [w.op("Max", line, w.const(0, d)), w.const(1, d)], [out.name])
+
+
+def _clip(w: OnnxWriter, op: Op) -> None:
+    """max(x, lo) then min(., hi): bounds from the arguments or the min/max attributes."""
+    out = op.results[0]
+    d = w.dtype(out)
+    result = w.tensor(op.args[0], d)
+    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
+    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
+    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
+    for bound, op_type in ((lo, "Max"), (hi, "Min")):
+        if isinstance(bound, Const) and bound.value is None:
+            continue
+        result = w.op(op_type, result, w.tensor(bound, d))
+    w.node("Identity", [result], [out.name])
+
+
+def _extreme(reduce_type: str, elementwise: str) -> OnnxRule:
+    """max/min: the reduction over the axis attribute, or with two arguments the elementwise op."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        if len(op.args) == 2:
+            w.node(elementwise, [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
+            return
+        w.reduce(reduce_type, w.tensor(op.args[0], d), op.attrs.get("axis"),
+                 bool(op.attrs.get("keepdims")), out.name)
+    rule.__doc__ = f"{reduce_type} over the axis attribute, or {elementwise} of two arguments"
+    return rule
+
+
+def _int_safe(w: OnnxWriter, y: str, d: str) -> tuple[str, str]:
+    """(y == 0, y with its zeros made 1): integer division by 0 is 0 in numpy, undefined in ONNX."""
+    zero = w.op("Equal", y, w.const(0, d))
+    return zero, w.op("Where", zero, w.const(1, d), y)
+
+
+def _floor_div(w: OnnxWriter, op: Op) -> None:
+    """numpy floor_divide: integers through Python's modulo, floats as numpy's divmod does."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if not is_float(d):
+        zero, safe = _int_safe(w, y, d)
+        quotient = w.op("Div", w.op("Sub", x, w.op("Mod", x, safe, fmod=0)), safe)
+        w.node("Where", [zero, w.const(0, d), quotient], [out.name])
+        return
+    m = w.op("Mod", x, y, fmod=1)
+    div = w.op("Div", w.op("Sub", x, m), y)
+    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
+               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
+    div = w.op("Where", fix, w.op("Sub", div, w.const(1, d)), div)
+    floor = w.op("Floor", div)
+    up = w.op("Greater", w.op("Sub", div, floor), w.const(0.5, d))
+    result = w.op("Where", up, w.op("Add", floor, w.const(1, d)), floor)
+    w.node("Where", [w.op("Equal", y, w.const(0, d)), w.op("Div", x, y), result], [out.name])
+
+
+def _mod(w: OnnxWriter, op: Op) -> None:
+    """numpy mod (the sign of y): ONNX Mod for integers, fmod corrected for floats."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if not is_float(d):
+        zero, safe = _int_safe(w, y, d)
+        w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=0)], [out.name])
+        return
+    m = w.op("Mod", x, y, fmod=1)
+    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
+               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
+    w.node("Where", [fix, w.op("Add", m, y), m], [out.name])
+
+
+def _fmod(w: OnnxWriter, op: Op) -> None:
+    """C fmod (the sign of x): ONNX Mod with fmod=1 (integers by 0 give 0, as numpy)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if is_float(d):
+        w.node("Mod", [x, y], [out.name], fmod=1)
+        return
+    zero, safe = _int_safe(w, y, d)
+    w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=1)], [out.name])
+
+
+def _atan2(w: OnnxWriter, op: Op) -> None:
+    """atan2(y, x) from Atan(y / x) and the quadrant."""
+    out = op.results[0]
+    d = w.dtype(out)
+    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    zero = w.const(0, d)
+    base = _atan_of(w, w.op("Div", y, x), d)
+    left = w.op("Where", w.op("Less", y, zero), w.op("Sub", base, w.const(math.pi, d)),
+                w.op("Add", base, w.const(math.pi, d)))
+    vertical = w.op("Where", w.op("Greater", y, zero), w.const(math.pi / 2, d),
+                    w.op("Where", w.op("Less", y, zero), w.const(-math.pi / 2, d), zero))
+    result = w.op("Where", w.op("Less", x, zero), left, base)
+    w.node("Where", [w.op("Equal", x, zero), vertical, result], [out.name])
+
+
+def _predicate(op_type: str) -> OnnxRule:
+    """IsNaN / IsInf (integers, never nan or inf, are compared as floats)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        have = w.dtype_of_operand(op.args[0])
+        w.node(op_type, [w.tensor(op.args[0], have if is_float(have) else "f64")],
+               [op.results[0].name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def _bitwise(op_type: str, logical_type: str) -> OnnxRule:
+    """A bitwise op on integers, the logical one on bools."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.node(logical_type if d == "bool" else op_type, [w.tensor(a, d) for a in op.args],
+               [out.name])
+    rule.__doc__ = f"ONNX {op_type} ({logical_type} on bools)"
+    return rule
+
+
+_UNSIGNED = {"i8": "u8", "i16": "u16", "i32": "u32", "i64": "u64"}
+
+
+def _bit_shift(w: OnnxWriter, op: Op) -> None:
+    """x << y through the unsigned type of x's width (ONNX BitShift is unsigned); a
+    right shift of signed integers is the floor division by 2**y, as numpy's."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    right = op.attrs.get("direction") == "right"
+    if right and d in _UNSIGNED:
+        power = w.op("Pow", w.const(2, d), y)
+        w.node("Div", [w.op("Sub", x, w.op("Mod", x, power, fmod=0)), power], [out.name])
+        return
+    u = _UNSIGNED.get(d, d)
+    shifted = w.op("BitShift", w.cast(x, d, u), w.cast(y, d, u),
+                   direction="RIGHT" if right else "LEFT")
+    w.node("Cast", [shifted], [out.name], to=_ONNX_TYPES[d])
+
+
+def _arg_extreme(op_type: str) -> OnnxRule:
+    """ArgMax / ArgMin: over one axis, or of the flattened x when the axis is None."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        x = w.tensor(op.args[0])
+        axis, keep = op.attrs.get("axis", 0), bool(op.attrs.get("keepdims"))
+        last = int(bool(op.attrs.get("select_last")))
+        if axis is not None:
+            w.node(op_type, [x], [out.name], axis=int(axis), keepdims=int(keep),
+                   select_last_index=last)
+            return
+        rank = len(_static_shape(w, op.args[0], op_type))
+        index = w.op(op_type, w.op("Reshape", x, w.ints([-1])), axis=0, keepdims=0,
+                     select_last_index=last)
+        w.node("Reshape", [index, w.ints([1] * rank if keep else [])], [out.name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def _along_last(w: OnnxWriter, x: str, rank: int, axes: Sequence[int]) -> tuple[str, list[int]]:
+    """``x`` with ``axes`` moved last (in order); the permutation used."""
+    perm = [i for i in range(rank) if i not in axes] + list(axes)
+    return (w.op("Transpose", x, perm=perm) if perm != list(range(rank)) else x), perm
+
+
+def _back(w: OnnxWriter, y: str, perm: list[int], out: str) -> None:
+    """``y`` with the permutation ``perm`` undone, into ``out``."""
+    if perm == sorted(perm):
+        w.node("Identity", [y], [out])
+        return
+    w.node("Transpose", [y], [out], perm=[perm.index(i) for i in range(len(perm))])
+
+
+def _index_grid(w: OnnxWriter, last: str) -> tuple[str, str]:
+    """For the last axis of ``last`` (size n): column indices ``[n, 1]`` and row indices ``[1, n]``."""
+    n = w.op("Gather", w.op("Shape", last), w.const(np.array(-1, dtype=np.int64), "i64"), axis=0)
+    indices = w.op("Range", w.const(np.array(0, dtype=np.int64), "i64"), n,
+                   w.const(np.array(1, dtype=np.int64), "i64"))
+    return w.op("Unsqueeze", indices, w.ints([1])), w.op("Unsqueeze", indices, w.ints([0]))
+
+
+def _products_where(w: OnnxWriter, last: str, keep: str, d: str) -> str:
+    """For each i of the last axis, the product of the elements j where ``keep[i, j]``
+    (an [n, n] boolean): the elements broadcast to [..., n, n], others made 1."""
+    rows = w.op("Unsqueeze", last, w.ints([-2]))
+    chosen = w.op("Where", keep, rows, w.const(1, d))
+    return w.op("ReduceProd", chosen, w.ints([-1]), keepdims=0)
+
+
+def _cumsum(w: OnnxWriter, op: Op) -> None:
+    """ONNX CumSum (its exclusive and reverse are numpy's); no axis: of the flattened x."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    axis = op.attrs.get("axis")
+    if axis is None:
+        x, axis = w.op("Reshape", x, w.ints([-1])), 0
+    w.node("CumSum", [x, w.const(np.array(int(axis), dtype=np.int64), "i64")], [out.name],
+           exclusive=int(bool(op.attrs.get("exclusive"))),
+           reverse=int(bool(op.attrs.get("reverse"))))
+
+
+def _cumprod(w: OnnxWriter, op: Op) -> None:
+    """Running products (ONNX has no CumProd): for each i, the product of the elements
+    j <= i (j < i exclusive; j >= i reverse) of the axis, exact (no logarithms)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis = op.attrs.get("axis")
+    if axis is None:
+        x, axis, rank = w.op("Reshape", x, w.ints([-1])), 0, 1
+    else:
+        rank = len(_static_shape(w, op.args[0], "cumprod"))
+    last, perm = _along_last(w, x, rank, [int(axis) % rank])
+    i, j = _index_grid(w, last)
+    exclusive, reverse = bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse"))
+    compare = {(False, False): "LessOrEqual", (True, False): "Less",
+               (False, True): "GreaterOrEqual", (True, True): "Greater"}[(exclusive, reverse)]
+    _back(w, _products_where(w, last, w.op(compare, j, i), d), perm, out.name)
+
+
+def _prod_others(w: OnnxWriter, op: Op) -> None:
+    """For each element, the product of the others of its group of ``prod(x, axis)``:
+    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    rank = len(_static_shape(w, op.args[0], "prod_others"))
+    if rank == 0:
+        w.node("ConstantOfShape", [w.ints([])], [out.name], value=w.fill_value(1, d))
+        return
+    axis = w.static(op.args[1])
+    axes = list(range(rank)) if axis is None else sorted(
+        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
+    moved, perm = _along_last(w, x, rank, axes)
+    flat = w.op("Reshape", moved, w.ints([0] * (rank - len(axes)) + [-1]))  # 0: keep that axis
+    i, j = _index_grid(w, flat)
+    others = _products_where(w, flat, w.op("Not", w.op("Equal", i, j)), d)
+    _back(w, w.op("Reshape", others, w.op("Shape", moved)), perm, out.name)
+
+
+def _var(root: bool) -> OnnxRule:
+    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x = w.tensor(op.args[0], d)
+        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+        mean = w.reduce("ReduceMean", x, axis, True)
+        deviation = w.op("Sub", x, mean)
+        total = w.reduce("ReduceSum", w.op("Mul", deviation, deviation), axis, keep)
+        count = w.op("Div", w.cast(w.op("Size", x), "i64", d), w.cast(w.op("Size", mean), "i64", d))
+        denominator = w.op("Sub", count, w.const(op.attrs.get("correction", 0), d))
+        if root:
+            w.node("Sqrt", [w.op("Div", total, denominator)], [out.name])
+        else:
+            w.node("Div", [total, denominator], [out.name])
+    rule.__doc__ = "standard deviation" if root else "variance"
+    return rule
+
+
+def _logsumexp(w: OnnxWriter, op: Op) -> None:
+    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+    top = w.reduce("ReduceMax", x, axis, True)
+    finite = w.op("Not", w.op("Or", w.op("IsInf", top), w.op("IsNaN", top)))
+    top = w.op("Where", finite, top, w.const(0, d))
+    total = w.reduce("ReduceSum", w.op("Exp", w.op("Sub", x, top)), axis, keep)
+    w.node("Add", [w.op("Log", total), w.op("Reshape", top, w.op("Shape", total))], [out.name])
+
+
+def _all_any(reduce_type: str) -> OnnxRule:
+    """all / any: the minimum / maximum of the truth values (as integers)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        truth = w.cast(w.tensor(op.args[0], "bool"), "bool", "i32")
+        reduced = w.reduce(reduce_type, truth, op.attrs.get("axis"), bool(op.attrs.get("keepdims")))
+        w.node("Cast", [reduced], [op.results[0].name], to=_ONNX_TYPES["bool"])
+    rule.__doc__ = f"{reduce_type} of the truth values"
+    return rule
+
+
+def _norm(w: OnnxWriter, op: Op) -> None:
+    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
+    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+    order = float(op.attrs.get("ord", 2))
+    magnitude = w.op("Abs", x)
+    if order == math.inf:
+        w.reduce("ReduceMax", magnitude, axis, keep, out.name)
+    elif order == -math.inf:
+        w.reduce("ReduceMin", magnitude, axis, keep, out.name)
+    elif order == 0:
+        nonzero = w.cast(w.op("Not", w.op("Equal", x, w.const(0, d))), "bool", d)
+        w.reduce("ReduceSum", nonzero, axis, keep, out.name)
+    elif order == 1:
+        w.reduce("ReduceSum", magnitude, axis, keep, out.name)
+    elif order == 2:
+        w.node("Sqrt", [w.reduce("ReduceSum", w.op("Mul", x, x), axis, keep)], [out.name])
+    else:
+        powered = w.op("Pow", magnitude, w.const(order, d))
+        w.node("Pow", [w.reduce("ReduceSum", powered, axis, keep), w.const(1.0 / order, d)],
+               [out.name])
+
+
+def _reshape_like(w: OnnxWriter, op: Op) -> None:
+    """``g`` reshaped to ``x``'s shape."""
+    out = op.results[0]
+    g = w.tensor(op.args[0], w.dtype(out))
+    w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name], allowzero=1)
+
+
+def _clip_grad(w: OnnxWriter, op: Op) -> None:
+    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
+    out = op.results[0]
+    d = w.dtype(out)
+    g_op, x_op, lo, hi = op.args
+    g = w.tensor(g_op, d)
+    tests = []
+    for bound, op_type in ((lo, "GreaterOrEqual"), (hi, "LessOrEqual")):
+        if isinstance(bound, Const) and bound.value is None:
+            continue
+        c = w.common_dtype([x_op, bound])
+        tests.append(w.op(op_type, w.tensor(x_op, c), w.tensor(bound, c)))
+    if not tests:
+        w.node("Identity", [g], [out.name])
+        return
+    inside = tests[0] if len(tests) == 1 else w.op("And", *tests)
+    w.node("Where", [inside, g, w.const(0, d)], [out.name])
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
 RULES: dict[Primitive, OnnxRule] = {
     arith.add: binary("Add"),
     arith.sub: binary("Sub"),
@@ -655,6 +1206,59 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.size: _size,
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
+    gradient.reshape_like: _reshape_like,
+    gradient.prod_others: _prod_others,
+    gradient.clip_grad: _clip_grad,
+    elementwise.erf: _float_unary(_erf),
+    elementwise.expm1: _float_unary(_expm1),
+    elementwise.log1p: _float_unary(_log1p),
+    elementwise.floor: unary("Floor"),
+    elementwise.ceil: unary("Ceil"),
+    elementwise.round_: unary("Round"),
+    elementwise.reciprocal: unary("Reciprocal"),
+    elementwise.rsqrt: _float_unary(lambda w, x, d: w.op("Reciprocal", w.op("Sqrt", x))),
+    elementwise.square: _float_unary(lambda w, x, d: w.op("Mul", x, x)),
+    elementwise.tan: _float_unary(_tan),
+    elementwise.atan: _float_unary(_atan),
+    elementwise.sinh: _float_unary(_sinh),
+    elementwise.cosh: _float_unary(_cosh),
+    elementwise.asin: _float_unary(_asin),
+    elementwise.acos: _float_unary(_acos),
+    elementwise.softsign: _float_unary(_softsign),
+    elementwise.silu: _float_unary(_silu),
+    elementwise.mish: _float_unary(_mish),
+    elementwise.gelu: _gelu,
+    elementwise.leaky_relu: _leaky_relu,
+    elementwise.elu: _elu,
+    elementwise.selu: _float_unary(_selu),
+    elementwise.hard_sigmoid: _hard_sigmoid,
+    elementwise.hard_swish: _float_unary(_hard_swish),
+    elementwise.clip: _clip,
+    elementwise.floor_div: _floor_div,
+    elementwise.mod: _mod,
+    elementwise.fmod: _fmod,
+    elementwise.atan2: _atan2,
+    elementwise.isnan: _predicate("IsNaN"),
+    elementwise.isinf: _predicate("IsInf"),
+    elementwise.logical_xor: logical("Xor"),
+    elementwise.bitwise_and: _bitwise("BitwiseAnd", "And"),
+    elementwise.bitwise_or: _bitwise("BitwiseOr", "Or"),
+    elementwise.bitwise_xor: _bitwise("BitwiseXor", "Xor"),
+    elementwise.bitwise_not: _bitwise("BitwiseNot", "Not"),
+    elementwise.bit_shift: _bit_shift,
+    reduce.max_: _extreme("ReduceMax", "Max"),
+    reduce.min_: _extreme("ReduceMin", "Min"),
+    reduce.prod: _reduce("ReduceProd"),
+    reduce.var: _var(root=False),
+    reduce.std: _var(root=True),
+    reduce.logsumexp: _logsumexp,
+    reduce.all_: _all_any("ReduceMin"),
+    reduce.any_: _all_any("ReduceMax"),
+    reduce.norm: _norm,
+    reduce.argmax: _arg_extreme("ArgMax"),
+    reduce.argmin: _arg_extreme("ArgMin"),
+    reduce.cumsum: _cumsum,
+    reduce.cumprod: _cumprod,
     DIM: _dim,
 }
 """Primitive object → the rule writing its ONNX nodes.  A primitive the walker
@@ -849,6 +1453,30 @@ class OnnxWriter:
     def temp(self, hint: str) -> str:
         """A fresh name for an intermediate tensor."""
         return self.names.take(hint)
+
+    def op(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """One node with one output, a fresh name, which is returned (for composing)."""
+        out = self.temp(op_type.lower())
+        self.node(op_type, list(inputs), [out], **attrs)
+        return out
+
+    def ints(self, values: Sequence[int]) -> str:
+        """A 1-D i64 constant (axes, shapes)."""
+        return self.const(np.array(list(values), dtype=np.int64), "i64")
+
+    def reduce(self, op_type: str, x: str, axis: Any, keepdims: bool, out: Optional[str] = None) -> str:
+        """``op_type`` (``ReduceSum``...) of ``x`` over ``axis`` (an int, a tuple, or None
+        for every axis), into ``out`` (a fresh name when None); returns the name."""
+        out = out or self.temp(op_type.lower())
+        keep = int(bool(keepdims))
+        if axis is None:
+            self.node(op_type, [x], [out], keepdims=keep)
+        elif isinstance(axis, tuple) and not axis:
+            self.node("Identity", [x], [out])  # numpy: an empty tuple of axes reduces nothing
+        else:
+            axes = list(axis) if isinstance(axis, tuple) else [axis]
+            self.node(op_type, [x, self.ints(axes)], [out], keepdims=keep)
+        return out
 
     def dtype(self, value: Value) -> str:
         """The element type of a flat value."""
