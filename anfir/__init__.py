@@ -22,6 +22,7 @@ from anfir.autodiff import api as _ad
 from anfir.errors import AnfirError
 from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
+from anfir.interop import onnx_export as _onnx_export
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir.passes.pipeline import compile_program
@@ -84,6 +85,18 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir).graph
 
 
+def export_onnx(mod_or_graph: Any, entry: Optional[str] = None,
+                args: Optional[Sequence[Any]] = None) -> Any:
+    """Compile and write the optimized entry as an ``onnx.ModelProto`` (opset 21).
+
+    ``args`` are example values or types, as for :func:`compile`.  Needs the
+    ``onnx`` package (``pip install "anfir[onnx]"``); a program that is not
+    first-order after optimization is an :class:`AnfirError` naming the node.
+    See :mod:`anfir.interop.onnx_export`.
+    """
+    return _onnx_export.export_onnx(mod_or_graph, entry=entry, args=args)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -100,6 +113,6 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 
 __all__ = [
-    "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "grad", "load",
+    "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_onnx", "grad", "load",
     "jvp", "parse", "run", "to_text", "value_and_grad", "vjp",
 ]

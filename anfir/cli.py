@@ -1,4 +1,4 @@
-"""The ``anfir`` command: run, grad, compile, fmt and dot on ``.anf`` files.
+"""The ``anfir`` command: run, grad, compile, export, fmt and dot on ``.anf`` files.
 
 Exit status: 0 on success, 1 on an error in the user's input (a located
 message on stderr, never a traceback), 2 on a usage error.  Set
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from anfir.autodiff.api import grad
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
+from anfir.interop import onnx_export
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -37,6 +38,7 @@ examples:
   anfir run examples/fibonacci.anf 10            # prints 55
   anfir grad examples/power.anf --entry power --wrt 0 2.0 3
   anfir compile examples/mlp.anf --dump-dir dumps --time
+  anfir export examples/mlp.anf -o mlp.onnx      # needs pip install "anfir[onnx]"
   anfir fmt examples/hof.anf
   anfir dot examples/fibonacci.anf -o fib.svg
 """
@@ -93,6 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-dir", help="write NN_phase.ir and NN_phase.dot here")
     p.add_argument("--time", action="store_true", help="print a per-phase timing table")
     _max_depth_option(p)
+
+    p = sub.add_parser("export", help="write the optimized program as an ONNX model",
+                       formatter_class=raw,
+                       epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
+                              "  anfir export examples/loop.anf --entry newton_sqrt --args 2.0 "
+                              "-o sqrt.onnx\n(ONNX export needs the onnx package: "
+                              'pip install "anfir[onnx]")')
+    p.add_argument("file", help="an .anf program (or an .ir dump)")
+    p.add_argument("--entry", help="the definition to export (default: main, or the only one)")
+    p.add_argument("--args", nargs="*", default=None, metavar="ARG",
+                   help="example arguments or types (as for compile); without them the entry's "
+                        "annotations are used; symbolic dimensions become ONNX dim_params")
+    p.add_argument("--to", choices=sorted(EXPORTERS), default="onnx",
+                   help="the format to write (default: onnx)")
+    p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx)")
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
                        epilog="example:\n  anfir fmt examples/hof.anf")
@@ -239,26 +256,29 @@ def cmd_grad(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compile(ns: argparse.Namespace) -> int:
+def compile_args(texts: Optional[Sequence[str]]) -> Optional[list[Any]]:
+    """``--args``: each an example value (a literal or an ``.npy`` file) or a type."""
+    if texts is None:
+        return None
+    args: list[Any] = []
+    for text in texts:
+        try:
+            args.append(parse_arg(text))
+        except AnfirError as literal_error:
+            try:
+                args.append(abstract_from_annotation_text(text))
+            except AnfirError:
+                if text[:1].isalpha():
+                    raise  # meant as a type: say what is wrong with it
+                raise literal_error from None
+    return args
 
+
+def cmd_compile(ns: argparse.Namespace) -> int:
     if not os.path.exists(ns.file):
         raise UsageError(f"no such file: {ns.file}")
-    args = None
-    values = None
-    if ns.args is not None:
-        args = []
-        for text in ns.args:
-            try:
-                args.append(parse_arg(text))
-            except AnfirError as literal_error:
-                try:
-                    args.append(abstract_from_annotation_text(text))
-                except AnfirError:
-                    if text[:1].isalpha():
-                        raise  # meant as a type: say what is wrong with it
-                    raise literal_error from None
-        if all(not _is_abstract(a) for a in args):
-            values = args
+    args = compile_args(ns.args)
+    values = args if args is not None and all(not _is_abstract(a) for a in args) else None
     result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir)
     graph = result.graph
     print(f"compiled @{graph.name}: {_count(graph)} nodes after {len(result.timings)} phases")
@@ -289,6 +309,45 @@ def _timing_table(timings: dict[str, float]) -> str:
         lines.append(f"{name:<{width}}  {seconds * 1000:9.2f}")
     lines.append(f"{'total':<{width}}  {sum(timings.values()) * 1000:9.2f}")
     return "\n".join(lines)
+
+
+def cmd_export(ns: argparse.Namespace) -> int:
+    """``anfir export``: compile, write the model, print a one-line summary."""
+    if not os.path.exists(ns.file):
+        raise UsageError(f"no such file: {ns.file}")
+    write, summary = EXPORTERS[ns.to]
+    model = write(ns.file, ns.entry, compile_args(ns.args))
+    data = model.SerializeToString(deterministic=True)
+    with open(ns.output, "wb") as handle:
+        handle.write(data)
+    print(summary(model, ns.output))
+    return 0
+
+
+def _onnx_summary(model: Any, path: str) -> str:
+    """``exported @f to f.onnx: ONNX opset 21, 1 input, 1 output, 9 nodes (1 If)``."""
+    counts: dict[str, int] = {}
+    total = 0
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            total += 1
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+            graphs.extend(a.g for a in node.attribute if a.HasField("g"))
+    control = ", ".join(f"{counts[k]} {k}" for k in ("If", "Loop") if counts.get(k))
+    entry = next((p.value for p in model.metadata_props if p.key == "anfir.entry"), "?")
+    n_in, n_out = len(model.graph.input), len(model.graph.output)
+    return (f"exported @{entry} to {path}: ONNX opset {model.opset_import[0].version}, "
+            f"{n_in} input{'s' * (n_in != 1)}, {n_out} output{'s' * (n_out != 1)}, "
+            f"{total} nodes" + (f" ({control})" if control else ""))
+
+
+EXPORTERS: dict[str, tuple[Callable[[str, Optional[str], Optional[list[Any]]], Any],
+                           Callable[[Any, str], str]]] = {
+    "onnx": (onnx_export.export_onnx, _onnx_summary),
+}
+"""``--to`` format → (write the model of FILE, ENTRY, ARGS; describe it in one line)."""
 
 
 def cmd_fmt(ns: argparse.Namespace) -> int:
@@ -347,7 +406,8 @@ def _parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> arg
     return ns
 
 
-COMMANDS = {"run": cmd_run, "grad": cmd_grad, "compile": cmd_compile, "fmt": cmd_fmt, "dot": cmd_dot}
+COMMANDS = {"run": cmd_run, "grad": cmd_grad, "compile": cmd_compile, "export": cmd_export,
+            "fmt": cmd_fmt, "dot": cmd_dot}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -103,6 +103,21 @@ class IRConsistencyError(AnfirError):
     kind = "invalid IR"
 
 
+class ExportError(AnfirError):
+    """A program that an exporter cannot express in its target (ONNX...): the
+    message names the node and says why (a function value left after
+    optimization, recursion that is not a loop...)."""
+
+    kind = "export error"
+
+
+class MissingDependencyError(AnfirError):
+    """An optional feature whose package is not installed; the message names
+    the extra to install (``pip install "anfir[onnx]"``)."""
+
+    kind = "missing dependency"
+
+
 class UsageError(AnfirError):
     """A bad use of the API or the command line (exit status 2 in the CLI)."""
 

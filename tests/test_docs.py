@@ -18,11 +18,15 @@ Conventions checked here (documented at the top of docs/language.md):
   renders a picture (``anfir dot ... -o OUT.svg``/``.png``) needs Graphviz's
   ``dot``; where it is not installed, that command and the later ones that
   name its output file are not run (the test then reports a skip saying so),
-  and the other commands of the block still run and are checked.
+  and the other commands of the block still run and are checked;
+* likewise where the ``onnx`` package (the ``[onnx]`` extra) is not installed:
+  ``anfir export`` commands (and later ones naming the model file) are not
+  run, and a ``python`` block that imports ``onnx`` is skipped.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -211,10 +215,15 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 PYTHON_BLOCKS = blocks_tagged("python")
+HAVE_ONNX = importlib.util.find_spec("onnx") is not None
+"""Whether the ``[onnx]`` extra is installed (``anfir export`` and ONNX snippets need it)."""
+NO_ONNX = 'the onnx package is not installed (pip install -e ".[onnx]")'
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=Block.id)
 def test_python_block(block: Block, scratch: Path) -> None:
+    if not HAVE_ONNX and re.search(r"^\s*(import|from) onnx\b", block.text, re.M):
+        pytest.skip(NO_ONNX)
     # Running documentation snippets is test code; the package itself never execs.
     code = compile(block.text, f"{block.path.name}:{block.line}", "exec")
     exec(code, {"__name__": "__doc__"})  # noqa: S102
@@ -306,6 +315,28 @@ def graphviz_output(command: str) -> str | None:
     return None
 
 
+def onnx_export_output(command: str) -> str | None:
+    """The model file ``anfir export ... -o OUT`` writes (needs the onnx package), or None."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if words[:2] != ["anfir", "export"]:
+        return None
+    for flag, value in zip(words, words[1:] + [""]):
+        if flag.startswith("--output="):
+            return flag.split("=", 1)[1]
+        if flag in ("-o", "--output"):
+            return value
+    return ""
+
+
+def test_onnx_export_output() -> None:
+    assert onnx_export_output("anfir export examples/mlp.anf -o mlp.onnx") == "mlp.onnx"
+    assert onnx_export_output("anfir export f.anf --output=m.onnx") == "m.onnx"
+    assert onnx_export_output("anfir run f.anf -o m.onnx") is None
+
+
 def test_graphviz_output() -> None:
     assert graphviz_output("anfir dot examples/fibonacci.anf -o fib.svg") == "fib.svg"
     assert graphviz_output("anfir dot f.anf --output=out.PNG --entry main") == "out.PNG"
@@ -321,7 +352,8 @@ def run_session(block: Block, cwd: Path, skipped: list[str] | None = None,
     Where Graphviz's ``dot`` is not installed, a command that needs it (see
     :func:`graphviz_output`) and every later command naming the file it would
     have made are not run: they are appended to ``skipped`` (with
-    ``skipped=None``, such a command is an error).
+    ``skipped=None``, such a command is an error).  The same holds for
+    ``anfir export`` where the onnx package is not installed.
 
     A plain ``anfir ...`` command runs in this process through the CLI's
     ``main`` (a Python start per command would make this test slow; that
@@ -333,13 +365,15 @@ def run_session(block: Block, cwd: Path, skipped: list[str] | None = None,
     steps = parse_session(block.text)
     status = 0
     report = []
-    not_made: list[str] = []  # pictures that were not drawn: dot is missing
+    not_made: list[str] = []  # files not made: dot or onnx is missing
     for command, expected in steps:
         picture = graphviz_output(command) if shutil.which("dot") is None else None
-        if picture is not None or any(name in command for name in not_made):
+        model = onnx_export_output(command) if not HAVE_ONNX else None
+        made = picture if picture is not None else model
+        if made is not None or any(name in command for name in not_made):
             if skipped is None:
-                raise AssertionError(f"needs Graphviz's dot, which is not installed: {command}")
-            not_made += [picture] if picture else []
+                raise AssertionError(f"needs a tool that is not installed: {command}")
+            not_made += [made] if made else []
             skipped.append(command)
             continue
         if command.startswith("anfir ") and not _SHELL_SYNTAX.search(command):
@@ -374,8 +408,10 @@ def test_console_block(block: Block, scratch: Path) -> None:
                 if not lines_match(expected, got)]
     assert not problems, "\n\n".join(problems)
     if skipped:
-        pytest.skip("Graphviz's dot is not installed (apt-get install graphviz): the other "
-                    "commands of the block passed; not run: "
+        missing = [what for what, absent in (
+            ("Graphviz's dot is not installed (apt-get install graphviz)", shutil.which("dot") is None),
+            (NO_ONNX, not HAVE_ONNX)) if absent]
+        pytest.skip("; ".join(missing) + ": the other commands of the block passed; not run: "
                     + "; ".join(f"$ {command}" for command in skipped))
 
 

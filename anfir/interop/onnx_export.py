@@ -1,0 +1,1679 @@
+"""Export an anfir program to an ONNX model (opset 21).
+
+::
+
+    model = anfir.export_onnx(mod, entry="mlp_loss")        # an onnx.ModelProto
+    onnx.save(model, "mlp.onnx")
+
+The program is compiled (``anfir.compile``: specialized, differentiated,
+inlined, optimized), walked into a first-order flat program
+(:mod:`anfir.interop.flatten`: tuples taken apart, closures converted, calls
+inlined, ``if`` → ``If``, tail recursion → ``Loop``), and each flat op is
+written by the rule :data:`RULES` holds for its primitive object.  Adding an
+operator is one entry::
+
+    RULES[tensor.matmul] = binary("MatMul")
+
+(a rule is a function ``rule(writer, op)`` that writes ONNX nodes computing
+``op.results`` from ``op.args`` through the :class:`OnnxWriter` helpers;
+:func:`unary`, :func:`binary`, :func:`compare` and :func:`logical` make the
+common ones).
+
+Conventions of the exported model:
+
+* inputs are the entry's parameters, by name (a tuple parameter ``t`` gives
+  ``t_0``, ``t_1``...); outputs are ``output`` (or ``output_0``, ``output_1_0``...
+  when the result is a tuple); anfir's Python scalars (f64, i64, bool) are
+  0-d tensors of that dtype, strings 0-d string tensors;
+* symbolic dimensions (``f64[B, 3]``) are ONNX ``dim_param`` s;
+* ``metadata_props`` hold the entry, the source file, the signature, the
+  module's metadata and how inputs and outputs nest (``anfir.inputs``,
+  ``anfir.outputs``, JSON) — :func:`onnx_inputs` and :func:`nest_outputs`
+  use them to run a model on anfir-style arguments;
+* the model is deterministic: the same program gives byte-identical models.
+
+The ``onnx`` package is imported when a model is written, never when anfir is
+imported; without it, :class:`~anfir.errors.MissingDependencyError` names the
+extra to install.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from anfir.abstract.shapes import dims_equal, is_unknown_dim
+from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor, dim_text
+from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.errors import ExportError, MissingDependencyError
+from anfir.interop.flat import (
+    DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
+    dtype_of_type, shape_of_type,
+)
+from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
+from anfir.ir.graph import FuncGraph
+from anfir.ir.primitive import Primitive
+from anfir.location import Location
+from anfir.passes.pipeline import Source, compile_program
+from anfir.primitives import arith, elementwise, gradient, reduce, structure, tensor
+from anfir.values import DType
+
+if TYPE_CHECKING:  # pragma: no cover
+    import onnx
+
+OPSET = 21
+"""The ONNX opset the models import (the default domain)."""
+
+EXTRA = "onnx"
+"""The extra that installs what this module needs: ``pip install "anfir[onnx]"``."""
+
+PLACEHOLDER_INITIALIZER_LIMIT = 64
+"""Placeholders up to this many elements are initializers; bigger ones ``ConstantOfShape``."""
+
+
+def require_onnx() -> Any:
+    """The ``onnx`` module, or a :class:`MissingDependencyError` naming the extra."""
+    try:
+        import onnx
+        import onnx.helper  # noqa: F401
+        import onnx.numpy_helper  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(
+            f'exporting to ONNX needs the onnx package: pip install "anfir[{EXTRA}]"') from None
+    return onnx
+
+
+def export_onnx(source: Source, entry: Optional[str] = None,
+                args: Optional[Sequence[Any]] = None) -> "onnx.ModelProto":
+    """Compile ``source`` (a Module, FuncGraph or path) for ``args`` (example values
+    or types; the entry's annotations otherwise) and write the optimized entry
+    as an ONNX model.  See the module documentation for the conventions."""
+    require_onnx()
+    result = compile_program(source, entry=entry, args=args)
+    module = getattr(source, "metadata", None)
+    metadata = {f"anfir.module.{k}": str(v) for k, v in sorted((module or {}).items())}
+    program = result.program
+    if program.module is not None:
+        metadata["anfir.source"] = program.module.filename
+    return model_from_graph(result.graph, metadata)
+
+
+def model_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None) -> "onnx.ModelProto":
+    """The ONNX model of an optimized graph (what ``anfir.compile`` returns)."""
+    onnx = require_onnx()
+    flat = flatten_program(graph)
+    props = {"anfir.entry": graph.name}
+    if graph.abstract is not None:
+        props["anfir.signature"] = str(graph.abstract)
+    for key, value in sorted(graph.flags.items()):
+        if isinstance(value, str):
+            props[f"anfir.flag.{key}"] = value
+    props.update(metadata or {})
+    props["anfir.inputs"] = json.dumps(flat.input_structure)
+    props["anfir.outputs"] = json.dumps(flat.output_structure)
+    props["anfir.scalar_outputs"] = json.dumps(
+        [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
+    flat.metadata = props
+    return OnnxWriter(onnx, flat).model(graph.loc)
+
+
+# -- running a model on anfir-style values ---------------------------------------------------
+def onnx_inputs(model: "onnx.ModelProto", *args: Any) -> dict[str, np.ndarray]:
+    """The feed of ``model`` for anfir-style arguments (scalars, arrays, tuples, strings)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    structure = json.loads(props.get("anfir.inputs", "[]"))
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    feed: dict[str, np.ndarray] = {}
+    if len(structure) != len(args):
+        raise ExportError(f"the model takes {len(structure)} arguments, not {len(args)}")
+    stack: list[tuple[Any, Any]] = list(zip(structure, args))
+    while stack:
+        names, value = stack.pop()
+        if names is None:
+            continue
+        if isinstance(names, list):
+            stack.extend(zip(names, value))
+            continue
+        elem = types[names]
+        if elem == _ONNX_TYPES["str"]:
+            feed[names] = np.array(value, dtype=object)
+        else:
+            feed[names] = np.asarray(value, dtype=_NUMPY_OF_ELEM[elem])
+    return feed
+
+
+def nest_outputs(model: "onnx.ModelProto", outputs: Sequence[Any]) -> Any:
+    """The outputs of ``model`` (a list, in graph order) nested as anfir returns them:
+    tuples, Python scalars for scalar results, numpy arrays for tensors."""
+    props = {p.key: p.value for p in model.metadata_props}
+    structure = json.loads(props["anfir.outputs"])
+    scalars = set(json.loads(props.get("anfir.scalar_outputs", "[]")))
+    by_name = {o.name: v for o, v in zip(model.graph.output, outputs)}
+
+    def leaf(name: Optional[str]) -> Any:
+        if name is None:
+            return None
+        value = by_name[name]
+        if name in scalars:
+            item = np.asarray(value).item()
+            return item.decode() if isinstance(item, bytes) else item
+        return np.asarray(value)
+
+    stack: list[tuple[Any, list[Any], int]] = []
+    if not isinstance(structure, list):
+        return leaf(structure)
+    root: list[Any] = []
+    stack.append((structure, root, 0))
+    while stack:
+        names, out, index = stack.pop()
+        if index >= len(names):
+            continue
+        stack.append((names, out, index + 1))
+        item = names[index]
+        if isinstance(item, list):
+            inner: list[Any] = []
+            out.append(inner)
+            stack.append((item, inner, 0))
+        else:
+            out.append(leaf(item))
+    return _tuples(root)
+
+
+def _tuples(nested: list[Any]) -> tuple[Any, ...]:
+    # Lists to tuples, bottom-up, without recursion.
+    """Nested lists as nested tuples."""
+    order: list[list[Any]] = []
+    stack = [nested]
+    while stack:
+        current = stack.pop()
+        order.append(current)
+        stack.extend(x for x in current if isinstance(x, list))
+    done: dict[int, tuple[Any, ...]] = {}
+    for current in reversed(order):
+        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else x for x in current)
+    return done[id(nested)]
+
+
+# -- types -------------------------------------------------------------------------------------
+_ONNX_TYPES: dict[str, int] = {
+    "f16": 10, "f32": 1, "f64": 11, "i8": 3, "i16": 5, "i32": 6, "i64": 7,
+    "u8": 2, "u16": 4, "u32": 12, "u64": 13, "bool": 9, "str": 8,
+}
+"""anfir dtype → ONNX ``TensorProto.DataType`` (checked against onnx when a model is written)."""
+
+_NUMPY_OF_ELEM: dict[int, Any] = {v: (object if k == "str" else numpy_dtype(k))
+                                  for k, v in _ONNX_TYPES.items()}
+
+
+def _dims(t: AbstractValue) -> Optional[list[Any]]:
+    """ONNX dims of a flat type: ints, dim_param strings, None for unknown; None: unknown rank."""
+    shape = shape_of_type(t)
+    if shape is None:
+        return None
+    out: list[Any] = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif is_unknown_dim(d):
+            out.append(None)
+        else:
+            text = dim_text(d)
+            out.append(int(text) if text.isdigit() else text)
+    return out
+
+
+# -- rules ---------------------------------------------------------------------------------------
+OnnxRule = Callable[["OnnxWriter", Op], None]
+"""``rule(writer, op)``: write the nodes that compute ``op.results`` (see :class:`OnnxWriter`)."""
+
+
+def unary(op_type: str) -> OnnxRule:
+    """``out = op_type(x)``, ``x`` converted to the result's dtype."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        w.node(op_type, [w.tensor(op.args[0], w.dtype(out))], [out.name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def binary(op_type: str) -> OnnxRule:
+    """``out = op_type(x, y)``, both converted to the result's dtype (numpy's promotion)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.node(op_type, [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def compare(op_type: str, negate: bool = False) -> OnnxRule:
+    """``out = op_type(x, y)`` on the two operands' common dtype (``negate``: then ``Not``)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        d = w.common_dtype(op.args)
+        inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
+        out = op.results[0].name
+        if negate:
+            tmp = w.temp(op_type.lower())
+            w.node(op_type, inputs, [tmp])
+            w.node("Not", [tmp], [out])
+        else:
+            w.node(op_type, inputs, [out])
+    rule.__doc__ = f"ONNX {op_type}" + (" then Not" if negate else "")
+    return rule
+
+
+def logical(op_type: str) -> OnnxRule:
+    """``out = op_type(*args)`` on booleans."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        w.node(op_type, [w.tensor(a, "bool") for a in op.args], [op.results[0].name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def _softplus(w: OnnxWriter, op: Op) -> None:
+    """softplus as ``Relu(x) + log1p(Exp(-Abs(x)))`` (anfir's overflow-free form; ONNX
+    Softplus overflows)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    w.node("Add", [w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d)],
+           [out.name])
+
+
+def _relu(w: OnnxWriter, op: Op) -> None:
+    """``Relu``, or ``Max(x, 0)`` for integers (onnxruntime has no integer Relu)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    if is_float(d):
+        w.node("Relu", [x], [out.name])
+    else:
+        w.node("Max", [x, w.const(0, d)], [out.name])
+
+
+def _matmul(w: OnnxWriter, op: Op) -> None:
+    """``MatMul`` on the result's dtype."""
+    out = op.results[0]
+    d = w.dtype(out)
+    w.node("MatMul", [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
+
+
+def _transpose(w: OnnxWriter, op: Op) -> None:
+    """``Transpose`` with the constant permutation (none: axes reversed)."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    perm = w.static(op.args[1]) if len(op.args) > 1 else None
+    if perm is None:
+        w.node("Transpose", [x], [out.name])
+    else:
+        w.node("Transpose", [x], [out.name], perm=[int(p) for p in perm])
+
+
+def _reshape(w: OnnxWriter, op: Op) -> None:
+    """``Reshape`` with numpy's meaning of 0 (``allowzero=1``)."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    w.node("Reshape", [x, w.shape_tensor(op.args[1])], [out.name], allowzero=1)
+
+
+def _reduce(op_type: str) -> OnnxRule:
+    """A reduction over the ``axis`` attribute (None: every axis), ``keepdims`` as asked."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        x = w.tensor(op.args[0], w.dtype(out))
+        w.reduce(op_type, x, op.attrs.get("axis"), bool(op.attrs.get("keepdims")), out.name)
+    rule.__doc__ = f"ONNX {op_type} over the axis attribute"
+    return rule
+
+
+def _broadcast_to(w: OnnxWriter, op: Op) -> None:
+    """``Expand`` to the shape."""
+    out = op.results[0]
+    w.node("Expand", [w.tensor(op.args[0], w.dtype(out)), w.shape_tensor(op.args[1])], [out.name])
+
+
+def _filled_like(fill: int) -> OnnxRule:
+    """A tensor of ``fill`` with the shape of the argument."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        shape = w.temp("shape")
+        w.node("Shape", [w.tensor(op.args[0])], [shape])
+        w.node("ConstantOfShape", [shape], [out.name], value=w.fill_value(fill, d))
+    rule.__doc__ = f"ConstantOfShape(Shape(x), {fill})"
+    return rule
+
+
+def _filled(fill: int) -> OnnxRule:
+    """A tensor of ``fill`` of the given shape."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        w.node("ConstantOfShape", [w.shape_tensor(op.args[0])], [out.name],
+               value=w.fill_value(fill, w.dtype(out)))
+    rule.__doc__ = f"ConstantOfShape(shape, {fill})"
+    return rule
+
+
+def _where(w: OnnxWriter, op: Op) -> None:
+    """``Where`` on a boolean condition."""
+    out = op.results[0]
+    d = w.dtype(out)
+    w.node("Where", [w.tensor(op.args[0], "bool"), w.tensor(op.args[1], d),
+                     w.tensor(op.args[2], d)], [out.name])
+
+
+def _select(w: OnnxWriter, op: Op) -> None:
+    """``switch`` between two computed values: ``Where`` when both have the result's
+    type (and neither may be a placeholder), else an ``If`` (shapes may differ)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    c, a, b = op.args
+    ta, tb = w.type_of(a), w.type_of(b)
+    eager = ta == tb and not any(isinstance(x, Value) and x.maybe_undefined for x in (a, b))
+    if eager:
+        w.node("Where", [w.tensor(c, "bool"), w.tensor(a, d), w.tensor(b, d)], [out.name])
+        return
+    branches = []
+    for operand, t in ((a, ta), (b, tb)):
+        def build(operand: Operand = operand) -> list[str]:
+            return [w.tensor(operand, d)]
+
+        branches.append(w.subgraph(build, [_with_dtype(t, d)], "select"))
+    w.node("If", [w.tensor(c, "bool")], [out.name], then_branch=branches[0],
+           else_branch=branches[1])
+
+
+def _array(w: OnnxWriter, op: Op) -> None:
+    """A tensor from elements computed at run time (constant ones are folded before)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    leaves: list[Operand] = []
+    stack: list[Operand] = [op.args[0]]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif isinstance(item, Const) and isinstance(item.value, tuple):
+            stack.extend(reversed([Const(v) for v in item.value]))
+        else:
+            leaves.append(item)
+    one = w.const(np.array([1], dtype=np.int64), "i64")
+    pieces = []
+    for leaf in leaves:
+        piece = w.temp("element")
+        w.node("Reshape", [w.tensor(leaf, d), one], [piece])
+        pieces.append(piece)
+    flat = w.temp("elements")
+    w.node("Concat", pieces, [flat], axis=0)
+    shape = shape_of_type(out.type)
+    if shape is None or not all(isinstance(s, int) for s in shape):
+        raise ExportError("array() of values with a shape known only at run time", w.loc)
+    w.node("Reshape", [flat, w.const(np.array(shape, dtype=np.int64), "i64")], [out.name])
+
+
+def _cast(w: OnnxWriter, op: Op) -> None:
+    """``Cast`` to the constant dtype."""
+    out = op.results[0]
+    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
+
+
+def _cast_like(w: OnnxWriter, op: Op) -> None:
+    """``Cast`` to the dtype of the second argument."""
+    out = op.results[0]
+    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
+
+
+def _size(w: OnnxWriter, op: Op) -> None:
+    """``Size``."""
+    out = op.results[0]
+    w.node("Size", [w.tensor(op.args[0])], [out.name])
+
+
+def _dim(w: OnnxWriter, op: Op) -> None:
+    """One dimension: ``Gather(Shape(x), axis)``."""
+    out = op.results[0]
+    shape = w.temp("shape")
+    w.node("Shape", [w.tensor(op.args[0])], [shape])
+    axis = int(w.static(op.args[1]))
+    w.node("Gather", [shape, w.const(np.array(axis, dtype=np.int64), "i64")], [out.name], axis=0)
+
+
+def _static_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[Any, ...]:
+    """An operand's shape from its type (the rank must be known)."""
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None:
+        raise ExportError(f"{what} needs tensors of known rank", w.loc)
+    return shape
+
+
+def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
+                 x_shape_tensor: str, out: str) -> None:
+    """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
+    extra = len(g_shape) - len(x_shape)
+    if extra < 0:
+        raise ExportError("sum_to of a gradient of lower rank than its value", w.loc)
+    axes = list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
+                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+    if axes:
+        reduced = w.temp("summed")
+        w.node("ReduceSum", [g, w.const(np.array(axes, dtype=np.int64), "i64")], [reduced],
+               keepdims=1)
+        g = reduced
+    w.node("Reshape", [g, x_shape_tensor], [out])
+
+
+def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two shapes are provably equal."""
+    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
+
+
+def _sum_to(w: OnnxWriter, op: Op) -> None:
+    """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
+    out = op.results[0]
+    g_op, x_op = op.args
+    g = w.tensor(g_op, w.dtype(out))
+    g_shape = _static_shape(w, g_op, "sum_to")
+    x_shape = _static_shape(w, x_op, "sum_to")
+    if _same_shape(g_shape, x_shape):
+        w.node("Identity", [g], [out.name])
+        return
+    shape = w.temp("shape")
+    w.node("Shape", [w.tensor(x_op)], [shape])
+    _sum_to_rank(w, g, g_shape, x_shape, shape, out.name)
+
+
+def _broadcast_like(w: OnnxWriter, op: Op) -> None:
+    """``broadcast_like(g, x)``: ``Expand(g, Shape(x))``."""
+    out = op.results[0]
+    g_op, x_op = op.args
+    g = w.tensor(g_op, w.dtype(out))
+    if _same_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
+        w.node("Identity", [g], [out.name])
+        return
+    shape = w.temp("shape")
+    w.node("Shape", [w.tensor(x_op)], [shape])
+    w.node("Expand", [g, shape], [out.name])
+
+
+def _unreduce(w: OnnxWriter, op: Op) -> None:
+    """``unreduce(g, x, axis, keepdims)``: ``g`` with the reduced axes back (unless
+    kept), expanded to ``x``'s shape."""
+    out = op.results[0]
+    g_op, x_op, axis_op = op.args[:3]
+    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
+    g = w.tensor(g_op, w.dtype(out))
+    x_shape = _static_shape(w, x_op, "unreduce")
+    axis = w.static(axis_op)
+    if not x_shape:
+        w.node("Identity", [g], [out.name])
+        return
+    if axis is not None and not keepdims:
+        axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+        g = w.op("Unsqueeze", g, w.ints(axes))
+    w.node("Expand", [g, w.op("Shape", w.tensor(x_op))], [out.name])
+
+
+def _swap_last(w: OnnxWriter, name: str, rank: int) -> str:
+    """``name`` with its last two axes swapped."""
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    out = w.temp("transposed")
+    w.node("Transpose", [name], [out], perm=perm)
+    return out
+
+
+def _unsqueeze(w: OnnxWriter, name: str, axis: int) -> str:
+    """``name`` with a new axis of size 1 at ``axis``."""
+    out = w.temp("unsqueezed")
+    w.node("Unsqueeze", [name, w.const(np.array([axis], dtype=np.int64), "i64")], [out])
+    return out
+
+
+def _matmul_grad(wrt_x: bool) -> OnnxRule:
+    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with
+    numpy's rules for vectors (a row x, a column y) and batches (summed back)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        if wrt_x:
+            dout_op, y_op, x_op = op.args
+        else:
+            x_op, dout_op, y_op = op.args
+        x_shape = _static_shape(w, x_op, "a matmul gradient")
+        y_shape = _static_shape(w, y_op, "a matmul gradient")
+        x, y, dout = w.tensor(x_op, d), w.tensor(y_op, d), w.tensor(dout_op, d)
+        d_rank = len(_static_shape(w, dout_op, "a matmul gradient"))
+        x2_shape, y2_shape = tuple(x_shape), tuple(y_shape)
+        if len(y_shape) == 1:
+            y = _unsqueeze(w, y, 1)
+            dout = _unsqueeze(w, dout, d_rank)
+            d_rank += 1
+            y2_shape = (y_shape[0], 1)
+        if len(x_shape) == 1:
+            x = _unsqueeze(w, x, 0)
+            dout = _unsqueeze(w, dout, d_rank - 1)
+            d_rank += 1
+            x2_shape = (1, x_shape[0])
+        product = w.temp("product")
+        if wrt_x:
+            w.node("MatMul", [dout, _swap_last(w, y, len(y2_shape))], [product])
+            target, target2 = x_op, x2_shape
+        else:
+            w.node("MatMul", [_swap_last(w, x, len(x2_shape)), dout], [product])
+            target, target2 = y_op, y2_shape
+        rank = max(d_rank, len(target2))
+        shape = w.temp("shape")
+        w.node("Shape", [w.tensor(target)], [shape])
+        _sum_to_rank(w, product, (None,) * (rank - len(target2)) + tuple(target2), target2,
+                     shape, out.name)
+    rule.__doc__ = "MatMul with a transposed operand, summed over broadcast batch axes"
+    return rule
+
+
+def _tangent_dot(w: OnnxWriter, op: Op) -> None:
+    """``sum(a * b)``."""
+    out = op.results[0]
+    d = w.dtype(out)
+    a, b = op.args
+    product = w.temp("product")
+    w.node("Mul", [w.tensor(a, d), w.tensor(b, d)], [product])
+    if shape_of_type(w.type_of(a)) == () and shape_of_type(w.type_of(b)) == ():
+        w.node("Identity", [product], [out.name])
+    else:
+        w.node("ReduceSum", [product], [out.name], keepdims=0)
+
+
+# -- erf and atan where onnxruntime has no f64 kernel (Cephes' rational approximations) -----------
+_ERF_T = (9.60497373987051638749E0, 9.00260197203842689217E1, 2.23200534594684319226E3,
+          7.00332514112805075473E3, 5.55923013010394962768E4)
+_ERF_U = (3.35617141647503099647E1, 5.21357949780152679795E2, 4.59432382970980127987E3,
+          2.26290000613890934246E4, 4.92673942608635921086E4)
+_ERFC_P = (2.46196981473530512524E-10, 5.64189564831068821977E-1, 7.46321056442269912687E0,
+           4.86371970985681366614E1, 1.96520832956077098242E2, 5.26445194995477358631E2,
+           9.34528527171957607540E2, 1.02755188689515710272E3, 5.57535335369399327526E2)
+_ERFC_Q = (1.32281951154744992508E1, 8.67072140885989742329E1, 3.54937778887819891062E2,
+           9.75708501743205489753E2, 1.82390916687909736289E3, 2.24633760818710981792E3,
+           1.65666309194161350182E3, 5.57535340817727675546E2)
+_ERFC_R = (5.64189583547755073984E-1, 1.27536670759978104416E0, 5.01905042251180477414E0,
+           6.16021097993053585195E0, 7.40974269950448939160E0, 2.97886665372100240670E0)
+_ERFC_S = (2.26052863220117276590E0, 9.39603524938001434673E0, 1.20489539808096656605E1,
+           1.70814450747565897222E1, 9.60896809063285878198E0, 3.36907645100081516050E0)
+_ATAN_P = (-8.750608600031904122785E-1, -1.615753718733365076637E1, -7.500855792314704667340E1,
+           -1.228866684490136173410E2, -6.485021904942025371773E1)
+_ATAN_Q = (2.485846490142306297962E1, 1.650270098316988542046E2, 4.328810604912902668951E2,
+           4.853903996359136964868E2, 1.945506571482613964425E2)
+_ATAN_MOREBITS = 6.123233995736765886130E-17
+_NATIVE_F64 = False
+"""Whether to write Erf/Atan/Asin/Acos natively for f64 too (onnxruntime has no f64 kernel
+for them, so f64 uses the rational approximations below, accurate to about 1 ulp)."""
+
+
+def _polynomial(w: OnnxWriter, x: str, coefficients: Sequence[float], d: str, monic: bool) -> str:
+    """Horner's rule; ``monic``: a leading coefficient 1 not listed (Cephes' p1evl)."""
+    result = w.op("Add", x, w.const(coefficients[0], d)) if monic else w.const(coefficients[0], d)
+    for c in coefficients[1:]:
+        result = w.op("Add", w.op("Mul", result, x), w.const(c, d))
+    return result
+
+
+def _erf_of(w: OnnxWriter, x: str, d: str) -> str:
+    """erf(x): ONNX Erf, or for f64 Cephes' erf (|x| <= 1) and 1 - erfc (beyond)."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Erf", x)
+    z = w.op("Mul", x, x)
+    small = w.op("Div", w.op("Mul", x, _polynomial(w, z, _ERF_T, d, False)),
+                 _polynomial(w, z, _ERF_U, d, True))
+    a = w.op("Min", w.op("Abs", x), w.const(27.0, d))  # erfc(27) underflows: no inf * 0
+    e = w.op("Exp", w.op("Neg", w.op("Mul", a, a)))
+    mid = w.op("Div", w.op("Mul", e, _polynomial(w, a, _ERFC_P, d, False)),
+               _polynomial(w, a, _ERFC_Q, d, True))
+    far = w.op("Div", w.op("Mul", e, _polynomial(w, a, _ERFC_R, d, False)),
+               _polynomial(w, a, _ERFC_S, d, True))
+    erfc = w.op("Where", w.op("Less", a, w.const(8.0, d)), mid, far)
+    big = w.op("Mul", w.op("Sign", x), w.op("Sub", w.const(1.0, d), erfc))
+    return w.op("Where", w.op("LessOrEqual", w.op("Abs", x), w.const(1.0, d)), small, big)
+
+
+def _atan_of(w: OnnxWriter, x: str, d: str) -> str:
+    """atan(x): ONNX Atan, or for f64 Cephes' atan (reduced to |x| <= 0.66)."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Atan", x)
+    a = w.op("Abs", x)
+    big = w.op("Greater", a, w.const(2.41421356237309504880, d))
+    mid = w.op("And", w.op("Greater", a, w.const(0.66, d)), w.op("Not", big))
+    inverse = w.op("Neg", w.op("Div", w.const(1.0, d), a))
+    shifted = w.op("Div", w.op("Sub", a, w.const(1.0, d)), w.op("Add", a, w.const(1.0, d)))
+    reduced = w.op("Where", big, inverse, w.op("Where", mid, shifted, a))
+    base = w.op("Where", big, w.const(math.pi / 2 + _ATAN_MOREBITS, d),
+                w.op("Where", mid, w.const(math.pi / 4 + 0.5 * _ATAN_MOREBITS, d), w.const(0.0, d)))
+    z = w.op("Mul", reduced, reduced)
+    ratio = w.op("Div", w.op("Mul", z, _polynomial(w, z, _ATAN_P, d, False)),
+                 _polynomial(w, z, _ATAN_Q, d, True))
+    core = w.op("Add", w.op("Mul", reduced, ratio), reduced)
+    return w.op("Mul", w.op("Sign", x), w.op("Add", base, core))
+
+
+def _atan(w: OnnxWriter, x: str, d: str) -> str:
+    """atan(x) (see :func:`_atan_of`)."""
+    return _atan_of(w, x, d)
+
+
+def _erf(w: OnnxWriter, x: str, d: str) -> str:
+    """erf(x) (see :func:`_erf_of`)."""
+    return _erf_of(w, x, d)
+
+
+def _asin(w: OnnxWriter, x: str, d: str) -> str:
+    """asin(x): ONNX Asin, or for f64 ``atan(x / sqrt((1 - x) (1 + x)))``."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Asin", x)
+    one = w.const(1.0, d)
+    root = w.op("Sqrt", w.op("Mul", w.op("Sub", one, x), w.op("Add", one, x)))
+    return _atan_of(w, w.op("Div", x, root), d)
+
+
+def _acos(w: OnnxWriter, x: str, d: str) -> str:
+    """acos(x): ONNX Acos, or for f64 ``2 atan(sqrt((1 - x) / (1 + x)))``."""
+    if d != "f64" or _NATIVE_F64:
+        return w.op("Acos", x)
+    one = w.const(1.0, d)
+    root = w.op("Sqrt", w.op("Div", w.op("Sub", one, x), w.op("Add", one, x)))
+    return w.op("Mul", w.const(2.0, d), _atan_of(w, root, d))
+
+
+# -- the operators of anfir/primitives/elementwise.py and reduce.py -----------------------------
+def _log1p(w: OnnxWriter, x: str, d: str) -> str:
+    """log(1 + x), exact near 0 (Goldberg: ``log(u) * x / (u - 1)`` with ``u = 1 + x``)."""
+    u = w.op("Add", x, w.const(1, d))
+    um1 = w.op("Sub", u, w.const(1, d))
+    ratio = w.op("Div", w.op("Mul", w.op("Log", u), x), um1)
+    small = w.op("Where", w.op("Equal", um1, w.const(0, d)), x, ratio)
+    return w.op("Where", w.op("IsInf", x), w.op("Log", u), small)
+
+
+def _expm1(w: OnnxWriter, x: str, d: str) -> str:
+    """exp(x) - 1, exact near 0 (Kahan: ``(u - 1) * x / log(u)`` with ``u = exp(x)``)."""
+    u = w.op("Exp", x)
+    um1 = w.op("Sub", u, w.const(1, d))
+    ratio = w.op("Div", w.op("Mul", um1, x), w.op("Log", u))
+    general = w.op("Where", w.op("IsInf", u), u, ratio)
+    general = w.op("Where", w.op("Equal", um1, w.const(-1, d)), w.const(-1, d), general)
+    return w.op("Where", w.op("Equal", u, w.const(1, d)), x, general)
+
+
+def _float_unary(build: Callable[[OnnxWriter, str, str], str]) -> OnnxRule:
+    """A rule computing ``build(writer, x, dtype)`` in the result's dtype."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.node("Identity", [build(w, w.tensor(op.args[0], d), d)], [out.name])
+    rule.__doc__ = build.__doc__
+    return rule
+
+
+def _tan(w: OnnxWriter, x: str, d: str) -> str:
+    """sin(x) / cos(x) (onnxruntime has no f64 Tan)."""
+    return w.op("Div", w.op("Sin", x), w.op("Cos", x))
+
+
+def _sinh(w: OnnxWriter, x: str, d: str) -> str:
+    """sinh: ``(e + e / (e + 1)) / 2`` with ``e = expm1(x)`` below |x| = 1, ``(exp(x) - exp(-x)) / 2``
+    above (onnxruntime has no f64 Sinh)."""
+    e = _expm1(w, x, d)
+    small = w.op("Mul", w.const(0.5, d), w.op("Add", e, w.op("Div", e, w.op("Add", e, w.const(1, d)))))
+    big = w.op("Mul", w.const(0.5, d), w.op("Sub", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
+    return w.op("Where", w.op("Less", w.op("Abs", x), w.const(1, d)), small, big)
+
+
+def _cosh(w: OnnxWriter, x: str, d: str) -> str:
+    """(exp(x) + exp(-x)) / 2 (onnxruntime has no f64 Cosh)."""
+    return w.op("Mul", w.const(0.5, d), w.op("Add", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
+
+
+def _softsign(w: OnnxWriter, x: str, d: str) -> str:
+    """x / (1 + |x|)."""
+    return w.op("Div", x, w.op("Add", w.const(1, d), w.op("Abs", x)))
+
+
+def _sigmoid_tanh(w: OnnxWriter, x: str, d: str) -> str:
+    """0.5 * (tanh(0.5 * x) + 1): anfir's overflow-free logistic function."""
+    half = w.const(0.5, d)
+    return w.op("Mul", half, w.op("Add", w.op("Tanh", w.op("Mul", half, x)), w.const(1, d)))
+
+
+def _silu(w: OnnxWriter, x: str, d: str) -> str:
+    """x * sigmoid(x)."""
+    return w.op("Mul", x, _sigmoid_tanh(w, x, d))
+
+
+def _softplus_of(w: OnnxWriter, x: str, d: str) -> str:
+    """relu(x) + log1p(exp(-|x|))."""
+    return w.op("Add", w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d))
+
+
+def _mish(w: OnnxWriter, x: str, d: str) -> str:
+    """x * tanh(softplus(x))."""
+    return w.op("Mul", x, w.op("Tanh", _softplus_of(w, x, d)))
+
+
+def _selu(w: OnnxWriter, x: str, d: str) -> str:
+    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
+    negative = w.op("Mul", w.const(_SELU_ALPHA, d), _expm1(w, x, d))
+    chosen = w.op("Where", w.op("Greater", x, w.const(0, d)), x, negative)
+    return w.op("Mul", w.const(_SELU_SCALE, d), chosen)
+
+
+def _hard_swish(w: OnnxWriter, x: str, d: str) -> str:
+    """x * min(max(x * (1/6) + 0.5, 0), 1)."""
+    inner = w.op("Add", w.op("Mul", x, w.const(1.0 / 6.0, d)), w.const(0.5, d))
+    clipped = w.op("Min", w.op("Max", inner, w.const(0, d)), w.const(1, d))
+    return w.op("Mul", x, clipped)
+
+
+def _gelu(w: OnnxWriter, op: Op) -> None:
+    """x * Φ(x): ``0.5 x (1 + erf(x / √2))``, or the tanh approximation, as anfir computes it."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    one, half = w.const(1, d), w.const(0.5, d)
+    if op.attrs.get("approximate") == "tanh":
+        cube = w.op("Mul", w.op("Mul", w.op("Mul", w.const(0.044715, d), x), x), x)
+        inner = w.op("Mul", w.const(math.sqrt(2.0 / math.pi), d), w.op("Add", x, cube))
+        phi = w.op("Add", one, w.op("Tanh", inner))
+    else:
+        phi = w.op("Add", one, _erf_of(w, w.op("Mul", x, w.const(1.0 / math.sqrt(2.0), d)), d))
+    w.node("Mul", [w.op("Mul", half, x), phi], [out.name])
+
+
+def _leaky_relu(w: OnnxWriter, op: Op) -> None:
+    """x where x >= 0, else alpha * x (alpha in x's dtype: ONNX LeakyRelu's is an f32)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    scaled = w.op("Mul", w.const(op.attrs.get("alpha", 0.01), d), x)
+    w.node("Where", [w.op("GreaterOrEqual", x, w.const(0, d)), x, scaled], [out.name])
+
+
+def _elu(w: OnnxWriter, op: Op) -> None:
+    """x where x > 0, else alpha * expm1(x)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    negative = w.op("Mul", w.const(op.attrs.get("alpha", 1.0), d), _expm1(w, x, d))
+    w.node("Where", [w.op("Greater", x, w.const(0, d)), x, negative], [out.name])
+
+
+def _hard_sigmoid(w: OnnxWriter, op: Op) -> None:
+    """min(max(alpha * x + beta, 0), 1)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    line = w.op("Add", w.op("Mul", w.const(op.attrs.get("alpha", 0.2), d), x),
+                w.const(op.attrs.get("beta", 0.5), d))
+    w.node("Min", [w.op("Max", line, w.const(0, d)), w.const(1, d)], [out.name])
+
+
+def _clip(w: OnnxWriter, op: Op) -> None:
+    """max(x, lo) then min(., hi): bounds from the arguments or the min/max attributes."""
+    out = op.results[0]
+    d = w.dtype(out)
+    result = w.tensor(op.args[0], d)
+    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
+    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
+    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
+    for bound, op_type in ((lo, "Max"), (hi, "Min")):
+        if isinstance(bound, Const) and bound.value is None:
+            continue
+        result = w.op(op_type, result, w.tensor(bound, d))
+    w.node("Identity", [result], [out.name])
+
+
+def _extreme(reduce_type: str, elementwise: str) -> OnnxRule:
+    """max/min: the reduction over the axis attribute, or with two arguments the elementwise op."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        if len(op.args) == 2:
+            w.node(elementwise, [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
+            return
+        w.reduce(reduce_type, w.tensor(op.args[0], d), op.attrs.get("axis"),
+                 bool(op.attrs.get("keepdims")), out.name)
+    rule.__doc__ = f"{reduce_type} over the axis attribute, or {elementwise} of two arguments"
+    return rule
+
+
+def _int_safe(w: OnnxWriter, y: str, d: str) -> tuple[str, str]:
+    """(y == 0, y with its zeros made 1): integer division by 0 is 0 in numpy, undefined in ONNX."""
+    zero = w.op("Equal", y, w.const(0, d))
+    return zero, w.op("Where", zero, w.const(1, d), y)
+
+
+def _floor_div(w: OnnxWriter, op: Op) -> None:
+    """numpy floor_divide: integers through Python's modulo, floats as numpy's divmod does."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if not is_float(d):
+        zero, safe = _int_safe(w, y, d)
+        quotient = w.op("Div", w.op("Sub", x, w.op("Mod", x, safe, fmod=0)), safe)
+        w.node("Where", [zero, w.const(0, d), quotient], [out.name])
+        return
+    m = w.op("Mod", x, y, fmod=1)
+    div = w.op("Div", w.op("Sub", x, m), y)
+    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
+               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
+    div = w.op("Where", fix, w.op("Sub", div, w.const(1, d)), div)
+    floor = w.op("Floor", div)
+    up = w.op("Greater", w.op("Sub", div, floor), w.const(0.5, d))
+    result = w.op("Where", up, w.op("Add", floor, w.const(1, d)), floor)
+    w.node("Where", [w.op("Equal", y, w.const(0, d)), w.op("Div", x, y), result], [out.name])
+
+
+def _mod(w: OnnxWriter, op: Op) -> None:
+    """numpy mod (the sign of y): ONNX Mod for integers, fmod corrected for floats."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if not is_float(d):
+        zero, safe = _int_safe(w, y, d)
+        w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=0)], [out.name])
+        return
+    m = w.op("Mod", x, y, fmod=1)
+    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
+               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
+    w.node("Where", [fix, w.op("Add", m, y), m], [out.name])
+
+
+def _fmod(w: OnnxWriter, op: Op) -> None:
+    """C fmod (the sign of x): ONNX Mod with fmod=1 (integers by 0 give 0, as numpy)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if is_float(d):
+        w.node("Mod", [x, y], [out.name], fmod=1)
+        return
+    zero, safe = _int_safe(w, y, d)
+    w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=1)], [out.name])
+
+
+def _atan2(w: OnnxWriter, op: Op) -> None:
+    """atan2(y, x) from Atan(y / x) and the quadrant."""
+    out = op.results[0]
+    d = w.dtype(out)
+    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    zero = w.const(0, d)
+    base = _atan_of(w, w.op("Div", y, x), d)
+    left = w.op("Where", w.op("Less", y, zero), w.op("Sub", base, w.const(math.pi, d)),
+                w.op("Add", base, w.const(math.pi, d)))
+    vertical = w.op("Where", w.op("Greater", y, zero), w.const(math.pi / 2, d),
+                    w.op("Where", w.op("Less", y, zero), w.const(-math.pi / 2, d), zero))
+    result = w.op("Where", w.op("Less", x, zero), left, base)
+    w.node("Where", [w.op("Equal", x, zero), vertical, result], [out.name])
+
+
+def _predicate(op_type: str) -> OnnxRule:
+    """IsNaN / IsInf (integers, never nan or inf, are compared as floats)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        have = w.dtype_of_operand(op.args[0])
+        w.node(op_type, [w.tensor(op.args[0], have if is_float(have) else "f64")],
+               [op.results[0].name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def _bitwise(op_type: str, logical_type: str) -> OnnxRule:
+    """A bitwise op on integers, the logical one on bools."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.node(logical_type if d == "bool" else op_type, [w.tensor(a, d) for a in op.args],
+               [out.name])
+    rule.__doc__ = f"ONNX {op_type} ({logical_type} on bools)"
+    return rule
+
+
+_UNSIGNED = {"i8": "u8", "i16": "u16", "i32": "u32", "i64": "u64"}
+
+
+def _bit_shift(w: OnnxWriter, op: Op) -> None:
+    """x << y through the unsigned type of x's width (ONNX BitShift is unsigned); a
+    right shift of signed integers is the floor division by 2**y, as numpy's."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    right = op.attrs.get("direction") == "right"
+    if right and d in _UNSIGNED:
+        power = w.op("Pow", w.const(2, d), y)
+        w.node("Div", [w.op("Sub", x, w.op("Mod", x, power, fmod=0)), power], [out.name])
+        return
+    u = _UNSIGNED.get(d, d)
+    shifted = w.op("BitShift", w.cast(x, d, u), w.cast(y, d, u),
+                   direction="RIGHT" if right else "LEFT")
+    w.node("Cast", [shifted], [out.name], to=_ONNX_TYPES[d])
+
+
+def _arg_extreme(op_type: str) -> OnnxRule:
+    """ArgMax / ArgMin: over one axis, or of the flattened x when the axis is None."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        x = w.tensor(op.args[0])
+        axis, keep = op.attrs.get("axis", 0), bool(op.attrs.get("keepdims"))
+        last = int(bool(op.attrs.get("select_last")))
+        if axis is not None:
+            w.node(op_type, [x], [out.name], axis=int(axis), keepdims=int(keep),
+                   select_last_index=last)
+            return
+        rank = len(_static_shape(w, op.args[0], op_type))
+        index = w.op(op_type, w.op("Reshape", x, w.ints([-1])), axis=0, keepdims=0,
+                     select_last_index=last)
+        w.node("Reshape", [index, w.ints([1] * rank if keep else [])], [out.name])
+    rule.__doc__ = f"ONNX {op_type}"
+    return rule
+
+
+def _along_last(w: OnnxWriter, x: str, rank: int, axes: Sequence[int]) -> tuple[str, list[int]]:
+    """``x`` with ``axes`` moved last (in order); the permutation used."""
+    perm = [i for i in range(rank) if i not in axes] + list(axes)
+    return (w.op("Transpose", x, perm=perm) if perm != list(range(rank)) else x), perm
+
+
+def _back(w: OnnxWriter, y: str, perm: list[int], out: str) -> None:
+    """``y`` with the permutation ``perm`` undone, into ``out``."""
+    if perm == sorted(perm):
+        w.node("Identity", [y], [out])
+        return
+    w.node("Transpose", [y], [out], perm=[perm.index(i) for i in range(len(perm))])
+
+
+def _index_grid(w: OnnxWriter, last: str) -> tuple[str, str]:
+    """For the last axis of ``last`` (size n): column indices ``[n, 1]`` and row indices ``[1, n]``."""
+    n = w.op("Gather", w.op("Shape", last), w.const(np.array(-1, dtype=np.int64), "i64"), axis=0)
+    indices = w.op("Range", w.const(np.array(0, dtype=np.int64), "i64"), n,
+                   w.const(np.array(1, dtype=np.int64), "i64"))
+    return w.op("Unsqueeze", indices, w.ints([1])), w.op("Unsqueeze", indices, w.ints([0]))
+
+
+def _products_where(w: OnnxWriter, last: str, keep: str, d: str) -> str:
+    """For each i of the last axis, the product of the elements j where ``keep[i, j]``
+    (an [n, n] boolean): the elements broadcast to [..., n, n], others made 1."""
+    rows = w.op("Unsqueeze", last, w.ints([-2]))
+    chosen = w.op("Where", keep, rows, w.const(1, d))
+    return w.op("ReduceProd", chosen, w.ints([-1]), keepdims=0)
+
+
+def _cumsum(w: OnnxWriter, op: Op) -> None:
+    """ONNX CumSum (its exclusive and reverse are numpy's); no axis: of the flattened x."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    axis = op.attrs.get("axis")
+    if axis is None:
+        x, axis = w.op("Reshape", x, w.ints([-1])), 0
+    w.node("CumSum", [x, w.const(np.array(int(axis), dtype=np.int64), "i64")], [out.name],
+           exclusive=int(bool(op.attrs.get("exclusive"))),
+           reverse=int(bool(op.attrs.get("reverse"))))
+
+
+def _cumprod(w: OnnxWriter, op: Op) -> None:
+    """Running products (ONNX has no CumProd): for each i, the product of the elements
+    j <= i (j < i exclusive; j >= i reverse) of the axis, exact (no logarithms)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis = op.attrs.get("axis")
+    if axis is None:
+        x, axis, rank = w.op("Reshape", x, w.ints([-1])), 0, 1
+    else:
+        rank = len(_static_shape(w, op.args[0], "cumprod"))
+    last, perm = _along_last(w, x, rank, [int(axis) % rank])
+    i, j = _index_grid(w, last)
+    exclusive, reverse = bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse"))
+    compare = {(False, False): "LessOrEqual", (True, False): "Less",
+               (False, True): "GreaterOrEqual", (True, True): "Greater"}[(exclusive, reverse)]
+    _back(w, _products_where(w, last, w.op(compare, j, i), d), perm, out.name)
+
+
+def _prod_others(w: OnnxWriter, op: Op) -> None:
+    """For each element, the product of the others of its group of ``prod(x, axis)``:
+    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    rank = len(_static_shape(w, op.args[0], "prod_others"))
+    if rank == 0:
+        w.node("ConstantOfShape", [w.ints([])], [out.name], value=w.fill_value(1, d))
+        return
+    axis = w.static(op.args[1])
+    axes = list(range(rank)) if axis is None else sorted(
+        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
+    moved, perm = _along_last(w, x, rank, axes)
+    flat = w.op("Reshape", moved, w.ints([0] * (rank - len(axes)) + [-1]))  # 0: keep that axis
+    i, j = _index_grid(w, flat)
+    others = _products_where(w, flat, w.op("Not", w.op("Equal", i, j)), d)
+    _back(w, w.op("Reshape", others, w.op("Shape", moved)), perm, out.name)
+
+
+def _var(root: bool) -> OnnxRule:
+    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x = w.tensor(op.args[0], d)
+        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+        mean = w.reduce("ReduceMean", x, axis, True)
+        deviation = w.op("Sub", x, mean)
+        total = w.reduce("ReduceSum", w.op("Mul", deviation, deviation), axis, keep)
+        count = w.op("Div", w.cast(w.op("Size", x), "i64", d), w.cast(w.op("Size", mean), "i64", d))
+        denominator = w.op("Sub", count, w.const(op.attrs.get("correction", 0), d))
+        if root:
+            w.node("Sqrt", [w.op("Div", total, denominator)], [out.name])
+        else:
+            w.node("Div", [total, denominator], [out.name])
+    rule.__doc__ = "standard deviation" if root else "variance"
+    return rule
+
+
+def _logsumexp(w: OnnxWriter, op: Op) -> None:
+    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+    top = w.reduce("ReduceMax", x, axis, True)
+    finite = w.op("Not", w.op("Or", w.op("IsInf", top), w.op("IsNaN", top)))
+    top = w.op("Where", finite, top, w.const(0, d))
+    total = w.reduce("ReduceSum", w.op("Exp", w.op("Sub", x, top)), axis, keep)
+    w.node("Add", [w.op("Log", total), w.op("Reshape", top, w.op("Shape", total))], [out.name])
+
+
+def _all_any(reduce_type: str) -> OnnxRule:
+    """all / any: the minimum / maximum of the truth values (as integers)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        truth = w.cast(w.tensor(op.args[0], "bool"), "bool", "i32")
+        reduced = w.reduce(reduce_type, truth, op.attrs.get("axis"), bool(op.attrs.get("keepdims")))
+        w.node("Cast", [reduced], [op.results[0].name], to=_ONNX_TYPES["bool"])
+    rule.__doc__ = f"{reduce_type} of the truth values"
+    return rule
+
+
+def _norm(w: OnnxWriter, op: Op) -> None:
+    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
+    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+    order = float(op.attrs.get("ord", 2))
+    magnitude = w.op("Abs", x)
+    if order == math.inf:
+        w.reduce("ReduceMax", magnitude, axis, keep, out.name)
+    elif order == -math.inf:
+        w.reduce("ReduceMin", magnitude, axis, keep, out.name)
+    elif order == 0:
+        nonzero = w.cast(w.op("Not", w.op("Equal", x, w.const(0, d))), "bool", d)
+        w.reduce("ReduceSum", nonzero, axis, keep, out.name)
+    elif order == 1:
+        w.reduce("ReduceSum", magnitude, axis, keep, out.name)
+    elif order == 2:
+        w.node("Sqrt", [w.reduce("ReduceSum", w.op("Mul", x, x), axis, keep)], [out.name])
+    else:
+        powered = w.op("Pow", magnitude, w.const(order, d))
+        w.node("Pow", [w.reduce("ReduceSum", powered, axis, keep), w.const(1.0 / order, d)],
+               [out.name])
+
+
+def _reshape_like(w: OnnxWriter, op: Op) -> None:
+    """``g`` reshaped to ``x``'s shape."""
+    out = op.results[0]
+    g = w.tensor(op.args[0], w.dtype(out))
+    w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name], allowzero=1)
+
+
+def _clip_grad(w: OnnxWriter, op: Op) -> None:
+    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
+    out = op.results[0]
+    d = w.dtype(out)
+    g_op, x_op, lo, hi = op.args
+    g = w.tensor(g_op, d)
+    tests = []
+    for bound, op_type in ((lo, "GreaterOrEqual"), (hi, "LessOrEqual")):
+        if isinstance(bound, Const) and bound.value is None:
+            continue
+        c = w.common_dtype([x_op, bound])
+        tests.append(w.op(op_type, w.tensor(x_op, c), w.tensor(bound, c)))
+    if not tests:
+        w.node("Identity", [g], [out.name])
+        return
+    inside = tests[0] if len(tests) == 1 else w.op("And", *tests)
+    w.node("Where", [inside, g, w.const(0, d)], [out.name])
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+RULES: dict[Primitive, OnnxRule] = {
+    arith.add: binary("Add"),
+    arith.sub: binary("Sub"),
+    arith.mul: binary("Mul"),
+    arith.div: binary("Div"),
+    arith.neg: unary("Neg"),
+    arith.pow_: binary("Pow"),
+    arith.exp: unary("Exp"),
+    arith.log: unary("Log"),
+    arith.sin: unary("Sin"),
+    arith.cos: unary("Cos"),
+    arith.tanh: unary("Tanh"),
+    arith.sqrt: unary("Sqrt"),
+    arith.abs_: unary("Abs"),
+    arith.sign: unary("Sign"),
+    arith.maximum: binary("Max"),
+    arith.minimum: binary("Min"),
+    arith.sigmoid: unary("Sigmoid"),
+    arith.relu: _relu,
+    arith.softplus: _softplus,
+    arith.lt: compare("Less"),
+    arith.le: compare("LessOrEqual"),
+    arith.gt: compare("Greater"),
+    arith.ge: compare("GreaterOrEqual"),
+    arith.eq: compare("Equal"),
+    arith.ne: compare("Equal", negate=True),
+    arith.logical_and: logical("And"),
+    arith.logical_or: logical("Or"),
+    arith.logical_not: logical("Not"),
+    tensor.matmul: _matmul,
+    tensor.transpose: _transpose,
+    tensor.reshape: _reshape,
+    tensor.sum_: _reduce("ReduceSum"),
+    tensor.mean: _reduce("ReduceMean"),
+    tensor.broadcast_to: _broadcast_to,
+    tensor.ones_like: _filled_like(1),
+    tensor.zeros: _filled(0),
+    tensor.ones: _filled(1),
+    tensor.where: _where,
+    tensor.array: _array,
+    tensor.cast: _cast,
+    structure.switch: _select,
+    structure.zeros_like: _filled_like(0),
+    gradient.gadd: binary("Add"),
+    gradient.sum_to: _sum_to,
+    gradient.broadcast_like: _broadcast_like,
+    gradient.unreduce: _unreduce,
+    gradient.matmul_dx: _matmul_grad(wrt_x=True),
+    gradient.matmul_dy: _matmul_grad(wrt_x=False),
+    gradient.size: _size,
+    gradient.cast_like: _cast_like,
+    gradient.tangent_dot: _tangent_dot,
+    gradient.reshape_like: _reshape_like,
+    gradient.prod_others: _prod_others,
+    gradient.clip_grad: _clip_grad,
+    elementwise.erf: _float_unary(_erf),
+    elementwise.expm1: _float_unary(_expm1),
+    elementwise.log1p: _float_unary(_log1p),
+    elementwise.floor: unary("Floor"),
+    elementwise.ceil: unary("Ceil"),
+    elementwise.round_: unary("Round"),
+    elementwise.reciprocal: unary("Reciprocal"),
+    elementwise.rsqrt: _float_unary(lambda w, x, d: w.op("Reciprocal", w.op("Sqrt", x))),
+    elementwise.square: _float_unary(lambda w, x, d: w.op("Mul", x, x)),
+    elementwise.tan: _float_unary(_tan),
+    elementwise.atan: _float_unary(_atan),
+    elementwise.sinh: _float_unary(_sinh),
+    elementwise.cosh: _float_unary(_cosh),
+    elementwise.asin: _float_unary(_asin),
+    elementwise.acos: _float_unary(_acos),
+    elementwise.softsign: _float_unary(_softsign),
+    elementwise.silu: _float_unary(_silu),
+    elementwise.mish: _float_unary(_mish),
+    elementwise.gelu: _gelu,
+    elementwise.leaky_relu: _leaky_relu,
+    elementwise.elu: _elu,
+    elementwise.selu: _float_unary(_selu),
+    elementwise.hard_sigmoid: _hard_sigmoid,
+    elementwise.hard_swish: _float_unary(_hard_swish),
+    elementwise.clip: _clip,
+    elementwise.floor_div: _floor_div,
+    elementwise.mod: _mod,
+    elementwise.fmod: _fmod,
+    elementwise.atan2: _atan2,
+    elementwise.isnan: _predicate("IsNaN"),
+    elementwise.isinf: _predicate("IsInf"),
+    elementwise.logical_xor: logical("Xor"),
+    elementwise.bitwise_and: _bitwise("BitwiseAnd", "And"),
+    elementwise.bitwise_or: _bitwise("BitwiseOr", "Or"),
+    elementwise.bitwise_xor: _bitwise("BitwiseXor", "Xor"),
+    elementwise.bitwise_not: _bitwise("BitwiseNot", "Not"),
+    elementwise.bit_shift: _bit_shift,
+    reduce.max_: _extreme("ReduceMax", "Max"),
+    reduce.min_: _extreme("ReduceMin", "Min"),
+    reduce.prod: _reduce("ReduceProd"),
+    reduce.var: _var(root=False),
+    reduce.std: _var(root=True),
+    reduce.logsumexp: _logsumexp,
+    reduce.all_: _all_any("ReduceMin"),
+    reduce.any_: _all_any("ReduceMax"),
+    reduce.norm: _norm,
+    reduce.argmax: _arg_extreme("ArgMax"),
+    reduce.argmin: _arg_extreme("ArgMin"),
+    reduce.cumsum: _cumsum,
+    reduce.cumprod: _cumprod,
+    DIM: _dim,
+}
+"""Primitive object → the rule writing its ONNX nodes.  A primitive the walker
+takes apart itself (``make_tuple``, ``env_getitem``...) needs none
+(:data:`anfir.interop.flatten.WALKER_ONLY`)."""
+
+UNSUPPORTED: dict[Primitive, str] = {}
+"""Primitives that cannot be exported, with the reason (the walker's error names it)."""
+
+
+# -- the writer --------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Graph:
+    """One ONNX graph being written (the main graph, a branch, a loop body)."""
+
+    name: str
+    nodes: list[Any] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Task:
+    """A block being written into a graph; ``on_done`` runs when its statements are written."""
+
+    block: Block
+    graph: _Graph
+    on_done: Callable[[], None]
+    pos: int = 0
+
+
+class OnnxWriter:
+    """Writes a :class:`FlatProgram` as an ONNX model; the helpers rules use are here."""
+
+    def __init__(self, onnx: Any, program: FlatProgram) -> None:
+        """A writer for ``program`` (``onnx`` is the imported module)."""
+        self.onnx = onnx
+        self.helper = onnx.helper
+        self.program = program
+        self.names: NameAllocator = program.names
+        self.node_names = NameAllocator()
+        self.initializers: list[Any] = []
+        self._consts: dict[tuple[Any, ...], str] = {}
+        self.graph = _Graph(program.name)
+        self.loc: Optional[Location] = None
+        """The location of the op being written (nodes get it as their doc string)."""
+        for name, code in _ONNX_TYPES.items():
+            assert getattr(onnx.TensorProto, _PROTO_NAMES[name]) == code, name
+
+    # -- the model -------------------------------------------------------------------
+    def model(self, loc: Optional[Location]) -> Any:
+        """Write the whole program; return the ModelProto."""
+        program = self.program
+        main = self.graph
+        main.inputs = [self.value_info(v.name, v.type) for v in program.inputs]
+
+        def finish_main() -> None:
+            """The main block's results as the model's outputs."""
+            self.graph = main
+            for operand, name, t in zip(program.body.results, program.output_names,
+                                        program.output_types):
+                self.loc = loc
+                self.node("Identity", [self.tensor(operand, dtype_of_type(t))], [name])
+                main.outputs.append(self.value_info(name, t))
+
+        self._write([_Task(program.body, main, finish_main)])
+        helper = self.helper
+        doc = f"anfir export of @{program.name}" + (f" ({loc.short()})" if loc else "")
+        graph = helper.make_graph(main.nodes, _graph_name(program.name), main.inputs, main.outputs,
+                                  initializer=self.initializers, doc_string=doc)
+        opsets = [helper.make_opsetid("", OPSET)]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="anfir",
+                                  producer_version=_version(), doc_string=doc,
+                                  ir_version=helper.find_min_ir_version_for(opsets))
+        helper.set_model_props(model, program.metadata)
+        return model
+
+    def _write(self, tasks: list[_Task]) -> None:
+        """Write blocks with an explicit stack (If inside If inside Loop... at any depth)."""
+        stack = tasks
+        while stack:
+            task = stack[-1]
+            if task.pos >= len(task.block.ops):
+                stack.pop()
+                task.on_done()
+                continue
+            statement = task.block.ops[task.pos]
+            task.pos += 1
+            self.graph = task.graph
+            self.loc = statement.loc
+            if isinstance(statement, Op):
+                rule = RULES.get(statement.prim)
+                if rule is None:
+                    reason = UNSUPPORTED.get(statement.prim, "no ONNX rule is registered for it")
+                    raise ExportError(f"the primitive {statement.prim.name} cannot be exported to "
+                                      f"ONNX: {reason}", statement.loc)
+                rule(self, statement)
+            elif isinstance(statement, IfOp):
+                self._if(statement, task.graph, stack)
+            else:
+                self._loop(statement, task.graph, stack)
+
+    def _if(self, op: IfOp, parent: _Graph, stack: list[_Task]) -> None:
+        """Write an IfOp: its branches as graphs (pushed as tasks), then the If node."""
+        base = op.results[0].name if op.results else "if"
+        then_graph, else_graph = _Graph(f"{base}_then"), _Graph(f"{base}_else")
+
+        def done() -> None:
+            self.graph = parent
+            self.loc = op.loc
+            self.node("If", [self.tensor(op.cond, "bool")], [v.name for v in op.results],
+                      then_branch=self._graph_proto(then_graph),
+                      else_branch=self._graph_proto(else_graph))
+
+        def finish(block: Block, graph: _Graph) -> Callable[[], None]:
+            def run() -> None:
+                self._yield(block, graph, op.results, op.loc)
+            return run
+
+        def else_done() -> None:
+            finish(op.else_block, else_graph)()
+            done()
+
+        stack.append(_Task(op.else_block, else_graph, else_done))
+        stack.append(_Task(op.then_block, then_graph, finish(op.then_block, then_graph)))
+
+    def _loop(self, op: LoopOp, parent: _Graph, stack: list[_Task]) -> None:
+        """Write a LoopOp: its body as a graph (a task), then the Loop node."""
+        base = op.results[0].name if op.results else "loop"
+        body = _Graph(f"{base}_body")
+        iteration, cond_in = self.names.take("iteration"), self.names.take("cond_in")
+        body.inputs = [self.value_info(iteration, AScalar("i64")),
+                       self.value_info(cond_in, AScalar("bool"))]
+        body.inputs += [self.value_info(v.name, _loose(v.type)) for v in op.body.params]
+
+        def done() -> None:
+            self.graph = body
+            self._yield(op.body, body, (Value("flag", AScalar("bool")), *op.body.params), op.loc,
+                        loose=True)
+            self.graph = parent
+            self.loc = op.loc
+            init = [self.tensor(operand, dtype_of_type(v.type))
+                    for operand, v in zip(op.init, op.body.params)]
+            self.node("Loop", ["", self.const(True, "bool"), *init], [v.name for v in op.results],
+                      body=self._graph_proto(body))
+
+        stack.append(_Task(op.body, body, done))
+
+    def _yield(self, block: Block, graph: _Graph, results: Sequence[Value],
+               loc: Optional[Location], loose: bool = False) -> None:
+        """The block's results as the graph's outputs (each made inside it by an Identity)."""
+        self.graph = graph
+        self.loc = loc
+        for operand, result in zip(block.results, results):
+            d = dtype_of_type(result.type)
+            name = self.names.take(f"{result.name}_out")
+            self.node("Identity", [self.tensor(operand, d)], [name])
+            t = self.type_of(operand)
+            declared = _with_dtype(t, d)
+            graph.outputs.append(self.value_info(name, _loose(declared) if loose else declared))
+
+    def _graph_proto(self, graph: _Graph) -> Any:
+        """The GraphProto of a written graph."""
+        return self.helper.make_graph(graph.nodes, _graph_name(graph.name), graph.inputs,
+                                      graph.outputs)
+
+    def subgraph(self, build: Callable[[], list[str]], types: Sequence[AbstractValue],
+                 hint: str) -> Any:
+        """A branch graph (no inputs) whose outputs are the names ``build()`` returns,
+        written while ``build`` runs (for rules that make an ``If`` themselves)."""
+        outer = self.graph
+        inner = _Graph(self.names.take(hint))
+        self.graph = inner
+        try:
+            names = build()
+            for name, t in zip(names, types):
+                out = self.names.take(f"{hint}_out")
+                self.node("Identity", [name], [out])
+                inner.outputs.append(self.value_info(out, t))
+        finally:
+            self.graph = outer
+        return self._graph_proto(inner)
+
+    # -- helpers for rules ---------------------------------------------------------------
+    def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs: Any) -> None:
+        """Append a node to the graph being written."""
+        doc = self.loc.short() if self.loc is not None else None
+        node = self.helper.make_node(op_type, list(inputs), list(outputs),
+                                     name=self.node_names.take(op_type), doc_string=doc, **attrs)
+        self.graph.nodes.append(node)
+
+    def temp(self, hint: str) -> str:
+        """A fresh name for an intermediate tensor."""
+        return self.names.take(hint)
+
+    def op(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        """One node with one output, a fresh name, which is returned (for composing)."""
+        out = self.temp(op_type.lower())
+        self.node(op_type, list(inputs), [out], **attrs)
+        return out
+
+    def ints(self, values: Sequence[int]) -> str:
+        """A 1-D i64 constant (axes, shapes)."""
+        return self.const(np.array(list(values), dtype=np.int64), "i64")
+
+    def reduce(self, op_type: str, x: str, axis: Any, keepdims: bool, out: Optional[str] = None) -> str:
+        """``op_type`` (``ReduceSum``...) of ``x`` over ``axis`` (an int, a tuple, or None
+        for every axis), into ``out`` (a fresh name when None); returns the name."""
+        out = out or self.temp(op_type.lower())
+        keep = int(bool(keepdims))
+        if axis is None:
+            self.node(op_type, [x], [out], keepdims=keep)
+        elif isinstance(axis, tuple) and not axis:
+            self.node("Identity", [x], [out])  # numpy: an empty tuple of axes reduces nothing
+        else:
+            axes = list(axis) if isinstance(axis, tuple) else [axis]
+            self.node(op_type, [x, self.ints(axes)], [out], keepdims=keep)
+        return out
+
+    def dtype(self, value: Value) -> str:
+        """The element type of a flat value."""
+        return dtype_of_type(value.type)
+
+    def type_of(self, operand: Operand) -> AbstractValue:
+        """The type of an operand (a constant's own, with its declared dtype)."""
+        if isinstance(operand, Value):
+            return operand.type
+        if isinstance(operand, Undefined):
+            return _placeholder_type(operand.type)
+        if isinstance(operand, Const):
+            value = operand.value
+            d = self.dtype_of_operand(operand)
+            shape = np.shape(value) if isinstance(value, np.ndarray) else ()
+            return AString() if d == "str" else ATensor(d, tuple(shape)) if shape else AScalar(d)
+        raise ExportError(f"a tuple where a tensor is needed ({operand!r})", self.loc)
+
+    def dtype_of_operand(self, operand: Operand) -> str:
+        """The element type an operand has when written without a conversion."""
+        if isinstance(operand, (Value, Undefined)):
+            return dtype_of_type(operand.type)
+        if isinstance(operand, Const):
+            if operand.type is not None:
+                return dtype_of_type(operand.type)
+            value = operand.value
+            if isinstance(value, (np.ndarray, np.generic)):
+                return dtype_name(value.dtype) or "f64"
+            if isinstance(value, str):
+                return "str"
+            found = literal_dtype(value)
+            if found is None:
+                raise ExportError(f"the constant {value!r} is not a tensor", self.loc)
+            return found
+        raise ExportError("a tuple where a tensor is needed", self.loc)
+
+    def common_dtype(self, operands: Sequence[Operand]) -> str:
+        """numpy's promotion of the operands' dtypes, Python constants being weak
+        (``x < 0`` compares an f32 ``x`` as f32)."""
+        strong = [self.dtype_of_operand(o) for o in operands if not _is_weak(o)]
+        weak = [self.dtype_of_operand(o) for o in operands if _is_weak(o)]
+        if not strong:
+            return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
+        result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
+        for d in weak:
+            if is_float(d) and not is_float(result):
+                result = "f64"
+            elif is_integer(d) and is_bool(result):
+                result = "i64"
+        return result
+
+    def tensor(self, operand: Operand, dtype: Optional[str] = None) -> str:
+        """The name of a tensor holding ``operand`` (converted to ``dtype`` when given)."""
+        if isinstance(operand, Value):
+            return self.cast(operand.name, dtype_of_type(operand.type), dtype)
+        if isinstance(operand, Undefined):
+            return self.placeholder(operand.type, dtype)
+        if isinstance(operand, Const):
+            d = dtype or self.dtype_of_operand(operand)
+            return self.const(operand.value, d)
+        raise ExportError("a tuple where a tensor is needed", self.loc)
+
+    def cast(self, name: str, have: str, want: Optional[str]) -> str:
+        """``name`` converted from dtype ``have`` to ``want`` (itself when they agree)."""
+        if want is None or want == have:
+            return name
+        out = self.temp(f"{name}_{want}")
+        self.node("Cast", [name], [out], to=_ONNX_TYPES[want])
+        return out
+
+    def static(self, operand: Operand) -> Any:
+        """The Python value of a constant operand (tuples of constants too)."""
+        if isinstance(operand, Const):
+            value = operand.value
+            return value.name if isinstance(value, DType) else value
+        if isinstance(operand, tuple):
+            return tuple(self.static(o) for o in operand)
+        raise ExportError("an argument that must be a constant to export is known only at "
+                          "run time", self.loc)
+
+    def shape_tensor(self, operand: Operand) -> str:
+        """A 1-D i64 tensor from a shape operand (a tuple of constants and i64 values)."""
+        items = operand if isinstance(operand, tuple) else None
+        if items is None and isinstance(operand, Const):
+            value = operand.value
+            items = tuple(Const(v) for v in value) if isinstance(value, tuple) else (operand,)
+        if items is None:
+            items = (operand,)
+        if all(isinstance(i, Const) for i in items):
+            dims = [int(i.value) for i in items if isinstance(i, Const)]
+            return self.const(np.array(dims, dtype=np.int64), "i64")
+        one = self.const(np.array([1], dtype=np.int64), "i64")
+        pieces = []
+        for item in items:
+            piece = self.temp("dim")
+            self.node("Reshape", [self.tensor(item, "i64"), one], [piece])
+            pieces.append(piece)
+        out = self.temp("shape")
+        self.node("Concat", pieces, [out], axis=0)
+        return out
+
+    def const(self, value: Any, dtype: str) -> str:
+        """An initializer holding ``value`` as ``dtype`` (one per distinct constant)."""
+        if dtype == "str":
+            array = np.array(value, dtype=object)
+            key: tuple[Any, ...] = ("str", array.shape, tuple(str(v) for v in array.flat))
+        else:
+            array = np.asarray(value, dtype=numpy_dtype(dtype))
+            key = (dtype, array.shape, array.tobytes())
+        name = self._consts.get(key)
+        if name is None:
+            name = self._consts[key] = self.names.take("const")
+            if dtype == "str":
+                tensor_proto = self.helper.make_tensor(name, _ONNX_TYPES["str"], list(array.shape),
+                                                       [str(v).encode("utf-8") for v in array.flat])
+            else:
+                tensor_proto = self.onnx.numpy_helper.from_array(array, name)
+            self.initializers.append(tensor_proto)
+        return name
+
+    def fill_value(self, fill: int, dtype: str) -> Any:
+        """The one-element ``value`` attribute of ``ConstantOfShape``."""
+        array = np.array([fill], dtype=numpy_dtype(dtype))
+        return self.onnx.numpy_helper.from_array(array, "value")
+
+    def placeholder(self, t: AbstractValue, dtype: Optional[str] = None) -> str:
+        """A tensor of type ``t`` (symbolic dimensions 0) that nothing reads."""
+        pt = _placeholder_type(t)
+        d = dtype or dtype_of_type(pt)
+        shape = shape_of_type(pt) or ()
+        if d == "str":
+            return self.const(np.full(shape, "", dtype=object), "str")
+        if int(np.prod(shape, dtype=np.int64)) <= PLACEHOLDER_INITIALIZER_LIMIT:
+            return self.const(np.zeros(shape, dtype=numpy_dtype(d)), d)
+        out = self.temp("placeholder")
+        self.node("ConstantOfShape", [self.const(np.array(shape, dtype=np.int64), "i64")], [out],
+                  value=self.fill_value(0, d))
+        return out
+
+    def value_info(self, name: str, t: AbstractValue) -> Any:
+        """A typed ``ValueInfoProto`` (dtype and dims, symbolic ones as dim_params)."""
+        return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype_of_type(t)], _dims(t))
+
+
+def _is_weak(operand: Operand) -> bool:
+    """A Python constant of no declared type: it takes the other operand's dtype."""
+    return isinstance(operand, Const) and operand.type is None and not isinstance(
+        operand.value, (np.ndarray, np.generic))
+
+
+_PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",
+                "i32": "INT32", "i64": "INT64", "u8": "UINT8", "u16": "UINT16", "u32": "UINT32",
+                "u64": "UINT64", "bool": "BOOL", "str": "STRING"}
+
+
+def _placeholder_type(t: AbstractValue) -> AbstractValue:
+    """The type of the placeholder standing for ``t``: symbolic dimensions are 0, unknown rank is 0-d."""
+    if isinstance(t, ATensor):
+        if t.shape is None:
+            return AScalar(t.dtype)
+        return ATensor(t.dtype, tuple(d if isinstance(d, int) else 0 for d in t.shape))
+    return t
+
+
+def _loose(t: AbstractValue) -> AbstractValue:
+    """``t`` with its symbolic dimensions unknown (loop-carried values may change shape)."""
+    if isinstance(t, ATensor) and t.shape is not None:
+        return ATensor(t.dtype, tuple(d if isinstance(d, int) else UNKNOWN_DIM for d in t.shape))
+    return t
+
+
+def _with_dtype(t: AbstractValue, dtype: str) -> AbstractValue:
+    """``t``'s shape with element type ``dtype``."""
+    if dtype == "str":
+        return AString()
+    if isinstance(t, ATensor):
+        return ATensor(dtype, t.shape)
+    return AScalar(dtype)
+
+
+def _graph_name(name: str) -> str:
+    """An ONNX graph name (ASCII) for an anfir graph name."""
+    return sanitize(name)
+
+
+def _version() -> str:
+    """anfir's version as installed ('' when not installed as a distribution)."""
+    try:
+        from importlib.metadata import version
+
+        return version("anfir")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return ""
+
+
+__all__ = [
+    "EXTRA", "OPSET", "OnnxRule", "OnnxWriter", "RULES", "UNSUPPORTED", "binary", "compare",
+    "export_onnx", "logical", "model_from_graph", "nest_outputs", "onnx_inputs", "require_onnx",
+    "unary",
+]

@@ -1,0 +1,119 @@
+"""What the exporters need without the ``onnx`` package: the walk to a flat
+program (closures, If, Loop, located errors), and a clear error naming the
+extra when ONNX export is asked for without it.  ``import anfir`` never
+imports ``onnx``.  (test_onnx_export.py checks the models themselves.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import anfir
+import spec_examples
+from anfir.errors import ExportError, MissingDependencyError
+from anfir.interop.flat import Block, IfOp, LoopOp, Op
+from anfir.interop.flatten import flatten_program
+from cli_harness import run_in_process
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def statements(block: Block) -> list[Any]:
+    """Every statement of ``block`` and the blocks inside it."""
+    found: list[Any] = []
+    stack = [block]
+    while stack:
+        current = stack.pop()
+        for statement in current.ops:
+            found.append(statement)
+            if isinstance(statement, IfOp):
+                stack += [statement.then_block, statement.else_block]
+            elif isinstance(statement, LoopOp):
+                stack.append(statement.body)
+    return found
+
+
+def flat(text: str, entry: str, args: Any = None) -> Any:
+    return flatten_program(anfir.compile(anfir.parse(text), entry=entry, args=args))
+
+
+def test_a_tail_loop_is_one_loop_whose_body_is_an_if() -> None:
+    program = flat(spec_examples.POWER, "power", [2.0, 3])
+    (loop,) = [s for s in program.body.ops if isinstance(s, LoopOp)]
+    assert [type(s) for s in loop.body.ops].count(IfOp) == 1
+    # The state (i, acc) and the result are carried; the body yields "continue?" first.
+    assert len(loop.body.params) == 3 and len(loop.body.results) == 4
+    assert [v.name for v in program.inputs] == ["x", "n"]
+
+
+def test_the_gradient_of_if_needs_no_closure() -> None:
+    graph = anfir.grad(anfir.parse("def f(x) = if x > 0.0 then x * x else sin(x)")["f"])
+    program = flatten_program(anfir.compile(graph, args=[1.0]))
+    ifs = [s for s in statements(program.body) if isinstance(s, IfOp)]
+    assert len(ifs) == 1  # the call of the backpropagator, dispatching on its tag
+    prims = [s.prim.name for s in program.body.ops if isinstance(s, Op)]
+    # The forward `if` gives only the tag (its value is not read): a select.
+    assert prims[:2] == ["gt", "switch"]
+    everything = {s.prim.name for s in statements(program.body) if isinstance(s, Op)}
+    assert not everything & {"env_getitem", "env_setitem", "make_tuple", "tuple_getitem"}
+
+
+def test_straight_line_gradients_are_straight_line() -> None:
+    mlp = anfir.parse(spec_examples.MLP)["mlp_loss"]
+    program = flatten_program(anfir.compile(anfir.value_and_grad(mlp, wrt=(0, 1))))
+    assert all(isinstance(s, Op) for s in program.body.ops)
+    assert program.output_structure == ["output_0", ["output_1_0", "output_1_1"]]
+
+
+@pytest.mark.parametrize("text,entry,args,message", [
+    (spec_examples.FIBONACCI, "fibonacci", [10], "not in tail position"),
+    (spec_examples.POWER, "dpower", [2.0], "a loop that carries or returns a function"),
+    (spec_examples.CLOSURE, "func_outer", [1, 2], "is a function"),
+])
+def test_what_is_not_first_order_is_a_located_export_error(text: str, entry: str, args: Any,
+                                                           message: str) -> None:
+    with pytest.raises(ExportError) as info:
+        flat(text, entry, args)
+    assert message in info.value.message
+    assert info.value.loc is not None and "^" in info.value.render()
+
+
+def _without_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A None entry makes `import onnx` raise ImportError, installed or not.
+    for name in [m for m in sys.modules if m == "onnx" or m.startswith("onnx.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "onnx", None)
+
+
+def test_export_without_onnx_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_onnx(monkeypatch)
+    with pytest.raises(MissingDependencyError) as info:
+        anfir.export_onnx(anfir.parse(spec_examples.MLP), entry="mlp_loss")
+    assert isinstance(info.value, anfir.AnfirError)
+    assert 'pip install "anfir[onnx]"' in info.value.message
+
+
+def test_the_command_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    _without_onnx(monkeypatch)
+    status, out, err = run_in_process(["export", str(ROOT / "examples" / "mlp.anf"), "-o",
+                                       str(tmp_path / "mlp.onnx")], tmp_path)
+    assert status == 1 and out == ""
+    assert "missing dependency" in err and "anfir[onnx]" in err and "Traceback" not in err
+    assert not (tmp_path / "mlp.onnx").exists()
+
+
+def test_importing_anfir_never_imports_onnx() -> None:
+    code = ("import sys\n"
+            "import anfir, anfir.cli, anfir.interop.onnx_export, anfir.interop.flatten\n"
+            "assert 'onnx' not in sys.modules, 'onnx was imported'\n"
+            "sys.modules['onnx'] = None\n"
+            "import importlib; importlib.reload(anfir.interop.onnx_export)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
