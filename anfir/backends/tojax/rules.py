@@ -1,0 +1,347 @@
+"""Every primitive of the op library as JAX: one table keyed by the primitive object.
+
+:data:`RULES` maps each :class:`~anfir.ir.primitive.Primitive` to a function of
+the same arguments computing it with ``jax.numpy``/``lax`` — adding an
+operator to the back end is one line there.  :data:`UNMAPPED` lists the
+primitives that have no rule, each with the reason (empty today).
+
+A rule is called only when an argument holds a JAX array: on arguments known at
+trace time (constants of the program) the machine calls the primitive's own
+``impl``, so what can be computed while tracing is computed exactly as
+``anfir.run`` computes it — loop counters, shapes, tuple indices stay Python
+values, and control flow on them is decided before XLA sees the program.
+
+The rules keep anfir's semantics where JAX's differ: true division of
+integers, ``pow`` of integers by a negative constant, the gradient helpers'
+handling of rank-1 matmuls, anfir's error messages for gradients of integers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from anfir.autodiff.runtime import j_value
+from anfir.dtypes import numpy_name
+from anfir.errors import AnfirTypeError, GradientError
+from anfir.ir.primitive import Primitive
+from anfir.nested import fold_nested
+from anfir.primitives import arith, gradient, structure, tensor
+from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
+                                         map_tuples, select, zeros_like)
+from anfir.values import DType, GradEnv
+
+Rule = Callable[..., Any]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def jax_dtype(dtype: Any) -> Any:
+    """The JAX dtype of an anfir dtype argument (``"f32"`` or a DType), canonical:
+    ``f64`` is ``float32`` unless ``jax_enable_x64`` is on."""
+    name = dtype.name if isinstance(dtype, DType) else dtype
+    return jax.dtypes.canonicalize_dtype(np.dtype(numpy_name(tensor._dtype_arg(name))))
+
+
+def concrete_bool(c: Any) -> Optional[bool]:
+    """The value of a condition known at trace time, None when it is traced;
+    an AnfirTypeError when it is not a bool."""
+    if isinstance(c, (bool, np.bool_)):
+        return bool(c)
+    if is_array(c) and c.shape == () and c.dtype == jnp.bool_:
+        return None if is_traced(c) else bool(c)
+    raise AnfirTypeError(f"a condition must be a bool, not {_what(c)}")
+
+
+def _what(x: Any) -> str:
+    if is_array(x):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return f"{type(x).__name__} {x!r}"
+
+
+def _shape_of(x: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.shape(x))
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+def _pow(x: Any, y: Any) -> Any:
+    if isinstance(y, int) and not isinstance(y, bool) and y < 0 and \
+            jnp.issubdtype(jnp.result_type(x), jnp.integer):
+        x = jnp.asarray(x, jax.dtypes.canonicalize_dtype(np.float64))  # anfir: int ** -n is a float
+    return jnp.power(x, y)
+
+
+# -- tensors ------------------------------------------------------------------------------------
+def _matmul(x: Any, y: Any) -> Any:
+    if np.ndim(x) == 0 or np.ndim(y) == 0:
+        raise AnfirTypeError("matmul needs tensors of rank >= 1, not scalars")
+    return jnp.matmul(x, y)
+
+
+def _transpose(x: Any, perm: Any = None) -> Any:
+    return jnp.transpose(x, None if perm is None else tuple(int(p) for p in perm))
+
+
+def _reshape(x: Any, shape: Any) -> Any:
+    return jnp.reshape(x, tensor._shape_arg(shape))
+
+
+def _sum(x: Any, axis: Any = None) -> Any:
+    return jnp.sum(x, axis=tensor._axis(axis))
+
+
+def _mean(x: Any, axis: Any = None) -> Any:
+    return jnp.mean(x, axis=tensor._axis(axis))
+
+
+def _broadcast_to(x: Any, shape: Any) -> Any:
+    return jnp.broadcast_to(x, tensor._shape_arg(shape))
+
+
+def _zeros(shape: Any, dtype: Any = "f64") -> Any:
+    return jnp.zeros(tensor._shape_arg(shape), jax_dtype(dtype))
+
+
+def _ones(shape: Any, dtype: Any = "f64") -> Any:
+    return jnp.ones(tensor._shape_arg(shape), jax_dtype(dtype))
+
+
+def _array(nested: Any) -> Any:
+    return jnp.array(fold_nested(nested, lambda v: v if isinstance(v, tuple) else None,
+                                 _as_list, _same))
+
+
+def _as_list(_t: Any, items: list[Any]) -> Any:
+    return items
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _cast(x: Any, dtype: Any) -> Any:
+    return lax.convert_element_type(jnp.asarray(x), jax_dtype(dtype))
+
+
+# -- structure ----------------------------------------------------------------------------------
+def _switch(c: Any, a: Any, b: Any) -> Any:
+    known = concrete_bool(c)
+    if known is None:
+        return select(c, a, b)
+    return a if known else b
+
+
+def _stop_gradient(x: Any) -> Any:
+    return map_leaves(x, lambda v: lax.stop_gradient(v) if is_array(v) else v)
+
+
+def _j(x: Any) -> Any:
+    def leaf(v: Any) -> Any:
+        if isinstance(v, Either):
+            return Either(v.cond, _j(v.a), _j(v.b))
+        return j_value(v)
+
+    return map_tuples(x, leaf)
+
+
+# -- gradient helpers (anfir/primitives/gradient.py, on JAX arrays) ------------------------------
+def _sum_to(g: Any, x: Any) -> Any:
+    if isinstance(g, GradEnv) or g is None or isinstance(g, tuple):
+        return g
+    gshape, xshape = _shape_of(g), _shape_of(x)
+    if gshape == xshape:
+        return g
+    extra = len(gshape) - len(xshape)
+    axes = list(range(extra))
+    for i, dim in enumerate(xshape):
+        if dim == 1 and gshape[extra + i] != 1:
+            axes.append(extra + i)
+    result = jnp.sum(g, axis=tuple(axes)) if axes else g
+    return jnp.reshape(result, xshape)
+
+
+def _broadcast_like(g: Any, x: Any) -> Any:
+    shape = _shape_of(x)
+    return g if _shape_of(g) == shape else jnp.broadcast_to(g, shape)
+
+
+def _unreduce(g: Any, x: Any, axis: Any) -> Any:
+    shape = _shape_of(x)
+    if axis is None:
+        return jnp.broadcast_to(g, shape) if shape else g
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    axes = tuple(int(a) % len(shape) for a in axes)
+    return jnp.broadcast_to(jnp.expand_dims(g, axes), shape)
+
+
+def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
+    x, y, dout = jnp.asarray(x), jnp.asarray(y), jnp.asarray(dout)
+    if y.ndim == 1:
+        y = y[:, None]
+        dout = dout[..., None]
+    if x.ndim == 1:
+        x = x[None, :]
+        dout = jnp.expand_dims(dout, -2)
+    return x, y, dout
+
+
+def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
+    if np.ndim(dout) == np.ndim(y) == np.ndim(x) == 2:
+        return jnp.matmul(dout, jnp.transpose(y))
+    x2, y2, d2 = _as_matrices(x, y, dout)
+    return jnp.reshape(_sum_to(jnp.matmul(d2, jnp.swapaxes(y2, -1, -2)), x2), np.shape(x))
+
+
+def _matmul_dy(x: Any, dout: Any, y: Any) -> Any:
+    if np.ndim(dout) == np.ndim(y) == np.ndim(x) == 2:
+        return jnp.matmul(jnp.transpose(x), dout)
+    x2, y2, d2 = _as_matrices(x, y, dout)
+    return jnp.reshape(_sum_to(jnp.matmul(jnp.swapaxes(x2, -1, -2), d2), y2), np.shape(y))
+
+
+def _size(x: Any) -> int:
+    return math.prod(_shape_of(x))
+
+
+def _cast_like(g: Any, x: Any) -> Any:
+    if is_array(x) or isinstance(x, np.ndarray):
+        return lax.convert_element_type(jnp.asarray(g), jax.dtypes.canonicalize_dtype(x.dtype))
+    if isinstance(x, float) and not isinstance(x, bool) and not is_array(g) \
+            and not isinstance(g, np.ndarray):
+        return float(g)
+    return g
+
+
+def _grad_seed(v: Any) -> Any:
+    if is_array(v) and v.shape == () and jnp.issubdtype(v.dtype, jnp.floating):
+        return jnp.ones_like(v)
+    return gradient.grad_seed_value(v)  # its error message for the rest
+
+
+def _is_integral(x: Any) -> bool:
+    if isinstance(x, (bool, int, np.bool_, np.integer)):
+        return True
+    if is_array(x) or isinstance(x, np.ndarray):
+        return bool(jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_)
+    return False
+
+
+def _grad_arg_check(x: Any, g: Any) -> Any:
+    if _is_integral(x):
+        shown = f"a {x.dtype} tensor" if is_array(x) else repr(x)
+        raise GradientError("gradients with respect to integer or boolean arguments are not "
+                            f"supported (the argument is {shown}); pass a float")
+    return g
+
+
+def _tangent_dot(a: Any, b: Any) -> Any:
+    total: Any = None
+    for x, y in gradient._pairs(a, b):
+        if x is None or y is None:
+            continue
+        if isinstance(x, (GradEnv, str)) or isinstance(y, (GradEnv, str)):
+            raise GradientError("jvp needs arguments and results that are numbers, tensors "
+                                "or tuples of them")
+        term = jnp.sum(jnp.multiply(x, y)) if np.ndim(x) or np.ndim(y) else x * y
+        total = term if total is None else total + term
+    if total is None:
+        return 0.0
+    return total
+
+
+def _tangent_scale(a: Any, s: Any) -> Any:
+    return map_tuples(a, lambda v: v if v is None or isinstance(v, GradEnv) or not is_numeric(v)
+                      else v * s)
+
+
+RULES: dict[Primitive, Rule] = {
+    # arithmetic
+    arith.add: jnp.add,
+    arith.sub: jnp.subtract,
+    arith.mul: jnp.multiply,
+    arith.div: jnp.true_divide,
+    arith.neg: jnp.negative,
+    arith.pow_: _pow,
+    arith.exp: jnp.exp,
+    arith.log: jnp.log,
+    arith.sin: jnp.sin,
+    arith.cos: jnp.cos,
+    arith.tanh: jnp.tanh,
+    arith.sqrt: jnp.sqrt,
+    arith.abs_: jnp.abs,
+    arith.sign: jnp.sign,
+    arith.maximum: jnp.maximum,
+    arith.minimum: jnp.minimum,
+    arith.sigmoid: jax.nn.sigmoid,
+    arith.relu: lambda x: jnp.maximum(x, jnp.zeros((), jnp.result_type(x))),
+    arith.softplus: jax.nn.softplus,
+    # comparison and logic
+    arith.lt: jnp.less,
+    arith.le: jnp.less_equal,
+    arith.gt: jnp.greater,
+    arith.ge: jnp.greater_equal,
+    arith.eq: jnp.equal,
+    arith.ne: jnp.not_equal,
+    arith.logical_and: jnp.logical_and,
+    arith.logical_or: jnp.logical_or,
+    arith.logical_not: jnp.logical_not,
+    # tensors
+    tensor.matmul: _matmul,
+    tensor.transpose: _transpose,
+    tensor.reshape: _reshape,
+    tensor.sum_: _sum,
+    tensor.mean: _mean,
+    tensor.broadcast_to: _broadcast_to,
+    tensor.shape: _shape_of,
+    tensor.ones_like: jnp.ones_like,
+    tensor.zeros: _zeros,
+    tensor.ones: _ones,
+    tensor.where: jnp.where,
+    tensor.array: _array,
+    tensor.cast: _cast,
+    # tuples, functions, control: their own evaluation is plain Python
+    structure.make_tuple: structure.make_tuple.impl,
+    structure.tuple_getitem: structure.tuple_getitem.impl,
+    structure.len_: structure.len_.impl,
+    structure.switch: _switch,
+    structure.partial: structure.partial.impl,
+    structure.identity: structure.identity.impl,
+    structure.stop_gradient: _stop_gradient,
+    structure.zeros_like: zeros_like,
+    # what the autodiff makes
+    gradient.J: _j,
+    gradient.newenv: gradient.newenv.impl,
+    gradient.env_setitem: gradient.env_setitem.impl,
+    gradient.env_getitem: gradient.env_getitem.impl,
+    gradient.gadd: gadd,
+    gradient.sum_to: _sum_to,
+    gradient.broadcast_like: _broadcast_like,
+    gradient.unreduce: _unreduce,
+    gradient.matmul_dx: _matmul_dx,
+    gradient.matmul_dy: _matmul_dy,
+    gradient.size: _size,
+    gradient.cast_like: _cast_like,
+    gradient.tuple_setitem: gradient.tuple_setitem.impl,
+    gradient.invert_permutation: gradient.invert_permutation.impl,
+    gradient.grad_seed: _grad_seed,
+    gradient.tangent_dot: _tangent_dot,
+    gradient.tangent_scale: _tangent_scale,
+    gradient.grad_arg_check: _grad_arg_check,
+}
+"""The JAX rule of each primitive (called when an argument holds a JAX array)."""
+
+UNMAPPED: dict[Primitive, str] = {}
+"""Primitives without a rule, each with the reason (a program calling one on
+traced values is refused with it)."""
+
+
+def rule_for(prim: Primitive) -> Optional[Rule]:
+    """The rule of ``prim``, None if it has none."""
+    return RULES.get(prim)
+
+
+__all__ = ["RULES", "Rule", "UNMAPPED", "concrete_bool", "jax_dtype", "rule_for"]
