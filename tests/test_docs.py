@@ -19,6 +19,9 @@ Conventions checked here (documented at the top of docs/language.md):
   ``dot``; where it is not installed, that command and the later ones that
   name its output file are not run (the test then reports a skip saying so),
   and the other commands of the block still run and are checked.
+* blocks that use the JAX back end (a ``python`` block importing ``jax`` or
+  calling ``to_jax``, a command with ``--backend jax``) need JAX, an optional
+  dependency: where it is not installed, they are skipped the same way.
 """
 
 from __future__ import annotations
@@ -213,8 +216,31 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 PYTHON_BLOCKS = blocks_tagged("python")
 
 
+def jax_installed() -> bool:
+    """Whether the optional JAX back end can run here (``pip install "anfir[jax]"``)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def needs_jax(text: str) -> bool:
+    """Whether a python block or a command uses the JAX back end."""
+    return bool(re.search(r"^\s*(import|from) jax\b|\bto_jax\(|backend=\"jax\"|--backend jax|stablehlo",
+                          text, re.M))
+
+
+def test_needs_jax() -> None:
+    assert needs_jax("import jax\nimport anfir\n") and needs_jax("anfir run f.anf --backend jax 1")
+    assert needs_jax("fn = anfir.to_jax(g)") and not needs_jax("import anfir\nanfir.run(g)")
+    assert needs_jax("head -n 1 dumps/07_stablehlo.mlir")
+
+
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=Block.id)
 def test_python_block(block: Block, scratch: Path) -> None:
+    if needs_jax(block.text) and not jax_installed():
+        pytest.skip('the block uses the JAX back end; JAX is not installed: pip install "anfir[jax]"')
     # Running documentation snippets is test code; the package itself never execs.
     code = compile(block.text, f"{block.path.name}:{block.line}", "exec")
     exec(code, {"__name__": "__doc__"})  # noqa: S102
@@ -334,12 +360,18 @@ def run_session(block: Block, cwd: Path, skipped: list[str] | None = None,
     status = 0
     report = []
     not_made: list[str] = []  # pictures that were not drawn: dot is missing
+    without_jax = not jax_installed()
     for command, expected in steps:
         picture = graphviz_output(command) if shutil.which("dot") is None else None
         if picture is not None or any(name in command for name in not_made):
             if skipped is None:
                 raise AssertionError(f"needs Graphviz's dot, which is not installed: {command}")
             not_made += [picture] if picture else []
+            skipped.append(command)
+            continue
+        if without_jax and needs_jax(command):
+            if skipped is None:
+                raise AssertionError(f"needs JAX, which is not installed: {command}")
             skipped.append(command)
             continue
         if command.startswith("anfir ") and not _SHELL_SYNTAX.search(command):
@@ -374,8 +406,8 @@ def test_console_block(block: Block, scratch: Path) -> None:
                 if not lines_match(expected, got)]
     assert not problems, "\n\n".join(problems)
     if skipped:
-        pytest.skip("Graphviz's dot is not installed (apt-get install graphviz): the other "
-                    "commands of the block passed; not run: "
+        pytest.skip("Graphviz's dot or JAX is not installed (apt-get install graphviz, "
+                    'pip install "anfir[jax]"): the other commands of the block passed; not run: '
                     + "; ".join(f"$ {command}" for command in skipped))
 
 

@@ -9,7 +9,6 @@ first called, after :func:`require_jax` has checked that JAX is installed.
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Callable, Optional, Sequence, Union
 
 from anfir.backends.tojax.errors import (JAX_EXTRA, LoweringError, MissingExtraError,
@@ -20,13 +19,12 @@ from anfir.passes.pipeline import Phase
 
 
 def require_jax() -> None:
-    """Raise :class:`MissingExtraError` naming the extra when JAX is not installed."""
+    """Raise :class:`MissingExtraError` naming the extra when JAX cannot be imported."""
     try:
-        found = importlib.util.find_spec("jax") is not None
-    except (ImportError, ValueError):  # a broken or stubbed-out module
-        found = False
-    if not found:
-        raise MissingExtraError(f"the JAX back end needs JAX: {JAX_EXTRA}")
+        import jax  # noqa: F401  (the back end's modules need it; this is the check)
+    except ImportError as exc:
+        raise MissingExtraError(f"the JAX back end needs JAX, which is not installed ({exc}): "
+                                f"{JAX_EXTRA}") from None
 
 
 def entry_graph(mod_or_graph: Union[Module, FuncGraph], entry: Optional[str] = None) -> FuncGraph:

@@ -49,7 +49,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import toposort
 from anfir.backends.tojax.errors import LoweringError, TracedRecursionError
-from anfir.backends.tojax.rules import UNMAPPED, concrete_bool, rule_for
+from anfir.backends.tojax.rules import STRUCTURAL, UNMAPPED, concrete_bool, rule_for
 from anfir.backends.tojax.values import (ABSENT, Continue, Either, Slot, conform, contains_array,
                                          flatten, is_array, items_of, select, static_equal,
                                          unflatten, widen)
@@ -307,13 +307,13 @@ class Machine:
             raise self._located(ArityError(
                 f"{prim.name} takes {prim.arity_words()}, got {len(args)}"), node)
         for index, arg in enumerate(args):
-            if isinstance(arg, Either) and prim is not structure.switch:
+            if isinstance(arg, Either) and prim not in _HOLD_EITHER:
                 # Applied to both possibilities, the results blended by the condition.
                 when_a = self.apply(prim, (*args[:index], arg.a, *args[index + 1:]), node)
                 when_b = self.apply(prim, (*args[:index], arg.b, *args[index + 1:]), node)
                 return select(arg.cond, when_a, when_b)
         try:
-            if not any(contains_array(a) for a in args):
+            if prim not in STRUCTURAL and not any(contains_array(a) for a in args):
                 return prim.impl(*args)
             rule = rule_for(prim)
             if rule is None:
@@ -427,6 +427,12 @@ class Machine:
         final = lax.while_loop(lambda leaves: leaves[flag_slot.index],
                                lambda leaves: list(step(*leaves)), list(arrays))
         return unflatten(skeleton, final)[2]
+
+
+_HOLD_EITHER = frozenset({structure.switch, structure.make_tuple, structure.partial,
+                          structure.identity, structure.zeros_like})
+"""Primitives that take an Either as a value (keep it, select on it) rather than
+being applied to each of its sides."""
 
 
 def _describe(value: Any) -> str:

@@ -334,6 +334,17 @@ RULES: dict[Primitive, Rule] = {
 }
 """The JAX rule of each primitive (called when an argument holds a JAX array)."""
 
+STRUCTURAL: frozenset[Primitive] = frozenset({
+    structure.make_tuple, structure.tuple_getitem, structure.len_, structure.switch,
+    structure.partial, structure.identity, structure.stop_gradient, structure.zeros_like,
+    gradient.J, gradient.newenv, gradient.env_setitem, gradient.env_getitem, gradient.gadd,
+    gradient.tuple_setitem,
+})
+"""Primitives on values of any kind (tuples, functions, gradient environments)
+whose rule computes what their ``impl`` does on known values too: the machine
+calls the rule without first searching the arguments — which may be long chains
+of closures — for a traced leaf."""
+
 UNMAPPED: dict[Primitive, str] = {}
 """Primitives without a rule, each with the reason (a program calling one on
 traced values is refused with it)."""
@@ -344,4 +355,4 @@ def rule_for(prim: Primitive) -> Optional[Rule]:
     return RULES.get(prim)
 
 
-__all__ = ["RULES", "Rule", "UNMAPPED", "concrete_bool", "jax_dtype", "rule_for"]
+__all__ = ["RULES", "Rule", "STRUCTURAL", "UNMAPPED", "concrete_bool", "jax_dtype", "rule_for"]

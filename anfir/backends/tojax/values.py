@@ -171,12 +171,17 @@ def leaves(value: Any) -> list[Any]:
 
 
 def contains_array(value: Any) -> bool:
-    """Whether a JAX array is among ``value``'s leaves (the value is not all concrete)."""
-    if is_array(value):
-        return True
-    if items_of(value) is None:
-        return False
-    return any(is_array(leaf) for leaf in leaves(value))
+    """Whether a JAX array is among ``value``'s leaves (the value is not all concrete);
+    stops at the first one."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if is_array(item):
+            return True
+        children = items_of(item)
+        if children is not None:
+            stack.extend(children)
+    return False
 
 
 def contains_kind(value: Any, kinds: tuple[type, ...]) -> bool:
