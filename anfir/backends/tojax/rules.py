@@ -189,16 +189,25 @@ def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
     return x, y, dout
 
 
+def _contract(a: Any, b: Any, a_dim: int, b_dim: int) -> Any:
+    """``a`` and ``b`` (matrices) contracted over ``a_dim`` and ``b_dim``: ``a @ b.T``
+    or ``a.T @ b`` as one ``dot_general``, no transpose materialized (as JAX's own
+    gradient of a matmul is)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    dtype = jnp.promote_types(a.dtype, b.dtype)
+    return lax.dot_general(a.astype(dtype), b.astype(dtype), (((a_dim,), (b_dim,)), ((), ())))
+
+
 def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
     if np.ndim(dout) == np.ndim(y) == np.ndim(x) == 2:
-        return jnp.matmul(dout, jnp.transpose(y))
+        return _contract(dout, y, 1, 1)  # dout @ y.T
     x2, y2, d2 = _as_matrices(x, y, dout)
     return jnp.reshape(_sum_to(jnp.matmul(d2, jnp.swapaxes(y2, -1, -2)), x2), np.shape(x))
 
 
 def _matmul_dy(x: Any, dout: Any, y: Any) -> Any:
     if np.ndim(dout) == np.ndim(y) == np.ndim(x) == 2:
-        return jnp.matmul(jnp.transpose(x), dout)
+        return _contract(x, dout, 0, 0)  # x.T @ dout
     x2, y2, d2 = _as_matrices(x, y, dout)
     return jnp.reshape(_sum_to(jnp.matmul(jnp.swapaxes(x2, -1, -2), d2), y2), np.shape(y))
 
