@@ -412,6 +412,40 @@ OPERATORS_COVERED = {"add", "sub", "mul", "div", "neg", "pow", "exp", "log", "si
 by the table test; add it here to check its values too)."""
 
 
+OPS_MD = """
+def un(x: f64[2, 3]) =
+  (erf(x), expm1(x), log1p(abs(x)), floor(x), ceil(x), round(x), reciprocal(x), rsqrt(abs(x) + 1.0),
+   square(x), tan(x), atan(x), sinh(x), cosh(x), asin(x * 0.3), acos(x * 0.3), softsign(x), silu(x),
+   mish(x), gelu(x), gelu(x, approximate="tanh"), leaky_relu(x), leaky_relu(x, alpha=0.2), elu(x),
+   elu(x, alpha=0.5), selu(x), hard_sigmoid(x), hard_sigmoid(x, alpha=0.3, beta=0.4), hard_swish(x),
+   clip(x, min=-0.5, max=0.5), clip(x, 0.0 - x, x), floor_div(x, 0.7), mod(x, 0.7), fmod(x, 0.7), atan2(x, x + 2.0),
+   isnan(x), isinf(x), logical_xor(x > 0.0, x > 0.5), 
+   max(x), max(x, axis=1), max(x, x * 0.5), min(x, axis=0, keepdims=true), min(x, x * 2.0), prod(x), prod(x, 1),
+   var(x), var(x, 0, true), std(x, axis=1, correction=1), logsumexp(x), logsumexp(x, 1), all(x > -9.0), any(x > 0.0, 1),
+   norm(x), norm(x, 1), norm(x, 3.0, 1), norm(x, 0), norm(x, 1e999), argmax(x), argmax(x, 1), argmin(x, None),
+   argmax(x, 1, select_last=true), argmin(x, axis=None, keepdims=true, select_last=true), cumsum(x, 1), cumsum(x), cumsum(x, 0, true, true), cumprod(x, 1), cumprod(x, 1, true),
+   sum(x, 1, true), mean(x, axis=0, keepdims=true))
+def bits(a: i64[3], b: i64[3]) = (bitwise_and(a, b), bitwise_or(a, b), bitwise_xor(a, b), bitwise_not(a), bit_shift(a, b), bit_shift(a, b, direction="right"), floor_div(a, b), mod(a, b), square(a))
+def loss(x: f64[2, 3]) = sum(erf(x) + expm1(x) * 0.1 + log1p(abs(x)) + rsqrt(abs(x) + 1.0) + square(x) + tan(x * 0.5) + atan(x) + sinh(x) + cosh(x) + asin(x * 0.3) + acos(x * 0.3) + softsign(x) + silu(x) + mish(x) + gelu(x) + gelu(x, approximate="tanh") + leaky_relu(x) + elu(x) + selu(x) + hard_sigmoid(x) + hard_swish(x) + clip(x, min=-0.5, max=0.5) + fmod(x, 0.7) + atan2(x, x + 2.0)) + sum(max(x, axis=1)) + sum(min(x, x * 2.0)) + prod(x) + sum(prod(x, 1)) + var(x) + sum(std(x, axis=1, correction=1)) + logsumexp(x) + norm(x) + norm(x, 3.0) + sum(cumsum(x, 1)) + sum(cumprod(x, 1) * x) + sum(sum(x, 1, true) * x) + sum(mean(x, 0, true) * x) + sum(reciprocal(x + 3.0))
+"""
+"""The operators of the shared spec's ops.md, with their attributes; ``loss`` sums the
+differentiable ones (their gradient rules use reshape_like, prod_others, clip_grad)."""
+
+
+@needs_jax
+def test_the_ops_md_operators_and_their_gradients_compute_what_run_computes() -> None:
+    module = anfir.parse(OPS_MD, "ops_md.anf")
+    x = np.array([[0.3, -1.2, 2.0], [0.7, -0.4, 1.1]])
+    a, b = np.array([5, 12, 7]), np.array([1, 2, 3])
+    with jax.enable_x64(True):
+        for name, args in (("un", (x,)), ("bits", (a, b))):
+            assert same(jitted(module[name])(*args), anfir.run(module[name], *args), 1e-12), name
+        gradient = anfir.grad(module["loss"])
+        want = anfir.run(gradient, x)
+        assert same(jax.jit(jax.grad(anfir.to_jax(module["loss"])))(x), want, 1e-9)
+        assert same(jitted(gradient)(x), want, 1e-12)
+
+
 @needs_jax
 def test_gradient_graph_helpers_with_rank_one_and_batched_matmuls() -> None:
     src = ("def f(a, b, c, d) = sum(tanh(a @ b)) + sum(b @ c) + sum(d @ c) + sum(broadcast_to(c, (2, 3, 4))) "

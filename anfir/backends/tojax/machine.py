@@ -312,14 +312,16 @@ class Machine:
                 when_a = self.apply(prim, (*args[:index], arg.a, *args[index + 1:]), node)
                 when_b = self.apply(prim, (*args[:index], arg.b, *args[index + 1:]), node)
                 return select(arg.cond, when_a, when_b)
+        # A call's attributes (sum(x, axis=1)) are keyword arguments of impl and rule alike.
+        attrs = node.attrs if node is not None else {}
         try:
             if prim not in STRUCTURAL and not any(contains_array(a) for a in args):
-                return prim.impl(*args)
+                return prim.impl(*args, **attrs)
             rule = rule_for(prim)
             if rule is None:
                 reason = UNMAPPED.get(prim, "no rule in anfir/backends/tojax/rules.py")
                 raise LoweringError(f"{prim.name} has no JAX rule: {reason}")
-            return rule(*args)
+            return rule(*args, **attrs)
         except AnfirError as exc:
             raise self._located(exc, node)
         except Exception as exc:
