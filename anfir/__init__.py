@@ -7,6 +7,7 @@ The public API (see docs/ and shared spec ``api.md``)::
     dg = anfir.grad(mod["f"])          # a new FuncGraph computing df/dx
     cg = anfir.compile(mod, dump_dir="dumps")   # the whole pipeline, with dumps
     anfir.to_text(g); anfir.dump_ir(g); anfir.dump_dot(g)
+    fn = anfir.to_jax(cg)              # a function of JAX arrays (needs anfir[jax])
 
 This module is the top layer: it imports every layer below, and
 :mod:`anfir.wiring` plugs the higher layers into the lower ones' slots, so the
@@ -19,13 +20,14 @@ from typing import Any, Optional, Sequence, Union
 
 from anfir import wiring  # noqa: F401  (fills the lower layers' slots before anything runs)
 from anfir.autodiff import api as _ad
-from anfir.errors import AnfirError
+from anfir.backends import tojax as _tojax
+from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
 from anfir.interop import onnx_export as _onnx_export
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
-from anfir.passes.pipeline import compile_program
+from anfir.passes.pipeline import PHASES, compile_program
 from anfir.printers.dot import dump_dot as _dump_dot
 from anfir.printers.ir import dump_ir as _dump_ir
 from anfir.printers.text import to_text as _to_text
@@ -75,14 +77,35 @@ def jvp(graph: FuncGraph) -> FuncGraph:
 
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
-            dump_dir: Optional[str] = None) -> FuncGraph:
+            dump_dir: Optional[str] = None, backend: Optional[str] = None) -> FuncGraph:
     """Run the whole pipeline (parse ... validate) and return the optimized graph.
 
     ``args`` are example values (or abstract types); without them the entry's
     annotations are used.  With ``dump_dir``, each phase writes ``NN_phase.ir``
     and ``NN_phase.dot`` there.
+
+    ``backend="jax"`` adds one phase: the optimized graph lowered to JAX and
+    jitted for the argument types, its StableHLO written as
+    ``NN_stablehlo.mlir`` (which needs concrete shapes and ``anfir[jax]``).
+    The result is the same optimized FuncGraph: ``anfir.run`` runs it, and
+    ``anfir.to_jax`` of it is the lowered function.
     """
-    return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir).graph
+    phases = None
+    if backend == "jax":
+        phases = [*PHASES, _tojax.lowering_phase()]
+    elif backend not in (None, "eval"):
+        raise UsageError(f"unknown backend {backend!r}: 'eval' (the default) or 'jax'")
+    return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir,
+                           phases=phases).graph
+
+
+def to_jax(mod_or_graph: GraphOrModule, entry: Optional[str] = None) -> Any:
+    """``mod_or_graph``'s entry as a pure function of JAX arrays, which ``jax.jit``,
+    ``jax.grad``, ``jax.vmap`` and sharded inputs accept (see docs/jax.md).
+
+    Needs JAX (``pip install "anfir[jax]"``); without it, an AnfirError saying so.
+    """
+    return _tojax.to_jax(mod_or_graph, entry)
 
 
 def export_onnx(mod_or_graph: Any, entry: Optional[str] = None,
@@ -113,6 +136,6 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 
 __all__ = [
-    "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_onnx", "grad", "load",
-    "jvp", "parse", "run", "to_text", "value_and_grad", "vjp",
+    "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_onnx", "grad",
+    "jvp", "load", "parse", "run", "to_jax", "to_text", "value_and_grad", "vjp",
 ]

@@ -20,6 +20,7 @@ from anfir.limits import int_text
 from anfir.abstract.values import AbstractValue
 from anfir.dtypes import dtype_name
 from anfir.autodiff.api import grad
+from anfir.backends import tojax
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
@@ -27,7 +28,7 @@ from anfir.interop import onnx_export
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
-from anfir.passes.pipeline import compile_program
+from anfir.passes.pipeline import PHASES, compile_program
 from anfir.passes.specialize import abstract_from_annotation_text
 from anfir.printers.dot import dump_dot
 from anfir.printers.ir import dump_ir
@@ -36,6 +37,7 @@ from anfir.printers.text import to_text
 EXAMPLES = """\
 examples:
   anfir run examples/fibonacci.anf 10            # prints 55
+  anfir run examples/power.anf --entry dpower --backend jax 3.0
   anfir grad examples/power.anf --entry power --wrt 0 2.0 3
   anfir compile examples/mlp.anf --dump-dir dumps --time
   anfir export examples/mlp.anf -o mlp.onnx      # needs pip install "anfir[onnx]"
@@ -65,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "  anfir run examples/mlp.anf w1.npy w2.npy x.npy y.npy")
     p.add_argument("file", help="an .anf program (or an .ir dump)")
     p.add_argument("--entry", help="the definition to run (default: main, or the only one)")
+    _backend_option(p, "run it with anfir's evaluator (eval, the default) or jitted by JAX "
+                       '(jax: XLA; needs pip install "anfir[jax]")')
     p.add_argument("args", nargs="*", metavar="ARG",
                    help='an ANF literal (3, 2.5, true, "s", (1, 2.0)) or an .npy file')
     _max_depth_option(p)
@@ -94,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "compiled graph is also run and its result printed")
     p.add_argument("--dump-dir", help="write NN_phase.ir and NN_phase.dot here")
     p.add_argument("--time", action="store_true", help="print a per-phase timing table")
+    _backend_option(p, "jax: lower the optimized graph to JAX after the pipeline (one more "
+                       "phase, dumped as NN_stablehlo.mlir) and run the result with it")
     _max_depth_option(p)
 
     p = sub.add_parser("export", help="write the optimized program as an ONNX model",
@@ -137,6 +143,10 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, not {value}")
     return value
+
+
+def _backend_option(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--backend", choices=("eval", "jax"), default="eval", help=text)
 
 
 # -- arguments ------------------------------------------------------------------
@@ -225,8 +235,22 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     module = _load(ns.file, runnable=True)
     graph = module[module.entry_name(ns.entry)]
-    print(format_value(run(graph, *parse_args_list(ns.args))))
+    args = parse_args_list(ns.args)
+    if ns.backend == "jax":
+        print(format_value(_run_jax(tojax.to_jax(graph), args)))
+    else:
+        print(format_value(run(graph, *args)))
     return 0
+
+
+def _run_jax(fn: Any, args: list[Any]) -> Any:
+    """``fn`` jitted on ``args`` (64-bit types on); a note on stderr when the program
+    recursed on its scalar arguments and ran with them as constants."""
+    result, static = tojax.run_with_jax(fn, args)
+    if static:
+        print("note: the program recurses on its scalar arguments; JAX ran it with them "
+              "as compile-time constants (static)", file=sys.stderr)
+    return result
 
 
 def _wrt(text: str) -> tuple[int, ...]:
@@ -279,7 +303,9 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         raise UsageError(f"no such file: {ns.file}")
     args = compile_args(ns.args)
     values = args if args is not None and all(not _is_abstract(a) for a in args) else None
-    result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir)
+    phases = [*PHASES, tojax.lowering_phase()] if ns.backend == "jax" else None
+    result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir,
+                             phases=phases)
     graph = result.graph
     print(f"compiled @{graph.name}: {_count(graph)} nodes after {len(result.timings)} phases")
     if ns.time:
@@ -287,8 +313,10 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     if ns.dump_dir:
         print(f"dumps in {ns.dump_dir}/: {', '.join(os.path.basename(p) for p in result.dump_files)}")
     if values is not None:
-
-        print(f"result: {format_value(run(graph, *values))}")
+        if ns.backend == "jax":
+            print(f"result: {format_value(_run_jax(result.program.artifacts['jax'], values))}")
+        else:
+            print(f"result: {format_value(run(graph, *values))}")
     return 0
 
 

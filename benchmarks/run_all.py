@@ -1,4 +1,4 @@
-"""All the figures of issue 6 in one run, side by side with torch, xDSL and numpy.
+"""All the figures in one run, side by side with torch, xDSL, numpy and JAX.
 
     pip install -e ".[dev,bench]"        # torch (CPU) and xDSL, the peers
     python benchmarks/run_all.py         # about a minute; prints the table
@@ -25,6 +25,8 @@ from pathlib import Path
 # busy 2-core machine does not turn a 200 µs matmul into a 2 ms one at random.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+# XLA's CPU runtime on one thread too (the JAX figures), set before JAX loads.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))           # harness, peers, workloads, figures
@@ -32,11 +34,18 @@ sys.path.insert(1, str(HERE.parent))    # anfir from the checkout when not insta
 
 import numpy as np  # noqa: E402
 
+import bench_jax  # noqa: E402
 import figures  # noqa: E402
 import peers  # noqa: E402
 from harness import format_details, format_table  # noqa: E402
 
-KEYS = list(figures.all_figures())
+
+def all_figures(quick: bool = False) -> dict:
+    """Every figure by key, in table order: issue 6's, then the JAX back end's."""
+    return {**figures.all_figures(quick), **bench_jax.all_figures(quick)}
+
+
+KEYS = list(all_figures())
 """Names for ``--only``, in table order."""
 
 
@@ -46,6 +55,7 @@ def environment() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (f"Python {platform.python_version()}, numpy {np.__version__}, "
             f"torch {peers.torch_version() or 'n/a'}, xDSL {peers.xdsl_version() or 'n/a'}, "
+            f"JAX {bench_jax.jax_version() or 'n/a'}, "
             f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, load {load:.2f}")
 
 
@@ -60,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(wanted) - set(KEYS))
     if unknown:
         parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(KEYS)}")
-    runners = figures.all_figures(options.quick)
+    runners = all_figures(options.quick)
     print(environment())
     results = []
     for key in KEYS:

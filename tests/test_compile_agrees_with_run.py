@@ -430,7 +430,7 @@ PARTIAL_HIGH_WANT: dict[str, Callable[[float], tuple[float, ...]]] = {
 
 
 def _grads(entry: str, order: int) -> str:
-    return "".join(f"grad(" for _ in range(order)) + entry + ")" * order
+    return "".join("grad(" for _ in range(order)) + entry + ")" * order
 
 
 @pytest.mark.parametrize("entry", sorted(PARTIAL_HIGH_WANT))

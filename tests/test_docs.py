@@ -22,6 +22,9 @@ Conventions checked here (documented at the top of docs/language.md):
 * likewise where the ``onnx`` package (the ``[onnx]`` extra) is not installed:
   ``anfir export`` commands (and later ones naming the model file) are not
   run, and a ``python`` block that imports ``onnx`` is skipped.
+* blocks that use the JAX back end (a ``python`` block importing ``jax`` or
+  calling ``to_jax``, a command with ``--backend jax``) need JAX, an optional
+  dependency: where it is not installed, they are skipped the same way.
 """
 
 from __future__ import annotations
@@ -220,10 +223,33 @@ HAVE_ONNX = importlib.util.find_spec("onnx") is not None
 NO_ONNX = 'the onnx package is not installed (pip install -e ".[onnx]")'
 
 
+def jax_installed() -> bool:
+    """Whether the optional JAX back end can run here (``pip install "anfir[jax]"``)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def needs_jax(text: str) -> bool:
+    """Whether a python block or a command uses the JAX back end."""
+    return bool(re.search(r"^\s*(import|from) jax\b|\bto_jax\(|backend=\"jax\"|--backend jax|stablehlo",
+                          text, re.M))
+
+
+def test_needs_jax() -> None:
+    assert needs_jax("import jax\nimport anfir\n") and needs_jax("anfir run f.anf --backend jax 1")
+    assert needs_jax("fn = anfir.to_jax(g)") and not needs_jax("import anfir\nanfir.run(g)")
+    assert needs_jax("head -n 1 dumps/07_stablehlo.mlir")
+
+
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=Block.id)
 def test_python_block(block: Block, scratch: Path) -> None:
     if not HAVE_ONNX and re.search(r"^\s*(import|from) onnx\b", block.text, re.M):
         pytest.skip(NO_ONNX)
+    if needs_jax(block.text) and not jax_installed():
+        pytest.skip('the block uses the JAX back end; JAX is not installed: pip install "anfir[jax]"')
     # Running documentation snippets is test code; the package itself never execs.
     code = compile(block.text, f"{block.path.name}:{block.line}", "exec")
     exec(code, {"__name__": "__doc__"})  # noqa: S102
@@ -366,6 +392,7 @@ def run_session(block: Block, cwd: Path, skipped: list[str] | None = None,
     status = 0
     report = []
     not_made: list[str] = []  # files not made: dot or onnx is missing
+    without_jax = not jax_installed()
     for command, expected in steps:
         picture = graphviz_output(command) if shutil.which("dot") is None else None
         model = onnx_export_output(command) if not HAVE_ONNX else None
@@ -374,6 +401,11 @@ def run_session(block: Block, cwd: Path, skipped: list[str] | None = None,
             if skipped is None:
                 raise AssertionError(f"needs a tool that is not installed: {command}")
             not_made += [made] if made else []
+            skipped.append(command)
+            continue
+        if without_jax and needs_jax(command):
+            if skipped is None:
+                raise AssertionError(f"needs JAX, which is not installed: {command}")
             skipped.append(command)
             continue
         if command.startswith("anfir ") and not _SHELL_SYNTAX.search(command):
@@ -410,7 +442,8 @@ def test_console_block(block: Block, scratch: Path) -> None:
     if skipped:
         missing = [what for what, absent in (
             ("Graphviz's dot is not installed (apt-get install graphviz)", shutil.which("dot") is None),
-            (NO_ONNX, not HAVE_ONNX)) if absent]
+            (NO_ONNX, not HAVE_ONNX),
+            ('JAX is not installed (pip install "anfir[jax]")', not jax_installed())) if absent]
         pytest.skip("; ".join(missing) + ": the other commands of the block passed; not run: "
                     + "; ".join(f"$ {command}" for command in skipped))
 

@@ -44,6 +44,10 @@ FUNCTION_LEVEL_ALLOWED: dict[tuple[str, str], str] = {
         "FuncGraph.nodes() is the walk's toposort, and the walk is built on FuncGraph",
     ("anfir.ir.nodes", "anfir.ir.graph"):
         "ValueNode's repr names a graph constant; graphs are made of nodes",
+    ("anfir.backends.tojax", "anfir.backends.tojax.function"):
+        "the JAX back end's modules import jax; `import anfir` loads only its jax-free surface",
+    ("anfir.backends.tojax", "anfir.backends.tojax.stablehlo"):
+        "the JAX back end's modules import jax; `import anfir` loads only its jax-free surface",
 }
 """(importer, imported) pairs allowed inside a function, with the reason."""
 

@@ -92,6 +92,9 @@ class Program:
     """The numbered name of the phase that ran last (``04_inline``), for messages."""
     dump_files: list[str] = field(default_factory=list)
     """Every file written so far, in order."""
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """What phases beyond the graph IR made, by name (a back end's lowered
+    program: ``"jax"``, ``"stablehlo"``)."""
 
     def require_manager(self) -> Manager:
         """The manager of the specialized program (created on first use)."""
@@ -130,6 +133,11 @@ class Phase:
     """The phase's entry function."""
     doc: str = ""
     """One line saying what the phase does."""
+    dump: Optional[Callable[[Program, Path, str], list[str]]] = None
+    """Writes the phase's numbered dump, ``dump(program, folder, stem)`` returning
+    the paths written (None: the graphs as ``stem.ir`` and ``stem.dot``, see
+    :func:`write_dumps`).  A back end's phase writes what it lowered to
+    (``07_stablehlo.mlir``)."""
 
 
 @dataclass
@@ -368,7 +376,7 @@ def _write_dumps(program: Program, obj: Any, folder: Path, stem: str, dot: bool)
     written = []
     ir_path = folder / f"{stem}.ir"
     side: dict[str, Any] = {}
-    _write_text(ir_path, dump_ir(obj, phase=stem, side=side))
+    write_text(ir_path, dump_ir(obj, phase=stem, side=side))
     written.append(str(ir_path))
     npz_path = side_file_path(ir_path)
     if side:
@@ -379,12 +387,14 @@ def _write_dumps(program: Program, obj: Any, folder: Path, stem: str, dot: bool)
     if dot:
 
         dot_path = folder / f"{stem}.dot"
-        _write_text(dot_path, dump_dot(obj))
+        write_text(dot_path, dump_dot(obj))
         written.append(str(dot_path))
     return written
 
 
-def _write_text(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as UTF-8 with ``\\n`` line ends and a final newline
+    (every dump is written so: byte-identical from run to run and across systems)."""
     if not text.endswith("\n"):
         text += "\n"
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
@@ -452,7 +462,8 @@ def _run_phases(program: Program, phases: Sequence[Phase]) -> tuple[Program, dic
         stem = f"{number:02d}_{sanitize_file_part(phase.name)}"
         program.last_phase = stem
         if program.dump_dir is not None:
-            program.dump_files.extend(write_dumps(program, program.dump_dir, stem))
+            writer = phase.dump if phase.dump is not None else write_dumps
+            program.dump_files.extend(writer(program, program.dump_dir, stem))
     return program, timings
 
 
@@ -464,4 +475,4 @@ def _print_timings(timings: dict[str, float], stream: Any) -> None:
 
 
 __all__ = ["CompileResult", "PHASES", "Phase", "Program", "argument_abstracts", "clone_module",
-           "compile_program", "sanitize_file_part", "write_dumps", "AnfirError"]
+           "compile_program", "sanitize_file_part", "write_dumps", "write_text", "AnfirError"]
