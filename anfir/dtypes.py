@@ -11,11 +11,10 @@ Kinds are ``float``, ``int`` (signed), ``uint``, ``bool``, ``complex`` and
 ``str``.  ``str`` is a type a scalar annotation may name (``s: str``) but not a
 tensor element type: its row has no numpy dtype.
 
-Not in the table yet, and why (each needs more than a row):
-
-* ``c64`` / ``c128``: the ANF and ``.ir`` texts have no complex literals, so
-  complex constants could neither be printed nor loaded back;
-* ``bf16``: numpy has no bfloat16 (it needs the ``ml_dtypes`` package).
+``bf16`` is numpy's ``bfloat16`` from the ``ml_dtypes`` package (what JAX and
+ONNX use); importing this module registers it with numpy.  ``c64``/``c128``
+are numpy's complex types: a complex scalar prints as ``complex(re, im)`` in
+ANF and as ``re+imj`` in ``.ir`` dumps.
 
 This is a base-layer module: it imports only the standard library, numpy and
 :mod:`anfir.errors`.
@@ -23,9 +22,11 @@ This is a base-layer module: it imports only the standard library, numpy and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional, TypeGuard
 
+import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: np.dtype("bfloat16"))
 import numpy as np
 
 from anfir.errors import AnfirTypeError
@@ -49,6 +50,7 @@ class DTypeInfo:
 
 DTYPES: tuple[DTypeInfo, ...] = (
     DTypeInfo("f16", "float16", "float", 16, "Float16"),
+    DTypeInfo("bf16", "bfloat16", "float", 16, "BFloat16"),
     DTypeInfo("f32", "float32", "float", 32, "Float32"),
     DTypeInfo("f64", "float64", "float", 64, "Float64"),
     DTypeInfo("i8", "int8", "int", 8, "Int8"),
@@ -60,6 +62,8 @@ DTYPES: tuple[DTypeInfo, ...] = (
     DTypeInfo("u32", "uint32", "uint", 32, "UInt32"),
     DTypeInfo("u64", "uint64", "uint", 64, "UInt64"),
     DTypeInfo("bool", "bool", "bool", 8, "Bool"),
+    DTypeInfo("c64", "complex64", "complex", 64, "Complex64"),
+    DTypeInfo("c128", "complex128", "complex", 128, "Complex128"),
     DTypeInfo("str", None, "str", 0, "String"),
 )
 """Every type name, in the order messages and documentation list them."""
@@ -76,8 +80,8 @@ ELEMENT_TYPES: tuple[str, ...] = tuple(row.name for row in DTYPES if row.numpy i
 TYPE_NAMES: tuple[str, ...] = tuple(row.name for row in DTYPES)
 """Every name a scalar type annotation may use: the element types and ``str``."""
 
-LITERAL_DTYPES: dict[type, str] = {bool: "bool", int: "i64", float: "f64"}
-"""The type of a Python literal (``bool`` first: a bool is an int to Python)."""
+LITERAL_DTYPES: dict[type, str] = {bool: "bool", int: "i64", float: "f64", complex: "c128"}
+"""The type of a Python scalar (``bool`` first: a bool is an int to Python)."""
 
 _BY_NUMPY: dict[str, str] = {row.numpy: row.name for row in DTYPES if row.numpy is not None}
 _BY_ABSTRACT: dict[str, str] = {row.abstract: row.name for row in DTYPES if row.numpy is not None}
@@ -157,7 +161,7 @@ def dtype_of_array(array: Any) -> str:
 
 
 def literal_dtype(value: Any) -> Optional[str]:
-    """The type of a Python ``bool``/``int``/``float`` (subclasses too), else None."""
+    """The type of a Python ``bool``/``int``/``float``/``complex`` (subclasses too), else None."""
     for python_type, name in LITERAL_DTYPES.items():  # bool before int
         if isinstance(value, python_type):
             return name
@@ -176,6 +180,35 @@ def from_abstract_name(text: str) -> str:
     return _BY_ABSTRACT.get(text, text)
 
 
+# -- bfloat16 operands -------------------------------------------------------------------
+_BF16 = np.dtype("bfloat16")
+_WEAK = (int, float)
+
+
+def weak_scalars(x: Any, y: Any) -> tuple[Any, Any]:
+    """``x, y`` with a Python ``int``/``float`` operand beside a ``bf16`` array (or
+    numpy scalar) made a ``bf16`` value: numpy's promotion (NEP 50) treats Python
+    scalars as weak for its own dtypes, so an ``f32`` tensor times ``2.0`` stays
+    ``f32``, but not for ml_dtypes' bfloat16, where it would give ``f32``.  The
+    binary numeric primitives call this on array operands."""
+    if type(x) in _WEAK and getattr(y, "dtype", None) == _BF16:
+        return _BF16.type(x), y
+    if type(y) in _WEAK and getattr(x, "dtype", None) == _BF16:
+        return x, _BF16.type(y)
+    return x, y
+
+
+# -- the text of a complex number ------------------------------------------------------
+def complex_text(value: complex) -> str:
+    """A complex number as ``re+imj`` / ``re-imj`` (``1.5-2.0j``): exact (each part
+    is ``repr`` of a float; a ``c64``'s parts are f32 values, exact as f64), and
+    what Python's ``complex()`` reads back — the ``.ir`` loader's reader.  The
+    ``.ir`` dump spells complex constants and abstract values so."""
+    real, imag = float(value.real), float(value.imag)
+    sign = "-" if math.copysign(1.0, imag) < 0 and not math.isnan(imag) else "+"
+    return f"{real!r}{sign}{abs(imag)!r}j"
+
+
 # -- kinds ----------------------------------------------------------------------------
 def kind_of(name: str) -> Optional[str]:
     """The kind of a type name (``"float"``, ``"uint"``...), None if it is not one."""
@@ -189,7 +222,7 @@ def bits_of(name: str) -> int:
 
 
 def is_float(name: str) -> bool:
-    """Whether ``name`` is a floating-point type (``f16``, ``f32``, ``f64``)."""
+    """Whether ``name`` is a floating-point type (``f16``, ``bf16``, ``f32``, ``f64``)."""
     return kind_of(name) == "float"
 
 
@@ -213,14 +246,28 @@ def is_bool(name: str) -> bool:
     return kind_of(name) == "bool"
 
 
+def numpy_kind(dtype: Any) -> Optional[str]:
+    """The anfir kind of a numpy dtype (``"float"`` for ``float32`` and for
+    ``bfloat16``, whose numpy kind letter is ``V``), None when anfir has no such
+    element type.  Ask this rather than ``dtype.kind == "f"``."""
+    name = dtype_name(dtype)
+    return None if name is None else kind_of(name)
+
+
+def is_float_array(x: Any) -> bool:
+    """Whether ``x`` is a numpy array or scalar of a float dtype (``bf16`` included)."""
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and numpy_kind(dtype) == "float"
+
+
 def is_complex(name: str) -> bool:
-    """Whether ``name`` is a complex type (none is in the table yet)."""
+    """Whether ``name`` is a complex type (``c64``, ``c128``)."""
     return kind_of(name) == "complex"
 
 
 __all__ = [
     "BY_NAME", "DTYPES", "DTypeInfo", "ELEMENT_TYPES", "KINDS", "LITERAL_DTYPES", "TYPE_NAMES",
-    "abstract_name", "bits_of", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
-    "is_bool", "is_complex", "is_dtype", "is_float", "is_integer", "is_signed_int",
-    "is_unsigned_int", "kind_of", "literal_dtype", "numpy_dtype", "numpy_name", "require_dtype_name",
+    "abstract_name", "bits_of", "complex_text", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
+    "is_bool", "is_complex", "is_dtype", "is_float", "is_float_array", "is_integer", "is_signed_int",
+    "is_unsigned_int", "kind_of", "literal_dtype", "numpy_dtype", "numpy_kind", "weak_scalars", "numpy_name", "require_dtype_name",
 ]

@@ -91,6 +91,8 @@ def _result_kind(value: Any) -> tuple[str, str]:
         return ("s", "i64")
     if isinstance(value, float):
         return ("s", "f64")
+    if isinstance(value, complex):
+        return ("s", "c128")
     if isinstance(value, np.generic):
         return ("s", dtype_of_array(value))
     if isinstance(value, str):

@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import sympy
 
-from anfir.dtypes import abstract_name, literal_dtype
+from anfir.dtypes import abstract_name, complex_text, literal_dtype
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.nested import nested_text
 
@@ -349,6 +349,8 @@ def _scalar_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, complex):
+        return complex_text(value)
     return str(value)
 
 

@@ -36,7 +36,7 @@ from anfir.abstract.values import (AAny, AbstractValue, AEnv, AFunction, AKey,
 from anfir.abstract.lattice import BOTTOM
 from anfir.abstract.shapes import dim_symbol
 from anfir import limits
-from anfir.dtypes import from_abstract_name, is_dtype, numpy_dtype
+from anfir.dtypes import from_abstract_name, is_dtype, numpy_dtype, numpy_kind
 from anfir.errors import (AnfirError, AnfirSyntaxError, AnfirTypeError, NameResolutionError,
                           UsageError)
 from anfir.gcpause import gc_paused
@@ -467,6 +467,19 @@ class _IRBuilder(Transformer):
     def neg_float(self, token: Token) -> _Const:
         return _Const(-float(token))
 
+    def complex_(self, token: Token) -> _Const:
+        return _Const(self._complex(str(token), token))
+
+    def _complex(self, word: str, token: Token) -> complex:
+        """``re+imj`` read by Python's ``complex()`` (a parser, not eval); its
+        parts are bounded by the token's syntax (no integers of 4,300 digits)."""
+        if len(word) > 100:
+            raise self._error(f"a complex number of {len(word)} characters", token)
+        try:
+            return complex(word)
+        except ValueError:
+            raise self._error(f"bad complex number {word!r}", token) from None
+
     def inf(self) -> _Const:
         return _Const(math.inf)
 
@@ -536,25 +549,34 @@ class _IRBuilder(Transformer):
             array = np.zeros(shape, np_dtype)
         else:
             self._check_range(values, np_dtype, name, token or dtype)
-            array = np.array(values, dtype=np_dtype if np_dtype.kind != "f" else np.float64)
+            # Floats are read as f64 first, then rounded once to their dtype.
+            kind = numpy_kind(np_dtype)
+            array = np.array(values, dtype=np.float64 if kind == "float" else np_dtype)
             array = array.astype(np_dtype).reshape(shape)
         array.setflags(write=False)
         return _Const(array)
 
     def _check_range(self, values: list, np_dtype: np.dtype, name: str, token: Token) -> None:
-        """Every element fits ``np_dtype`` (an integer in range; a float for a float type)."""
-        if np_dtype.kind in "iu":
+        """Every element fits ``np_dtype`` (an integer in range; a float for a float
+        type; a complex number only for a complex type)."""
+        kind = numpy_kind(np_dtype)
+        if kind != "complex":
+            for v in values:
+                if isinstance(v, complex):
+                    raise self._error(f"{v!r} is not a {name} value", token,
+                                      AnfirTypeError)
+        if kind in ("int", "uint"):
             info = np.iinfo(np_dtype)
             for v in values:
                 if isinstance(v, float) or not (info.min <= v <= info.max):
                     raise self._error(f"{v!r} does not fit {name} (whose values are "
                                       f"{info.min} to {info.max})", token, AnfirTypeError)
-        elif np_dtype.kind == "f":
+        elif kind in ("float", "complex"):
             for v in values:
                 if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 1023:
                     raise self._error(f"an integer of {len(limits.int_text(v))} digits is too "
                                       f"large for {name}", token, AnfirTypeError)
-        elif np_dtype.kind == "b":
+        elif kind == "bool":
             for v in values:
                 if not isinstance(v, bool) and v not in (0, 1):
                     raise self._error(f"{v!r} is not a bool value (true or false)", token,
@@ -594,6 +616,8 @@ class _IRBuilder(Transformer):
                 return int(word)
             if re.fullmatch(r"-?(\d+\.\d*(e[-+]?\d+)?|\d+e[-+]?\d+|inf|nan)", word, re.I):
                 return float(word)
+            if word.endswith("j"):
+                return self._complex(word, token)
         except ValueError:
             pass
         raise self._error(f"bad tensor element {word!r}", token)

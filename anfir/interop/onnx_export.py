@@ -59,7 +59,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import arith, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -202,6 +202,7 @@ def _tuples(nested: list[Any]) -> tuple[Any, ...]:
 _ONNX_TYPES: dict[str, int] = {
     "f16": 10, "f32": 1, "f64": 11, "i8": 3, "i16": 5, "i32": 6, "i64": 7,
     "u8": 2, "u16": 4, "u32": 12, "u64": 13, "bool": 9, "str": 8,
+    "bf16": 16, "c64": 14, "c128": 15,
 }
 """anfir dtype → ONNX ``TensorProto.DataType`` (checked against onnx when a model is written)."""
 
@@ -1265,7 +1266,11 @@ RULES: dict[Primitive, OnnxRule] = {
 takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
 
-UNSUPPORTED: dict[Primitive, str] = {}
+UNSUPPORTED: dict[Primitive, str] = {
+    prim: "ONNX has no complex element types in its operators (complex64/128 are "
+          "storage types only: no Real, Imag or Complex operator)"
+    for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)
+}
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 
 
@@ -1629,7 +1634,8 @@ def _is_weak(operand: Operand) -> bool:
 
 _PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",
                 "i32": "INT32", "i64": "INT64", "u8": "UINT8", "u16": "UINT16", "u32": "UINT32",
-                "u64": "UINT64", "bool": "BOOL", "str": "STRING"}
+                "u64": "UINT64", "bool": "BOOL", "str": "STRING", "bf16": "BFLOAT16",
+                "c64": "COMPLEX64", "c128": "COMPLEX128"}
 
 
 def _placeholder_type(t: AbstractValue) -> AbstractValue:

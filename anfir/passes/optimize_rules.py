@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from anfir.dtypes import is_integer
+from anfir.dtypes import dtype_name, is_integer
 from anfir.errors import AnfirError
 from anfir.ir.attrs import is_attr_value
 from anfir.ir.graph import FuncGraph
@@ -94,9 +94,9 @@ def is_data(value: Any, known: Optional[dict[int, Any]] = None) -> bool:
             if known is None or id(v) not in known:
                 stack.extend(v)
         elif isinstance(v, np.ndarray):
-            if v.dtype.kind not in "biuf" or v.size > FOLD_MAX_ELEMENTS:
+            if dtype_name(v.dtype) is None or v.size > FOLD_MAX_ELEMENTS:
                 return False
-        elif v is None or isinstance(v, (bool, int, float, str, np.generic, DType)):
+        elif v is None or isinstance(v, (bool, int, float, complex, str, np.generic, DType)):
             continue
         else:
             return False

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from anfir import limits
+from anfir.dtypes import weak_scalars
 from anfir.errors import AnfirRuntimeError, AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
@@ -43,6 +44,8 @@ def _on_data(op: Callable[[Any, Any], Any], name: str) -> Callable[[Any, Any], A
     def impl(x: Any, y: Any) -> Any:
         if x.__class__ is tuple or y.__class__ is tuple:
             _refuse_tuple(name)
+        if x.__class__ is np.ndarray or y.__class__ is np.ndarray:
+            x, y = weak_scalars(x, y)
         return op(x, y)
 
     impl.__name__ = name
@@ -95,7 +98,7 @@ def _pow(x: Any, y: Any) -> Any:
             with np.errstate(all="ignore"):
                 return float(np.power(float(x), float(y)))
         return float("nan") if isinstance(result, complex) else result
-    return np.power(x, y)
+    return np.power(*weak_scalars(x, y))
 
 
 def _mul(x: Any, y: Any) -> Any:
@@ -121,7 +124,7 @@ def _div(x: Any, y: Any) -> Any:
                 return float(np.true_divide(float(x), float(y)))
         return x / y
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.true_divide(x, y)
+        return np.true_divide(*weak_scalars(x, y))
 
 
 def _softplus_scalar(x: float) -> float:
@@ -159,7 +162,7 @@ def _binary_np(np_fn: Callable[[Any, Any], Any], scalar_fn: Callable[[Any, Any],
             return scalar_fn(x, y)
         if x.__class__ is tuple or y.__class__ is tuple:
             _refuse_tuple(np_fn.__name__)
-        return np_fn(x, y)
+        return np_fn(*weak_scalars(x, y))
 
     return impl
 

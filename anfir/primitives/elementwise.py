@@ -20,12 +20,13 @@ from typing import Any, Callable
 import numpy as np
 
 from anfir.abstract import rules
+from anfir.dtypes import numpy_kind, weak_scalars
 from anfir.errors import AnfirTypeError
 from anfir.primitives.registry import declare
 
 FAMILY = "elementwise"
 LOGIC = "logic"
-_PYTHON_SCALARS = (bool, int, float)
+_PYTHON_SCALARS = (bool, int, float, complex)
 
 
 def _elementwise(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,6 +35,8 @@ def _elementwise(fn: Callable[..., Any]) -> Callable[..., Any]:
     an array: a Python scalar for Python scalars, a numpy scalar otherwise."""
     @functools.wraps(fn)
     def impl(*args: Any, **attrs: Any) -> Any:
+        if len(args) == 2:
+            args = weak_scalars(*args)
         with np.errstate(all="ignore"):
             result = fn(*args, **attrs)
         if isinstance(result, np.ndarray) and result.ndim == 0 \
@@ -49,7 +52,7 @@ def _elementwise(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _float_dtype(x: Any) -> Any:
     """The float dtype a function of ``x`` computes in (numpy's: ints give f64)."""
     dtype = np.result_type(x)
-    return dtype if dtype.kind == "f" else np.dtype(np.float64)
+    return dtype if numpy_kind(dtype) in ("float", "complex") else np.dtype(np.float64)
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)

@@ -29,7 +29,7 @@ import numpy as np
 from anfir.abstract.lattice import JoinError, is_float_scalar, join, map_tuple_leaves, widen
 from anfir.abstract.rules import broadcast_shapes, int_value, shape_of_abstract, tensor_or_scalar
 from anfir.abstract.values import UNKNOWN, AEnv, AFunction, ANone, AScalar, AString, ATensor, ATuple, JFn
-from anfir.dtypes import is_float
+from anfir.dtypes import is_float, is_float_array
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
 from anfir.ir.upcalls import UPCALLS
 from anfir.nested import fold_nested
@@ -229,9 +229,9 @@ def grad_seed_value(v: Any) -> Any:
     """1 of the type of a scalar float output (the seed of reverse mode)."""
     if isinstance(v, float) and not isinstance(v, bool):
         return type(v)(1.0)
-    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind == "f":
+    if isinstance(v, np.ndarray) and v.ndim == 0 and is_float_array(v):
         return np.ones_like(v)
-    if isinstance(v, np.floating):
+    if isinstance(v, np.generic) and is_float_array(v):
         return v.dtype.type(1.0)
     what = type(v).__name__
     if isinstance(v, np.ndarray):

@@ -23,6 +23,7 @@ import numpy as np
 from anfir.abstract import rules
 from anfir.abstract.shapes import fresh_dim, normalize_axes, product, shape_text
 from anfir.abstract.values import AbstractValue, ATensor
+from anfir.dtypes import numpy_kind
 from anfir.errors import AnfirTypeError
 from anfir.primitives import arith
 from anfir.primitives.registry import declare
@@ -51,7 +52,7 @@ def _scalar(result: Any) -> Any:
 def _float_array(x: Any) -> np.ndarray:
     """x as an array of its float dtype (integers as f64)."""
     array = np.asarray(x)
-    return array if array.dtype.kind == "f" else array.astype(np.float64)
+    return array if numpy_kind(array.dtype) in ("float", "complex") else array.astype(np.float64)
 
 
 def _reduced_empty(array: np.ndarray, axis: Any) -> bool:

@@ -127,7 +127,7 @@ def _array(nested: Any) -> np.ndarray:
         result = np.array(nested)
     except ValueError as exc:
         raise AnfirTypeError(f"array() needs a rectangular nested tuple of numbers: {exc}") from None
-    if result.dtype.kind not in "biuf":
+    if result.dtype.kind not in "biufc":
         raise AnfirTypeError("array() needs numbers")
     return result
 

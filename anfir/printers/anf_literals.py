@@ -10,7 +10,8 @@ constant was (the value is still equal):
   ``cast(..., "f32")`` for dtypes other than f64/i64/bool, and empty tensors as
   ``zeros(shape, "dtype")``;
 * NaN prints as ``div(0.0, 0.0)``; infinities print as ``1e999`` / ``-1e999``
-  (float literals that overflow to inf, so they stay constants).
+  (float literals that overflow to inf, so they stay constants);
+* complex numbers print as ``complex(re, im)``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from anfir.dtypes import LITERAL_DTYPES, dtype_name, dtype_of_array, numpy_name
 from anfir.values import DType, Symbol
 from anfir.limits import int_text
 
-HELPER_NAMES = ("array", "cast", "zeros", "div")
+HELPER_NAMES = ("array", "cast", "zeros", "div", "complex")
 """Built-ins the printer itself may emit (so no local name may shadow them)."""
 
 _NATIVE_ARRAY_DTYPES = {numpy_name(name) for name in LITERAL_DTYPES.values()}
@@ -61,11 +62,13 @@ def helpers_needed(value: Any) -> set[str]:
         if isinstance(v, tuple):
             stack.extend(v)
         elif isinstance(v, np.ndarray):
-            needed.update(("array", "cast", "zeros", "div"))
+            needed.update(("array", "cast", "zeros", "div", "complex"))
         elif isinstance(v, np.generic) and not isinstance(v, (np.float64, np.int64, np.bool_)):
             needed.add("cast")
         elif isinstance(v, float) and math.isnan(v):
             needed.add("div")
+        elif isinstance(v, complex):
+            needed.update(("complex", "div"))
     return needed
 
 
@@ -95,6 +98,8 @@ def _atom_literal(value: Any, graph_name: Callable[[FuncGraph], str]) -> str:
         return int_text(value)
     if isinstance(value, float):
         return float_literal(value)
+    if isinstance(value, complex):
+        return f"complex({float_literal(value.real)}, {float_literal(value.imag)})"
     if isinstance(value, str):
         return string_literal(value)
     if value is None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.dtypes import dtype_of_array
+from anfir.dtypes import complex_text, dtype_of_array
 from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 from anfir.limits import int_text
 
@@ -104,6 +104,8 @@ class ConstantPrinter:
             return int_text(value)
         if isinstance(value, float):
             return float_text(value)
+        if isinstance(value, complex):
+            return complex_text(value)
         if isinstance(value, str):
             return string_text(value)
         if value is None:
@@ -169,6 +171,8 @@ def element_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (np.integer, int)):
         return str(int(value))
+    if isinstance(value, (complex, np.complexfloating)):
+        return complex_text(complex(value))
     if isinstance(value, np.floating) and value.dtype != np.float64:
         if np.isnan(value):
             return "nan"

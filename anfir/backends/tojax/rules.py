@@ -32,7 +32,7 @@ from anfir.dtypes import numpy_name
 from anfir.errors import AnfirTypeError, GradientError
 from anfir.ir.primitive import Primitive
 from anfir.nested import fold_nested
-from anfir.primitives import arith, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.values import DType, GradEnv
@@ -134,6 +134,14 @@ def _cast(x: Any, dtype: Any) -> Any:
     return lax.convert_element_type(jnp.asarray(x), jax_dtype(dtype))
 
 
+def _complex(re: Any, im: Any) -> Any:
+    # lax.complex wants two arrays of one float dtype; integer parts are f64
+    # (as complexes._complex computes them), mixed widths the wider.
+    re, im = _float(re), _float(im)
+    dtype = jnp.result_type(re, im)
+    return lax.complex(re.astype(dtype), im.astype(dtype))
+
+
 # -- structure ----------------------------------------------------------------------------------
 def _switch(c: Any, a: Any, b: Any) -> Any:
     known = concrete_bool(c)
@@ -160,7 +168,7 @@ def _float(x: Any) -> Any:
     """``x`` in its float dtype: integers and bools become the default float
     (``f64`` with ``jax_enable_x64``), as ``elementwise._float_dtype`` makes them ``f64``."""
     x = jnp.asarray(x)
-    if jnp.issubdtype(x.dtype, jnp.floating):
+    if jnp.issubdtype(x.dtype, jnp.inexact):  # floats and complex numbers stay
         return x
     return x.astype(jax.dtypes.canonicalize_dtype(np.float64))
 
@@ -575,6 +583,10 @@ RULES: dict[Primitive, Rule] = {
     tensor.where: jnp.where,
     tensor.array: _array,
     tensor.cast: _cast,
+    complexes.complex_: _complex,
+    complexes.real: jnp.real,
+    complexes.imag: jnp.imag,
+    complexes.conj: jnp.conj,
     # tuples, functions, control: their own evaluation is plain Python
     structure.make_tuple: structure.make_tuple.impl,
     structure.tuple_getitem: structure.tuple_getitem.impl,
