@@ -115,7 +115,8 @@ def reduction(fn: Any) -> LowRule:
     """A reduction with ``axis``/``keepdims`` attributes, written with ``out=`` (float types)."""
 
     def factory(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
-        if set(statics) - {"axis", "keepdims"} or not _floats(out, args) or np.ndim(args[0]) == 0:
+        if (len(args) != 1 or set(statics) - {"axis", "keepdims"} or not _floats(out, args)
+                or np.ndim(args[0]) == 0):
             return None
         return partial(fn, args[0], axis=statics.get("axis"), keepdims=bool(statics.get("keepdims")),
                        out=out)
@@ -162,6 +163,70 @@ def _where(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optiona
     return run
 
 
+def compare(fn: Any) -> LowRule:
+    """A comparison ufunc writing a bool buffer with ``out=`` (numeric arguments)."""
+
+    def factory(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+        numeric = all(a.dtype.kind in "fiu" if isinstance(a, np.ndarray) else
+                      isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+        if statics or out.dtype != np.bool_ or not numeric:
+            return None
+        return partial(fn, *args, out=out)
+
+    return LowRule(factory)
+
+
+def _cast_like(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # cast_like(g, x): g in x's dtype (numpy's astype, which copyto with casting="unsafe" is).
+    g = args[0]
+    if not isinstance(g, np.ndarray) or g.shape != out.shape:
+        return None
+    return partial(np.copyto, out, g, casting="unsafe")
+
+
+def _sum_to(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # sum_to(g, x): g summed over the axes broadcasting added to reach x's shape.
+    g = args[0]
+    if not isinstance(g, np.ndarray) or not _floats(out, [g]) or g.ndim < out.ndim:
+        return None
+    extra = g.ndim - out.ndim
+    axes = tuple(range(extra)) + tuple(extra + i for i, d in enumerate(out.shape)
+                                       if d == 1 and g.shape[extra + i] != 1)
+    if g.shape == out.shape:
+        return partial(np.copyto, out, g)
+    kept = tuple(d for i, d in enumerate(g.shape) if i not in axes)
+    if int(np.prod(kept, dtype=np.int64)) != out.size:
+        return None
+    return partial(np.sum, g, axis=axes, out=out.reshape(kept))  # a view of the buffer, made once
+
+
+def _unreduce(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # unreduce(g, x, axis, keepdims): g broadcast back over the reduced axes of x.
+    g = args[0]
+    if not _floats(out, [g]):
+        return None
+    axis, keepdims = statics.get("arg2"), bool(statics.get("arg3", False))
+    if not isinstance(g, np.ndarray):
+        return partial(out.fill, g) if isinstance(g, float) else None
+    if keepdims or axis is None or g.ndim == 0:
+        source = g
+    else:
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        if not all(isinstance(a, int) for a in axes):
+            return None
+        shape = list(out.shape)
+        for a in axes:
+            shape[a % out.ndim] = 1
+        if int(np.prod(shape, dtype=np.int64)) != g.size:
+            return None
+        source = g.reshape(shape)  # a view, made once
+    try:
+        np.broadcast_shapes(source.shape, out.shape)
+    except ValueError:
+        return None
+    return partial(np.copyto, out, source)
+
+
 EVALUATED = LowRule()
 """The primitive's own evaluation, its result copied into the output buffer."""
 
@@ -173,8 +238,9 @@ RULES: dict[Primitive, LowRule] = {
     arith.sin: ufunc(np.sin), arith.cos: ufunc(np.cos), arith.tanh: ufunc(np.tanh),
     arith.abs_: ufunc(np.abs), arith.maximum: ufunc(np.maximum), arith.minimum: ufunc(np.minimum),
     arith.relu: LowRule(_relu, inplace=True), arith.sigmoid: EVALUATED, arith.sign: EVALUATED,
-    arith.softplus: EVALUATED, arith.eq: EVALUATED, arith.ne: EVALUATED, arith.lt: EVALUATED,
-    arith.le: EVALUATED, arith.gt: EVALUATED, arith.ge: EVALUATED, arith.logical_and: EVALUATED,
+    arith.softplus: EVALUATED, arith.eq: compare(np.equal), arith.ne: compare(np.not_equal),
+    arith.lt: compare(np.less), arith.le: compare(np.less_equal), arith.gt: compare(np.greater),
+    arith.ge: compare(np.greater_equal), arith.logical_and: EVALUATED,
     arith.logical_or: EVALUATED, arith.logical_not: EVALUATED,
     # the elementwise family
     elementwise.square: ufunc(np.square), elementwise.reciprocal: ufunc(np.reciprocal),
@@ -209,10 +275,10 @@ RULES: dict[Primitive, LowRule] = {
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
-    gradient.sum_to: LowRule(shape_only=(1,)),
+    gradient.sum_to: LowRule(_sum_to, shape_only=(1,)),
     gradient.broadcast_like: LowRule(_broadcast, shape_only=(1,)),
-    gradient.cast_like: LowRule(shape_only=(1,)),
-    gradient.unreduce: LowRule(shape_only=(1,), static=(2, 3)),
+    gradient.cast_like: LowRule(_cast_like, shape_only=(1,)),
+    gradient.unreduce: LowRule(_unreduce, shape_only=(1,), static=(2, 3)),
     gradient.reshape_like: LowRule(_reshaped, shape_only=(1,)),
     gradient.prod_others: LowRule(static=(1,)),
     gradient.clip_grad: EVALUATED, gradient.gadd: ufunc(np.add), gradient.size: EVALUATED,
