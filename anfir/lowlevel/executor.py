@@ -8,7 +8,7 @@ Each instruction becomes a function of no arguments — the rule's kernel,
 writing with numpy's ``out=``, or the primitive's evaluation copied into the
 output view — so a run is a loop of calls that allocates nothing per
 instruction (``tests/test_lowlevel.py`` measures it with tracemalloc).  A run
-copies the arguments into the input buffers and returns copies of the outputs.
+reads the arguments where they are and returns new output arrays.
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ class Executor:
         self.instructions = program.instructions()
         self.steps: list[Callable[[], Any]] = [self.bind(i) for i in self.instructions]
         self.inputs = _leaves(program.params)
+        self.outputs = [b for b in program.declares if b.kind == "output"]
+        self.per_run = [index for index, instr in enumerate(self.instructions)
+                        if any(b.kind in ("input", "output") for _, b in instr.operands)]
+        """The instructions bound again at each run (they touch its arguments or outputs)."""
         self.fast = sum(1 for step in self.steps if not isinstance(step, _Evaluate))
         """How many instructions run a kernel with ``out=`` (the rest evaluate and copy)."""
 
@@ -71,17 +75,30 @@ class Executor:
         return _Evaluate(instr, out, args, statics)
 
     def run(self, *args: Any) -> Any:
-        """The program's result for ``args`` (numpy arrays and Python numbers, nested as the entry's)."""
+        """The program's result for ``args`` (numpy arrays and Python numbers, nested as the entry's).
+
+        The arguments are read where they are (converted only when their dtype
+        or layout differs: instructions never write an input), and the outputs
+        are new arrays each run, returned as they are: the instructions that
+        touch them are bound again (a few Python objects each); the others,
+        bound to the arena once, allocate nothing.
+        """
         if len(args) != len(self.program.params):
             raise UsageError(f"@{self.program.name} takes {len(self.program.params)} arguments, "
                              f"not {len(args)}")
         flat_args = _flatten_args(self.program.params, args)
         for buffer, value in zip(self.inputs, flat_args):
-            view = self.views[buffer]
-            if np.shape(value) != view.shape:
+            if np.shape(value) != buffer.shape:
                 raise UsageError(f"argument %{buffer.name} has the shape {np.shape(value)}, "
-                                 f"not {view.shape}")
-            np.copyto(view, value, casting="same_kind")
+                                 f"not {buffer.shape}")
+            dtype = numpy_dtype(buffer.dtype)
+            if not np.can_cast(np.asarray(value).dtype, dtype, casting="same_kind"):
+                raise UsageError(f"argument %{buffer.name} is {np.asarray(value).dtype}, not {dtype}")
+            self.views[buffer] = np.ascontiguousarray(value, dtype=dtype)
+        for buffer in self.outputs:
+            self.views[buffer] = np.empty(buffer.shape, dtype=numpy_dtype(buffer.dtype))
+        for index in self.per_run:
+            self.steps[index] = self.bind(self.instructions[index])
         index = 0
         try:
             for index, step in enumerate(self.steps):
@@ -156,7 +173,7 @@ def _result(structure: Any, views: dict[Buffer, Any]) -> Any:
         return None
     if isinstance(structure, Buffer):
         view = views[structure]
-        return view.item() if view.ndim == 0 else view.copy()
+        return view.item() if view.ndim == 0 else view
     return tuple(_result(s, views) for s in structure)  # results nest shallowly (tuples of outputs)
 
 
