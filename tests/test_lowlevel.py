@@ -39,6 +39,12 @@ def affine(w: f64[4, 3], b: f64[3], x: f64[5, 4]) =
   (sigmoid(x @ w + b), transpose(x @ w))
 
 def squares(a: f64[7]) = sum(a * a) + 1.0
+
+def layer(w, x) = tanh(x @ w)
+
+def two_layers(w1: f64[6, 6], w2: f64[6, 2], x: f64[4, 6]) -> f64 =
+  let scale = lambda (v) v * 0.5 end in
+  sum(scale(layer(w2, layer(w1, x))))
 """
 
 
@@ -65,6 +71,10 @@ def _cases() -> list[tuple[str, Any, list[str], bool]]:
         ("softmax_ce_grad", anfir.grad(inline["softmax_ce"], 0), ["f64[6, 5]", "f64[3, 6]", "f64[3, 5]"], True),
         ("affine", inline["affine"], ["f64[4, 3]", "f64[3]", "f64[5, 4]"], False),
         ("squares_grad", anfir.grad(inline["squares"]), ["f64[7]"], True),
+        # calls of a non-recursive graph and a closure, inlined before lowering
+        ("two_layers", inline["two_layers"], ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"], False),
+        ("two_layers_grad", anfir.grad(inline["two_layers"], (0, 1)), ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"],
+         True),
     ]
 
 
@@ -225,6 +235,31 @@ def test_bad_lir_gives_located_errors(text: str, line: int, message: str) -> Non
         load_lir_text(text, "bad.lir")
     assert info.value.loc is not None and info.value.loc.file == "bad.lir"
     assert info.value.loc.line == line
+
+
+def test_deeply_nested_signatures_are_refused() -> None:
+    text = ("signature " + "(" * 5000 + ")" * 5000 + " -> none\ndeclare {\n}\nprogram {\n}\n")
+    with pytest.raises(AnfirError, match="nest more than") as info:
+        load_lir_text(text, "deep.lir")
+    assert info.value.loc is not None and info.value.loc.line == 1
+
+
+WRONG_OPERANDS = [
+    # matmul_dx with its type-only argument in the wrong place: the kernel cannot bind
+    ("signature (%a, %b) -> %o\ndeclare {\n  %a = input f64<2 x 3>\n  %b = input f64<4 x 3>\n"
+     "  %o = output f64<2 x 4>\n}\nprogram {\n  %v = matmul_dx[arg1=f64<4 x 3>] @out %o, @in %a, @in %b   # t.anf:3:4\n}\n"),
+    # shapes that do not multiply: numpy refuses when it runs
+    ("signature (%a, %b) -> %o\ndeclare {\n  %a = input f64<2 x 3>\n  %b = input f64<2 x 3>\n"
+     "  %o = output f64<2 x 3>\n}\nprogram {\n  %v = matmul @out %o, @in %a, @in %b   # t.anf:3:4\n}\n"),
+]
+
+
+@pytest.mark.parametrize("text", WRONG_OPERANDS)
+def test_instructions_whose_operands_do_not_fit_fail_at_their_location(text: str) -> None:
+    low = load_lir_text(text, "wrong.lir")
+    with pytest.raises(AnfirError) as info:
+        anfir.run(low, np.ones((2, 3)), np.ones(low.declares[1].shape))
+    assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line) == ("t.anf", 3)
 
 
 def test_every_primitive_has_a_low_level_rule_or_a_reason() -> None:

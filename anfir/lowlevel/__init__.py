@@ -18,7 +18,7 @@ from anfir.lowlevel.loader import LirError, load_lir_file, load_lir_text
 from anfir.lowlevel.lower import LoweringError, lower_graph
 from anfir.lowlevel.plan import plan_memory
 from anfir.lowlevel.printer import print_program
-from anfir.lowlevel.program import LowProgram, figures
+from anfir.lowlevel.program import LowProgram, figures, live_bytes
 from anfir.lowlevel.share import share_buffers
 from anfir.passes.pipeline import Phase, Program, write_text
 
@@ -78,6 +78,6 @@ def lower(graph: FuncGraph) -> LowProgram:
     return low
 
 
-__all__ = ["Executor", "LirError", "LowProgram", "LoweringError", "PHASES", "figures", "load_lir_file",
+__all__ = ["Executor", "LirError", "LowProgram", "LoweringError", "PHASES", "figures", "live_bytes", "load_lir_file",
            "load_lir_text", "lower", "lower_graph", "plan_memory", "print_program", "run_low",
            "share_buffers", "write_lir"]

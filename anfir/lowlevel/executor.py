@@ -26,6 +26,10 @@ from anfir.lowlevel.rules import RULES, TensorType
 from anfir.values import DType
 
 
+MAX_MEMORY_BYTES = 8 * 1024 ** 3
+"""The most memory one executor allocates (arena plus declared buffers), checked before allocating."""
+
+
 class Executor:
     """A low-level program bound to its memory, ready to run many times."""
 
@@ -35,6 +39,10 @@ class Executor:
         arena_bytes = program.arena_bytes or 0
         if program.arena_bytes is None or len(offsets) < len(program.allocs()):
             offsets, arena_bytes, _ = plan(program)  # an unplanned program: planned here, left as it is
+        declared = sum(b.nbytes for b in program.declares)
+        if arena_bytes + declared > MAX_MEMORY_BYTES:
+            raise UsageError(f"@{program.name} needs {arena_bytes + declared} bytes (arena and declared "
+                             f"buffers), beyond anfir.lowlevel.executor.MAX_MEMORY_BYTES = {MAX_MEMORY_BYTES}")
         self.program = program
         raw = np.empty(arena_bytes + ALIGN, dtype=np.uint8)
         start = (-raw.ctypes.data) % ALIGN  # the arena starts on an aligned address
@@ -54,6 +62,7 @@ class Executor:
             self.views[buffer] = view.reshape(buffer.shape)
         self.instructions = program.instructions()
         self.steps: list[Callable[[], Any]] = [self.bind(i) for i in self.instructions]
+        # (each bind is checked: a hand-written .lir may give an instruction operands that do not fit)
         self.inputs = _leaves(program.params)
         self.outputs = [b for b in program.declares if b.kind == "output"]
         self.per_run = [index for index, instr in enumerate(self.instructions)
@@ -63,7 +72,17 @@ class Executor:
         """How many instructions run a kernel with ``out=`` (the rest evaluate and copy)."""
 
     def bind(self, instr: Instr) -> Callable[[], Any]:
-        """The instruction as a function of no arguments writing its output view."""
+        """The instruction as a function of no arguments writing its output view
+        (an AnfirRuntimeError at the instruction when its operands do not fit)."""
+        try:
+            return self._bind(instr)
+        except AnfirError:
+            raise
+        except Exception as error:  # a kernel factory or the evaluation's binding refused the operands
+            raise AnfirRuntimeError(f"{instr.prim.name}: cannot bind %{instr.name}: {error!r}",
+                                    instr.loc) from None
+
+    def _bind(self, instr: Instr) -> Callable[[], Any]:
         out = self.views[instr.output]
         args = [self.views[b] for b in instr.inputs]
         rule = RULES[instr.prim]
@@ -106,7 +125,7 @@ class Executor:
         except AnfirError as error:
             raise AnfirRuntimeError(f"{self.instructions[index].prim.name}: {error.message}",
                                     self.instructions[index].loc) from None
-        except (ArithmeticError, ValueError, TypeError) as error:
+        except Exception as error:  # numpy's, for operands a hand-written .lir got wrong
             raise AnfirRuntimeError(f"{self.instructions[index].prim.name}: {error}",
                                     self.instructions[index].loc) from None
         return _result(self.program.result, self.views)

@@ -37,6 +37,9 @@ from anfir.values import DType
 MAX_DIMS = 64
 """The most dimensions a ``.lir`` type may have."""
 
+MAX_NESTING = 200
+"""How deep the signature's tuples may nest."""
+
 
 class LirError(AnfirSyntaxError):
     """A ``.lir`` text that is malformed or inconsistent (located)."""
@@ -248,11 +251,11 @@ class _Builder:
                 name, phase = match.group(1), match.group(2) or ""
         declares = [self.decl(d) for d in declare.children]
         params_token, result_token = signature.children
-        params = self.struct(params_token, "input")
-        result = self.struct(result_token, None)
+        where = next((t for t in _tokens(signature) if isinstance(t, Token)), None)
+        params = self.struct(params_token, "input", where)
+        result = self.struct(result_token, None, where)
         if not isinstance(params, tuple):
-            raise self.error("the signature's parameters are a tuple: (%a, %b)", signature.meta
-                             if hasattr(signature, "meta") else params_token)
+            raise self.error("the signature's parameters are a tuple: (%a, %b)", where)
         leaves: list[Buffer] = []
         stack: list[Any] = [params]
         while stack:
@@ -273,15 +276,17 @@ class _Builder:
             raise LirError("some allocs have an offset and others not", self.at(1, 1))
         return low
 
-    def struct(self, item: Any, kind: Optional[str]) -> Any:
-        stack: list[Any] = [item]
+    def struct(self, item: Any, kind: Optional[str], where: Any) -> Any:
+        stack: list[tuple[Any, int]] = [(item, 0)]
         tokens: list[Token] = []
-        while stack:  # check every name first (nesting is iterative)
-            current = stack.pop()
+        while stack:  # check every name and the depth first (iteratively)
+            current, depth = stack.pop()
+            if depth > MAX_NESTING:
+                raise self.error(f"the signature's tuples nest more than {MAX_NESTING} deep", where)
             if isinstance(current, Token):
                 tokens.append(current)
             elif isinstance(current, tuple):
-                stack.extend(current)
+                stack.extend((c, depth + 1) for c in current)
         for token in tokens:
             buffer = self.buffers.get(str(token)[1:])
             if buffer is None or buffer.kind == "alloc":
@@ -437,12 +442,27 @@ class _Builder:
             active.append(buffer)
 
 
+def _tokens(tree: Any) -> list[Any]:
+    """The tokens under a parse tree, in order (iteratively)."""
+    found: list[Any] = []
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Token):
+            found.append(item)
+        elif isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif hasattr(item, "children"):
+            stack.extend(reversed(item.children))
+    return found
+
+
 def _map_struct(item: Any, leaf: Any) -> Any:
     if item is None:
         return None
     if not isinstance(item, tuple):
         return leaf(item)
-    return tuple(_map_struct(i, leaf) for i in item)  # parameters nest shallowly
+    return tuple(_map_struct(i, leaf) for i in item)  # at most MAX_NESTING deep (checked)
 
 
 __all__ = ["LirError", "MAX_DIMS", "load_lir_file", "load_lir_text", "primitive_named"]
