@@ -38,13 +38,14 @@ def _max_live_first(buffers: list[Buffer], life: Lives) -> list[Buffer]:
         for t in range(start, end + 1):
             live[t] += b.size
     order: list[Buffer] = []
-    left = list(buffers)
+    position = {b: i for i, b in enumerate(buffers)}
+    left = dict.fromkeys(buffers)  # ordered, with O(1) removal
     while left:
         peak = max(range(count), key=lambda t: (live[t], -t))
         here = [b for b in left if life[b][0] <= peak <= life[b][1]]
-        chosen = max(here, key=lambda b: (b.size, -left.index(b))) if here else left[0]
+        chosen = max(here, key=lambda b: (b.size, -position[b])) if here else next(iter(left))
         order.append(chosen)
-        left.remove(chosen)
+        del left[chosen]
         start, end = life[chosen]
         for t in range(start, end + 1):
             live[t] -= chosen.size
