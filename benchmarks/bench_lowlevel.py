@@ -76,7 +76,7 @@ def speed_figure(quick: bool = False) -> Figure:
         return figure
     fns: dict[str, Callable[[], Any]] = {"executor": lambda: executor.run(*values),
                                           "vm": lambda: anfir.run(graph, *values)}
-    best = paired_seconds(fns, repeat=3 if quick else 11)
+    best = paired_seconds(fns, repeat=3 if quick else 41)  # best of many: the machine is shared
     figure.value = best["executor"] / best["vm"]
     figure.passed = figure.value <= 1.0
     figure.details = [f"arena executor {micro(best['executor'])}, register VM {micro(best['vm'])}",
