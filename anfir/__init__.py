@@ -27,6 +27,7 @@ from anfir.grammar.parser import parse_module
 from anfir.interop import onnx_export as _onnx_export
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
+from anfir import lowlevel as _lowlevel
 from anfir.passes.pipeline import PHASES, compile_program
 from anfir.printers.dot import dump_dot as _dump_dot
 from anfir.printers.ir import dump_ir as _dump_ir
@@ -42,13 +43,17 @@ def parse(text: str, filename: str = "<string>") -> Module:
     return parse_module(text, filename)
 
 
-def load(path: str) -> Module:
-    """Read a ``.anf`` program, or load an ``.ir`` dump back, into a Module."""
+def load(path: str) -> Any:
+    """Read a ``.anf`` program, or load an ``.ir`` dump back, into a Module; a
+    ``.lir`` dump loads as its low-level program (docs/lowlevel.md)."""
     return load_file(path)
 
 
 def run(graph: Any, *args: Any) -> Any:
-    """Evaluate ``graph`` (a FuncGraph, or a Module's entry) on Python/numpy ``args``."""
+    """Evaluate ``graph`` (a FuncGraph, or a Module's entry) on Python/numpy ``args``;
+    a low-level program (``anfir.lower``, a loaded ``.lir``) runs on its arena."""
+    if isinstance(graph, _lowlevel.LowProgram):
+        return _lowlevel.run_low(graph, *args)
     return _run(graph, *args)
 
 
@@ -77,7 +82,8 @@ def jvp(graph: FuncGraph) -> FuncGraph:
 
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
-            dump_dir: Optional[str] = None, backend: Optional[str] = None) -> FuncGraph:
+            dump_dir: Optional[str] = None, backend: Optional[str] = None,
+            lower: bool = False) -> FuncGraph:
     """Run the whole pipeline (parse ... validate) and return the optimized graph.
 
     ``args`` are example values (or abstract types); without them the entry's
@@ -89,14 +95,35 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     ``NN_stablehlo.mlir`` (which needs concrete shapes and ``anfir[jax]``).
     The result is the same optimized FuncGraph: ``anfir.run`` runs it, and
     ``anfir.to_jax`` of it is the lowered function.
+
+    ``lower=True`` adds the low-level phases after ``validate`` (``lower``,
+    ``share_buffers``, ``plan_memory``; docs/lowlevel.md), each dumped as
+    ``NN_phase.lir``; :func:`lower` returns that program itself.
     """
     phases = None
     if backend == "jax":
         phases = [*PHASES, _tojax.lowering_phase()]
     elif backend not in (None, "eval"):
         raise UsageError(f"unknown backend {backend!r}: 'eval' (the default) or 'jax'")
+    if lower:
+        phases = [*(phases or PHASES), *_lowlevel.PHASES]
     return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir,
                            phases=phases).graph
+
+
+def lower(mod_or_graph: Any, entry: Optional[str] = None,
+          args: Optional[Sequence[Any]] = None) -> Any:
+    """The low-level buffer program of ``mod_or_graph``'s entry (docs/lowlevel.md):
+    compiled for ``args`` (example values or types with sizes; the annotations
+    otherwise), lowered to instructions over buffers, buffers shared, and
+    planned in one arena.  ``anfir.run(low, *args)`` runs it; ``low.peak_bytes``,
+    ``low.max_live_bytes`` and ``low.naive_bytes`` are its header's figures.  A
+    program that cannot be lowered is an AnfirError at the node in the way."""
+    result = compile_program(mod_or_graph, entry=entry, args=args,
+                             phases=[*PHASES, *_lowlevel.PHASES])
+    low = result.program.artifacts["lowlevel"]
+    low.phase = result.program.last_phase
+    return low
 
 
 def to_jax(mod_or_graph: GraphOrModule, entry: Optional[str] = None) -> Any:
@@ -137,5 +164,5 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_onnx", "grad",
-    "jvp", "load", "parse", "run", "to_jax", "to_text", "value_and_grad", "vjp",
+    "jvp", "load", "lower", "parse", "run", "to_jax", "to_text", "value_and_grad", "vjp",
 ]

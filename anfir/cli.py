@@ -21,6 +21,7 @@ from anfir.abstract.values import AbstractValue
 from anfir.dtypes import dtype_name
 from anfir.autodiff.api import grad
 from anfir.backends import tojax
+from anfir import lowlevel
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
@@ -100,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time", action="store_true", help="print a per-phase timing table")
     _backend_option(p, "jax: lower the optimized graph to JAX after the pipeline (one more "
                        "phase, dumped as NN_stablehlo.mlir) and run the result with it")
+    p.add_argument("--lower", action="store_true",
+                   help="add the low-level phases (lower, share_buffers, plan_memory; dumped as "
+                        "NN_phase.lir) and print the arena's figures; with values, run the "
+                        "low-level program (docs/lowlevel.md)")
     _max_depth_option(p)
 
     p = sub.add_parser("export", help="write the optimized program as an ONNX model",
@@ -223,7 +228,7 @@ def _load(path: str, runnable: bool = False) -> Any:
         raise UsageError(f"no such file: {path}")
 
     module = load_file(path)
-    if runnable and module.phase is not None:
+    if runnable and not isinstance(module, lowlevel.LowProgram) and module.phase is not None:
         # A dump written before the resolve phase still holds global names;
         # resolve them, as compile would (a no-op on later dumps).
 
@@ -234,8 +239,11 @@ def _load(path: str, runnable: bool = False) -> Any:
 def cmd_run(ns: argparse.Namespace) -> int:
 
     module = _load(ns.file, runnable=True)
-    graph = module[module.entry_name(ns.entry)]
     args = parse_args_list(ns.args)
+    if isinstance(module, lowlevel.LowProgram):  # a .lir dump runs on its arena
+        print(format_value(lowlevel.run_low(module, *args)))
+        return 0
+    graph = module[module.entry_name(ns.entry)]
     if ns.backend == "jax":
         print(format_value(_run_jax(tojax.to_jax(graph), args)))
     else:
@@ -304,6 +312,8 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     args = compile_args(ns.args)
     values = args if args is not None and all(not _is_abstract(a) for a in args) else None
     phases = [*PHASES, tojax.lowering_phase()] if ns.backend == "jax" else None
+    if ns.lower:
+        phases = [*(phases or PHASES), *lowlevel.PHASES]
     result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir,
                              phases=phases)
     graph = result.graph
@@ -312,6 +322,12 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         print(_timing_table(result.timings))
     if ns.dump_dir:
         print(f"dumps in {ns.dump_dir}/: {', '.join(os.path.basename(p) for p in result.dump_files)}")
+    if ns.lower:
+        low = result.program.artifacts["lowlevel"]
+        print(f"low level: {len(low.instructions())} instructions, arena {low.peak_bytes} bytes, "
+              f"max live {low.max_live_bytes} bytes, no sharing {low.naive_bytes} bytes")
+        if values is not None:
+            print(f"result (low level): {format_value(lowlevel.run_low(low, *values))}")
     if values is not None:
         if ns.backend == "jax":
             print(f"result: {format_value(_run_jax(result.program.artifacts['jax'], values))}")

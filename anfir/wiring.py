@@ -7,6 +7,7 @@ behaviour never depends on which submodules someone imported first:
 
 * ``str(graph)`` and Jupyter's picture → the printers;
 * the ``J`` primitive on run-time values → the autodiff;
+* ``anfir.load`` of a ``.lir`` dump → the low-level loader;
 * ``grad`` / ``value_and_grad`` / ``jvp`` called at run time (and typed by the
   specializer) → the graphs the autodiff generates;
 * typing a call of a J-transformed function → the autodiff's typing rule,
@@ -21,6 +22,7 @@ from anfir.autodiff.runtime import generate_grad, j_value
 from anfir.autodiff.typing import call_j
 from anfir.infer.engine import register_atom_caller
 from anfir.ir.upcalls import UPCALLS
+from anfir.lowlevel.loader import load_lir_file
 from anfir.primitives import meta
 from anfir.printers.display import graph_svg
 from anfir.printers.text import to_text
@@ -31,6 +33,7 @@ def install() -> None:
     UPCALLS.graph_text = to_text
     UPCALLS.graph_svg = graph_svg
     UPCALLS.j_value = j_value
+    UPCALLS.load_lir = load_lir_file
     meta.grad.generate = lambda args: generate_grad(args, with_value=False)
     meta.value_and_grad.generate = lambda args: generate_grad(args, with_value=True)
     meta.jvp.generate = generate_jvp

@@ -108,6 +108,7 @@ def same(got: Any, want: Any, rtol: float) -> bool:
 # -- the bundled examples ------------------------------------------------------------------
 _RNG = np.random.default_rng(7)
 MLP_ARGS = tuple(_RNG.normal(size=s) * 0.5 for s in [(3, 4), (4, 2), (5, 3), (5, 2)])
+MLP2_ARGS = tuple(_RNG.normal(size=s) * 0.5 for s in [(3, 4), (4,), (4, 2), (2,), (5, 3), (5, 2)])
 
 CALLS: dict[tuple[str, str], tuple[Any, ...]] = {
     ("closure.anf", "ms_closure"): (),
@@ -122,6 +123,8 @@ CALLS: dict[tuple[str, str], tuple[Any, ...]] = {
     ("loop.anf", "halvings"): (5.0,),
     ("loop.anf", "main"): (),
     ("mlp.anf", "mlp_loss"): MLP_ARGS,
+    ("mlp2.anf", "mlp2_loss"): MLP2_ARGS,
+    ("mlp2.anf", "mlp2_step"): MLP2_ARGS,
     ("paper_lambda.anf", "main"): (5.0, 2.0),
     ("power.anf", "power"): (2.0, 3),
     ("power.anf", "dpower"): (2.0,),

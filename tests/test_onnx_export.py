@@ -354,6 +354,10 @@ EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any
                                   rng.normal(size=(5, 3)), rng.normal(size=(5, 2))),
                                  (rng.normal(size=(1, 2)), rng.normal(size=(2, 1)),
                                   rng.normal(size=(7, 1)), rng.normal(size=(7, 1)))], set()),
+    ("mlp2", "mlp2_loss"): (None, [tuple(rng.normal(size=s) for s in [(3, 4), (4,), (4, 2), (2,), (5, 3),
+                                                                       (5, 2)])], set()),
+    ("mlp2", "mlp2_step"): (None, [tuple(rng.normal(size=s) for s in [(3, 4), (4,), (4, 2), (2,), (5, 3),
+                                                                       (5, 2)])], set()),
     ("paper_lambda", "main"): ([5.0, 2.0], [(5.0, 2.0), (1.5, -3.0)], set()),
     ("power", "power"): ([2.0, 3], [(2.0, 3), (1.5, 0), (-2.0, 5)], {"Loop"}),
 }

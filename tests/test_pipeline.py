@@ -37,6 +37,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 _rng = np.random.default_rng(0)
 _MLP_ARGS = (_rng.normal(size=(3, 4)), _rng.normal(size=(4, 2)), _rng.normal(size=(5, 3)),
              _rng.normal(size=(5, 2)))
+_MLP2_ARGS = tuple(_rng.normal(size=s) for s in [(3, 4), (4,), (4, 2), (2,), (5, 3), (5, 2)])
 
 # (name, text, entry, args, expected result)
 SPEC_EXAMPLES: list[tuple[str, str, Any, tuple, Any]] = [
@@ -148,6 +149,7 @@ EXAMPLE_FILE_CASES: list[tuple[str, Any, tuple, Any]] = [
     ("loop.anf", "halvings", (5.0,), None),
     ("loop.anf", "main", (), None),
     ("mlp.anf", "mlp_loss", _MLP_ARGS, None),
+    ("mlp2.anf", "mlp2_step", _MLP2_ARGS, None),
     ("paper_lambda.anf", None, (5.0, 2.0), 4.0),
     ("power.anf", "power", (2.0, 3), 8.0),
     ("power.anf", "dpower", (2.0,), 12.0),

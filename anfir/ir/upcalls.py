@@ -29,6 +29,8 @@ class Upcalls:
     """``anfir.printers.display.graph_svg``: Jupyter's picture of a graph or module."""
     j_value: Callable[[Any], Any] = _missing("the J transform of values")
     """``anfir.autodiff.runtime.j_value``: what the ``J`` primitive computes."""
+    load_lir: Callable[[Any], Any] = _missing("the low-level loader")
+    """``anfir.lowlevel.loader.load_lir_file``: ``anfir.load`` of a ``.lir`` dump."""
 
 
 UPCALLS = Upcalls()

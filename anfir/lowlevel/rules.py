@@ -1,0 +1,301 @@
+"""How each primitive becomes a low-level instruction, and how the executor runs it.
+
+:data:`RULES` is keyed by the primitive object (as the ONNX exporter's and the
+JAX back end's tables are): a new primitive adds one entry here, or a reason
+in :data:`UNLOWERED` (``tests/test_lowlevel.py`` lists the primitives with
+neither).  A :class:`LowRule` says
+
+* which arguments are not data: ``static`` (a shape, a dtype, an axis given
+  positionally — printed in ``[...]``) and ``shape_only`` (read only for their
+  shape and dtype, such as the ``x`` of ``matmul_dx(dout, y, x)``: the
+  instruction keeps its type, so the buffer's life does not grow);
+* whether the output may take the place of a data argument of the same type
+  (``inplace``: elementwise operations, where element ``i`` of the result
+  depends only on element ``i`` of the arguments);
+* the ``kernel``: a factory that binds the instruction to its buffers' views
+  once, returning a function of no arguments that writes the output with
+  numpy's ``out=`` and allocates nothing.  A kernel factory returns None when
+  its fast path does not apply (an integer dtype, a batched matmul); the
+  instruction then runs the primitive's own evaluation and copies the result
+  into the output buffer (one temporary; correct for every primitive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+
+from anfir.interop.flat import DIM
+from anfir.ir.primitive import Primitive
+from anfir.lowlevel.program import COPY
+from anfir.primitives import arith, elementwise, gradient, reduce, structure, tensor
+
+
+class TensorType(NamedTuple):
+    """The type of an argument read only for its shape and dtype (a static of the instruction)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+Kernel = Callable[[], Any]
+KernelFactory = Callable[[np.ndarray, list[Any], dict[str, Any]], Optional[Kernel]]
+"""``factory(out, args, statics)``: ``args`` are the data arguments (numpy views
+of buffers, or Python scalars for scalar constants) in order; ``statics`` the
+attributes and static arguments by name."""
+
+
+@dataclass(frozen=True)
+class LowRule:
+    """How one primitive is lowered and run."""
+
+    kernel: Optional[KernelFactory] = None
+    """The fast path (None: the primitive's evaluation, copied into the output)."""
+    inplace: bool = False
+    """Whether the output may overwrite a data argument of its type whose value dies here."""
+    static: tuple[int, ...] = ()
+    """Positions of arguments that are static (printed ``argN=...``), whatever they hold."""
+    shape_only: tuple[int, ...] = ()
+    """Positions of arguments read only for their shape and dtype."""
+
+
+def _floats(out: np.ndarray, args: list[Any]) -> bool:
+    """Whether the output and every array argument are floating point (where the
+    numpy ufuncs compute what anfir's evaluation does)."""
+    return out.dtype.kind == "f" and all(
+        a.dtype.kind == "f" for a in args if isinstance(a, np.ndarray))
+
+
+def ufunc(fn: Any) -> LowRule:
+    """An elementwise numpy ufunc written with ``out=`` (float types), in place allowed."""
+
+    def factory(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+        if statics or not _floats(out, args):
+            return None
+        return partial(fn, *args, out=out)
+
+    return LowRule(factory, inplace=True)
+
+
+def _relu(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    if not _floats(out, args):
+        return None
+    return partial(np.maximum, args[0], 0.0, out=out)
+
+
+def _matmul(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    a, b = args
+    if not (_floats(out, args) and np.ndim(a) == 2 and np.ndim(b) == 2):
+        return None
+    return partial(np.matmul, a, b, out=out)
+
+
+def _matrices(out: np.ndarray, args: list[Any], other: Any) -> bool:
+    return _floats(out, args) and all(np.ndim(a) == 2 for a in args) and len(other.shape) == 2
+
+
+def _matmul_dx(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    dout, y = args  # d(x @ y)/dx = dout @ y.T (the transposed view is made once, here)
+    if not _matrices(out, args, statics["arg2"]):
+        return None
+    return partial(np.matmul, dout, y.T, out=out)
+
+
+def _matmul_dy(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    x, dout = args  # d(x @ y)/dy = x.T @ dout
+    if not _matrices(out, args, statics["arg2"]):
+        return None
+    return partial(np.matmul, x.T, dout, out=out)
+
+
+def reduction(fn: Any) -> LowRule:
+    """A reduction with ``axis``/``keepdims`` attributes, written with ``out=`` (float types)."""
+
+    def factory(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+        if (len(args) != 1 or set(statics) - {"axis", "keepdims"} or not _floats(out, args)
+                or np.ndim(args[0]) == 0):
+            return None
+        return partial(fn, args[0], axis=statics.get("axis"), keepdims=bool(statics.get("keepdims")),
+                       out=out)
+
+    return LowRule(factory)
+
+
+def _copy(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    return partial(np.copyto, out, args[0])
+
+
+def _broadcast(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # broadcast_like / broadcast_to: numpy's copyto broadcasts the source.
+    if not _floats(out, args):
+        return None
+    return partial(np.copyto, out, args[0])
+
+
+def _reshaped(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    source = args[0]
+    if not isinstance(source, np.ndarray) or source.dtype != out.dtype or source.size != out.size:
+        return None
+    return partial(np.copyto, out, source.reshape(out.shape))  # a view of the buffer, made once
+
+
+def _fill(value: float) -> KernelFactory:
+    def factory(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+        return partial(out.fill, value)
+
+    return factory
+
+
+def _where(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    cond, a, b = args
+    if not (isinstance(cond, np.ndarray) and cond.dtype == np.bool_ and _floats(out, [a, b])):
+        return None
+    if any(isinstance(x, np.ndarray) and np.shares_memory(x, out) for x in (a, b)):
+        return None
+
+    def run() -> None:
+        np.copyto(out, b)
+        np.copyto(out, a, where=cond)
+
+    return run
+
+
+def compare(fn: Any) -> LowRule:
+    """A comparison ufunc writing a bool buffer with ``out=`` (numeric arguments)."""
+
+    def factory(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+        numeric = all(a.dtype.kind in "fiu" if isinstance(a, np.ndarray) else
+                      isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+        if statics or out.dtype != np.bool_ or not numeric:
+            return None
+        return partial(fn, *args, out=out)
+
+    return LowRule(factory)
+
+
+def _cast_like(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # cast_like(g, x): g in x's dtype (numpy's astype, which copyto with casting="unsafe" is).
+    g = args[0]
+    if not isinstance(g, np.ndarray) or g.shape != out.shape:
+        return None
+    return partial(np.copyto, out, g, casting="unsafe")
+
+
+def _sum_to(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # sum_to(g, x): g summed over the axes broadcasting added to reach x's shape.
+    g = args[0]
+    if not isinstance(g, np.ndarray) or not _floats(out, [g]) or g.ndim < out.ndim:
+        return None
+    extra = g.ndim - out.ndim
+    axes = tuple(range(extra)) + tuple(extra + i for i, d in enumerate(out.shape)
+                                       if d == 1 and g.shape[extra + i] != 1)
+    if g.shape == out.shape:
+        return partial(np.copyto, out, g)
+    kept = tuple(d for i, d in enumerate(g.shape) if i not in axes)
+    if int(np.prod(kept, dtype=np.int64)) != out.size:
+        return None
+    return partial(np.sum, g, axis=axes, out=out.reshape(kept))  # a view of the buffer, made once
+
+
+def _unreduce(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    # unreduce(g, x, axis, keepdims): g broadcast back over the reduced axes of x.
+    g = args[0]
+    if not _floats(out, [g]):
+        return None
+    axis, keepdims = statics.get("arg2"), bool(statics.get("arg3", False))
+    if not isinstance(g, np.ndarray):
+        return partial(out.fill, g) if isinstance(g, float) else None
+    if keepdims or axis is None or g.ndim == 0:
+        source = g
+    else:
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        if not all(isinstance(a, int) for a in axes):
+            return None
+        shape = list(out.shape)
+        for a in axes:
+            shape[a % out.ndim] = 1
+        if int(np.prod(shape, dtype=np.int64)) != g.size:
+            return None
+        source = g.reshape(shape)  # a view, made once
+    try:
+        np.broadcast_shapes(source.shape, out.shape)
+    except ValueError:
+        return None
+    return partial(np.copyto, out, source)
+
+
+EVALUATED = LowRule()
+"""The primitive's own evaluation, its result copied into the output buffer."""
+
+RULES: dict[Primitive, LowRule] = {
+    # arithmetic: numpy ufuncs with out=, in place
+    arith.add: ufunc(np.add), arith.sub: ufunc(np.subtract), arith.mul: ufunc(np.multiply),
+    arith.div: ufunc(np.true_divide), arith.neg: ufunc(np.negative), arith.pow_: ufunc(np.power),
+    arith.exp: ufunc(np.exp), arith.log: ufunc(np.log), arith.sqrt: ufunc(np.sqrt),
+    arith.sin: ufunc(np.sin), arith.cos: ufunc(np.cos), arith.tanh: ufunc(np.tanh),
+    arith.abs_: ufunc(np.abs), arith.maximum: ufunc(np.maximum), arith.minimum: ufunc(np.minimum),
+    arith.relu: LowRule(_relu, inplace=True), arith.sigmoid: EVALUATED, arith.sign: EVALUATED,
+    arith.softplus: EVALUATED, arith.eq: compare(np.equal), arith.ne: compare(np.not_equal),
+    arith.lt: compare(np.less), arith.le: compare(np.less_equal), arith.gt: compare(np.greater),
+    arith.ge: compare(np.greater_equal), arith.logical_and: EVALUATED,
+    arith.logical_or: EVALUATED, arith.logical_not: EVALUATED,
+    # the elementwise family
+    elementwise.square: ufunc(np.square), elementwise.reciprocal: ufunc(np.reciprocal),
+    elementwise.expm1: ufunc(np.expm1), elementwise.log1p: ufunc(np.log1p),
+    elementwise.sinh: ufunc(np.sinh), elementwise.cosh: ufunc(np.cosh), elementwise.tan: ufunc(np.tan),
+    elementwise.asin: ufunc(np.arcsin), elementwise.acos: ufunc(np.arccos),
+    elementwise.atan: ufunc(np.arctan), elementwise.atan2: ufunc(np.arctan2),
+    elementwise.floor: ufunc(np.floor), elementwise.ceil: ufunc(np.ceil),
+    elementwise.round_: EVALUATED, elementwise.rsqrt: EVALUATED, elementwise.erf: EVALUATED,
+    elementwise.gelu: EVALUATED, elementwise.leaky_relu: EVALUATED, elementwise.elu: EVALUATED,
+    elementwise.selu: EVALUATED, elementwise.silu: EVALUATED, elementwise.mish: EVALUATED,
+    elementwise.softsign: EVALUATED, elementwise.hard_sigmoid: EVALUATED,
+    elementwise.hard_swish: EVALUATED, elementwise.clip: EVALUATED, elementwise.floor_div: EVALUATED,
+    elementwise.mod: EVALUATED, elementwise.fmod: EVALUATED, elementwise.logical_xor: EVALUATED,
+    elementwise.bitwise_and: EVALUATED, elementwise.bitwise_or: EVALUATED,
+    elementwise.bitwise_xor: EVALUATED, elementwise.bitwise_not: EVALUATED,
+    elementwise.bit_shift: EVALUATED, elementwise.isinf: EVALUATED, elementwise.isnan: EVALUATED,
+    # tensors
+    tensor.matmul: LowRule(_matmul), tensor.sum_: reduction(np.sum), tensor.mean: reduction(np.mean),
+    tensor.where: LowRule(_where), tensor.reshape: LowRule(_reshaped, static=(1,)),
+    tensor.transpose: LowRule(static=(1,)), tensor.broadcast_to: LowRule(_broadcast, static=(1,)),
+    tensor.cast: LowRule(static=(1,)), tensor.zeros: LowRule(_fill(0), static=(0, 1)),
+    tensor.ones: LowRule(_fill(1), static=(0, 1)),
+    tensor.ones_like: LowRule(_fill(1), shape_only=(0,)), tensor.array: EVALUATED,
+    structure.zeros_like: LowRule(_fill(0), shape_only=(0,)),
+    structure.switch: EVALUATED,  # the flat program's select between two computed values
+    # reductions
+    reduce.max_: reduction(np.max), reduce.min_: reduction(np.min), reduce.prod: reduction(np.prod),
+    reduce.var: EVALUATED, reduce.std: EVALUATED, reduce.logsumexp: EVALUATED, reduce.all_: EVALUATED,
+    reduce.any_: EVALUATED, reduce.norm: EVALUATED, reduce.argmax: EVALUATED, reduce.argmin: EVALUATED,
+    reduce.cumsum: EVALUATED, reduce.cumprod: EVALUATED,
+    # what the gradients use
+    gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
+    gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
+    gradient.sum_to: LowRule(_sum_to, shape_only=(1,)),
+    gradient.broadcast_like: LowRule(_broadcast, shape_only=(1,)),
+    gradient.cast_like: LowRule(_cast_like, shape_only=(1,)),
+    gradient.unreduce: LowRule(_unreduce, shape_only=(1,), static=(2, 3)),
+    gradient.reshape_like: LowRule(_reshaped, shape_only=(1,)),
+    gradient.prod_others: LowRule(static=(1,)),
+    gradient.clip_grad: EVALUATED, gradient.gadd: ufunc(np.add), gradient.size: EVALUATED,
+    gradient.tangent_dot: EVALUATED,
+    COPY: LowRule(_copy),
+}
+"""The low-level rule of each primitive, keyed by the primitive object."""
+
+_WALKED = "taken apart by the flattening walk (anfir/interop/flatten.py) before lowering"
+
+UNLOWERED: dict[Primitive, str] = {
+    DIM: "a dimension known only at run time: the low level needs concrete shapes",
+    structure.make_tuple: _WALKED, structure.tuple_getitem: _WALKED, structure.len_: _WALKED,
+    structure.partial: _WALKED, structure.identity: _WALKED, structure.stop_gradient: _WALKED,
+    tensor.shape: _WALKED, gradient.J: _WALKED, gradient.newenv: _WALKED,
+    gradient.env_setitem: _WALKED, gradient.env_getitem: _WALKED, gradient.tuple_setitem: _WALKED,
+    gradient.invert_permutation: _WALKED, gradient.grad_arg_check: _WALKED,
+    gradient.grad_seed: _WALKED, gradient.tangent_scale: _WALKED,
+}
+"""Primitives that never become an instruction, with the reason."""

@@ -1,0 +1,100 @@
+"""``share_buffers``: Glow's IR optimizer on a lowered program.
+
+Three steps, in one walk over the instructions:
+
+1. **dealloc after last use** — each buffer's life ends right after the last
+   instruction that reads or writes it (``lower`` put every dealloc at the end);
+2. **in place** — an instruction whose rule allows it (elementwise) writes its
+   result over a data argument of the same dtype and shape that dies at this
+   instruction (its old value is never read again): that operand becomes
+   ``@inout`` and the result needs no buffer of its own;
+3. **reuse** — otherwise, a buffer of the same dtype and shape whose life has
+   ended is taken again instead of a new alloc.
+
+The arena's planner (``plan_memory``) then shares bytes between buffers of any
+size whose lives do not overlap.
+"""
+
+from __future__ import annotations
+
+from anfir.lowlevel.program import Alloc, Buffer, Dealloc, Instr, Line, LowProgram
+from anfir.lowlevel.rules import RULES
+
+
+def share_buffers(program: LowProgram) -> LowProgram:
+    """A new program with fewer, shorter-lived buffers and the same results."""
+    instrs = program.instructions()
+    last_use: dict[Buffer, int] = {}
+    for index, instr in enumerate(instrs):
+        for _, buffer in instr.operands:
+            if buffer.kind == "alloc":
+                last_use[buffer] = index
+    physical: dict[Buffer, Buffer] = {}
+    """A buffer of the lowered program → the buffer that holds it now."""
+    free: dict[tuple[str, tuple[int, ...]], list[Buffer]] = {}
+    dying: dict[int, list[Buffer]] = {}
+    """Instruction index → the (lowered) buffers whose last use it is."""
+    for buffer, index in last_use.items():
+        dying.setdefault(index, []).append(buffer)
+    current: dict[Buffer, Buffer] = {}
+    """A buffer holding values → the (lowered) buffer of the value it holds now."""
+    new_instrs: list[Instr] = []
+    for index, instr in enumerate(instrs):
+        operands = [(mode, physical.get(b, b)) for mode, b in instr.operands]
+        out_mode, out = instr.operands[0]
+        if out_mode == "@out" and out.kind == "alloc":
+            rule = RULES.get(instr.prim)
+            inplace = None
+            if rule is not None and rule.inplace:
+                for position, (mode, original) in enumerate(instr.operands[1:], start=1):
+                    if (original.kind == "alloc" and last_use[original] == index
+                            and (original.dtype, original.shape) == (out.dtype, out.shape)):
+                        inplace = position
+                        break
+            if inplace is not None:
+                target = operands[inplace][1]
+                physical[out] = target
+                current[target] = out
+                operands = [("@inout" if i == inplace else mode, b)
+                            for i, (mode, b) in enumerate(operands) if i > 0]
+            else:
+                pool = free.get((out.dtype, out.shape))
+                target = pool.pop() if pool else out
+                physical[out] = target
+                current[target] = out
+                operands[0] = ("@out", target)
+        new_instrs.append(Instr(instr.name, instr.prim, operands, dict(instr.statics), instr.loc))
+        # What dies here goes back to the pool, unless its holder took a new value in place.
+        for original in sorted(dying.get(index, []), key=lambda b: b.name):
+            holder = physical.get(original, original)
+            if current.get(holder) is original:
+                free.setdefault((holder.dtype, holder.shape), []).append(holder)
+    return LowProgram(program.name, program.declares, _with_lives(new_instrs), program.params,
+                      program.result)
+
+
+def _with_lives(instrs: list[Instr]) -> list[Line]:
+    """The instructions with each alloc'd buffer's alloc right before its first
+    use and its dealloc right after its last."""
+    first: dict[Buffer, int] = {}
+    last: dict[Buffer, int] = {}
+    for index, instr in enumerate(instrs):
+        for _, buffer in instr.operands:
+            if buffer.kind == "alloc":
+                first.setdefault(buffer, index)
+                last[buffer] = index
+    opens: dict[int, list[Buffer]] = {}
+    closes: dict[int, list[Buffer]] = {}
+    for buffer, index in first.items():
+        opens.setdefault(index, []).append(buffer)
+    for buffer, index in last.items():
+        closes.setdefault(index, []).append(buffer)
+    body: list[Line] = []
+    for index, instr in enumerate(instrs):
+        body.extend(Alloc(b) for b in opens.get(index, []))
+        body.append(instr)
+        body.extend(Dealloc(b) for b in closes.get(index, []))
+    return body
+
+
+__all__ = ["share_buffers"]

@@ -1,0 +1,359 @@
+"""The low-level buffer IR (docs/lowlevel.md): lowering, sharing, planning, dumps, the executor.
+
+Every case is checked against the high-level graph run by anfir's evaluator;
+the arena's safety is checked by :func:`check_arena`, which reads the dump's
+text with its own regular expressions (not the loader, not the planner).
+"""
+
+from __future__ import annotations
+
+import re
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anfir
+from anfir.errors import AnfirError
+from anfir.lowlevel import Executor, LowProgram, load_lir_text, print_program
+from anfir.lowlevel.rules import RULES, UNLOWERED
+from anfir.primitives.registry import PRIMITIVES
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+MLP_TYPES = ["f64[16, 32]", "f64[32, 4]", "f64[8, 16]", "f64[8, 4]"]
+MLP2_TYPES = ["f64[16, 32]", "f64[32]", "f64[32, 4]", "f64[4]", "f64[8, 16]", "f64[8, 4]"]
+
+INLINE = """
+def softmax_ce(w: f64[6, 5], x: f64[3, 6], y: f64[3, 5]) -> f64 =
+  let z = x @ w in
+  let m = max(z, axis=1, keepdims=true) in
+  let e = exp(z - m) in
+  let p = e / sum(e, axis=1, keepdims=true) in
+  -sum(y * log(p)) / 3.0
+
+def affine(w: f64[4, 3], b: f64[3], x: f64[5, 4]) =
+  (sigmoid(x @ w + b), transpose(x @ w))
+
+def squares(a: f64[7]) = sum(a * a) + 1.0
+
+def layer(w, x) = tanh(x @ w)
+
+def two_layers(w1: f64[6, 6], w2: f64[6, 2], x: f64[4, 6]) -> f64 =
+  let scale = lambda (v) v * 0.5 end in
+  sum(scale(layer(w2, layer(w1, x))))
+"""
+
+
+def _values(types: list[str], seed: int = 0) -> list[Any]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in types:
+        dims = [int(d) for d in re.findall(r"\d+", t.split("[", 1)[1])] if "[" in t else []
+        out.append(rng.standard_normal(dims) * 0.5)
+    return out
+
+
+def _cases() -> list[tuple[str, Any, list[str], bool]]:
+    """(id, graph, argument types, is a gradient graph)."""
+    mlp = anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"]
+    mlp2 = anfir.load(str(EXAMPLES / "mlp2.anf"))
+    inline = anfir.parse(INLINE)
+    return [
+        ("mlp", mlp, MLP_TYPES, False),
+        ("mlp_grad", anfir.grad(mlp, (0, 1)), MLP_TYPES, True),
+        ("mlp2", mlp2["mlp2_loss"], MLP2_TYPES, False),
+        ("mlp2_step", mlp2["mlp2_step"], MLP2_TYPES, True),
+        ("softmax_ce", inline["softmax_ce"], ["f64[6, 5]", "f64[3, 6]", "f64[3, 5]"], False),
+        ("softmax_ce_grad", anfir.grad(inline["softmax_ce"], 0), ["f64[6, 5]", "f64[3, 6]", "f64[3, 5]"], True),
+        ("affine", inline["affine"], ["f64[4, 3]", "f64[3]", "f64[5, 4]"], False),
+        ("squares_grad", anfir.grad(inline["squares"]), ["f64[7]"], True),
+        # calls of a non-recursive graph and a closure, inlined before lowering
+        ("two_layers", inline["two_layers"], ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"], False),
+        ("two_layers_grad", anfir.grad(inline["two_layers"], (0, 1)), ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"],
+         True),
+    ]
+
+
+CASES = _cases()
+
+
+def _same(got: Any, want: Any) -> bool:
+    if isinstance(want, tuple):
+        return isinstance(got, tuple) and len(got) == len(want) and all(map(_same, got, want))
+    return bool(np.allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float),
+                            rtol=1e-10, atol=1e-12))
+
+
+def _compile(graph: Any, types: list[str], folder: Path) -> list[Path]:
+    anfir.compile(graph, args=types, dump_dir=str(folder), lower=True)
+    return sorted(folder.glob("*.lir"))
+
+
+def check_arena(text: str) -> tuple[int, int]:
+    """Independently of the planner: every operand is a live buffer, and no two
+    buffers live at once share a byte of the arena.  Returns (arena, max live)
+    computed from the text; asserts the header states the same."""
+    allocs: dict[str, tuple[int, int]] = {}
+    live: dict[str, tuple[int, int]] = {}
+    declared = set(re.findall(r"^  %(\S+) = (?:input|output|constant) ", text, re.M))
+    peak = arena = 0
+    body = text.split("program {", 1)[1]
+    for line in body.splitlines():
+        m = re.match(r"  %(\S+) = alloc (\w+)<([^>]*)> @ (\d+)$", line)
+        if m:
+            dims = [int(d) for d in m.group(3).split(" x ")] if m.group(3) else []
+            size = int(np.prod(dims, dtype=np.int64)) * np.dtype(
+                {"f64": "float64", "f32": "float32", "i64": "int64", "bool": "bool"}[m.group(2)]).itemsize
+            size = -(-max(size, 1) // 64) * 64
+            start = int(m.group(4))
+            for other, (o, s) in live.items():
+                assert o + s <= start or start + size <= o, f"%{m.group(1)} overlaps %{other}"
+            live[m.group(1)] = allocs[m.group(1)] = (start, size)
+            arena = max(arena, start + size)
+            continue
+        m = re.match(r"  dealloc %(\S+)$", line)
+        if m:
+            del live[m.group(1)]
+            continue
+        if "=" in line:
+            for name in re.findall(r"@(?:in|out|inout) %(\S+?)(?:,|\s|$)", line):
+                assert name in live or name in declared, f"{line.strip()}: %{name} is not live"
+            peak = max(peak, sum(s for _, s in live.values()))
+    header = re.search(r"# arena: (\d+) bytes   max live: (\d+) bytes", text)
+    assert header is not None
+    assert (int(header.group(1)), int(header.group(2))) == (arena, peak)
+    return arena, peak
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_every_dump_reloads_and_runs_to_the_graphs_values(case: Any, tmp_path: Path) -> None:
+    _, graph, types, _ = case
+    files = _compile(graph, types, tmp_path)
+    assert [f.name.split("_", 1)[1] for f in files] == ["lower.lir", "share_buffers.lir", "plan_memory.lir"]
+    values = _values(types)
+    want = anfir.run(anfir.compile(graph, args=types), *values)
+    for path in files:
+        low = anfir.load(str(path))
+        assert isinstance(low, LowProgram)
+        assert _same(anfir.run(low, *values), want), path.name
+        assert print_program(low) == path.read_text(encoding="utf-8")  # prints back to the same bytes
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_dumps_are_byte_identical_across_runs(case: Any, tmp_path: Path) -> None:
+    _, graph, types, _ = case
+    first = [p.read_bytes() for p in _compile(graph, types, tmp_path / "a")]
+    second = [p.read_bytes() for p in _compile(graph, types, tmp_path / "b")]
+    assert first == second
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_arena_is_safe_and_tight(case: Any, tmp_path: Path) -> None:
+    _, graph, types, gradient = case
+    plan = _compile(graph, types, tmp_path)[-1]
+    arena, peak = check_arena(plan.read_text(encoding="utf-8"))
+    if gradient:
+        assert arena <= 1.05 * peak
+    else:
+        assert arena == peak
+    low = anfir.lower(graph, args=types)
+    assert (low.peak_bytes, low.max_live_bytes) == (arena, peak)
+    assert low.naive_bytes >= arena
+
+
+def test_sharing_saves_memory_on_the_training_step() -> None:
+    mlp2 = anfir.load(str(EXAMPLES / "mlp2.anf"))
+    low = anfir.lower(mlp2, entry="mlp2_step", args=MLP2_TYPES)
+    assert low.naive_bytes / low.peak_bytes >= 1.5
+    text = print_program(low)
+    assert "@inout" in text  # elementwise results written in place
+
+
+def test_the_executor_allocates_nothing_per_instruction() -> None:
+    # The MLP's training step at batch 64, width 256: a per-instruction temporary would be >= 16 KiB.
+    grad = anfir.grad(anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"], (0, 1))
+    types = ["f64[256, 256]", "f64[256, 256]", "f64[64, 256]", "f64[64, 256]"]
+    low = anfir.lower(grad, args=types)
+    executor = Executor(low)
+    values = _values(types)
+    want = anfir.run(anfir.compile(grad, args=types), *values)
+    assert _same(executor.run(*values), want)
+    assert executor.fast == len(executor.steps), "every instruction of the MLP step has a kernel"
+    executor.run_steps()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for _ in range(3):
+            executor.run_steps()
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < 4096, f"{peak} bytes allocated while running {len(executor.steps)} instructions"
+
+
+def test_lowering_refuses_control_flow_with_a_location() -> None:
+    mod = anfir.load(str(EXAMPLES / "fibonacci.anf"))
+    with pytest.raises(AnfirError) as info:
+        anfir.lower(mod, args=[10])
+    assert info.value.loc is not None and "fibonacci.anf" in info.value.loc.file
+
+
+def test_lowering_refuses_symbolic_shapes() -> None:
+    mlp = anfir.load(str(EXAMPLES / "mlp.anf"))
+    with pytest.raises(AnfirError, match="concrete"):
+        anfir.lower(mlp)  # the annotations' sizes are symbols
+
+
+BAD_LIR = [
+    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %v = nosuch @out %o\n}\n",
+     6, "unknown primitive"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %v = copy @out %o, @in %zz\n}\n",
+     6, "not a buffer"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<>\n  dealloc %a\n"
+     "  %v = copy @out %o, @in %a\n}\n", 8, "outside its life"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n  %o = output f64<>\n}\nprogram {\n}\n",
+     4, "defined twice"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<3 x>\n}\n", 3, "unexpected"),
+    ("signature () -> %o\ndeclare {\n  %c = constant f64<2> [1.0]\n  %o = output f64<>\n}\nprogram {\n}\n",
+     3, "elements"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<99999999 x 99999999>\n}\nprogram {\n}\n",
+     3, "limit"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<> @ 0\n"
+     "  %b = alloc f64<> @ 0\n  %v = add @out %o, @in %a, @in %b\n}\n", 1, "share bytes"),
+    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n", 5, "end of file"),
+]
+
+
+@pytest.mark.parametrize("text,line,message", BAD_LIR)
+def test_bad_lir_gives_located_errors(text: str, line: int, message: str) -> None:
+    with pytest.raises(AnfirError, match=message) as info:
+        load_lir_text(text, "bad.lir")
+    assert info.value.loc is not None and info.value.loc.file == "bad.lir"
+    assert info.value.loc.line == line
+
+
+def test_deeply_nested_signatures_are_refused() -> None:
+    text = ("signature " + "(" * 5000 + ")" * 5000 + " -> none\ndeclare {\n}\nprogram {\n}\n")
+    with pytest.raises(AnfirError, match="nest more than") as info:
+        load_lir_text(text, "deep.lir")
+    assert info.value.loc is not None and info.value.loc.line == 1
+
+
+WRONG_OPERANDS = [
+    # matmul_dx with its type-only argument in the wrong place: the kernel cannot bind
+    ("signature (%a, %b) -> %o\ndeclare {\n  %a = input f64<2 x 3>\n  %b = input f64<4 x 3>\n"
+     "  %o = output f64<2 x 4>\n}\nprogram {\n  %v = matmul_dx[arg1=f64<4 x 3>] @out %o, @in %a, @in %b   # t.anf:3:4\n}\n"),
+    # shapes that do not multiply: numpy refuses when it runs
+    ("signature (%a, %b) -> %o\ndeclare {\n  %a = input f64<2 x 3>\n  %b = input f64<2 x 3>\n"
+     "  %o = output f64<2 x 3>\n}\nprogram {\n  %v = matmul @out %o, @in %a, @in %b   # t.anf:3:4\n}\n"),
+]
+
+
+@pytest.mark.parametrize("text", WRONG_OPERANDS)
+def test_instructions_whose_operands_do_not_fit_fail_at_their_location(text: str) -> None:
+    low = load_lir_text(text, "wrong.lir")
+    with pytest.raises(AnfirError) as info:
+        anfir.run(low, np.ones((2, 3)), np.ones(low.declares[1].shape))
+    assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line) == ("t.anf", 3)
+
+
+def test_every_primitive_has_a_low_level_rule_or_a_reason() -> None:
+    missing = sorted(name for name, prim in PRIMITIVES.items() if prim not in RULES and prim not in UNLOWERED)
+    assert not missing, f"no low-level rule in anfir/lowlevel/rules.py for: {missing}"
+    assert all(reason.strip() for reason in UNLOWERED.values())
+    assert not set(RULES) & set(UNLOWERED)
+
+
+def test_compile_cli_lower(tmp_path: Path) -> None:
+    from anfir.cli import main
+
+    code = main(["compile", str(EXAMPLES / "mlp.anf"), "--args", *MLP_TYPES, "--dump-dir", str(tmp_path),
+                 "--lower"])
+    assert code == 0
+    names = sorted(p.name for p in tmp_path.glob("*.lir"))
+    assert names == ["07_lower.lir", "08_share_buffers.lir", "09_plan_memory.lir"]
+
+
+# -- the op library's table, lowered --------------------------------------------------------------
+# Every case of tests/ops_table.py as a program and (where differentiable) the gradient of
+# sum(sin(op)), lowered, printed, loaded back and run against the evaluator: each rule's kernel
+# (or its evaluation) and its statics' round trip.
+from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY  # noqa: E402
+
+_OPS = [*UNARY, *BINARY, *PREDICATES, *INTEGER]
+
+
+def _draw(op: Any, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    data = np.random.default_rng(seed)
+    if op.kind == "int":
+        return data.integers(1, 6, size=shape)
+    if op.kind == "bool":
+        return data.integers(0, 2, size=shape).astype(bool)
+    return data.uniform(op.low, op.high, size=shape)
+
+
+def lower_and_compare(module: Any, entry: str, args: list[Any]) -> None:
+    """The lowered entry, and its dump loaded back, compute what the evaluator does."""
+    want = anfir.run(module[entry], *args)
+    low = anfir.lower(module, entry=entry, args=args)
+    check_arena(print_program(low))
+    again = load_lir_text(print_program(low), f"{entry}.lir")
+    for program in (low, again):
+        got = anfir.run(program, *args)
+        assert _same_exact(got, want), f"{entry}: {got} != {want}"
+
+
+def _same_exact(got: Any, want: Any) -> bool:
+    if isinstance(want, tuple):
+        return isinstance(got, tuple) and len(got) == len(want) and all(map(_same_exact, got, want))
+    g, w = np.asarray(got), np.asarray(want)
+    if g.shape != w.shape:
+        return False
+    if w.dtype.kind in "fc":
+        return bool(np.allclose(g, w, rtol=1e-12, atol=1e-14, equal_nan=True))
+    return bool(np.array_equal(g, w))
+
+
+@pytest.mark.parametrize("op", _OPS, ids=lambda o: o.id)
+def test_library_operator_lowers_with_its_gradient(op: Any) -> None:
+    params = ", ".join("xy"[:op.nargs])
+    call = op.call.format(x="x", y="y")
+    args = [_draw(op, (2, 3), 1), _draw(op, (3,), 2)][:op.nargs]
+    text = f"def f({params}) = {call}\n"
+    if op.grad:
+        text += (f"def g({params}) = grad(lambda ({params}) sum(sin({call})) end, "
+                 f"{', '.join(str(i) for i in range(op.nargs))})({params})\n")
+    module = anfir.parse(text, f"{op.id}.anf")
+    lower_and_compare(module, "f", args)
+    if op.grad:
+        lower_and_compare(module, "g", args)
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and np.isinf(value):
+        return "1e999"
+    return repr(value)
+
+
+@pytest.mark.parametrize("red", REDUCTIONS, ids=lambda r: r.id)
+def test_library_reduction_lowers_with_its_gradient(red: Any) -> None:
+    extra = "".join(f", {k}={_literal(v)}" for k, v in red.kw)
+    defs = []
+    for k, (axis, keepdims) in enumerate([(None, False), (1, True), ((0, 2), False), (-1, False)]):
+        call = f"{red.name}({red.arg}, axis={_literal(axis)}, keepdims={_literal(keepdims)}{extra})"
+        defs.append(f"def f{k}(x) = {call}")
+        if red.grad:
+            defs.append(f"def g{k}(x) = grad(lambda (y) sum(sin({call.replace('(x', '(y')})) end)(x)")
+    module = anfir.parse("\n".join(defs) + "\n", f"{red.id}.anf")
+    x = np.random.default_rng(3).uniform(red.low, red.high, size=(2, 3, 4))
+    for name in module.graphs:
+        lower_and_compare(module, name, [x])
