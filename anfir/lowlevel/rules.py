@@ -31,7 +31,7 @@ import numpy as np
 from anfir.interop.flat import DIM
 from anfir.ir.primitive import Primitive
 from anfir.lowlevel.program import COPY
-from anfir.primitives import arith, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
 
 
 class TensorType(NamedTuple):
@@ -272,6 +272,8 @@ RULES: dict[Primitive, LowRule] = {
     reduce.var: EVALUATED, reduce.std: EVALUATED, reduce.logsumexp: EVALUATED, reduce.all_: EVALUATED,
     reduce.any_: EVALUATED, reduce.norm: EVALUATED, reduce.argmax: EVALUATED, reduce.argmin: EVALUATED,
     reduce.cumsum: EVALUATED, reduce.cumprod: EVALUATED,
+    complexes.complex_: EVALUATED, complexes.real: EVALUATED, complexes.imag: EVALUATED,
+    complexes.conj: EVALUATED,
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
