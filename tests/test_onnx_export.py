@@ -39,6 +39,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import anfir  # noqa: E402
 import spec_examples  # noqa: E402
+from example_args import transformer_args  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
 from anfir.abstract.values import AScalar, ATensor  # noqa: E402
 from anfir.interop import flatten, onnx_export  # noqa: E402
@@ -394,6 +395,10 @@ EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any
                                   rng.normal(size=(7, 1)), rng.normal(size=(7, 1)))], set()),
     ("paper_lambda", "main"): ([5.0, 2.0], [(5.0, 2.0), (1.5, -3.0)], set()),
     ("power", "power"): ([2.0, 3], [(2.0, 3), (1.5, 0), (-2.0, 5)], {"Loop"}),
+    ("transformer", "encoder_block"): (list(transformer_args()[:2]), [transformer_args(1)[:2]],
+                                       {"Softmax", "MatMul"}),
+    ("transformer", "block_loss"): (list(transformer_args()), [transformer_args(2)], {"Softmax"}),
+    ("transformer", "block_grad"): (list(transformer_args()), [transformer_args(3)], {"Softmax"}),
 }
 """(file, definition) → (compile args, runs, ONNX ops the model must use)."""
 
