@@ -24,6 +24,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import sympy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import anfir
 from anfir.abstract.shapes import dim_symbol
@@ -293,6 +295,48 @@ def test_shape_rules_on_symbolic_dimensions() -> None:
         _infer("cross_entropy(x, t)", "x, t", x, ATensor("i64", (B, 8)))
     with pytest.raises(AnfirTypeError, match="out of range"):
         _infer("softmax(x, 3)", "x", x)
+
+
+@st.composite
+def _shape_and_axis(draw: Any) -> tuple[tuple[int, ...], int, list[bool]]:
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=1, max_size=4)))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    return shape, axis, draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape)))
+
+
+_SYMBOLS = [dim_symbol(n) for n in ("P", "Q", "R", "S")]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_shape_and_axis(), st.sampled_from(["softmax(x, axis={a})", "log_softmax(x, {a})",
+                                           "layer_norm(x, axis={a})", "rms_norm(x, axis={a})",
+                                           'einsum("...i->i...", x)']))
+def test_shape_rules_agree_with_evaluation_for_drawn_shapes(drawn: Any, call: str) -> None:
+    shape, axis, mask = drawn
+    dims = tuple(_SYMBOLS[i] if symbolic and d > 1 else d
+                 for i, (d, symbolic) in enumerate(zip(shape, mask)))
+    sizes = {_SYMBOLS[i]: d for i, (d, symbolic) in enumerate(zip(shape, mask)) if symbolic and d > 1}
+    text = call.format(a=axis)
+    x = np.full(shape, 0.5, np.float32)
+    got = _infer(text, "x", ATensor("f32", dims))
+    out = anfir.run(_parse(f"def f(x) = {text}")["f"], x)
+    assert _concrete(got, sizes) == np.shape(out), (text, got)
+    assert got.dtype == "f32" and np.asarray(out).dtype == np.float32
+
+
+def test_operators_are_values() -> None:
+    m = _parse("""
+def f(x) = let g = softmax in g(x, 0)
+def h(x) = let p = partial(layer_norm, x) in p()
+def k(x) = grad(lambda (y) sum(let g = log_softmax in g(y, 1) * y) end)(x)
+""")
+    x = np.arange(6.0).reshape(2, 3)
+    t = torch.tensor(x, requires_grad=True)
+    np.testing.assert_allclose(anfir.run(m["f"], x), F.softmax(t, 0).detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(anfir.run(m["h"], x), F.layer_norm(t, (3,)).detach().numpy(),
+                               rtol=1e-9, atol=1e-12)
+    (F.log_softmax(t, 1) * t).sum().backward()
+    np.testing.assert_allclose(anfir.run(m["k"], x), t.grad.numpy(), rtol=1e-12)
 
 
 # -- edge cases: 0-d, empty, f32 kept, errors ------------------------------------------------------

@@ -22,6 +22,7 @@ training=true)``.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -88,10 +89,12 @@ def _scalar(result: Any) -> Any:
 
 
 def _quiet(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` without numpy's warnings (nan and inf are results, as in PyTorch)."""
+    """``fn`` without numpy's warnings (nan and inf are results, as in PyTorch; the
+    mean of an empty slice is nan)."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             return _scalar(fn(*args, **kwargs))
     return run
 
