@@ -36,6 +36,7 @@ from anfir.ir.primitive import callee_primitive
 from anfir.ir.walk import reachable_graphs
 from anfir.primitives import PRIMITIVES
 from cli_harness import run_in_process
+from example_args import transformer_args
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -128,6 +129,9 @@ CALLS: dict[tuple[str, str], tuple[Any, ...]] = {
     ("paper_lambda.anf", "main"): (5.0, 2.0),
     ("power.anf", "power"): (2.0, 3),
     ("power.anf", "dpower"): (2.0,),
+    ("transformer.anf", "encoder_block"): transformer_args()[:2],
+    ("transformer.anf", "block_loss"): transformer_args(),
+    ("transformer.anf", "block_grad"): transformer_args(),
 }
 """Every definition of examples/*.anf that takes and returns data, with arguments."""
 

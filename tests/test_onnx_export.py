@@ -39,6 +39,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import anfir  # noqa: E402
 import spec_examples  # noqa: E402
+from example_args import transformer_args  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
 from anfir.abstract.values import AScalar, ATensor  # noqa: E402
 from anfir.interop import flatten, onnx_export  # noqa: E402
@@ -266,6 +267,44 @@ SAMPLES.update({
 })
 """Sample arguments of each rule's primitive (``S(...)`` marks a constant operand)."""
 
+# The neural-network operators (anfir/primitives/nn.py) and their gradient helpers.
+_Q, _K, _V = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2))
+_LOGITS, _TARGET = rng.normal(size=(4, 3)), np.array([0, 2, 1, 2])
+_IMG = rng.normal(size=(2, 4, 3, 2))
+SAMPLES.update({
+    PRIMITIVES["softmax"]: [(W,), (W, A(axis=0)), (T223.astype(np.float32), A(axis=1))],
+    PRIMITIVES["log_softmax"]: [(W,), (T223, A(axis=-2))],
+    PRIMITIVES["layer_norm"]: [(W,), (T223, np.ones(3) * 1.5, V3, A(axis=-1)),
+                               (T223, rng.normal(size=(2, 3)), A(axis=1, eps=1e-3)),
+                               (T223.astype(np.float32),)],
+    PRIMITIVES["rms_norm"]: [(W,), (T223, V3), (T223, A(axis=1))],
+    PRIMITIVES["group_norm"]: [(_IMG, S(2), rng.normal(size=4), rng.normal(size=4)),
+                               (_IMG, S(4), np.ones(4), np.zeros(4), A(eps=1e-3))],
+    PRIMITIVES["instance_norm"]: [(_IMG, rng.normal(size=4), rng.normal(size=4))],
+    PRIMITIVES["einsum"]: [(S("ij,jk->ik"), X, M34), (S("bij,bjk->bik"), T223, rng.normal(size=(2, 3, 2))),
+                           (S("ij->"), X), (S("...j,j->..."), T223, V3)],
+    PRIMITIVES["attention"]: [(_Q, _K, _V), (_Q, _K, _V, A(causal=True)),
+                              (_Q, _K, _V, rng.normal(size=(3, 5)), A(scale=0.3)),
+                              (_Q, _K, _V, rng.normal(size=(3, 5)) > 0)],
+    PRIMITIVES["attention_probs"]: [(_Q, _K, S(None)), (_Q, _K, rng.normal(size=(3, 5)), A(causal=True))],
+    PRIMITIVES["attention_scale"]: [(_Q,), (_Q, A(scale=0.25))],
+    PRIMITIVES["swap_last"]: [(X,), (T223,)],
+    PRIMITIVES["mask_cotangent"]: [(rng.normal(size=(2, 3, 5)), rng.normal(size=(3, 5))),
+                                   (rng.normal(size=(2, 3, 5)), rng.normal(size=(3, 5)) > 0)],
+    PRIMITIVES["cross_entropy"]: [(_LOGITS, _TARGET), (_LOGITS, _TARGET, A(reduction="sum")),
+                                  (T223, np.array([[0, 1, 1], [1, 0, 1]]), A(axis=1, reduction="none"))],
+    PRIMITIVES["nll_loss"]: [(_LOGITS, _TARGET), (_LOGITS, _TARGET, A(reduction="none"))],
+    PRIMITIVES["mse_loss"]: [(X, Y), (X, V3, A(reduction="sum")), (X, Y, A(reduction="none"))],
+    PRIMITIVES["dropout"]: [(X, S(0.5), S(3)), (X, S(0.5), S(3), A(training=True))],
+    PRIMITIVES["tail_mean"]: [(T223, A(axis=1)), (X,)],
+    PRIMITIVES["loss_reduce"]: [(X,), (X, A(reduction="sum")), (X, A(reduction="none"))],
+    PRIMITIVES["loss_spread"]: [(2.0, X), (1.5, X, A(reduction="sum")), (Y, X, A(reduction="none"))],
+    PRIMITIVES["class_mask"]: [(_TARGET, _LOGITS), (np.array([[0, 1, 1], [1, 0, 1]]), T223, A(axis=1))],
+    PRIMITIVES["channel_view"]: [(rng.normal(size=4), _IMG)],
+    PRIMITIVES["group_view"]: [(_IMG, S(2))],
+    PRIMITIVES["einsum_ones"]: [(S("ij,jk->ik"), S(0), X), (S("ij->"), S(0), X)],
+})
+
 
 def one_op_model(prim: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     """A model computing ``prim(*args)`` from inputs (the non-static args); the feed."""
@@ -360,6 +399,10 @@ EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any
                                                                        (5, 2)])], set()),
     ("paper_lambda", "main"): ([5.0, 2.0], [(5.0, 2.0), (1.5, -3.0)], set()),
     ("power", "power"): ([2.0, 3], [(2.0, 3), (1.5, 0), (-2.0, 5)], {"Loop"}),
+    ("transformer", "encoder_block"): (list(transformer_args()[:2]), [transformer_args(1)[:2]],
+                                       {"Softmax", "MatMul"}),
+    ("transformer", "block_loss"): (list(transformer_args()), [transformer_args(2)], {"Softmax"}),
+    ("transformer", "block_grad"): (list(transformer_args()), [transformer_args(3)], {"Softmax"}),
 }
 """(file, definition) → (compile args, runs, ONNX ops the model must use)."""
 

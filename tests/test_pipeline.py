@@ -23,6 +23,7 @@ from anfir.passes.pipeline import PHASES, Phase, Program, compile_program, sanit
 from anfir.passes.validate import validate
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES as P
 from anfir.values import Symbol
+from example_args import transformer_args
 from spec_examples import PAPER as MINDIR, HOF, FIBONACCI, CLOSURE, POWER, MLP
 
 PHASE_NAMES = ["parse", "resolve", "specialize", "ad", "inline", "optimize", "validate"]
@@ -153,6 +154,8 @@ EXAMPLE_FILE_CASES: list[tuple[str, Any, tuple, Any]] = [
     ("paper_lambda.anf", None, (5.0, 2.0), 4.0),
     ("power.anf", "power", (2.0, 3), 8.0),
     ("power.anf", "dpower", (2.0,), 12.0),
+    ("transformer.anf", "encoder_block", transformer_args()[:2], None),
+    ("transformer.anf", "block_grad", transformer_args(), None),
 ]
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from anfir.interop.flat import DIM
 from anfir.ir.primitive import Primitive
 from anfir.lowlevel.program import COPY
-from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
 
 
 class TensorType(NamedTuple):
@@ -274,6 +274,15 @@ RULES: dict[Primitive, LowRule] = {
     reduce.cumsum: EVALUATED, reduce.cumprod: EVALUATED,
     complexes.complex_: EVALUATED, complexes.real: EVALUATED, complexes.imag: EVALUATED,
     complexes.conj: EVALUATED,
+    # neural-network operators: their own (fused numpy) evaluation, into the arena
+    nn.softmax: EVALUATED, nn.log_softmax: EVALUATED, nn.layer_norm: EVALUATED,
+    nn.rms_norm: EVALUATED, nn.group_norm: EVALUATED, nn.instance_norm: EVALUATED,
+    nn.einsum: EVALUATED, nn.attention: EVALUATED, nn.nll_loss: EVALUATED,
+    nn.cross_entropy: EVALUATED, nn.mse_loss: EVALUATED, nn.dropout: EVALUATED,
+    nn.tail_mean: EVALUATED, nn.swap_last: EVALUATED, nn.attention_probs: EVALUATED,
+    nn.attention_scale: EVALUATED, nn.mask_cotangent: EVALUATED, nn.loss_reduce: EVALUATED,
+    nn.loss_spread: EVALUATED, nn.class_mask: EVALUATED, nn.channel_view: EVALUATED,
+    nn.group_view: EVALUATED, nn.einsum_ones: EVALUATED,
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
@@ -299,5 +308,7 @@ UNLOWERED: dict[Primitive, str] = {
     gradient.env_setitem: _WALKED, gradient.env_getitem: _WALKED, gradient.tuple_setitem: _WALKED,
     gradient.invert_permutation: _WALKED, gradient.grad_arg_check: _WALKED,
     gradient.grad_seed: _WALKED, gradient.tangent_scale: _WALKED,
+    nn.einsum_grad_spec: "it computes a string (an einsum equation) from constants, which "
+                         "constant folding does before lowering; buffers hold no strings",
 }
 """Primitives that never become an instruction, with the reason."""

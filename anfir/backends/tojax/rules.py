@@ -32,7 +32,7 @@ from anfir.dtypes import numpy_name
 from anfir.errors import AnfirTypeError, GradientError
 from anfir.ir.primitive import Primitive
 from anfir.nested import fold_nested
-from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives import arith, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.values import DType, GradEnv
@@ -486,6 +486,133 @@ def _tangent_scale(a: Any, s: Any) -> Any:
                       else v * s)
 
 
+# -- neural-network operators: the evaluator's kernels over jax.numpy ----------------------------
+def _softmax_rule(kernel: Callable[..., Any], name: str) -> Rule:
+    def rule(x: Any, axis: Any = -1) -> Any:
+        x = nnk.float_of(jnp, x)
+        ax = nn._axis_in(axis, x.ndim, name)
+        if x.ndim == 0:
+            return kernel(jnp, x.reshape(1), 0).reshape(())
+        return kernel(jnp, x, ax)
+    rule.__name__ = f"_{name}"
+    return rule
+
+
+def _layer_norm(x: Any, scale: Any = None, bias: Any = None, axis: Any = -1,
+                eps: Any = 1e-5) -> Any:
+    x = nnk.float_of(jnp, x)
+    return nnk.layer_norm(jnp, x, scale, bias, nn._axis_in(axis, x.ndim, "layer_norm"),
+                          nn._eps(eps, "layer_norm"))
+
+
+def _rms_norm(x: Any, scale: Any = None, axis: Any = -1, eps: Any = 1e-6) -> Any:
+    x = nnk.float_of(jnp, x)
+    return nnk.rms_norm(jnp, x, scale, nn._axis_in(axis, x.ndim, "rms_norm"),
+                        nn._eps(eps, "rms_norm"))
+
+
+def _group_norm(x: Any, num_groups: Any, scale: Any, bias: Any, eps: Any = 1e-5) -> Any:
+    x = nnk.float_of(jnp, x)
+    groups = nn._group_count(int(num_groups), x.shape[1])
+    return nnk.group_norm(jnp, x, groups, scale, bias, nn._eps(eps, "group_norm"))
+
+
+def _instance_norm(x: Any, scale: Any, bias: Any, eps: Any = 1e-5) -> Any:
+    return nnk.instance_norm(jnp, nnk.float_of(jnp, x), scale, bias,
+                             nn._eps(eps, "instance_norm"))
+
+
+def _einsum(spec: Any, *operands: Any) -> Any:
+    nn._parse_spec(nn._spec_text(spec), len(operands))
+    return jnp.einsum(spec, *operands)
+
+
+def _attention_attrs(scale: Any, causal: Any) -> tuple[Any, bool]:
+    return (attr_checks.float_attr(scale, "scale", "attention", True),
+            attr_checks.bool_attr(causal, "causal", "attention"))
+
+
+def _attention(q: Any, k: Any, v: Any, mask: Any = None, scale: Any = None,
+               causal: Any = False) -> Any:
+    return nnk.attention(jnp, nnk.float_of(jnp, q), k, v, mask, *_attention_attrs(scale, causal))
+
+
+def _attention_probs(q: Any, k: Any, mask: Any, scale: Any = None, causal: Any = False) -> Any:
+    return nnk.attention_probs(jnp, nnk.float_of(jnp, q), k, mask,
+                               *_attention_attrs(scale, causal))
+
+
+def _mask_cotangent(g: Any, mask: Any) -> Any:
+    if jnp.asarray(mask).dtype == jnp.bool_:
+        return jnp.zeros(jnp.shape(mask), jnp.result_type(g))
+    return _sum_to(g, mask)
+
+
+def _class_axis(x: Any, axis: Any, what: str) -> int:
+    return nn._axis_in(axis, jnp.ndim(x), what) % max(jnp.ndim(x), 1)
+
+
+def _nll_loss(logp: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -> Any:
+    lp = nnk.float_of(jnp, logp)
+    ax = _class_axis(lp, axis, "nll_loss")
+    return nnk.loss_reduce(jnp, nnk.picked(jnp, lp, target, ax), nn._reduction(reduction, "nll_loss"))
+
+
+def _cross_entropy(logits: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -> Any:
+    x = nnk.float_of(jnp, logits)
+    ax = _class_axis(x, axis, "cross_entropy")
+    return nnk.loss_reduce(jnp, nnk.picked(jnp, nnk.log_softmax(jnp, x, ax), target, ax),
+                           nn._reduction(reduction, "cross_entropy"))
+
+
+def _mse_loss(a: Any, b: Any, reduction: Any = "mean") -> Any:
+    d = nnk.float_of(jnp, jnp.subtract(a, b))
+    return nnk.loss_reduce(jnp, d * d, nn._reduction(reduction, "mse_loss"))
+
+
+def _dropout(x: Any, rate: Any, key: Any, training: Any = False) -> Any:
+    if not attr_checks.bool_attr(training, "training", "dropout"):
+        return x
+    shape = tuple(int(d) for d in jnp.shape(x))
+    # The mask is numpy's (the same seed gives anfir.run's mask), drawn on the host.
+    keep = jax.pure_callback(
+        lambda r, k: nnk.dropout_keep(shape, float(r), int(k)),
+        jax.ShapeDtypeStruct(shape, jnp.bool_), rate, key)
+    dtype = jnp.result_type(x)
+    return jnp.where(keep, x / (1.0 - jnp.asarray(rate, dtype)), jnp.zeros((), dtype))
+
+
+def _einsum_grad_spec(spec: Any, index: Any) -> Any:
+    return nn.einsum_grad_spec.impl(spec, int(index))
+
+
+def _einsum_ones(spec: Any, index: Any, x: Any) -> Any:
+    ones_part = nn.einsum_grad_spec.impl(spec, int(index)).split("->")[0].split(",")[-1]
+    dtype = jnp.result_type(nnk.float_of(jnp, x))
+    return jnp.ones(jnp.shape(x) if ones_part else (), dtype)
+
+
+def _tail_mean(x: Any, axis: Any = -1) -> Any:
+    x = nnk.float_of(jnp, x)
+    return nnk.tail_mean(jnp, x, nn._axis_in(axis, x.ndim, "tail_mean"))
+
+
+def _loss_spread(g: Any, like: Any, reduction: Any = "mean") -> Any:
+    return nnk.loss_spread(jnp, jnp.asarray(g), jnp.asarray(like),
+                           nn._reduction(reduction, "a loss"))
+
+
+def _class_mask(target: Any, like: Any, axis: Any = -1) -> Any:
+    like = jnp.asarray(like)
+    return nnk.class_mask(jnp, jnp.asarray(target), like, _class_axis(like, axis, "a loss"))
+
+
+def _group_view(x: Any, num_groups: Any) -> Any:
+    shape = jnp.shape(x)
+    return jnp.reshape(x, nnk.group_shape(shape, nn._group_count(int(num_groups), shape[1])))
+
+
+
 RULES: dict[Primitive, Rule] = {
     # arithmetic
     arith.add: jnp.add,
@@ -587,6 +714,32 @@ RULES: dict[Primitive, Rule] = {
     complexes.real: jnp.real,
     complexes.imag: jnp.imag,
     complexes.conj: jnp.conj,
+    # neural-network operators
+    nn.softmax: _softmax_rule(nnk.softmax, "softmax"),
+    nn.log_softmax: _softmax_rule(nnk.log_softmax, "log_softmax"),
+    nn.layer_norm: _layer_norm,
+    nn.rms_norm: _rms_norm,
+    nn.group_norm: _group_norm,
+    nn.instance_norm: _instance_norm,
+    nn.einsum: _einsum,
+    nn.attention: _attention,
+    nn.nll_loss: _nll_loss,
+    nn.cross_entropy: _cross_entropy,
+    nn.mse_loss: _mse_loss,
+    nn.dropout: _dropout,
+    nn.tail_mean: _tail_mean,
+    nn.swap_last: lambda x: nnk.swap_last(jnp, x),
+    nn.attention_probs: _attention_probs,
+    nn.attention_scale: lambda q, scale=None: nn.attention_scale.impl(q, scale=scale),
+    nn.mask_cotangent: _mask_cotangent,
+    nn.loss_reduce: lambda x, reduction="mean": nnk.loss_reduce(
+        jnp, jnp.asarray(x), nn._reduction(reduction, "a loss")),
+    nn.loss_spread: _loss_spread,
+    nn.class_mask: _class_mask,
+    nn.channel_view: lambda s, x: jnp.reshape(s, nnk.channel_shape(jnp.shape(x))),
+    nn.group_view: _group_view,
+    nn.einsum_grad_spec: _einsum_grad_spec,
+    nn.einsum_ones: _einsum_ones,
     # tuples, functions, control: their own evaluation is plain Python
     structure.make_tuple: structure.make_tuple.impl,
     structure.tuple_getitem: structure.tuple_getitem.impl,
