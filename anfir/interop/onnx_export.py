@@ -55,6 +55,7 @@ from anfir.interop.flat import (
     dtype_of_type, shape_of_type,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
+from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
@@ -1265,7 +1266,9 @@ RULES: dict[Primitive, OnnxRule] = {
 takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
 
-UNSUPPORTED: dict[Primitive, str] = {}
+RULES.update(SHAPING_RULES)
+
+UNSUPPORTED: dict[Primitive, str] = dict(UNSUPPORTED_SHAPING)
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 
 
