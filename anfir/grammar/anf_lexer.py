@@ -109,6 +109,11 @@ def token_batches(lines: list[str], filename: str) -> Iterator[list[Token]]:
                         kind = "NAME"
                     else:
                         _raise_bad_character(text, filename, lineno, col, line)
+            if kind == "EQ" and tokens and tokens[-1][1].isalpha() and tokens[-1][0] != "NAME":
+                # A keyword before '=' is a keyword argument's name (flatten(x, end=-1)):
+                # '=' never follows a keyword otherwise.
+                previous = tokens[-1]
+                tokens[-1] = ("NAME", previous[1], previous[2], previous[3])
             append((kind, text, lineno, col))
             col += len(text)
             if len(tokens) >= _BATCH and len(line) > LONG_LINE:

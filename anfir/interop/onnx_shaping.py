@@ -6,8 +6,8 @@ Trilu, Gather, GatherElements, GatherND, ScatterElements, ScatterND).  The
 gradient helpers that are linear maps fixed by static shapes (``slice_grad``,
 ``pad_grad``) are written as a scatter-add of the flattened gradient into
 positions computed here with the primitive's own numpy helpers.  Primitives
-that return a tuple (``split``, ``topk``, ``stack_grad``, ``concat_grad``) are in
-:data:`UNSUPPORTED_SHAPING`: a flat op has one result.
+that return a tuple (``split``, ``topk``, ``stack_grad``, ``concat_grad``) write
+one ONNX output per item.
 """
 
 from __future__ import annotations
@@ -354,7 +354,61 @@ def _eye(w: "OnnxWriter", op: Op) -> None:
     w.node("Identity", [w.const(value, w.dtype(out))], [out.name])
 
 
+def _split_lengths(w: "OnnxWriter", items: Any, ax: int) -> str:
+    """A 1-D i64 tensor of the lengths of axis ax of the operands (static when known)."""
+    dims = [_shape(w, item, "concat_grad")[ax] for item in items]
+    if all(isinstance(d, int) for d in dims):
+        return w.ints([int(d) for d in dims])
+    axis = w.ints([ax])
+    return w.op("Concat", *[w.op("Gather", w.op("Shape", w.tensor(item)), axis, axis=0) for item in items],
+                axis=0)
+
+
+def _split(w: "OnnxWriter", op: Op) -> None:
+    """Split with the sizes (a count: ONNX's own rule, the last piece smaller)."""
+    shape = _shape(w, op.args[0], "split")
+    ax = shaping.axis_of(op.attrs["axis"], len(shape), "split")
+    x = w.tensor(op.args[0], w.dtype(op.results[0]))
+    sizes = op.attrs["sizes"]
+    outs = [r.name for r in op.results]
+    if isinstance(sizes, tuple):
+        w.node("Split", [x, w.ints(list(sizes))], outs, axis=ax)
+    else:
+        w.node("Split", [x], outs, axis=ax, num_outputs=len(outs))
+
+
+def _concat_grad(w: "OnnxWriter", op: Op) -> None:
+    """Split of dout at the lengths of the xs (Shape + Gather when symbolic)."""
+    items = op.args[1] if isinstance(op.args[1], tuple) else (op.args[1],)
+    rank = len(_shape(w, op.args[0], "concat_grad"))
+    ax = shaping.axis_of(op.attrs["axis"], rank, "concat_grad")
+    g = w.tensor(op.args[0], w.dtype(op.results[0]))
+    w.node("Split", [g, _split_lengths(w, items, ax)], [r.name for r in op.results], axis=ax)
+
+
+def _stack_grad(w: "OnnxWriter", op: Op) -> None:
+    """Split into pieces of 1, each Squeezed."""
+    rank = len(_shape(w, op.args[0], "stack_grad"))
+    ax = shaping.axis_of(op.attrs["axis"], rank - 1, "stack_grad", extra=1)
+    g = w.tensor(op.args[0], w.dtype(op.results[0]))
+    pieces = [w.temp("piece") for _ in op.results]
+    w.node("Split", [g], pieces, axis=ax, num_outputs=len(pieces))
+    for piece, result in zip(pieces, op.results):
+        w.node("Squeeze", [piece, w.ints([ax])], [result.name])
+
+
+def _topk(w: "OnnxWriter", op: Op) -> None:
+    """TopK (sorted; ties: the lower index first, as anfir)."""
+    rank = len(_shape(w, op.args[0], "topk"))
+    values, indices = op.results
+    w.node("TopK", [w.tensor(op.args[0], w.dtype(values)), w.ints([int(op.attrs["k"])])],
+           [values.name, indices.name], axis=shaping.axis_of(op.attrs["axis"], rank, "topk"),
+           largest=int(bool(op.attrs["largest"])), sorted=1)
+
+
 SHAPING_RULES: dict[Primitive, Rule] = {
+    shaping.split: _split, shaping.concat_grad: _concat_grad, shaping.stack_grad: _stack_grad,
+    indexing.topk: _topk,
     shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice,
     shaping.slice_grad: _slice_grad, shaping.pad: _pad, shaping.pad_grad: _pad_grad,
     shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
@@ -370,11 +424,8 @@ SHAPING_RULES: dict[Primitive, Rule] = {
 }
 """The ONNX rule of each shape and indexing primitive with one result."""
 
-_TUPLE = "returns a tuple, and each op of the exporter's flat program has one result"
-UNSUPPORTED_SHAPING: dict[Primitive, str] = {
-    shaping.split: _TUPLE, shaping.stack_grad: _TUPLE, shaping.concat_grad: _TUPLE,
-    indexing.topk: _TUPLE,
-}
-"""The tuple-valued shape and indexing primitives, with the reason."""
+UNSUPPORTED_SHAPING: dict[Primitive, str] = {}
+"""Shape and indexing primitives without an ONNX rule, with the reason (none)."""
+
 
 __all__ = ["SHAPING_RULES", "UNSUPPORTED_SHAPING"]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from anfir.abstract import rules
-from anfir.abstract.shapes import fresh_dim, norm_dim
+from anfir.abstract.shapes import dims_compatible, fresh_dim, norm_dim
 from anfir.abstract.values import UNKNOWN, AbstractValue, AScalar, ATensor, ATuple, Dim
 from anfir.dtypes import check_dtype, is_integer, numpy_name, require_dtype_name
 from anfir.errors import AnfirRuntimeError, AnfirTypeError, ShapeError
@@ -151,6 +151,13 @@ def _infer_scatter(name: str) -> Any:
         rules.shape_of_abstract(updates, name)
         if "axis" in attrs and shape is not None:
             axis_of(attrs["axis"], max(len(shape), 1), name)
+        _, ishape = rules.shape_of_abstract(indices, name)
+        _, ushape = rules.shape_of_abstract(updates, name)
+        if name == "scatter_add" and ishape is not None and ushape is not None and (
+                len(ishape) != len(ushape)
+                or not all(dims_compatible(a, b) for a, b in zip(ishape, ushape))):
+            raise ShapeError(f"scatter_add: updates of shape {list(ushape)} for indices of shape "
+                             f"{list(ishape)}")
         return _result(dtype, shape)
     rule.__name__ = rule.__qualname__ = f"infer_{name}"
     rule.__doc__ = f"Abstract rule of {name}: x's shape and dtype."
@@ -302,6 +309,8 @@ def _infer_arange(start: AbstractValue, stop: AbstractValue, *, step: Any = 1, d
         if not isinstance(a, AScalar) or a.dtype == "bool":
             raise AnfirTypeError(f"arange needs numbers, not {a}")
     _number(step, "arange")
+    if step == 0:
+        raise AnfirTypeError("arange: the step is not 0")
     assert isinstance(start, AScalar) and isinstance(stop, AScalar)
     if dtype is not None:
         out = _dtype_attr(dtype, "arange")
@@ -344,6 +353,8 @@ def _full(shape: Any, value: Any, dtype: Any = None) -> Any:
 
 def _infer_full(shape: AbstractValue, value: AbstractValue, *, dtype: Any = None) -> AbstractValue:
     dims = rules.dims_of_shape_arg(shape, "the shape of full")
+    if any(isinstance(d, int) and d < 0 for d in dims):
+        raise AnfirTypeError(f"the shape of full has a negative dimension: {dims}")
     if not isinstance(value, AScalar):
         raise AnfirTypeError(f"full needs a number, not {value}")
     return ATensor(value.dtype if dtype is None else _dtype_attr(dtype, "full"), dims)

@@ -328,8 +328,10 @@ def _slice_len(n: Dim, start: int, end: int, step: int) -> Dim:
     if is_unknown_dim(n) or step != 1:
         return fresh_dim()
     # A symbolic length: assumed at least as long as the constant indices reach.
+    if 0 <= end < BIG:
+        return fresh_dim()  # min(end, n) is not known
     lo: Any = n + start if start < 0 else start
-    hi: Any = n if end >= BIG else (n + end if end < 0 else end)
+    hi: Any = n if end >= BIG else n + end
     length = norm_dim(sympy.expand(sympy.sympify(hi) - sympy.sympify(lo)))
     if isinstance(length, int):
         return max(length, 0)
@@ -431,10 +433,11 @@ def _infer_pad(x: AbstractValue, *, pads: Any = None, mode: Any = "constant", va
     if shape is None:
         rules.choice_attr(mode, "mode", "pad", PAD_MODES)
         return ATensor(dtype, None)
-    spec, _ = _pads(pads, len(shape), mode)
+    spec, checked_mode = _pads(pads, len(shape), mode)
     out: list[Dim] = []
     for d, (b, e) in zip(shape, spec):
         if isinstance(d, int):
+            _source_index(d, b, e, checked_mode)  # the mode's limits (reflect: pads < length)
             new = d + b + e
             if new < 0:
                 raise ShapeError(f"pad: the negative pads ({b}, {e}) remove more than the axis' {d}")
@@ -777,7 +780,7 @@ unsqueeze = declare("unsqueeze", 1, _unsqueeze, infer=_infer_unsqueeze, family=F
 flatten = declare("flatten", 1, _flatten, infer=_infer_flatten, family=FAMILY,
                   attrs={"start": 0, "end": -1}, positional_attrs=2,
                   doc="flatten(x, start=0, end=-1) — the axes start..end merged (torch.flatten)",
-    bprop="lambda (x, start, end, out, dout) (reshape_like(dout, x),) end")
+    bprop="lambda (x, start, last, out, dout) (reshape_like(dout, x),) end")
 expand = declare("expand", 2, _expand, infer=_infer_expand, family=FAMILY,
                  doc="expand(x, shape) — x broadcast with shape both ways (ONNX Expand)",
     bprop="lambda (x, s, out, dout) (sum_to(dout, x), zeros_like(s)) end")
