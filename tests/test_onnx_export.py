@@ -40,7 +40,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 import anfir  # noqa: E402
 import spec_examples  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
-from anfir.abstract.values import AScalar, ATensor  # noqa: E402
+from anfir.abstract.values import AScalar, ATensor, ATuple  # noqa: E402
 from anfir.interop import flatten, onnx_export  # noqa: E402
 from anfir.interop.flat import (  # noqa: E402
     DIM, PSEUDO_PRIMITIVES, Block, Const, FlatProgram, NameAllocator, Op, Value,
@@ -306,6 +306,10 @@ SAMPLES.update({
     PRIMITIVES["arange"]: [(0, 5), (0.5, 2.0, A(step=0.25)), (S(1), 7, A(step=2, dtype="f32"))],
     PRIMITIVES["full"]: [(S((2, 3)), 2.5), (S((2,)), 3, A(dtype="f32"))],
     PRIMITIVES["eye"]: [(S(3),), (S(2), A(m=4, k=1, dtype="f32"))],
+    PRIMITIVES["split"]: [(W, A(sizes=2, axis=1)), (W, A(sizes=(1, 3), axis=-1)), (T223, A(sizes=(1, 1)))],
+    PRIMITIVES["topk"]: [(W, A(k=2)), (W, A(k=1, axis=0, largest=False)), (np.array([1.0, 3.0, 3.0, 2.0]), A(k=3))],
+    PRIMITIVES["concat_grad"]: [(np.arange(12.0).reshape(2, 6), (X, Y), A(axis=1)), (np.arange(12.0).reshape(4, 3), (X, X), A(axis=0))],
+    PRIMITIVES["stack_grad"]: [(T223, (X, X), A(axis=0)), (np.arange(12.0).reshape(2, 3, 2), (X, Y), A(axis=-1))],
 })
 """Sample arguments of each rule's primitive (``S(...)`` marks a constant operand)."""
 
@@ -346,12 +350,16 @@ def one_op_model(prim: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
         result_type: Any = AScalar("i64")
     else:
         result_type = prim.infer(*abstracts, **attrs)
-        result_type = result_type if isinstance(result_type, ATensor) else AScalar(result_type.dtype)
-    result = Value(names.take("result"), result_type, block)
-    block.ops.append(Op(prim, tuple(operands), (result,), None, attrs))
-    block.results = [result]
-    program = FlatProgram("op", inputs, [v.name for v in inputs], block, ["output"], "output",
-                          [result_type], names)
+        if not isinstance(result_type, ATuple):
+            result_type = result_type if isinstance(result_type, ATensor) else AScalar(result_type.dtype)
+    # A tuple-valued primitive (split, topk) has a result per item.
+    types = list(result_type.items) if isinstance(result_type, ATuple) else [result_type]
+    results = [Value(names.take("result"), t, block) for t in types]
+    block.ops.append(Op(prim, tuple(operands), tuple(results), None, attrs))
+    block.results = results
+    outputs = [f"output_{k}" for k in range(len(results))] if isinstance(result_type, ATuple) else ["output"]
+    program = FlatProgram("op", inputs, [v.name for v in inputs], block, outputs,
+                          "output" if len(outputs) == 1 else list(outputs), types, names)
     model = onnx_export.OnnxWriter(onnx, program).model(None)
     feed = {v.name: np.asarray(x, dtype=onnx_export._NUMPY_OF_ELEM[onnx_export._ONNX_TYPES[
         v.type.dtype]]) for v, x in zip(inputs, feed_values)}
@@ -377,8 +385,15 @@ def test_each_rule_computes_the_primitive(prim: Any) -> None:
         given = args[-1].attrs if args and isinstance(args[-1], A) else {}
         want = prim.impl(*[_raw(a) for a in args if not isinstance(a, A)], **given)
         for name, run in engines(model):
-            (got,) = run(feeds[0])
+            outputs = run(feeds[0])
             where = f"{name}: {prim.name}{tuple(np.shape(_raw(a)) for a in args if not isinstance(a, A))} {given}"
+            if isinstance(want, tuple):  # a tuple-valued primitive: an output per item
+                assert len(outputs) == len(want), where
+                for w_item, g_item in zip(want, outputs):
+                    assert_same(w_item, g_item, where)
+                    assert np.asarray(g_item).dtype == np.asarray(w_item).dtype, where
+                continue
+            (got,) = outputs
             assert_same(want, got, where)
             assert np.asarray(got).dtype == np.asarray(want).dtype or isinstance(want, float) \
                 or isinstance(want, (bool, int)), (where, np.asarray(got).dtype, np.asarray(want).dtype)
