@@ -564,3 +564,13 @@ def dloss(x: f64[B, 6]) = grad(loss)(x)
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         got = nest_outputs(model, session.run(None, onnx_inputs(model, x)))
         assert_close(got, anfir.run(mod[entry], x), rtol=1e-12, atol=1e-12, msg=entry)
+
+
+def test_end_is_a_keyword_argument_name_only_in_a_call() -> None:
+    # flatten's attribute is called `end`, a keyword of the language: it is a name right
+    # after '(' or ',' and before '=', and nowhere else.
+    x = np.ones((2, 3, 4))
+    assert anfir.run(program("def f(x) = flatten(x, start=0, end=1)")["f"], x).shape == (6, 4)
+    with pytest.raises(anfir.AnfirError, match="found 'end'") as info:
+        anfir.parse("def f(x) =\n  let end = 1 in x", "kw.anf")
+    assert info.value.loc is not None and info.value.loc.line == 2
