@@ -41,7 +41,7 @@ import anfir  # noqa: E402
 import spec_examples  # noqa: E402
 from example_args import transformer_args  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
-from anfir.abstract.values import AScalar, ATensor  # noqa: E402
+from anfir.abstract.values import AScalar, ATensor, ATuple  # noqa: E402
 from anfir.interop import flatten, onnx_export  # noqa: E402
 from anfir.interop.flat import (  # noqa: E402
     DIM, PSEUDO_PRIMITIVES, Block, Const, FlatProgram, NameAllocator, Op, Value,
@@ -265,6 +265,53 @@ SAMPLES.update({
     PRIMITIVES["cumprod"]: [(W, A(axis=1)), (W, A(axis=0, exclusive=True)), (T223, A(axis=1, reverse=True)),
                             (T223, A(axis=-1, exclusive=True, reverse=True)), (I,)],
 })
+# The shape and indexing operators (anfir/interop/onnx_shaping.py).
+IX = np.array([[1, -1], [0, 2]])
+SAMPLES.update({
+    PRIMITIVES["concat"]: [((X, Y), A(axis=0)), ((X, M24 @ np.ones((4, 3))), A(axis=-2)), ((V3, V3, V3),)],
+    PRIMITIVES["stack"]: [((X, Y), A(axis=1)), ((V3, V3), A(axis=-1)), ((X, Y),)],
+    PRIMITIVES["slice"]: [(W, A(starts=(0, 1), ends=(9, -1))), (W, A(starts=-1, ends=-9, axes=1, steps=-2)),
+                          (T223, A(starts=(1,), ends=(2,), axes=(-1,)))],
+    PRIMITIVES["slice_grad"]: [(np.ones((2, 2)), W, A(starts=(0, 1), ends=(9, -1))),
+                               (np.ones((2, 2)), W, A(starts=-1, ends=-9, axes=1, steps=-2))],
+    PRIMITIVES["pad"]: [(W, A(pads=(1, 0, 0, 2))), (W, A(pads=(1, 2, 1, 1), mode="reflect")),
+                        (W, A(pads=(0, 1, 1, 0), mode="edge", value=0)), (W, A(pads=(1, 3, 1, 2), mode="wrap")),
+                        (W, A(pads=(1, -1, 0, 0), value=2.5)), (I, A(pads=(1, 1, 1, 1), value=7))],
+    PRIMITIVES["pad_grad"]: [(np.arange(20.0).reshape(4, 5), X, A(pads=(1, 1, 1, 1), mode="reflect")),
+                             (np.ones((4, 4)), X, A(pads=(1, 0, 1, 1))),
+                             (np.arange(42.0).reshape(6, 7), X, A(pads=(2, 2, 2, 2), mode="wrap"))],
+    PRIMITIVES["squeeze"]: [(np.ones((1, 3, 1)),), (np.ones((1, 3, 1)), A(axis=-1)), (X, A(axis=()))],
+    PRIMITIVES["unsqueeze"]: [(X, A(axis=0)), (X, A(axis=(-1, 1))), (2.5, A(axis=0))],
+    PRIMITIVES["flatten"]: [(T223,), (T223, A(start=1)), (T223, A(start=0, end=1)), (X, A(start=1, end=1))],
+    PRIMITIVES["expand"]: [(V3, S((2, 3))), (np.ones((2, 1)), S((3,))), (X, S((1, 1, 3)))],
+    PRIMITIVES["tile"]: [(X, A(reps=(2, 1))), (V3, A(reps=(2, 2))), (T223, A(reps=2))],
+    PRIMITIVES["tile_grad"]: [(np.arange(12.0).reshape(4, 3), X, A(reps=(2, 1))),
+                              (np.arange(12.0).reshape(2, 6), V3, A(reps=(2, 2)))],
+    PRIMITIVES["flip"]: [(X,), (T223, A(axis=(0, -1))), (X, A(axis=()))],
+    PRIMITIVES["roll"]: [(X, A(shift=1)), (T223, A(shift=(1, -4), axis=(0, 2))), (W, A(shift=5, axis=1))],
+    PRIMITIVES["roll_back"]: [(X, A(shift=1)), (T223, A(shift=(1, -4), axis=(0, 2)))],
+    PRIMITIVES["tril"]: [(W,), (T224, A(k=1)), (I, A(k=-1))],
+    PRIMITIVES["triu"]: [(W,), (T224, A(k=-1))],
+    PRIMITIVES["rank"]: [(X,), (T223,)],
+    PRIMITIVES["gather"]: [(M34, IX), (W, IX, A(axis=1)), (M34, np.array([2, -3]), A(axis=-2)), (W, np.array(1))],
+    PRIMITIVES["gather_grad"]: [(np.ones((2, 2, 4)), M34, IX), (np.arange(8.0).reshape(2, 2, 2), W, IX, A(axis=1)),
+                                (np.ones(4), W, np.array(1), A(axis=0))],
+    PRIMITIVES["gather_elements"]: [(W, IX, A(axis=1)), (M34, np.array([[2, 0, 1, -1]]))],
+    PRIMITIVES["scatter_add"]: [(W, IX, X[:, :2], A(axis=1)), (M34, np.array([[2, 0, 2, -1]]), M24[:1])],
+    PRIMITIVES["gather_nd"]: [(M34, np.array([[0, 1], [2, -1]])), (T223, np.array([[1], [0]]))],
+    PRIMITIVES["gather_nd_grad"]: [(np.ones(2), M34, np.array([[0, 1], [0, 1]])),
+                                   (np.ones((2, 2, 3)), T223, np.array([[1], [0]]))],
+    PRIMITIVES["scatter_nd"]: [(M34, np.array([[0, 1], [2, 3]]), np.array([5.0, 6.0])),
+                               (M34, np.array([[1]]), np.ones((1, 4)))],
+    PRIMITIVES["one_hot"]: [(IX, A(depth=3)), (np.array([0, 4, 2]), A(depth=4, dtype="i64"))],
+    PRIMITIVES["arange"]: [(0, 5), (0.5, 2.0, A(step=0.25)), (S(1), 7, A(step=2, dtype="f32"))],
+    PRIMITIVES["full"]: [(S((2, 3)), 2.5), (S((2,)), 3, A(dtype="f32"))],
+    PRIMITIVES["eye"]: [(S(3),), (S(2), A(m=4, k=1, dtype="f32"))],
+    PRIMITIVES["split"]: [(W, A(sizes=2, axis=1)), (W, A(sizes=(1, 3), axis=-1)), (T223, A(sizes=(1, 1)))],
+    PRIMITIVES["topk"]: [(W, A(k=2)), (W, A(k=1, axis=0, largest=False)), (np.array([1.0, 3.0, 3.0, 2.0]), A(k=3))],
+    PRIMITIVES["concat_grad"]: [(np.arange(12.0).reshape(2, 6), (X, Y), A(axis=1)), (np.arange(12.0).reshape(4, 3), (X, X), A(axis=0))],
+    PRIMITIVES["stack_grad"]: [(T223, (X, X), A(axis=0)), (np.arange(12.0).reshape(2, 3, 2), (X, Y), A(axis=-1))],
+})
 """Sample arguments of each rule's primitive (``S(...)`` marks a constant operand)."""
 
 # The neural-network operators (anfir/primitives/nn.py) and their gradient helpers.
@@ -342,12 +389,16 @@ def one_op_model(prim: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
         result_type: Any = AScalar("i64")
     else:
         result_type = prim.infer(*abstracts, **attrs)
-        result_type = result_type if isinstance(result_type, ATensor) else AScalar(result_type.dtype)
-    result = Value(names.take("result"), result_type, block)
-    block.ops.append(Op(prim, tuple(operands), (result,), None, attrs))
-    block.results = [result]
-    program = FlatProgram("op", inputs, [v.name for v in inputs], block, ["output"], "output",
-                          [result_type], names)
+        if not isinstance(result_type, ATuple):
+            result_type = result_type if isinstance(result_type, ATensor) else AScalar(result_type.dtype)
+    # A tuple-valued primitive (split, topk) has a result per item.
+    types = list(result_type.items) if isinstance(result_type, ATuple) else [result_type]
+    results = [Value(names.take("result"), t, block) for t in types]
+    block.ops.append(Op(prim, tuple(operands), tuple(results), None, attrs))
+    block.results = results
+    outputs = [f"output_{k}" for k in range(len(results))] if isinstance(result_type, ATuple) else ["output"]
+    program = FlatProgram("op", inputs, [v.name for v in inputs], block, outputs,
+                          "output" if len(outputs) == 1 else list(outputs), types, names)
     model = onnx_export.OnnxWriter(onnx, program).model(None)
     feed = {v.name: np.asarray(x, dtype=onnx_export._NUMPY_OF_ELEM[onnx_export._ONNX_TYPES[
         v.type.dtype]]) for v, x in zip(inputs, feed_values)}
@@ -373,8 +424,15 @@ def test_each_rule_computes_the_primitive(prim: Any) -> None:
         given = args[-1].attrs if args and isinstance(args[-1], A) else {}
         want = prim.impl(*[_raw(a) for a in args if not isinstance(a, A)], **given)
         for name, run in engines(model):
-            (got,) = run(feeds[0])
+            outputs = run(feeds[0])
             where = f"{name}: {prim.name}{tuple(np.shape(_raw(a)) for a in args if not isinstance(a, A))} {given}"
+            if isinstance(want, tuple):  # a tuple-valued primitive: an output per item
+                assert len(outputs) == len(want), where
+                for w_item, g_item in zip(want, outputs):
+                    assert_same(w_item, g_item, where)
+                    assert np.asarray(g_item).dtype == np.asarray(w_item).dtype, where
+                continue
+            (got,) = outputs
             assert_same(want, got, where)
             assert np.asarray(got).dtype == np.asarray(want).dtype or isinstance(want, float) \
                 or isinstance(want, (bool, int)), (where, np.asarray(got).dtype, np.asarray(want).dtype)

@@ -109,6 +109,12 @@ def token_batches(lines: list[str], filename: str) -> Iterator[list[Token]]:
                         kind = "NAME"
                     else:
                         _raise_bad_character(text, filename, lineno, col, line)
+            if kind == "EQ" and len(tokens) >= 2 and tokens[-1][1].isalpha() \
+                    and tokens[-1][0] != "NAME" and tokens[-2][0] in ("LPAR", "COMMA"):
+                # A keyword between '(' or ',' and '=' is a keyword argument's name
+                # (flatten(x, end=-1)); 'let end = ...' stays an error.
+                previous = tokens[-1]
+                tokens[-1] = ("NAME", previous[1], previous[2], previous[3])
             append((kind, text, lineno, col))
             col += len(text)
             if len(tokens) >= _BATCH and len(line) > LONG_LINE:

@@ -645,6 +645,12 @@ class Walker:
             return folded
         operands = tuple(self._operand(a, call.what, call.loc, static_ok=True) for a in call.args)
         result_type = self._result_type(call)
+        if isinstance(result_type, ATuple):
+            # A primitive returning a flat tuple (split, topk): one op with a result per item.
+            values = tuple(Value(self.names.take(sanitize(call.hint)), _widen(item), call.block)
+                           for item in result_type.items)
+            call.block.ops.append(Op(call.prim, operands, values, call.loc, dict(call.attrs or {})))
+            return Tup(tuple(Leaf(v) for v in values))
         return Leaf(self._emit(call.prim, operands, result_type, call.block, call.loc, call.hint,
                                call.attrs))
 
@@ -666,6 +672,8 @@ class Walker:
         """The flat type of ``call``'s result: the node's type, else the primitive's rule."""
         if call.type is not None and is_value_type(call.type):
             return _widen(call.type)
+        if call.type is not None and _flat_tuple_type(call.type):
+            return call.type
         infer = call.prim.infer
         try:
             if infer is None:
@@ -674,6 +682,8 @@ class Walker:
         except AnfirError as err:
             raise ExportError(f"{call.what}: cannot type {call.prim.name} here ({err.message})",
                               call.loc) from None
+        if _flat_tuple_type(result):
+            return result
         if not is_value_type(result):
             raise ExportError(f"{call.what}: {call.prim.name} gives {result} here, not a tensor",
                               call.loc)
@@ -1412,6 +1422,11 @@ def _cycles(manager: Manager) -> dict[FuncGraph, frozenset[FuncGraph]]:
                     for h in members:
                         result[h] = group
     return result
+
+
+def _flat_tuple_type(t: Any) -> bool:
+    """Whether ``t`` is a non-empty tuple of tensors (the results of a multi-result op)."""
+    return isinstance(t, ATuple) and bool(t.items) and all(isinstance(i, ATensor) for i in t.items)
 
 
 def _widen(t: Any) -> AbstractValue:

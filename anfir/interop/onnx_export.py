@@ -55,6 +55,7 @@ from anfir.interop.flat import (
     dtype_of_type, shape_of_type,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
+from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
@@ -1594,7 +1595,10 @@ RULES: dict[Primitive, OnnxRule] = {
 takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
 
+RULES.update(SHAPING_RULES)
+
 UNSUPPORTED: dict[Primitive, str] = {
+    **UNSUPPORTED_SHAPING,
     **{prim: "ONNX has no complex element types in its operators (complex64/128 are "
              "storage types only: no Real, Imag or Complex operator)"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},

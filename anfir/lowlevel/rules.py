@@ -31,7 +31,8 @@ import numpy as np
 from anfir.interop.flat import DIM
 from anfir.ir.primitive import Primitive
 from anfir.lowlevel.program import COPY
-from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
+from anfir.primitives import (arith, complexes, elementwise, gradient, indexing, nn, reduce, shaping,
+                              structure, tensor)
 
 
 class TensorType(NamedTuple):
@@ -283,6 +284,18 @@ RULES: dict[Primitive, LowRule] = {
     nn.attention_scale: EVALUATED, nn.mask_cotangent: EVALUATED, nn.loss_reduce: EVALUATED,
     nn.loss_spread: EVALUATED, nn.class_mask: EVALUATED, nn.channel_view: EVALUATED,
     nn.group_view: EVALUATED, nn.einsum_ones: EVALUATED,
+    # shapes and indexing
+    shaping.concat: EVALUATED, shaping.stack: EVALUATED, shaping.slice_: EVALUATED,
+    shaping.slice_grad: EVALUATED, shaping.pad: EVALUATED, shaping.pad_grad: EVALUATED,
+    shaping.squeeze: EVALUATED, shaping.unsqueeze: EVALUATED, shaping.flatten: EVALUATED,
+    shaping.expand: EVALUATED, shaping.tile: EVALUATED, shaping.tile_grad: EVALUATED,
+    shaping.flip: EVALUATED, shaping.roll: EVALUATED, shaping.roll_back: EVALUATED,
+    shaping.tril: EVALUATED, shaping.triu: EVALUATED, shaping.rank: EVALUATED,
+    indexing.gather: EVALUATED, indexing.gather_grad: EVALUATED,
+    indexing.gather_elements: EVALUATED, indexing.scatter_add: EVALUATED,
+    indexing.gather_nd: EVALUATED, indexing.gather_nd_grad: EVALUATED,
+    indexing.scatter_nd: EVALUATED, indexing.one_hot: EVALUATED, indexing.arange: EVALUATED,
+    indexing.full: EVALUATED, indexing.eye: EVALUATED,
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
@@ -308,6 +321,8 @@ UNLOWERED: dict[Primitive, str] = {
     gradient.env_setitem: _WALKED, gradient.env_getitem: _WALKED, gradient.tuple_setitem: _WALKED,
     gradient.invert_permutation: _WALKED, gradient.grad_arg_check: _WALKED,
     gradient.grad_seed: _WALKED, gradient.tangent_scale: _WALKED,
+    **{prim: "its result is a tuple of tensors: an instruction writes one buffer"
+       for prim in (shaping.split, shaping.concat_grad, shaping.stack_grad, indexing.topk)},
     nn.einsum_grad_spec: "it computes a string (an einsum equation) from constants, which "
                          "constant folding does before lowering; buffers hold no strings",
 }

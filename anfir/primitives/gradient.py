@@ -449,7 +449,7 @@ clip_grad = declare("clip_grad", 4, _clip_grad, infer=_infer_clip_grad, family=F
                     bprop="""lambda (g, x, lo, hi, out, dout)
                         (sum_to(clip_grad(dout, x, lo, hi), g), zeros_like(x), zeros_like(lo),
                          zeros_like(hi)) end""")
-size = declare("size", 1, _size, infer=_infer_size, family=FAMILY, internal=True, differentiable=False,
+size = declare("size", 1, _size, infer=_infer_size, family=FAMILY, differentiable=False,
                doc="size(x) — the number of elements of x (1 for a scalar)")
 cast_like = declare("cast_like", 2, _cast_like, infer=_infer_cast_like, family=FAMILY, internal=True,
                     doc="cast_like(g, x) — g converted to x's dtype",

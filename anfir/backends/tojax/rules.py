@@ -35,6 +35,7 @@ from anfir.nested import fold_nested
 from anfir.primitives import arith, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
+from anfir.backends.tojax.shaping_rules import SHAPING_RULES
 from anfir.values import DType, GradEnv
 
 Rule = Callable[..., Any]
@@ -773,6 +774,7 @@ RULES: dict[Primitive, Rule] = {
     gradient.grad_arg_check: _grad_arg_check,
 }
 """The JAX rule of each primitive (called when an argument holds a JAX array)."""
+RULES.update(SHAPING_RULES)
 
 STRUCTURAL: frozenset[Primitive] = frozenset({
     structure.make_tuple, structure.tuple_getitem, structure.len_, structure.switch,

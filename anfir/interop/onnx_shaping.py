@@ -1,0 +1,431 @@
+"""ONNX rules of the shape and indexing operators (primitives/shaping.py and
+primitives/indexing.py), merged into :data:`anfir.interop.onnx_export.RULES`.
+
+Most map to one ONNX operator (Concat, Slice, Pad, Squeeze, Expand, Tile,
+Trilu, Gather, GatherElements, GatherND, ScatterElements, ScatterND).  The
+gradient helpers that are linear maps fixed by static shapes (``slice_grad``,
+``pad_grad``) are written as a scatter-add of the flattened gradient into
+positions computed here with the primitive's own numpy helpers.  Primitives
+that return a tuple (``split``, ``topk``, ``stack_grad``, ``concat_grad``) write
+one ONNX output per item.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from anfir.dtypes import numpy_dtype
+from anfir.errors import ExportError
+from anfir.interop.flat import Op, shape_of_type
+from anfir.ir.primitive import Primitive
+from anfir.primitives import indexing, shaping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.interop.onnx_export import OnnxWriter
+
+Rule = Callable[["OnnxWriter", Op], None]
+INT_MAX = np.iinfo(np.int64).max
+
+
+def _shape(w: "OnnxWriter", operand: Any, what: str) -> tuple[Any, ...]:
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None:
+        raise ExportError(f"{what} needs a tensor of known rank", w.loc)
+    return tuple(shape)
+
+
+def _ints_shape(w: "OnnxWriter", operand: Any, what: str) -> tuple[int, ...]:
+    shape = _shape(w, operand, what)
+    if not all(isinstance(d, int) for d in shape):
+        raise ExportError(f"{what} needs static dimensions to export, not {shape}", w.loc)
+    return tuple(int(d) for d in shape)
+
+
+def _zeros_like(w: "OnnxWriter", x: str, d: str) -> str:
+    return w.op("ConstantOfShape", w.op("Shape", x), value=w.fill_value(0, d))
+
+
+def _concat(w: "OnnxWriter", op: Op) -> None:
+    """Concat."""
+    out = op.results[0]
+    d = w.dtype(out)
+    items = op.args[0] if isinstance(op.args[0], tuple) else (op.args[0],)
+    rank = len(_shape(w, items[0], "concat"))
+    w.node("Concat", [w.tensor(i, d) for i in items], [out.name],
+           axis=shaping.axis_of(op.attrs["axis"], rank, "concat"))
+
+
+def _stack(w: "OnnxWriter", op: Op) -> None:
+    """Unsqueeze each, then Concat."""
+    out = op.results[0]
+    d = w.dtype(out)
+    items = op.args[0] if isinstance(op.args[0], tuple) else (op.args[0],)
+    rank = len(_shape(w, items[0], "stack"))
+    ax = shaping.axis_of(op.attrs["axis"], rank, "stack", extra=1)
+    w.node("Concat", [w.op("Unsqueeze", w.tensor(i, d), w.ints([ax])) for i in items], [out.name],
+           axis=ax)
+
+
+def _slice_inputs(w: "OnnxWriter", rank: int, attrs: dict[str, Any]) -> list[str]:
+    spec = shaping._slice_args(rank, attrs["starts"], attrs["ends"], attrs["axes"], attrs["steps"])
+    return [w.ints([s for _, s, _, _ in spec]), w.ints([min(e, INT_MAX) for _, _, e, _ in spec]),
+            w.ints([a for a, _, _, _ in spec]), w.ints([st for _, _, _, st in spec])]
+
+
+def _slice(w: "OnnxWriter", op: Op) -> None:
+    """Slice (the same clamping)."""
+    out = op.results[0]
+    rank = len(_shape(w, op.args[0], "slice"))
+    w.node("Slice", [w.tensor(op.args[0], w.dtype(out)), *_slice_inputs(w, rank, op.attrs)], [out.name])
+
+
+def _flat_scatter(w: "OnnxWriter", op: Op, positions: np.ndarray, sources: np.ndarray,
+                  shape: tuple[int, ...]) -> None:
+    """out (of shape) = zeros, then out.flat[positions[k]] += dout.flat[sources[k]]."""
+    out = op.results[0]
+    d = w.dtype(out)
+    g = w.op("Reshape", w.tensor(op.args[0], d), w.ints([-1]))
+    picked = w.op("Gather", g, w.ints(sources.tolist()), axis=0)
+    zeros = w.const(np.zeros(int(np.prod(shape)), dtype=np.float64).astype(_np(d)), d)
+    summed = w.op("ScatterElements", zeros, w.ints(positions.tolist()), picked, axis=0,
+                  reduction="add")
+    w.node("Reshape", [summed, w.ints(list(shape))], [out.name])
+
+
+def _np(d: str) -> Any:
+    return numpy_dtype(d)
+
+
+def _slice_grad(w: "OnnxWriter", op: Op) -> None:
+    """dout scattered into zeros at the positions slice took (static shape)."""
+    shape = _ints_shape(w, op.args[1], "slice_grad")
+    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    a = op.attrs
+    taken = shaping._slice(where, a["starts"], a["ends"], a["axes"], a["steps"])
+    positions = np.asarray(taken).reshape(-1)
+    _flat_scatter(w, op, positions, np.arange(positions.size), shape)
+
+
+def _pad(w: "OnnxWriter", op: Op) -> None:
+    """Pad (modes constant, reflect, edge, wrap)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    rank = len(_shape(w, op.args[0], "pad"))
+    spec, mode = shaping._pads(op.attrs["pads"], rank, op.attrs["mode"])
+    pads = [max(b, 0) for b, _ in spec] + [max(e, 0) for _, e in spec]
+    value = w.const(np.array(op.attrs["value"]).astype(_np(d)), d)
+    padded = w.op("Pad", w.tensor(op.args[0], d), w.ints(pads), value, mode=mode)
+    # Negative pads crop: a Slice after the Pad (not every engine takes them in Pad).
+    crop = [(ax, -b if b < 0 else 0, e if e < 0 else INT_MAX) for ax, (b, e) in enumerate(spec)
+            if b < 0 or e < 0]
+    if not crop:
+        w.node("Identity", [padded], [out.name])
+        return
+    w.node("Slice", [padded, w.ints([c[1] for c in crop]), w.ints([c[2] for c in crop]),
+                     w.ints([c[0] for c in crop])], [out.name])
+
+
+def _pad_grad(w: "OnnxWriter", op: Op) -> None:
+    """Each padded element's gradient added to its source (static shape)."""
+    shape = _ints_shape(w, op.args[1], "pad_grad")
+    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    sources = np.asarray(shaping._pad(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
+    keep = np.nonzero(sources >= 0)[0]
+    _flat_scatter(w, op, sources[keep], keep, shape)
+
+
+def _squeeze(w: "OnnxWriter", op: Op) -> None:
+    """Squeeze (no axis: the axes of static length 1)."""
+    out = op.results[0]
+    shape = _shape(w, op.args[0], "squeeze")
+    axis = op.attrs["axis"]
+    axes = [i for i, n in enumerate(shape) if n == 1] if axis is None else \
+        list(shaping.axes_of(axis, len(shape), "squeeze"))
+    w.node("Squeeze", [w.tensor(op.args[0], w.dtype(out)), w.ints(axes)], [out.name])
+
+
+def _unsqueeze(w: "OnnxWriter", op: Op) -> None:
+    """Unsqueeze."""
+    out = op.results[0]
+    rank = len(_shape(w, op.args[0], "unsqueeze"))
+    axes = shaping._unsqueeze_axes(op.attrs["axis"], rank)
+    w.node("Unsqueeze", [w.tensor(op.args[0], w.dtype(out)), w.ints(list(axes))], [out.name])
+
+
+def _flatten(w: "OnnxWriter", op: Op) -> None:
+    """Reshape: the kept leading axes copied (0), the merged one -1, trailing ones static."""
+    out = op.results[0]
+    shape = _shape(w, op.args[0], "flatten")
+    s, e = shaping._flatten_range(len(shape), op.attrs["start"], op.attrs["end"])
+    trailing = shape[e + 1:]
+    if not all(isinstance(n, int) for n in trailing):
+        raise ExportError("flatten of symbolic trailing dimensions cannot be exported", w.loc)
+    target = [0] * s + [-1] + [int(n) for n in trailing]
+    w.node("Reshape", [w.tensor(op.args[0], w.dtype(out)), w.ints(target)], [out.name])
+
+
+def _expand(w: "OnnxWriter", op: Op) -> None:
+    """Expand."""
+    out = op.results[0]
+    w.node("Expand", [w.tensor(op.args[0], w.dtype(out)), w.shape_tensor(op.args[1])], [out.name])
+
+
+def _tile_input(w: "OnnxWriter", op: Op, what: str) -> tuple[str, list[int], list[Any]]:
+    shape = list(_shape(w, op.args[0 if what == "tile" else 1], what))
+    reps = list(shaping.ints_attr(op.attrs["reps"], "reps", what))
+    dims, counts = shaping._tile_layout(shape, tuple(reps))
+    return "", counts, dims
+
+
+def _tile(w: "OnnxWriter", op: Op) -> None:
+    """Tile (x given leading axes first when reps is longer than its rank)."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    rank = len(_shape(w, op.args[0], "tile"))
+    _, counts, dims = _tile_input(w, op, "tile")
+    if len(dims) > rank:
+        x = w.op("Unsqueeze", x, w.ints(list(range(len(dims) - rank))))
+    w.node("Tile", [x, w.ints(counts)], [out.name])
+
+
+def _tile_grad(w: "OnnxWriter", op: Op) -> None:
+    """Reshape to (rep, dim) pairs, ReduceSum over the reps, Reshape to x's shape."""
+    out = op.results[0]
+    shape = _ints_shape(w, op.args[1], "tile_grad")
+    _, counts, dims = _tile_input(w, op, "tile_grad")
+    interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
+    g = w.op("Reshape", w.tensor(op.args[0], w.dtype(out)), w.ints(interleaved))
+    summed = w.op("ReduceSum", g, w.ints(list(range(0, 2 * len(dims), 2))), keepdims=0)
+    w.node("Reshape", [summed, w.ints(list(shape))], [out.name])
+
+
+def _flip(w: "OnnxWriter", op: Op) -> None:
+    """Slice with step -1 on the axes."""
+    out = op.results[0]
+    rank = len(_shape(w, op.args[0], "flip"))
+    axes = list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
+    x = w.tensor(op.args[0], w.dtype(out))
+    if not axes:
+        w.node("Identity", [x], [out.name])
+        return
+    w.node("Slice", [x, w.ints([-1] * len(axes)), w.ints([-INT_MAX] * len(axes)), w.ints(axes),
+                     w.ints([-1] * len(axes))], [out.name])
+
+
+def _roll_with(w: "OnnxWriter", op: Op, sign: int) -> None:
+    out = op.results[0]
+    shape = _ints_shape(w, op.args[0], "roll")
+    shifts, axes = shaping._roll_args(op.attrs["shift"], op.attrs["axis"], len(shape))
+    x = w.tensor(op.args[0], w.dtype(out))
+    if axes is None:
+        x, axes, flat = w.op("Reshape", x, w.ints([-1])), (0,), True
+        lengths = [int(np.prod(shape))]
+    else:
+        flat, lengths = False, [shape[a] for a in axes]
+    for shift, ax, n in zip(shifts, axes, lengths):
+        k = (sign * shift) % n if n else 0
+        if k:
+            tail = w.op("Slice", x, w.ints([n - k]), w.ints([n]), w.ints([ax]))
+            head = w.op("Slice", x, w.ints([0]), w.ints([n - k]), w.ints([ax]))
+            x = w.op("Concat", tail, head, axis=ax)
+    if flat:
+        x = w.op("Reshape", x, w.ints(list(shape)))
+    w.node("Identity", [x], [out.name])
+
+
+def _triangle(upper: int) -> Rule:
+    def rule(w: "OnnxWriter", op: Op) -> None:
+        out = op.results[0]
+        k = w.const(np.array(int(op.attrs["k"]), dtype=np.int64), "i64")
+        w.node("Trilu", [w.tensor(op.args[0], w.dtype(out)), k], [out.name], upper=upper)
+    rule.__doc__ = f"Trilu(upper={upper})"
+    return rule
+
+
+def _rank(w: "OnnxWriter", op: Op) -> None:
+    """Size(Shape(x))."""
+    w.node("Size", [w.op("Shape", w.tensor(op.args[0]))], [op.results[0].name])
+
+
+def _gather(w: "OnnxWriter", op: Op) -> None:
+    """Gather."""
+    out = op.results[0]
+    rank = len(_shape(w, op.args[0], "gather"))
+    w.node("Gather", [w.tensor(op.args[0], w.dtype(out)), w.tensor(op.args[1], "i64")], [out.name],
+           axis=shaping.axis_of(op.attrs["axis"], rank, "gather"))
+
+
+def _positive(w: "OnnxWriter", index: str, n: str) -> str:
+    negative = w.op("Less", index, w.const(np.array(0, dtype=np.int64), "i64"))
+    return w.op("Where", negative, w.op("Add", index, n), index)
+
+
+def _gather_grad(w: "OnnxWriter", op: Op) -> None:
+    """ScatterND (add) of dout, its index axes moved first, into zeros (axis moved first)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x_shape = _shape(w, op.args[1], "gather_grad")
+    rank = len(x_shape)
+    ax = shaping.axis_of(op.attrs["axis"], rank, "gather_grad")
+    k = len(_shape(w, op.args[2], "gather_grad"))
+    x = w.tensor(op.args[1], d)
+    n = w.op("Gather", w.op("Shape", x), w.const(np.array(ax, dtype=np.int64), "i64"), axis=0)
+    index = w.op("Unsqueeze", _positive(w, w.tensor(op.args[2], "i64"), n), w.ints([-1]))
+    perm_x = [ax] + [i for i in range(rank) if i != ax]
+    zeros = _zeros_like(w, w.op("Transpose", x, perm=perm_x), d)
+    g_rank = rank - 1 + k
+    perm_g = list(range(ax, ax + k)) + list(range(ax)) + list(range(ax + k, g_rank))
+    g = w.op("Transpose", w.tensor(op.args[0], d), perm=perm_g)
+    acc = w.op("ScatterND", zeros, index, g, reduction="add")
+    w.node("Transpose", [acc], [out.name], perm=[perm_x.index(i) for i in range(rank)])
+
+
+def _gather_elements(w: "OnnxWriter", op: Op) -> None:
+    """GatherElements."""
+    out = op.results[0]
+    rank = len(_shape(w, op.args[0], "gather_elements"))
+    w.node("GatherElements", [w.tensor(op.args[0], w.dtype(out)), w.tensor(op.args[1], "i64")],
+           [out.name], axis=shaping.axis_of(op.attrs["axis"], rank, "gather_elements"))
+
+
+def _scatter_add(w: "OnnxWriter", op: Op) -> None:
+    """ScatterElements with reduction add."""
+    out = op.results[0]
+    d = w.dtype(out)
+    rank = len(_shape(w, op.args[0], "scatter_add"))
+    w.node("ScatterElements", [w.tensor(op.args[0], d), w.tensor(op.args[1], "i64"),
+                               w.tensor(op.args[2], d)], [out.name],
+           axis=shaping.axis_of(op.attrs["axis"], rank, "scatter_add"), reduction="add")
+
+
+def _gather_nd(w: "OnnxWriter", op: Op) -> None:
+    """GatherND."""
+    out = op.results[0]
+    w.node("GatherND", [w.tensor(op.args[0], w.dtype(out)), w.tensor(op.args[1], "i64")], [out.name])
+
+
+def _gather_nd_grad(w: "OnnxWriter", op: Op) -> None:
+    """ScatterND (add) of dout into zeros of x's shape."""
+    out = op.results[0]
+    d = w.dtype(out)
+    zeros = _zeros_like(w, w.tensor(op.args[1], d), d)
+    w.node("ScatterND", [zeros, w.tensor(op.args[2], "i64"), w.tensor(op.args[0], d)], [out.name],
+           reduction="add")
+
+
+def _scatter_nd(w: "OnnxWriter", op: Op) -> None:
+    """ScatterND."""
+    out = op.results[0]
+    d = w.dtype(out)
+    w.node("ScatterND", [w.tensor(op.args[0], d), w.tensor(op.args[1], "i64"),
+                         w.tensor(op.args[2], d)], [out.name])
+
+
+def _one_hot(w: "OnnxWriter", op: Op) -> None:
+    """Equal(indices[..., None], 0..depth-1), cast (an index out of range gives zeros, as anfir)."""
+    out = op.results[0]
+    depth = int(op.attrs["depth"])
+    index = w.op("Unsqueeze", w.tensor(op.args[0], "i64"), w.ints([-1]))
+    hit = w.op("Equal", index, w.const(np.arange(depth, dtype=np.int64), "i64"))
+    w.node("Identity", [w.cast(hit, "bool", w.dtype(out))], [out.name])
+
+
+def _arange(w: "OnnxWriter", op: Op) -> None:
+    """Range in the result's dtype."""
+    out = op.results[0]
+    d = w.dtype(out)
+    step = w.const(np.array(op.attrs["step"]).astype(_np(d)), d)
+    w.node("Range", [w.tensor(op.args[0], d), w.tensor(op.args[1], d), step], [out.name])
+
+
+def _full(w: "OnnxWriter", op: Op) -> None:
+    """Expand of the value (in the result's dtype) to the shape."""
+    out = op.results[0]
+    w.node("Expand", [w.tensor(op.args[1], w.dtype(out)), w.shape_tensor(op.args[0])], [out.name])
+
+
+def _eye(w: "OnnxWriter", op: Op) -> None:
+    """EyeLike of a zero matrix of the (static) size."""
+    out = op.results[0]
+    n = int(w.static(op.args[0]))
+    value = indexing._eye(n, **op.attrs)
+    w.node("Identity", [w.const(value, w.dtype(out))], [out.name])
+
+
+def _split_lengths(w: "OnnxWriter", items: Any, ax: int) -> str:
+    """A 1-D i64 tensor of the lengths of axis ax of the operands (static when known)."""
+    dims = [_shape(w, item, "concat_grad")[ax] for item in items]
+    if all(isinstance(d, int) for d in dims):
+        return w.ints([int(d) for d in dims])
+    axis = w.ints([ax])
+    return w.op("Concat", *[w.op("Gather", w.op("Shape", w.tensor(item)), axis, axis=0) for item in items],
+                axis=0)
+
+
+def _split(w: "OnnxWriter", op: Op) -> None:
+    """Split with the sizes (a count: ONNX's own rule, the last piece smaller)."""
+    shape = _shape(w, op.args[0], "split")
+    ax = shaping.axis_of(op.attrs["axis"], len(shape), "split")
+    x = w.tensor(op.args[0], w.dtype(op.results[0]))
+    sizes = op.attrs["sizes"]
+    outs = [r.name for r in op.results]
+    if isinstance(sizes, tuple):
+        w.node("Split", [x, w.ints(list(sizes))], outs, axis=ax)
+    else:
+        w.node("Split", [x], outs, axis=ax, num_outputs=len(outs))
+
+
+def _concat_grad(w: "OnnxWriter", op: Op) -> None:
+    """Split of dout at the lengths of the xs (Shape + Gather when symbolic)."""
+    items = op.args[1] if isinstance(op.args[1], tuple) else (op.args[1],)
+    rank = len(_shape(w, op.args[0], "concat_grad"))
+    ax = shaping.axis_of(op.attrs["axis"], rank, "concat_grad")
+    g = w.tensor(op.args[0], w.dtype(op.results[0]))
+    w.node("Split", [g, _split_lengths(w, items, ax)], [r.name for r in op.results], axis=ax)
+
+
+def _stack_grad(w: "OnnxWriter", op: Op) -> None:
+    """Split into pieces of 1, each Squeezed."""
+    rank = len(_shape(w, op.args[0], "stack_grad"))
+    ax = shaping.axis_of(op.attrs["axis"], rank - 1, "stack_grad", extra=1)
+    g = w.tensor(op.args[0], w.dtype(op.results[0]))
+    pieces = [w.temp("piece") for _ in op.results]
+    w.node("Split", [g], pieces, axis=ax, num_outputs=len(pieces))
+    for piece, result in zip(pieces, op.results):
+        w.node("Squeeze", [piece, w.ints([ax])], [result.name])
+
+
+def _topk(w: "OnnxWriter", op: Op) -> None:
+    """TopK (sorted; ties: the lower index first, as anfir)."""
+    rank = len(_shape(w, op.args[0], "topk"))
+    values, indices = op.results
+    w.node("TopK", [w.tensor(op.args[0], w.dtype(values)), w.ints([int(op.attrs["k"])])],
+           [values.name, indices.name], axis=shaping.axis_of(op.attrs["axis"], rank, "topk"),
+           largest=int(bool(op.attrs["largest"])), sorted=1)
+
+
+SHAPING_RULES: dict[Primitive, Rule] = {
+    shaping.split: _split, shaping.concat_grad: _concat_grad, shaping.stack_grad: _stack_grad,
+    indexing.topk: _topk,
+    shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice,
+    shaping.slice_grad: _slice_grad, shaping.pad: _pad, shaping.pad_grad: _pad_grad,
+    shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
+    shaping.expand: _expand, shaping.tile: _tile, shaping.tile_grad: _tile_grad,
+    shaping.flip: _flip, shaping.roll: lambda w, op: _roll_with(w, op, 1),
+    shaping.roll_back: lambda w, op: _roll_with(w, op, -1),
+    shaping.tril: _triangle(0), shaping.triu: _triangle(1), shaping.rank: _rank,
+    indexing.gather: _gather, indexing.gather_grad: _gather_grad,
+    indexing.gather_elements: _gather_elements, indexing.scatter_add: _scatter_add,
+    indexing.gather_nd: _gather_nd, indexing.gather_nd_grad: _gather_nd_grad,
+    indexing.scatter_nd: _scatter_nd, indexing.one_hot: _one_hot, indexing.arange: _arange,
+    indexing.full: _full, indexing.eye: _eye,
+}
+"""The ONNX rule of each shape and indexing primitive with one result."""
+
+UNSUPPORTED_SHAPING: dict[Primitive, str] = {}
+"""Shape and indexing primitives without an ONNX rule, with the reason (none)."""
+
+
+__all__ = ["SHAPING_RULES", "UNSUPPORTED_SHAPING"]
