@@ -35,15 +35,18 @@ names the extra (``pip install "anfir[coreml]"``).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import logging
 import math
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.shapes import is_unknown_dim
+from anfir.abstract.shapes import dims_equal, is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
 from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
@@ -71,11 +74,39 @@ nested block from inside the call that makes its op, so each level costs Python
 stack frames (the flat program itself is written without recursion otherwise)."""
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """coremltools' log warnings (no macOS runtime here, an untested torch version,
+    flexible shapes) off while it runs for anfir."""
+    logger = logging.getLogger("coremltools")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """The converter's pass pipeline without its tqdm progress bars on stderr (it has no
+    option for that: its module's ``tqdm`` is replaced while anfir converts)."""
+    from coremltools.converters.mil.mil.passes import pass_pipeline
+
+    original = pass_pipeline.tqdm
+    pass_pipeline.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        pass_pipeline.tqdm = original
+
+
 def require_coremltools() -> Any:
     """The ``coremltools`` module, or a :class:`MissingDependencyError` naming the extra."""
     try:
-        import coremltools
-        from coremltools.converters.mil import Builder  # noqa: F401
+        with _quiet():
+            import coremltools
+            from coremltools.converters.mil import Builder  # noqa: F401
     except ImportError:
         raise MissingDependencyError(
             f'exporting to Core ML needs the coremltools package: pip install "anfir[{EXTRA}]"'
@@ -137,7 +168,7 @@ def to_mlmodel(program: "Program") -> Any:
     dimensions flexible without an upper bound and anfir's metadata in the
     model's user-defined metadata.  Save it with ``model.save("X.mlpackage")``."""
     ct = require_coremltools()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _quiet(), _no_progress_bars():
         # "Some dimensions in the input shape are unknown...": the bounds are set below.
         warnings.simplefilter("ignore", UserWarning)
         model = ct.convert(program, convert_to="mlprogram",
@@ -699,8 +730,6 @@ def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[
 
 def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Whether two shapes are provably equal."""
-    from anfir.abstract.shapes import dims_equal
-
     return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
 
 
