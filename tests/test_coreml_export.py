@@ -15,6 +15,7 @@ The module skips where coremltools is not installed (``pip install -e ".[coreml]
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +365,107 @@ def test_the_command_line_exports_an_mlpackage(tmp_path: Path) -> None:
          "-o", str(tmp_path / "f.mlpackage")], tmp_path)
     assert status == 1 and "export error" in stderr and "Traceback" not in stderr
     assert not (tmp_path / "f.mlpackage").exists()
+
+
+# -- the op library's table, and generated programs, through the whole pipeline ---------------
+def compare_with_anfir(module: Any, entry: str, args: list[Any], rtol: float = 1e-4,
+                       atol: float = 1e-4) -> None:
+    """The exported program, evaluated by coremltools, computes what anfir does; or it is
+    an export error that names a primitive MIL cannot express (and why)."""
+    want = anfir.run(anfir.compile(module, entry=entry, args=args), *args)
+    try:
+        got = coreml_export.evaluate(module, entry, args)
+    except anfir.AnfirError as err:
+        assert err.kind == "export error" and err.loc is not None, err.render()
+        assert any(reason in err.message for reason in UNSUPPORTED.values()), err.message
+        return
+    assert_close(want, got, f"{entry}{tuple(np.shape(a) for a in args)}", rtol=rtol, atol=atol)
+
+
+from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY  # noqa: E402
+
+_CASES = [*UNARY, *BINARY, *PREDICATES, *INTEGER]
+
+
+def _draw(op: Any, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    data = np.random.default_rng(seed)
+    if op.kind == "int":
+        return data.integers(1, 6, size=shape)
+    if op.kind == "bool":
+        return data.integers(0, 2, size=shape).astype(bool)
+    return data.uniform(op.low, op.high, size=shape)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", _CASES, ids=lambda o: o.id)
+def test_library_operator_exports_with_its_gradient(op: Any) -> None:
+    params = ", ".join("xy"[:op.nargs])
+    call = op.call.format(x="x", y="y")
+    args = [_draw(op, (2, 3), 1), _draw(op, (3,), 2)][:op.nargs]
+    text = f"def f({params}) = {call}\n"
+    if op.grad:
+        text += (f"def g({params}) = grad(lambda ({params}) sum(sin({call})) end, "
+                 f"{', '.join(str(i) for i in range(op.nargs))})({params})\n")
+    module = anfir.parse(text, f"{op.id}.anf")
+    compare_with_anfir(module, "f", args)
+    if op.grad:
+        compare_with_anfir(module, "g", args)
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and np.isinf(value):
+        return "1e999"
+    return repr(value)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("red", REDUCTIONS, ids=lambda r: r.id)
+def test_library_reduction_exports_with_its_gradient(red: Any) -> None:
+    extra = "".join(f", {k}={_literal(v)}" for k, v in red.kw)
+    defs = []
+    for k, (axis, keepdims) in enumerate([(None, False), (1, True), ((0, 2), False), (-1, False)]):
+        call = f"{red.name}({red.arg}, axis={_literal(axis)}, keepdims={_literal(keepdims)}{extra})"
+        defs.append(f"def f{k}(x) = {call}")
+        if red.grad:
+            defs.append(f"def g{k}(x) = grad(lambda (y) sum(sin({call.replace('(x', '(y')})) end)(x)")
+    module = anfir.parse("\n".join(defs) + "\n", f"{red.id}.anf")
+    x = np.random.default_rng(3).uniform(red.low, red.high, size=(2, 3, 4))
+    for name in module.graphs:
+        compare_with_anfir(module, name, [x])
+
+
+NOTEBOOK = anfir.parse("""
+def f(x, y) = sin(x) * y + x * x
+def piecewise(x) = if x > 0.0 then x * x else sin(x)
+def a(x) = tanh(x) * exp(-x * x) + sqrt(x * x + 1.0)
+def c(x) = (lambda (g) g(g(x)) end)(lambda (y) y * y + x end)
+def choose(k, x) =
+  let f = if k > 0 then (lambda (y) y * x end) else (lambda (y) y + x end) in
+  f(x) * 2.0
+""", filename="notebooks.anf")
+
+
+@pytest.mark.parametrize("name,args", [
+    ("f", [0.5, 2.0]), ("piecewise", [1.5]), ("piecewise", [-0.5]), ("a", [0.3]), ("c", [1.25]),
+    ("choose", [1, 3.0]), ("choose", [-1, 3.0]),
+])
+def test_notebook_programs_and_their_gradients(name: str, args: list[Any]) -> None:
+    compare_with_anfir(NOTEBOOK, name, args)
+    floats = [i for i, a in enumerate(args) if isinstance(a, float)]
+    compare_with_anfir(anfir.grad(NOTEBOOK[name], wrt=tuple(floats)), None, args)
+
+
+def test_export_is_deterministic() -> None:
+    mlp = anfir.parse(spec_examples.MLP)["mlp_loss"]
+
+    def text() -> str:
+        # coremltools numbers blocks with a process-wide counter; the rest is anfir's naming.
+        return re.sub(r"block\d+", "block", str(anfir.export_coreml(anfir.value_and_grad(
+            mlp, wrt=(0, 1)))))
+
+    first = text()
+    assert text() == first and "matmul" in first

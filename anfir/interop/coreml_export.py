@@ -1103,7 +1103,7 @@ class MilWriter:
     def __init__(self, ct: Any, program: FlatProgram) -> None:
         """A writer for ``program`` (``ct`` is the imported coremltools)."""
         from coremltools.converters.mil import Builder
-        from coremltools.converters.mil.mil import types
+        from coremltools.converters.mil.mil import Var, types
 
         self.ct = ct
         self.mb = Builder
@@ -1114,6 +1114,7 @@ class MilWriter:
         self.loc: Optional[Location] = None
         self.depth = 0
         self.constant_inputs = False
+        self._var_class = Var
 
     # -- the program -----------------------------------------------------------------
     def program(self, feeds: Optional[dict[str, Any]] = None) -> Any:
@@ -1273,11 +1274,18 @@ class MilWriter:
         if out is not None and name == out.name:
             name = self.names.take(out.name)
         try:
-            return getattr(self.mb, kind)(name=name, **inputs)
+            var = getattr(self.mb, kind)(name=name, **inputs)
         except ExportError:
             raise
         except (ValueError, TypeError, NotImplementedError) as error:
             raise ExportError(f"coremltools refused the MIL op {kind}: {error}", self.loc) from None
+        if self.constant_inputs and isinstance(var, self._var_class) and isinstance(
+                var.val, (bool, int, float)):
+            # Some value inferences give a Python scalar that the next op's cannot take
+            # (``cos`` asks for ``.ndim``): a numpy 0-d value of the var's dtype instead.
+            value = np.asarray(var.val, dtype=self.types.nptype_from_builtin(var.dtype))
+            var = self.mb.const(val=value, name=self.names.take(f"{name}_value"))
+        return var
 
     def bind(self, value: Value, var: Any) -> None:
         """``var`` computes the flat value ``value``."""
