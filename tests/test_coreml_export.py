@@ -469,3 +469,38 @@ def test_export_is_deterministic() -> None:
 
     first = text()
     assert text() == first and "matmul" in first
+
+
+# -- shapes known only at run time -----------------------------------------------------------
+SYMBOLIC = anfir.parse("""
+def run(x: f64[N, 2], steps: i64) =
+  let loop = lambda (k, state)
+    if k == 0 then state
+    else loop(k - 1, (state[0] * 0.5 + 1.0, state[1] + sum(state[0]))) end in
+  loop(steps, (x, 0.0))
+def f(x: f64[N, 3]) =
+  let flat = reshape(x, (shape(x)[0] * 3,)) in
+  (flat, zeros(shape(x)), mean(x), broadcast_to(sum(x, 0), shape(x)))
+def h(w: f64[3], x: f64[N, 3]) = if sum(w) > 0.0 then sum(sin(x * w)) else sum(x @ w)
+def gh(w: f64[3], x: f64[N, 3]) = grad(h)(w, x)
+def loss(w: f64[3], x: f64[N, 3]) =
+  mean(sin(x * w) + reshape(x, (3, shape(x)[0])) @ ones((shape(x)[0],)))
+def gloss(w: f64[3], x: f64[N, 3]) = grad(loss)(w, x)
+""", filename="symbolic.anf")
+
+
+def test_a_loop_carrying_a_tensor_of_symbolic_shape(tmp_path: Path) -> None:
+    described = saved(anfir.export_coreml(SYMBOLIC, entry="run"), tmp_path)
+    assert described["inputs"] == [{"name": "x", "dtype": "FLOAT32", "shape": [None, 2]},
+                                   {"name": "steps", "dtype": "INT32", "shape": [1]}]
+    assert {"cond", "while_loop"} <= set(described["op_types"])
+
+
+@pytest.mark.parametrize("entry", ["f", "gh", "gloss"])
+def test_shapes_known_only_at_run_time(entry: str, tmp_path: Path) -> None:
+    described = saved(anfir.export_coreml(SYMBOLIC, entry=entry), tmp_path)
+    assert described["inputs"][-1] == {"name": "x", "dtype": "FLOAT32", "shape": [None, 3]}
+    x = np.arange(6.0).reshape(2, 3) / 4
+    w = np.array([0.5, -1.0, 2.0])
+    for args in ([x], [x[:1]]) if entry == "f" else ([w, x], [-w, x], [w, x[:1]]):
+        compare_with_anfir(SYMBOLIC, entry, args)
