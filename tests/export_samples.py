@@ -64,7 +64,7 @@ SAMPLES: dict[Any, list[tuple[Any, ...]]] = {
     tensor.ones_like: [(X,), (I,), (2.5,)], structure.zeros_like: [(X,), (I,), (B,), (2.5,)],
     tensor.zeros: [(S((2, 3)),), (S((2,)), S("f32")), (S(()),)],
     tensor.ones: [(S((2, 3)),), (S((4,)), S("i64"))],
-    tensor.where: [(B, X, Y), (B, X, S(0.0)), (True, 1.0, 2.0)],
+    tensor.where: [(B, X, Y), (B, X, S(0.0)), (True, 1.0, 2.0), (B, 1.0, S(2.0)), (B, V3[:1], Y)],
     tensor.array: [((0.5, -1.5),), (((0.5, 1.0), (2.0, 3.0)),)],
     tensor.cast: [(X, S("i64")), (I, S("f32")), (X, S("bool")), (2.7, S("i32"))],
     structure.switch: [(True, X, Y), (False, X, Y), (False, X, 0.0), (True, 2, 3)],
