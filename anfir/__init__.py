@@ -24,6 +24,7 @@ from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
+from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
@@ -147,6 +148,19 @@ def export_onnx(mod_or_graph: Any, entry: Optional[str] = None,
     return _onnx_export.export_onnx(mod_or_graph, entry=entry, args=args)
 
 
+def export_coreml(mod_or_graph: Any, entry: Optional[str] = None,
+                  args: Optional[Sequence[Any]] = None) -> Any:
+    """Compile and write the optimized entry as a coremltools MIL ``Program``
+    (``if`` → ``cond``, loops → ``while_loop``; f64/i64 computed as fp32/int32).
+
+    ``args`` are example values or types, as for :func:`compile`.  Needs
+    coremltools (``pip install "anfir[coreml]"``); convert and save with
+    ``anfir.interop.coreml_export.to_mlmodel(prog).save("X.mlpackage")``.
+    See :mod:`anfir.interop.coreml_export` and docs/coreml.md.
+    """
+    return _coreml_export.export_coreml(mod_or_graph, entry=entry, args=args)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -163,6 +177,7 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 
 __all__ = [
-    "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_onnx", "grad",
-    "jvp", "load", "lower", "parse", "run", "to_jax", "to_text", "value_and_grad", "vjp",
+    "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
+    "export_onnx", "grad", "jvp", "load", "lower", "parse", "run", "to_jax", "to_text",
+    "value_and_grad", "vjp",
 ]

@@ -25,7 +25,7 @@ from anfir import lowlevel
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import onnx_export
+from anfir.interop import coreml_export, onnx_export
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -42,6 +42,7 @@ examples:
   anfir grad examples/power.anf --entry power --wrt 0 2.0 3
   anfir compile examples/mlp.anf --dump-dir dumps --time
   anfir export examples/mlp.anf -o mlp.onnx      # needs pip install "anfir[onnx]"
+  anfir export examples/mlp.anf --to coreml -o mlp.mlpackage   # needs "anfir[coreml]"
   anfir fmt examples/hof.anf
   anfir dot examples/fibonacci.anf -o fib.svg
 """
@@ -107,20 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "low-level program (docs/lowlevel.md)")
     _max_depth_option(p)
 
-    p = sub.add_parser("export", help="write the optimized program as an ONNX model",
+    p = sub.add_parser("export", help="write the optimized program as an ONNX or Core ML model",
                        formatter_class=raw,
                        epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
                               "  anfir export examples/loop.anf --entry newton_sqrt --args 2.0 "
-                              "-o sqrt.onnx\n(ONNX export needs the onnx package: "
-                              'pip install "anfir[onnx]")')
+                              "-o sqrt.onnx\n"
+                              "  anfir export examples/mlp.anf --to coreml -o mlp.mlpackage\n"
+                              "(ONNX export needs the onnx package: pip install \"anfir[onnx]\"; "
+                              'Core ML export coremltools: pip install "anfir[coreml]")')
     p.add_argument("file", help="an .anf program (or an .ir dump)")
     p.add_argument("--entry", help="the definition to export (default: main, or the only one)")
     p.add_argument("--args", nargs="*", default=None, metavar="ARG",
                    help="example arguments or types (as for compile); without them the entry's "
-                        "annotations are used; symbolic dimensions become ONNX dim_params")
+                        "annotations are used; symbolic dimensions become ONNX dim_params "
+                        "(Core ML: flexible dimensions)")
     p.add_argument("--to", choices=sorted(EXPORTERS), default="onnx",
                    help="the format to write (default: onnx)")
-    p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx)")
+    p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx, or an OUT.mlpackage directory)")
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
                        epilog="example:\n  anfir fmt examples/hof.anf")
@@ -359,13 +363,38 @@ def cmd_export(ns: argparse.Namespace) -> int:
     """``anfir export``: compile, write the model, print a one-line summary."""
     if not os.path.exists(ns.file):
         raise UsageError(f"no such file: {ns.file}")
-    write, summary = EXPORTERS[ns.to]
+    write, save, summary = EXPORTERS[ns.to]
     model = write(ns.file, ns.entry, compile_args(ns.args))
-    data = model.SerializeToString(deterministic=True)
-    with open(ns.output, "wb") as handle:
-        handle.write(data)
-    print(summary(model, ns.output))
+    print(summary(save(model, ns.output), ns.output))
     return 0
+
+
+def _save_onnx(model: Any, path: str) -> Any:
+    """Write the ONNX model's deterministic bytes to ``path``; the model."""
+    data = model.SerializeToString(deterministic=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return model
+
+
+def _save_coreml(program: Any, path: str) -> Any:
+    """Convert the MIL Program (float32) and save it as an ``.mlpackage``; what it declares."""
+    if not path.endswith(".mlpackage"):
+        raise UsageError(f"a Core ML model is an .mlpackage directory: -o {path}.mlpackage?")
+    model = coreml_export.to_mlmodel(program)
+    model.save(path)
+    return coreml_export.describe(path)
+
+
+def _coreml_summary(described: Any, path: str) -> str:
+    """``exported @f to f.mlpackage: Core ML mlprogram, 1 input, 1 output, 9 ops (1 cond)``."""
+    ops = described["op_types"]
+    control = ", ".join(f"{ops.count(k)} {k}" for k in ("cond", "while_loop") if k in ops)
+    entry = described["metadata"].get("anfir.entry", "?")
+    n_in, n_out = len(described["inputs"]), len(described["outputs"])
+    return (f"exported @{entry} to {path}: Core ML mlprogram (float32), "
+            f"{n_in} input{'s' * (n_in != 1)}, {n_out} output{'s' * (n_out != 1)}, "
+            f"{len(ops)} ops" + (f" ({control})" if control else ""))
 
 
 def _onnx_summary(model: Any, path: str) -> str:
@@ -388,10 +417,12 @@ def _onnx_summary(model: Any, path: str) -> str:
 
 
 EXPORTERS: dict[str, tuple[Callable[[str, Optional[str], Optional[list[Any]]], Any],
-                           Callable[[Any, str], str]]] = {
-    "onnx": (onnx_export.export_onnx, _onnx_summary),
+                           Callable[[Any, str], Any], Callable[[Any, str], str]]] = {
+    "onnx": (onnx_export.export_onnx, _save_onnx, _onnx_summary),
+    "coreml": (coreml_export.export_coreml, _save_coreml, _coreml_summary),
 }
-"""``--to`` format → (write the model of FILE, ENTRY, ARGS; describe it in one line)."""
+"""``--to`` format → (make the model of FILE, ENTRY, ARGS; save it to OUT, returning what
+to summarize; describe that in one line)."""
 
 
 def cmd_fmt(ns: argparse.Namespace) -> int:

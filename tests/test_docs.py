@@ -21,7 +21,8 @@ Conventions checked here (documented at the top of docs/language.md):
   and the other commands of the block still run and are checked;
 * likewise where the ``onnx`` package (the ``[onnx]`` extra) is not installed:
   ``anfir export`` commands (and later ones naming the model file) are not
-  run, and a ``python`` block that imports ``onnx`` is skipped.
+  run, and a ``python`` block that imports ``onnx`` is skipped; the same for
+  coremltools (the ``[coreml]`` extra) and ``anfir export --to coreml``.
 * blocks that use the JAX back end (a ``python`` block importing ``jax`` or
   calling ``to_jax``, a command with ``--backend jax``) need JAX, an optional
   dependency: where it is not installed, they are skipped the same way.
@@ -220,6 +221,9 @@ PYTHON_BLOCKS = blocks_tagged("python")
 HAVE_ONNX = importlib.util.find_spec("onnx") is not None
 """Whether the ``[onnx]`` extra is installed (``anfir export`` and ONNX snippets need it)."""
 NO_ONNX = 'the onnx package is not installed (pip install -e ".[onnx]")'
+HAVE_COREMLTOOLS = importlib.util.find_spec("coremltools") is not None
+"""Whether the ``[coreml]`` extra is installed (``--to coreml`` and Core ML snippets need it)."""
+NO_COREMLTOOLS = 'coremltools is not installed (pip install -e ".[coreml]")'
 
 
 def jax_installed() -> bool:
@@ -247,6 +251,8 @@ def test_needs_jax() -> None:
 def test_python_block(block: Block, scratch: Path) -> None:
     if not HAVE_ONNX and re.search(r"^\s*(import|from) onnx\b", block.text, re.M):
         pytest.skip(NO_ONNX)
+    if not HAVE_COREMLTOOLS and re.search(r"^\s*(import|from) coremltools\b", block.text, re.M):
+        pytest.skip(NO_COREMLTOOLS)
     if needs_jax(block.text) and not jax_installed():
         pytest.skip('the block uses the JAX back end; JAX is not installed: pip install "anfir[jax]"')
     # Running documentation snippets is test code; the package itself never execs.
@@ -394,7 +400,10 @@ def run_session(block: Block, cwd: Path, skipped: list[str] | None = None,
     without_jax = not jax_installed()
     for command, expected in steps:
         picture = graphviz_output(command) if shutil.which("dot") is None else None
-        model = onnx_export_output(command) if not HAVE_ONNX else None
+        model = onnx_export_output(command)
+        coreml = model is not None and "--to coreml" in command
+        if coreml and HAVE_COREMLTOOLS or not coreml and HAVE_ONNX:
+            model = None
         made = picture if picture is not None else model
         if made is not None or any(name in command for name in not_made):
             if skipped is None:
@@ -441,7 +450,7 @@ def test_console_block(block: Block, scratch: Path) -> None:
     if skipped:
         missing = [what for what, absent in (
             ("Graphviz's dot is not installed (apt-get install graphviz)", shutil.which("dot") is None),
-            (NO_ONNX, not HAVE_ONNX),
+            (NO_ONNX, not HAVE_ONNX), (NO_COREMLTOOLS, not HAVE_COREMLTOOLS),
             ('JAX is not installed (pip install "anfir[jax]")', not jax_installed())) if absent]
         pytest.skip("; ".join(missing) + ": the other commands of the block passed; not run: "
                     + "; ".join(f"$ {command}" for command in skipped))

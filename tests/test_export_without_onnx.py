@@ -117,3 +117,30 @@ def test_importing_anfir_never_imports_onnx() -> None:
             "import importlib; importlib.reload(anfir.interop.onnx_export)\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
                    env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _without_coremltools(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "coremltools" or m.startswith("coremltools.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "coremltools", None)
+
+
+def test_export_without_coremltools_names_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    _without_coremltools(monkeypatch)
+    with pytest.raises(MissingDependencyError) as info:
+        anfir.export_coreml(anfir.parse(spec_examples.MLP), entry="mlp_loss")
+    assert 'pip install "anfir[coreml]"' in info.value.message
+    status, out, err = run_in_process(["export", str(ROOT / "examples" / "mlp.anf"), "--to",
+                                       "coreml", "-o", str(tmp_path / "mlp.mlpackage")], tmp_path)
+    assert status == 1 and out == ""
+    assert "missing dependency" in err and "anfir[coreml]" in err and "Traceback" not in err
+    assert not (tmp_path / "mlp.mlpackage").exists()
+
+
+def test_importing_anfir_never_imports_coremltools() -> None:
+    code = ("import sys\n"
+            "import anfir, anfir.cli, anfir.interop.coreml_export\n"
+            "assert 'coremltools' not in sys.modules, 'coremltools was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -1,0 +1,1589 @@
+"""Export an anfir program to Core ML: a coremltools MIL ``Program`` (and an ``.mlpackage``).
+
+::
+
+    prog = anfir.export_coreml(mod, entry="mlp_loss")       # a MIL Program
+    model = coreml_export.to_mlmodel(prog)                  # ct.convert(..., "mlprogram"), float32
+    model.save("mlp.mlpackage")
+
+The program is compiled and walked into the same first-order flat program as
+the ONNX exporter's (:mod:`anfir.interop.flatten`); each flat op is written by
+the rule :data:`RULES` holds for its primitive object, through coremltools'
+MIL builder.  ``if`` becomes MIL ``cond``, tail recursion ``while_loop``.
+Adding an operator is one entry::
+
+    RULES[elementwise.erf] = unary("erf")
+
+(a rule is ``rule(writer, op)``: it computes ``op.results`` from ``op.args``
+with :meth:`MilWriter.op` and binds them with :meth:`MilWriter.bind`).
+
+What Core ML runs differs from anfir in ways the model says openly:
+
+* Core ML computes in 32 bits: anfir's ``f64`` is MIL ``fp32`` and ``i64``
+  ``int32`` (``f32``/``i32``/``f16`` stay; narrower integers widen to ``int32``);
+  strings and bit operations have no MIL form (a located error);
+* a Core ML input or output has rank 1 or more: an anfir scalar is a tensor of
+  shape ``(1,)`` at the boundary (reshaped to a 0-d value inside), and a boolean
+  is an ``int32`` 0/1 there;
+* symbolic dimensions (``f64[B, 3]``) are MIL symbols of the same name; in the
+  converted model they are flexible dimensions with no upper bound.
+
+The ``coremltools`` package is imported when a program is written, never when
+anfir is imported; without it, :class:`~anfir.errors.MissingDependencyError`
+names the extra (``pip install "anfir[coreml]"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import math
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from anfir.abstract.shapes import dims_equal, is_unknown_dim
+from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
+from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.errors import ExportError, MissingDependencyError
+from anfir.interop.flat import (
+    DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
+    dtype_of_type, shape_of_type,
+)
+from anfir.interop.flatten import flatten_program
+from anfir.ir.graph import FuncGraph
+from anfir.ir.primitive import Primitive
+from anfir.location import Location
+from anfir.passes.pipeline import Source, compile_program
+from anfir.primitives import (arith, complexes, elementwise, gradient, indexing, nn, reduce, shaping,
+                              structure, tensor)
+from anfir.values import DType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from coremltools.converters.mil.mil import Program
+
+EXTRA = "coreml"
+"""The extra that installs what this module needs: ``pip install "anfir[coreml]"``."""
+
+MAX_CONTROL_DEPTH = 64
+"""How deeply ``cond`` and ``while_loop`` may nest: coremltools' builder writes a
+nested block from inside the call that makes its op, so each level costs Python
+stack frames (the flat program itself is written without recursion otherwise)."""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """coremltools' log warnings (no macOS runtime here, an untested torch version,
+    flexible shapes) off while it runs for anfir."""
+    logger = logging.getLogger("coremltools")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """The converter's pass pipeline without its tqdm progress bars on stderr (it has no
+    option for that: its module's ``tqdm`` is replaced while anfir converts)."""
+    from coremltools.converters.mil.mil.passes import pass_pipeline
+
+    original = pass_pipeline.tqdm
+    pass_pipeline.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        pass_pipeline.tqdm = original
+
+
+def require_coremltools() -> Any:
+    """The ``coremltools`` module, or a :class:`MissingDependencyError` naming the extra."""
+    try:
+        with _quiet():
+            import coremltools
+            from coremltools.converters.mil import Builder  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError(
+            f'exporting to Core ML needs the coremltools package: pip install "anfir[{EXTRA}]"'
+        ) from None
+    return coremltools
+
+
+_METADATA: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
+"""Program → the facts about its source (entry, file, signature, how outputs nest):
+a MIL Program has no metadata of its own, the converted model gets them."""
+
+
+def export_coreml(source: Source, entry: Optional[str] = None,
+                  args: Optional[Sequence[Any]] = None) -> "Program":
+    """Compile ``source`` (a Module, FuncGraph or path) for ``args`` (example values
+    or types; the entry's annotations otherwise) and write the optimized entry as
+    a coremltools MIL ``Program`` (function ``main``).  See the module documentation."""
+    require_coremltools()
+    result = compile_program(source, entry=entry, args=args)
+    module = getattr(source, "metadata", None)
+    metadata = {f"anfir.module.{k}": str(v) for k, v in sorted((module or {}).items())}
+    if result.program.module is not None:
+        metadata["anfir.source"] = result.program.module.filename
+    return program_from_graph(result.graph, metadata)
+
+
+def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None,
+                       feeds: Optional[Sequence[Any]] = None) -> "Program":
+    """The MIL Program of an optimized graph (what ``anfir.compile`` returns).
+
+    With ``feeds`` (one anfir-style value per entry parameter), the inputs are
+    constants instead: coremltools then computes every op it can at build time
+    (its ops' value inference), which :func:`evaluate` reads back.
+    """
+    flat = flatten_program(graph)
+    props = {"anfir.entry": graph.name}
+    if graph.abstract is not None:
+        props["anfir.signature"] = str(graph.abstract)
+    props.update(metadata or {})
+    props["anfir.inputs"] = json.dumps(flat.input_structure)
+    props["anfir.outputs"] = json.dumps(flat.output_structure)
+    props["anfir.scalar_outputs"] = json.dumps(
+        [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
+    flat.metadata = props
+    values = None if feeds is None else _feed_values(flat, feeds)
+    program = MilWriter(require_coremltools(), flat).program(values)
+    _METADATA[program] = props
+    return program
+
+
+def metadata_of(program: "Program") -> dict[str, str]:
+    """The anfir metadata of a Program :func:`export_coreml` wrote (empty for others)."""
+    return dict(_METADATA.get(program, {}))
+
+
+def to_mlmodel(program: "Program") -> Any:
+    """``program`` converted by ``coremltools.convert(..., convert_to="mlprogram")``,
+    computing in float32 (not the converter's default float16), with symbolic
+    dimensions flexible without an upper bound and anfir's metadata in the
+    model's user-defined metadata.  Save it with ``model.save("X.mlpackage")``."""
+    ct = require_coremltools()
+    with warnings.catch_warnings(), _quiet(), _no_progress_bars():
+        # "Some dimensions in the input shape are unknown...": the bounds are set below.
+        warnings.simplefilter("ignore", UserWarning)
+        model = ct.convert(program, convert_to="mlprogram",
+                           compute_precision=ct.precision.FLOAT32,
+                           minimum_deployment_target=ct.target.iOS17)
+        spec = model.get_spec()
+        flexible = False
+        for feature in spec.description.input:
+            array = feature.type.multiArrayType
+            if array.HasField("shapeRange"):
+                flexible = True
+                for dim in array.shapeRange.sizeRanges:
+                    if dim.lowerBound != dim.upperBound:
+                        dim.lowerBound, dim.upperBound = 0, -1
+        if flexible:
+            model = ct.models.MLModel(spec, weights_dir=model.weights_dir, skip_model_load=True)
+    metadata = _METADATA.get(program, {})
+    for key, value in metadata.items():
+        model.user_defined_metadata[key] = value
+    entry = metadata.get("anfir.entry")
+    if entry:
+        model.short_description = f"anfir export of @{entry}"
+    return model
+
+
+def evaluate(source: Source, entry: Optional[str] = None, args: Sequence[Any] = ()) -> Any:
+    """What the exported program computes for ``args``, by coremltools itself: the
+    program is built with the arguments as constants, and the outputs are the
+    values coremltools' ops infer (each MIL op's reference implementation in
+    numpy).  Core ML prediction needs macOS; this checks the MIL ops the
+    exporter chose on any machine.  ``while_loop`` has no value inference:
+    a program with a loop gives an :class:`ExportError`."""
+    require_coremltools()
+    graph = compile_program(source, entry=entry, args=list(args)).graph
+    program = program_from_graph(graph, feeds=args)
+    outputs = program.functions["main"].outputs
+    values = []
+    for var in outputs:
+        if var.val is None:
+            raise ExportError(f"coremltools cannot compute the output {var.name} at build time "
+                              f"(an op without value inference: {var.op.op_type})")
+        values.append(var.val)
+    props = _METADATA[program]
+    return _nest(json.loads(props["anfir.outputs"]), set(json.loads(props["anfir.scalar_outputs"])),
+                 {v.name: np.asarray(x) for v, x in zip(outputs, values)})
+
+
+def _nest(structure: Any, scalars: set[str], by_name: dict[str, np.ndarray]) -> Any:
+    """Outputs nested as anfir returns them (scalars as Python scalars)."""
+    def leaf(name: Optional[str]) -> Any:
+        if name is None:
+            return None
+        value = by_name[name]
+        return value.reshape(()).item() if name in scalars else value
+
+    if not isinstance(structure, list):
+        return leaf(structure)
+    # Bottom-up without recursion: each list is built after the lists in it.
+    order: list[list[Any]] = []
+    stack = [structure]
+    while stack:
+        current = stack.pop()
+        order.append(current)
+        stack.extend(x for x in current if isinstance(x, list))
+    done: dict[int, tuple[Any, ...]] = {}
+    for current in reversed(order):
+        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else leaf(x) for x in current)
+    return done[id(structure)]
+
+
+def _feed_values(flat: FlatProgram, feeds: Sequence[Any]) -> dict[str, Any]:
+    """Flat input name → value, from one anfir-style value per entry parameter."""
+    if len(feeds) != len(flat.input_structure):
+        raise ExportError(f"the program takes {len(flat.input_structure)} arguments, not {len(feeds)}")
+    out: dict[str, Any] = {}
+    stack: list[tuple[Any, Any]] = list(zip(flat.input_structure, feeds))
+    while stack:
+        names, value = stack.pop()
+        if names is None:
+            continue
+        if isinstance(names, list):
+            stack.extend(zip(names, value))
+        else:
+            out[names] = value
+    return out
+
+
+# -- types --------------------------------------------------------------------------------
+_MIL_DTYPE = {"f16": "fp16", "f32": "fp32", "f64": "fp32", "bool": "bool", "i8": "int32",
+              "i16": "int32", "i32": "int32", "i64": "int32", "u8": "int32", "u16": "int32",
+              "u32": "int32", "u64": "int32"}
+"""anfir dtype → the MIL dtype that carries it (Core ML computes in 32 bits)."""
+
+_NUMPY = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}
+
+
+def mil_dtype(dtype: str, loc: Optional[Location] = None) -> str:
+    """The MIL dtype (``fp32``, ``int32``, ``bool``, ``fp16``) standing for an anfir dtype."""
+    found = _MIL_DTYPE.get(dtype)
+    if found is None:
+        raise ExportError(f"Core ML has no tensors of {dtype} (strings cannot be exported)", loc)
+    return found
+
+
+# -- rules --------------------------------------------------------------------------------
+MilRule = Callable[["MilWriter", Op], None]
+"""``rule(writer, op)``: compute ``op.results`` (see :class:`MilWriter`)."""
+
+
+def unary(kind: str, **attrs: Any) -> MilRule:
+    """``out = kind(x=x)`` in the result's dtype."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], w.dtype(out)), **attrs))
+    rule.__doc__ = f"MIL {kind}"
+    return rule
+
+
+def binary(kind: str) -> MilRule:
+    """``out = kind(x=x, y=y)``, both in the result's dtype."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d)))
+    rule.__doc__ = f"MIL {kind}"
+    return rule
+
+
+def compare(kind: str) -> MilRule:
+    """``out = kind(x=x, y=y)`` on the operands' common dtype."""
+    def rule(w: MilWriter, op: Op) -> None:
+        d = w.common_dtype(op.args)
+        out = op.results[0]
+        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d)))
+    rule.__doc__ = f"MIL {kind}"
+    return rule
+
+
+def logical(kind: str) -> MilRule:
+    """``out = kind(...)`` on booleans."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        names = ("x", "y")
+        w.bind(out, w.op(kind, out, **{n: w.tensor(a, "bool") for n, a in zip(names, op.args)}))
+    rule.__doc__ = f"MIL {kind}"
+    return rule
+
+
+def composite(build: Callable[["MilWriter", Any, str], Any], doc: str) -> MilRule:
+    """A rule computing ``build(writer, x, dtype)`` (x in the result's dtype)."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        w.bind(out, build(w, w.tensor(op.args[0], d), d))
+    rule.__doc__ = doc
+    return rule
+
+
+def _relu(w: MilWriter, op: Op) -> None:
+    """MIL relu, or ``maximum(x, 0)`` for integers (relu is float-only)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    if is_float(d):
+        w.bind(out, w.op("relu", out, x=x))
+    else:
+        w.bind(out, w.op("maximum", out, x=x, y=w.const(0, d)))
+
+
+def _sign(w: MilWriter, op: Op) -> None:
+    """MIL sign (bools: themselves)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    if is_bool(d):
+        w.bind(out, w.tensor(op.args[0], d))
+        return
+    w.bind(out, w.op("sign", out, x=w.tensor(op.args[0], d)))
+
+
+def _log1p(w: MilWriter, x: Any, d: str) -> Any:
+    """log(1 + x), exact near 0 (Goldberg: ``log(u) * x / (u - 1)``, ``u = 1 + x``)."""
+    u = w.op("add", x=x, y=w.const(1, d))
+    um1 = w.op("sub", x=u, y=w.const(1, d))
+    ratio = w.op("real_div", x=w.op("mul", x=w.op("log", x=u), y=x), y=um1)
+    exact = w.op("equal", x=um1, y=w.const(0, d))
+    small = w.op("select", cond=exact, a=x, b=ratio)
+    return w.op("select", cond=w.op("equal", x=x, y=w.const(math.inf, d)), a=x, b=small)
+
+
+def _expm1(w: MilWriter, x: Any, d: str) -> Any:
+    """exp(x) - 1, exact near 0 (Kahan: ``(u - 1) * x / log(u)``, ``u = exp(x)``)."""
+    u = w.op("exp", x=x)
+    um1 = w.op("sub", x=u, y=w.const(1, d))
+    ratio = w.op("real_div", x=w.op("mul", x=um1, y=x), y=w.op("log", x=u))
+    # u == 1: x itself; u == inf or u - 1 == -1: u - 1 (the ratio is nan there).
+    big = w.op("logical_or", x=w.op("equal", x=u, y=w.const(math.inf, d)),
+               y=w.op("equal", x=um1, y=w.const(-1, d)))
+    general = w.op("select", cond=big, a=um1, b=ratio)
+    return w.op("select", cond=w.op("equal", x=u, y=w.const(1, d)), a=x, b=general)
+
+
+def _softplus(w: MilWriter, x: Any, d: str) -> Any:
+    """relu(x) + log1p(exp(-|x|)): anfir's overflow-free softplus."""
+    tail = _log1p(w, w.op("exp", x=w.op("mul", x=w.op("abs", x=x), y=w.const(-1, d))), d)
+    return w.op("add", x=w.op("relu", x=x), y=tail)
+
+
+def _sigmoid(w: MilWriter, x: Any, d: str) -> Any:
+    """0.5 * (tanh(0.5 x) + 1): anfir's overflow-free logistic function."""
+    half = w.const(0.5, d)
+    inner = w.op("tanh", x=w.op("mul", x=x, y=half))
+    return w.op("mul", x=w.op("add", x=inner, y=w.const(1, d)), y=half)
+
+
+def _gelu(w: MilWriter, op: Op) -> None:
+    """MIL gelu, EXACT or TANH_APPROXIMATION as the approximate attribute says."""
+    out = op.results[0]
+    mode = "TANH_APPROXIMATION" if op.attrs.get("approximate") == "tanh" else "EXACT"
+    w.bind(out, w.op("gelu", out, x=w.tensor(op.args[0], w.dtype(out)), mode=mode))
+
+
+def _with_alpha(kind: str, default: float) -> MilRule:
+    """``kind(x, alpha)`` with the alpha attribute."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        alpha = float(op.attrs.get("alpha", default))
+        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), alpha=np.float32(alpha)))
+    rule.__doc__ = f"MIL {kind} with the alpha attribute"
+    return rule
+
+
+def _selu(w: MilWriter, x: Any, d: str) -> Any:
+    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
+    negative = w.op("mul", x=_expm1(w, x, d), y=w.const(_SELU_ALPHA, d))
+    chosen = w.op("select", cond=w.op("greater", x=x, y=w.const(0, d)), a=x, b=negative)
+    return w.op("mul", x=chosen, y=w.const(_SELU_SCALE, d))
+
+
+def _hard_sigmoid(w: MilWriter, op: Op) -> None:
+    """MIL sigmoid_hard (min(max(alpha x + beta, 0), 1))."""
+    out = op.results[0]
+    w.bind(out, w.op("sigmoid_hard", out, x=w.tensor(op.args[0], w.dtype(out)),
+                     alpha=np.float32(op.attrs.get("alpha", 0.2)),
+                     beta=np.float32(op.attrs.get("beta", 0.5))))
+
+
+def _hard_swish(w: MilWriter, x: Any, d: str) -> Any:
+    """x * min(max(x / 6 + 0.5, 0), 1)."""
+    gate = w.op("sigmoid_hard", x=x, alpha=np.float32(1.0 / 6.0), beta=np.float32(0.5))
+    return w.op("mul", x=x, y=gate)
+
+
+def _clip(w: MilWriter, op: Op) -> None:
+    """maximum(x, lo) then minimum(., hi): bounds from the arguments or the attributes."""
+    out = op.results[0]
+    d = w.dtype(out)
+    result = w.tensor(op.args[0], d)
+    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
+    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
+    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
+    for bound, kind in ((lo, "maximum"), (hi, "minimum")):
+        if isinstance(bound, Const) and bound.value is None:
+            continue
+        result = w.op(kind, x=result, y=w.tensor(bound, d))
+    w.bind(out, result)
+
+
+def _int_safe(w: MilWriter, y: Any, d: str) -> tuple[Any, Any]:
+    """(y == 0, y with its zeros made 1): integer division by 0 is 0 in numpy."""
+    zero = w.op("equal", x=y, y=w.const(0, d))
+    return zero, w.op("select", cond=zero, a=w.const(1, d), b=y)
+
+
+def _floor_div(w: MilWriter, op: Op) -> None:
+    """numpy floor_divide: MIL floor_div (by 0: 0 for integers, x / 0 for floats)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if is_float(d):
+        quotient = w.op("floor", x=w.op("real_div", x=x, y=y))
+        w.bind(out, quotient)
+        return
+    zero, safe = _int_safe(w, y, d)
+    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=w.op("floor_div", x=x, y=safe)))
+
+
+def _mod(w: MilWriter, op: Op) -> None:
+    """numpy mod (the sign of y): ``x - floor(x / y) * y``."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if is_float(d):
+        quotient = w.op("floor", x=w.op("real_div", x=x, y=y))
+        w.bind(out, w.op("sub", out, x=x, y=w.op("mul", x=quotient, y=y)))
+        return
+    zero, safe = _int_safe(w, y, d)
+    rest = w.op("sub", x=x, y=w.op("mul", x=w.op("floor_div", x=x, y=safe), y=safe))
+    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=rest))
+
+
+def _fmod(w: MilWriter, op: Op) -> None:
+    """C fmod (the sign of x): ``x - trunc(x / y) * y``, trunc = sign * floor(|.|)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    if is_float(d):
+        q = w.op("real_div", x=x, y=y)
+        trunc = w.op("mul", x=w.op("sign", x=q), y=w.op("floor", x=w.op("abs", x=q)))
+        w.bind(out, w.op("sub", out, x=x, y=w.op("mul", x=trunc, y=y)))
+        return
+    zero, safe = _int_safe(w, y, d)
+    # |x| mod |y| with the sign of x (integers: floor_div of non-negatives truncates).
+    ax, ay = w.op("abs", x=x), w.op("abs", x=safe)
+    rest = w.op("sub", x=ax, y=w.op("mul", x=w.op("floor_div", x=ax, y=ay), y=ay))
+    signed = w.op("mul", x=rest, y=w.op("sign", x=x))
+    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=signed))
+
+
+def _atan2(w: MilWriter, op: Op) -> None:
+    """atan2(y, x) from atan(y / x) and the quadrant."""
+    out = op.results[0]
+    d = w.dtype(out)
+    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    zero = w.const(0, d)
+    base = w.op("atan", x=w.op("real_div", x=y, y=x))
+    left = w.op("select", cond=w.op("less", x=y, y=zero),
+                a=w.op("sub", x=base, y=w.const(math.pi, d)),
+                b=w.op("add", x=base, y=w.const(math.pi, d)))
+    vertical = w.op("select", cond=w.op("greater", x=y, y=zero), a=w.const(math.pi / 2, d),
+                    b=w.op("select", cond=w.op("less", x=y, y=zero), a=w.const(-math.pi / 2, d),
+                           b=zero))
+    result = w.op("select", cond=w.op("less", x=x, y=zero), a=left, b=base)
+    w.bind(out, w.op("select", out, cond=w.op("equal", x=x, y=zero), a=vertical, b=result))
+
+
+def _isnan(w: MilWriter, op: Op) -> None:
+    """x != x (integers are never nan)."""
+    out = op.results[0]
+    x = w.tensor(op.args[0])
+    w.bind(out, w.op("not_equal", out, x=x, y=x))
+
+
+def _isinf(w: MilWriter, op: Op) -> None:
+    """|x| == inf (integers are never infinite)."""
+    out = op.results[0]
+    d = w.dtype_of_operand(op.args[0])
+    x = w.tensor(op.args[0])
+    if not is_float(d):
+        w.bind(out, w.op("not_equal", out, x=x, y=x))
+        return
+    w.bind(out, w.op("equal", out, x=w.op("abs", x=x), y=w.const(math.inf, mil_to_anfir(x))))
+
+
+def mil_to_anfir(var: Any) -> str:
+    """The anfir dtype a MIL var's dtype stands for (fp32 → f32...)."""
+    from coremltools.converters.mil.mil import types
+
+    return {"fp16": "f16", "fp32": "f32", "int32": "i32", "bool": "bool"}[
+        types.builtin_to_string(var.dtype)]
+
+
+def _matmul(w: MilWriter, op: Op) -> None:
+    """MIL matmul; a vector operand as numpy takes it (a row x, a column y), its axis
+    added then removed (MIL's matmul wants rank 2 or more)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+    squeeze = []
+    if len(x.shape) == 1:
+        x = w.op("expand_dims", x=x, axes=np.array([0], dtype=np.int32))
+        squeeze.append(-2)
+    if len(y.shape) == 1:
+        y = w.op("expand_dims", x=y, axes=np.array([-1], dtype=np.int32))
+        squeeze.append(-1)
+    if not squeeze:
+        w.bind(out, w.op("matmul", out, x=x, y=y))
+        return
+    product = w.op("matmul", x=x, y=y)
+    w.bind(out, w.op("squeeze", out, x=product, axes=np.array(squeeze, dtype=np.int32)))
+
+
+def _transpose(w: MilWriter, op: Op) -> None:
+    """MIL transpose with the permutation (none: axes reversed)."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    perm = w.static(op.args[1]) if len(op.args) > 1 else None
+    rank = len(_static_shape(w, op.args[0], "transpose"))
+    if perm is None:
+        perm = tuple(reversed(range(rank)))
+    w.bind(out, w.op("transpose", out, x=x, perm=np.array([int(p) % max(rank, 1) for p in perm],
+                                                           dtype=np.int32)))
+
+
+def _reshape(w: MilWriter, op: Op) -> None:
+    """MIL reshape to the shape."""
+    out = op.results[0]
+    w.bind(out, w.reshape(w.tensor(op.args[0], w.dtype(out)), w.shape_tensor(op.args[1]), out))
+
+
+def _reduce(kind: str) -> MilRule:
+    """A MIL reduction over the axis attribute (None: every axis), keep_dims as asked."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        x = w.tensor(op.args[0], w.dtype(out))
+        w.bind(out, w.reduce(kind, x, op.attrs.get("axis"), bool(op.attrs.get("keepdims")), out))
+    rule.__doc__ = f"MIL {kind} over the axis attribute"
+    return rule
+
+
+def _extreme(kind: str, elementwise_kind: str) -> MilRule:
+    """max/min: the reduction over the axis attribute, or of two arguments elementwise."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        if len(op.args) == 2:
+            w.bind(out, w.op(elementwise_kind, out, x=w.tensor(op.args[0], d),
+                             y=w.tensor(op.args[1], d)))
+            return
+        w.bind(out, w.reduce(kind, w.tensor(op.args[0], d), op.attrs.get("axis"),
+                             bool(op.attrs.get("keepdims")), out))
+    rule.__doc__ = f"MIL {kind}, or {elementwise_kind} of two arguments"
+    return rule
+
+
+def _broadcast(w: MilWriter, x: Any, shape: Any, d: str, out: Optional[Value] = None) -> Any:
+    """``x`` broadcast to ``shape`` (a 1-D int32 var): ``x + zeros(shape)`` (MIL has no
+    expand; booleans through ``logical_or`` with false)."""
+    if d == "bool":
+        return w.op("logical_or", out, x=x, y=w.op("fill", shape=shape, value=False))
+    zeros = w.op("fill", shape=shape, value=_NUMPY[mil_dtype(d)](0))
+    return w.op("add", out, x=x, y=zeros)
+
+
+def _broadcast_to(w: MilWriter, op: Op) -> None:
+    """``x`` broadcast to the shape."""
+    out = op.results[0]
+    d = w.dtype(out)
+    w.bind(out, _broadcast(w, w.tensor(op.args[0], d), w.shape_tensor(op.args[1]), d, out))
+
+
+def _filled_like(fill: int) -> MilRule:
+    """``fill`` with the shape of the argument (MIL fill of its shape)."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = mil_dtype(w.dtype(out), w.loc)
+        shape = w.shape_of(w.tensor(op.args[0]))
+        w.bind(out, w.op("fill", out, shape=shape, value=_NUMPY[d](fill)))
+    rule.__doc__ = f"fill(shape(x), {fill})"
+    return rule
+
+
+def _filled(fill: int) -> MilRule:
+    """``fill`` of the given shape."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = mil_dtype(w.dtype(out), w.loc)
+        shape = shape_of_type(out.type)
+        if shape == ():
+            w.bind(out, w.const(fill, w.dtype(out)))
+            return
+        w.bind(out, w.op("fill", out, shape=w.shape_tensor(op.args[0]), value=_NUMPY[d](fill)))
+    rule.__doc__ = f"fill(shape, {fill})"
+    return rule
+
+
+def _where(w: MilWriter, op: Op) -> None:
+    """MIL select on a boolean condition."""
+    out = op.results[0]
+    d = w.dtype(out)
+    w.bind(out, w.select(w.tensor(op.args[0], "bool"), w.tensor(op.args[1], d),
+                         w.tensor(op.args[2], d), d, out))
+
+
+def _select(w: MilWriter, op: Op) -> None:
+    """``switch`` between two computed values: MIL select when both have the result's
+    shape (and neither may be a placeholder), else a ``cond``."""
+    out = op.results[0]
+    d = w.dtype(out)
+    c, a, b = op.args
+    eager = (w.type_of(a) == w.type_of(b)
+             and not any(isinstance(x, Value) and x.maybe_undefined for x in (a, b)))
+    if eager:
+        w.bind(out, w.op("select", out, cond=w.tensor(c, "bool"), a=w.tensor(a, d),
+                         b=w.tensor(b, d)))
+        return
+    ranks = [shape_of_type(w.type_of(x)) for x in (a, b)]
+    if any(r is None for r in ranks) or len(ranks[0] or ()) != len(ranks[1] or ()):
+        raise ExportError("a value that has different ranks in the two branches of an if "
+                          f"({w.type_of(a)} or {w.type_of(b)}) cannot be a Core ML value", w.loc)
+    w.bind(out, w.op("cond", out, pred=w.tensor(c, "bool"),
+                     _true_fn=lambda: w.op("identity", x=w.tensor(a, d)),
+                     _false_fn=lambda: w.op("identity", x=w.tensor(b, d))))
+
+
+def _array(w: MilWriter, op: Op) -> None:
+    """A tensor from elements computed at run time: concat of the elements, reshaped."""
+    out = op.results[0]
+    d = w.dtype(out)
+    leaves: list[Operand] = []
+    stack: list[Operand] = [op.args[0]]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif isinstance(item, Const) and isinstance(item.value, tuple):
+            stack.extend(reversed([Const(v) for v in item.value]))
+        else:
+            leaves.append(item)
+    shape = shape_of_type(out.type)
+    if shape is None or not all(isinstance(s, int) for s in shape):
+        raise ExportError("array() of values with a shape known only at run time", w.loc)
+    pieces = [w.reshape(w.tensor(leaf, d), np.array([1], dtype=np.int32)) for leaf in leaves]
+    flat = pieces[0] if len(pieces) == 1 else w.op("concat", values=pieces, axis=0)
+    w.bind(out, w.reshape(flat, np.array(shape, dtype=np.int32), out))
+
+
+def _cast(w: MilWriter, op: Op) -> None:
+    """MIL cast to the result's dtype."""
+    out = op.results[0]
+    w.bind(out, w.tensor(op.args[0], w.dtype(out)))
+
+
+def _size(w: MilWriter, op: Op) -> None:
+    """The product of the shape."""
+    out = op.results[0]
+    shape = w.shape_of(w.tensor(op.args[0]))
+    w.bind(out, w.op("reduce_prod", out, x=shape, keep_dims=False))
+
+
+def _dim(w: MilWriter, op: Op) -> None:
+    """One dimension: ``gather(shape(x), axis)``."""
+    out = op.results[0]
+    axis = int(w.static(op.args[1]))
+    shape = w.shape_of(w.tensor(op.args[0]))
+    w.bind(out, w.op("gather", out, x=shape, indices=np.int32(axis), axis=0))
+
+
+def _static_shape(w: MilWriter, operand: Operand, what: str) -> tuple[Any, ...]:
+    """An operand's shape from its type (the rank must be known)."""
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None:
+        raise ExportError(f"{what} needs tensors of known rank", w.loc)
+    return shape
+
+
+def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
+                 x_shape_var: Any, out: Value) -> Any:
+    """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
+    extra = len(g_shape) - len(x_shape)
+    if extra < 0:
+        raise ExportError("sum_to of a gradient of lower rank than its value", w.loc)
+    axes = list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
+                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+    if axes:
+        g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
+    return w.reshape(g, x_shape_var, out)
+
+
+def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two shapes are provably equal."""
+    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
+
+
+def _sum_to(w: MilWriter, op: Op) -> None:
+    """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
+    out = op.results[0]
+    g_op, x_op = op.args
+    g = w.tensor(g_op, w.dtype(out))
+    g_shape = _static_shape(w, g_op, "sum_to")
+    x_shape = _static_shape(w, x_op, "sum_to")
+    if _same_shape(g_shape, x_shape):
+        w.bind(out, g)
+        return
+    w.bind(out, _sum_to_rank(w, g, g_shape, x_shape, w.shape_of(w.tensor(x_op)), out))
+
+
+def _broadcast_like(w: MilWriter, op: Op) -> None:
+    """``broadcast_like(g, x)``: ``g`` broadcast to ``x``'s shape."""
+    out = op.results[0]
+    g_op, x_op = op.args
+    d = w.dtype(out)
+    g = w.tensor(g_op, d)
+    if _same_shape(_static_shape(w, g_op, "broadcast_like"),
+                   _static_shape(w, x_op, "broadcast_like")):
+        w.bind(out, g)
+        return
+    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
+
+
+def _unreduce(w: MilWriter, op: Op) -> None:
+    """``unreduce(g, x, axis, keepdims)``: the reduced axes back (unless kept), broadcast
+    to ``x``'s shape."""
+    out = op.results[0]
+    d = w.dtype(out)
+    g_op, x_op, axis_op = op.args[:3]
+    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
+    g = w.tensor(g_op, d)
+    x_shape = _static_shape(w, x_op, "unreduce")
+    axis = w.static(axis_op)
+    if not x_shape:
+        w.bind(out, g)
+        return
+    if axis is not None and not keepdims:
+        axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+        g = w.op("expand_dims", x=g, axes=np.array(axes, dtype=np.int32))
+    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
+
+
+def _matmul_grad(wrt_x: bool) -> MilRule:
+    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with
+    numpy's rules for vectors (a row x, a column y) and batches (summed back)."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        if wrt_x:
+            dout_op, y_op, x_op = op.args
+        else:
+            x_op, dout_op, y_op = op.args
+        x_shape = _static_shape(w, x_op, "a matmul gradient")
+        y_shape = _static_shape(w, y_op, "a matmul gradient")
+        x, y, dout = w.tensor(x_op, d), w.tensor(y_op, d), w.tensor(dout_op, d)
+        d_rank = len(_static_shape(w, dout_op, "a matmul gradient"))
+        x2_shape, y2_shape = tuple(x_shape), tuple(y_shape)
+        if len(y_shape) == 1:
+            y = w.op("expand_dims", x=y, axes=np.array([1], dtype=np.int32))
+            dout = w.op("expand_dims", x=dout, axes=np.array([d_rank], dtype=np.int32))
+            d_rank += 1
+            y2_shape = (y_shape[0], 1)
+        if len(x_shape) == 1:
+            x = w.op("expand_dims", x=x, axes=np.array([0], dtype=np.int32))
+            dout = w.op("expand_dims", x=dout, axes=np.array([d_rank - 1], dtype=np.int32))
+            d_rank += 1
+            x2_shape = (1, x_shape[0])
+        if wrt_x:
+            product = w.op("matmul", x=dout, y=y, transpose_y=True)
+            target, target2 = x_op, x2_shape
+        else:
+            product = w.op("matmul", x=x, y=dout, transpose_x=True)
+            target, target2 = y_op, y2_shape
+        rank = max(d_rank, len(target2))
+        shape = w.shape_of(w.tensor(target))
+        w.bind(out, _sum_to_rank(w, product, (None,) * (rank - len(target2)) + tuple(target2),
+                                 target2, shape, out))
+    rule.__doc__ = "MIL matmul with a transposed operand, summed over broadcast batch axes"
+    return rule
+
+
+def _tangent_dot(w: MilWriter, op: Op) -> None:
+    """``sum(a * b)``."""
+    out = op.results[0]
+    d = w.dtype(out)
+    a, b = op.args
+    product = w.op("mul", x=w.tensor(a, d), y=w.tensor(b, d))
+    if shape_of_type(w.type_of(a)) == () and shape_of_type(w.type_of(b)) == ():
+        w.bind(out, product)
+    else:
+        w.bind(out, w.op("reduce_sum", out, x=product, keep_dims=False))
+
+
+def _reshape_like(w: MilWriter, op: Op) -> None:
+    """``g`` reshaped to ``x``'s shape."""
+    out = op.results[0]
+    g = w.tensor(op.args[0], w.dtype(out))
+    w.bind(out, w.reshape(g, w.shape_of(w.tensor(op.args[1])), out))
+
+
+def _clip_grad(w: MilWriter, op: Op) -> None:
+    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
+    out = op.results[0]
+    d = w.dtype(out)
+    g_op, x_op, lo, hi = op.args
+    g = w.tensor(g_op, d)
+    tests = []
+    for bound, kind in ((lo, "greater_equal"), (hi, "less_equal")):
+        if isinstance(bound, Const) and bound.value is None:
+            continue
+        c = w.common_dtype([x_op, bound])
+        tests.append(w.op(kind, x=w.tensor(x_op, c), y=w.tensor(bound, c)))
+    if not tests:
+        w.bind(out, g)
+        return
+    inside = tests[0] if len(tests) == 1 else w.op("logical_and", x=tests[0], y=tests[1])
+    w.bind(out, w.op("select", out, cond=inside, a=g, b=w.const(0, d)))
+
+
+def _var(root: bool) -> MilRule:
+    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x = w.tensor(op.args[0], d)
+        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+        mean = w.reduce("reduce_mean", x, axis, True)
+        deviation = w.op("sub", x=x, y=mean)
+        total = w.reduce("reduce_sum", w.op("mul", x=deviation, y=deviation), axis, keep)
+        count = w.op("real_div", x=w.cast(w.size_of(x), d), y=w.cast(w.size_of(mean), d))
+        denominator = w.op("sub", x=count, y=w.const(op.attrs.get("correction", 0), d))
+        if root:
+            w.bind(out, w.op("sqrt", out, x=w.op("real_div", x=total, y=denominator)))
+        else:
+            w.bind(out, w.op("real_div", out, x=total, y=denominator))
+    rule.__doc__ = "standard deviation" if root else "variance"
+    return rule
+
+
+def _logsumexp(w: MilWriter, op: Op) -> None:
+    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+    top = w.reduce("reduce_max", x, axis, True)
+    finite = w.op("equal", x=w.op("sub", x=top, y=top), y=w.const(0, d))  # not ±inf, not nan
+    top = w.op("select", cond=finite, a=top, b=w.const(0, d))
+    total = w.reduce("reduce_sum", w.op("exp", x=w.op("sub", x=x, y=top)), axis, keep)
+    w.bind(out, w.op("add", out, x=w.op("log", x=total), y=w.reshape(top, w.shape_of(total))))
+
+
+def _all_any(kind: str) -> MilRule:
+    """all / any: the minimum / maximum of the truth values (as integers)."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        truth = w.cast(w.tensor(op.args[0], "bool"), "i32")
+        reduced = w.reduce(kind, truth, op.attrs.get("axis"), bool(op.attrs.get("keepdims")))
+        w.bind(out, w.cast(reduced, "bool", out))
+    rule.__doc__ = f"{kind} of the truth values"
+    return rule
+
+
+def _norm(w: MilWriter, op: Op) -> None:
+    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
+    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
+    order = float(op.attrs.get("ord", 2))
+    magnitude = w.op("abs", x=x)
+    if order == math.inf:
+        w.bind(out, w.reduce("reduce_max", magnitude, axis, keep, out))
+    elif order == -math.inf:
+        w.bind(out, w.reduce("reduce_min", magnitude, axis, keep, out))
+    elif order == 0:
+        nonzero = w.cast(w.op("not_equal", x=x, y=w.const(0, d)), d)
+        w.bind(out, w.reduce("reduce_sum", nonzero, axis, keep, out))
+    elif order == 1:
+        w.bind(out, w.reduce("reduce_sum", magnitude, axis, keep, out))
+    elif order == 2:
+        w.bind(out, w.op("sqrt", out, x=w.reduce("reduce_sum", w.op("mul", x=x, y=x), axis, keep)))
+    else:
+        powered = w.op("pow", x=magnitude, y=w.const(order, d))
+        w.bind(out, w.op("pow", out, x=w.reduce("reduce_sum", powered, axis, keep),
+                         y=w.const(1.0 / order, d)))
+
+
+def _arg_extreme(kind: str) -> MilRule:
+    """reduce_argmax / reduce_argmin over one axis (None: of the flattened x); the last
+    of equal extremes is the first of the reversed axis."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        x = w.tensor(op.args[0])
+        axis, keep = op.attrs.get("axis", 0), bool(op.attrs.get("keepdims"))
+        rank = len(_static_shape(w, op.args[0], kind))
+        if axis is None:
+            x, axis_i = w.reshape(x, np.array([-1], dtype=np.int32)), 0
+        else:
+            axis_i = int(axis) % max(rank, 1)
+        if op.attrs.get("select_last"):
+            x = w.op("reverse", x=x, axes=np.array([axis_i], dtype=np.int32))
+        index = w.op(kind, x=x, axis=axis_i, keep_dims=keep if axis is not None else False)
+        if op.attrs.get("select_last"):
+            n = w.op("gather", x=w.shape_of(x), indices=np.int32(axis_i), axis=0)
+            index = w.op("sub", x=w.op("sub", x=n, y=w.const(1, "i32")), y=index)
+        if axis is None and keep:
+            index = w.reshape(index, np.array([1] * rank, dtype=np.int32))
+        w.bind(out, w.op("identity", out, x=index))
+    rule.__doc__ = f"MIL {kind}"
+    return rule
+
+
+def _cumsum(w: MilWriter, op: Op) -> None:
+    """MIL cumsum (reverse as numpy's); exclusive as the inclusive sum minus the element
+    (coremltools' exclusive has no reference implementation to check it against);
+    no axis: of the flattened x."""
+    out = op.results[0]
+    x = w.tensor(op.args[0], w.dtype(out))
+    axis = op.attrs.get("axis")
+    if axis is None:
+        x, axis = w.reshape(x, np.array([-1], dtype=np.int32)), 0
+    rank = max(len(x.shape), 1)
+    total = w.op("cumsum", None if op.attrs.get("exclusive") else out, x=x,
+                 axis=int(axis) % rank, reverse=bool(op.attrs.get("reverse")))
+    if op.attrs.get("exclusive"):
+        total = w.op("sub", out, x=total, y=x)
+    w.bind(out, total)
+
+
+def _along_last(w: MilWriter, x: Any, rank: int, axes: Sequence[int]) -> tuple[Any, list[int]]:
+    """``x`` with ``axes`` moved last (in order); the permutation used."""
+    perm = [i for i in range(rank) if i not in axes] + list(axes)
+    if perm == list(range(rank)):
+        return x, perm
+    return w.op("transpose", x=x, perm=np.array(perm, dtype=np.int32)), perm
+
+
+def _back(w: MilWriter, y: Any, perm: list[int], out: Value) -> Any:
+    """``y`` with the permutation ``perm`` undone."""
+    if perm == sorted(perm):
+        return y
+    inverse = [perm.index(i) for i in range(len(perm))]
+    return w.op("transpose", out, x=y, perm=np.array(inverse, dtype=np.int32))
+
+
+def _products_where(w: MilWriter, last: Any, keep: Callable[[Any, Any], Any], d: str) -> Any:
+    """For each i of the last axis (size n), the product of the elements j where
+    ``keep(i, j)`` (i an [n, 1] and j a [1, n] index grid): the elements broadcast to
+    [..., n, n], the others made 1, then a product over the last axis.  Exact (no
+    logarithms), so zeros and signs are kept."""
+    shape = w.shape_of(last)
+    n = (w.const(int(shape[-1]), "i32") if isinstance(shape, np.ndarray)
+         else w.op("gather", x=shape, indices=np.int32(-1), axis=0))
+    indices = w.op("range_1d", start=np.int32(0), end=n, step=np.int32(1))
+    i = w.op("expand_dims", x=indices, axes=np.array([1], dtype=np.int32))
+    j = w.op("expand_dims", x=indices, axes=np.array([0], dtype=np.int32))
+    rows = w.op("expand_dims", x=last, axes=np.array([-2], dtype=np.int32))
+    chosen = w.select(keep(i, j), rows, w.const(1, d), d)
+    return w.op("reduce_prod", x=chosen, axes=np.array([-1], dtype=np.int32), keep_dims=False)
+
+
+def _cumprod(w: MilWriter, op: Op) -> None:
+    """Running products (MIL has no cumprod): for each i, the product of the elements
+    j <= i of the axis (j < i exclusive; j >= i reverse), over an [n, n] mask."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    axis = op.attrs.get("axis")
+    if axis is None:
+        x, axis, rank = w.reshape(x, np.array([-1], dtype=np.int32)), 0, 1
+    else:
+        rank = len(_static_shape(w, op.args[0], "cumprod"))
+    last, perm = _along_last(w, x, rank, [int(axis) % rank])
+    kind = {(False, False): "less_equal", (True, False): "less",
+            (False, True): "greater_equal", (True, True): "greater"}[
+        (bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse")))]
+    products = _products_where(w, last, lambda i, j: w.op(kind, x=j, y=i), d)
+    w.bind(out, _back(w, products, perm, out))
+
+
+def _prod_others(w: MilWriter, op: Op) -> None:
+    """For each element, the product of the others of its group of ``prod(x, axis)``:
+    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x = w.tensor(op.args[0], d)
+    rank = len(_static_shape(w, op.args[0], "prod_others"))
+    if rank == 0:
+        w.bind(out, w.const(1, d))
+        return
+    axis = w.static(op.args[1])
+    axes = list(range(rank)) if axis is None else sorted(
+        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
+    moved, perm = _along_last(w, x, rank, axes)
+    kept = rank - len(axes)
+    moved_shape = w.shape_of(moved)
+    if isinstance(moved_shape, np.ndarray):
+        flat_shape: Any = np.array(list(moved_shape[:kept]) + [-1], dtype=np.int32)
+    elif kept == 0:
+        flat_shape = np.array([-1], dtype=np.int32)
+    else:
+        head = w.op("slice_by_index", x=moved_shape, begin=np.array([0], dtype=np.int32),
+                    end=np.array([kept], dtype=np.int32))
+        flat_shape = w.op("concat", values=[head, np.array([-1], dtype=np.int32)], axis=0)
+    flat = w.reshape(moved, flat_shape)
+    others = _products_where(w, flat, lambda i, j: w.op("not_equal", x=i, y=j), d)
+    w.bind(out, _back(w, w.reshape(others, moved_shape), perm, out))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _mul_by(w: MilWriter, x: Any, d: str, factor: Callable[[MilWriter, Any, str], Any]) -> Any:
+    """``x * factor(x)``."""
+    return w.op("mul", x=x, y=factor(w, x, d))
+
+
+RULES: dict[Primitive, MilRule] = {
+    arith.add: binary("add"),
+    arith.sub: binary("sub"),
+    arith.mul: binary("mul"),
+    arith.div: binary("real_div"),
+    arith.neg: composite(lambda w, x, d: w.op("mul", x=x, y=w.const(-1, d)), "x * -1"),
+    arith.pow_: binary("pow"),
+    arith.exp: unary("exp"),
+    arith.log: unary("log"),
+    arith.sin: unary("sin"),
+    arith.cos: unary("cos"),
+    arith.tanh: unary("tanh"),
+    arith.sqrt: unary("sqrt"),
+    arith.abs_: unary("abs"),
+    arith.sign: _sign,
+    arith.maximum: binary("maximum"),
+    arith.minimum: binary("minimum"),
+    arith.sigmoid: composite(_sigmoid, "0.5 * (tanh(x / 2) + 1)"),
+    arith.relu: _relu,
+    arith.softplus: composite(_softplus, "relu(x) + log1p(exp(-|x|))"),
+    arith.lt: compare("less"),
+    arith.le: compare("less_equal"),
+    arith.gt: compare("greater"),
+    arith.ge: compare("greater_equal"),
+    arith.eq: compare("equal"),
+    arith.ne: compare("not_equal"),
+    arith.logical_and: logical("logical_and"),
+    arith.logical_or: logical("logical_or"),
+    arith.logical_not: logical("logical_not"),
+    tensor.matmul: _matmul,
+    tensor.transpose: _transpose,
+    tensor.reshape: _reshape,
+    tensor.sum_: _reduce("reduce_sum"),
+    tensor.mean: _reduce("reduce_mean"),
+    tensor.broadcast_to: _broadcast_to,
+    tensor.ones_like: _filled_like(1),
+    tensor.zeros: _filled(0),
+    tensor.ones: _filled(1),
+    tensor.where: _where,
+    tensor.array: _array,
+    tensor.cast: _cast,
+    structure.switch: _select,
+    structure.zeros_like: _filled_like(0),
+    gradient.gadd: binary("add"),
+    gradient.sum_to: _sum_to,
+    gradient.broadcast_like: _broadcast_like,
+    gradient.unreduce: _unreduce,
+    gradient.matmul_dx: _matmul_grad(wrt_x=True),
+    gradient.matmul_dy: _matmul_grad(wrt_x=False),
+    gradient.size: _size,
+    gradient.cast_like: _cast,
+    gradient.tangent_dot: _tangent_dot,
+    gradient.reshape_like: _reshape_like,
+    gradient.clip_grad: _clip_grad,
+    elementwise.erf: unary("erf"),
+    elementwise.expm1: composite(_expm1, "Kahan's expm1"),
+    elementwise.log1p: composite(_log1p, "Goldberg's log1p"),
+    elementwise.floor: unary("floor"),
+    elementwise.ceil: unary("ceil"),
+    elementwise.round_: unary("round"),
+    elementwise.reciprocal: composite(lambda w, x, d: w.op("real_div", x=w.const(1, d), y=x),
+                                      "1 / x"),
+    elementwise.rsqrt: composite(lambda w, x, d: w.op("real_div", x=w.const(1, d),
+                                                      y=w.op("sqrt", x=x)), "1 / sqrt(x)"),
+    elementwise.square: composite(lambda w, x, d: w.op("mul", x=x, y=x), "x * x"),
+    elementwise.tan: unary("tan"),
+    elementwise.atan: unary("atan"),
+    elementwise.sinh: unary("sinh"),
+    elementwise.cosh: unary("cosh"),
+    elementwise.asin: unary("asin"),
+    elementwise.acos: unary("acos"),
+    elementwise.softsign: unary("softsign"),
+    elementwise.silu: composite(lambda w, x, d: _mul_by(w, x, d, _sigmoid), "x * sigmoid(x)"),
+    elementwise.mish: composite(lambda w, x, d: _mul_by(
+        w, x, d, lambda w2, x2, d2: w2.op("tanh", x=_softplus(w2, x2, d2))), "x * tanh(softplus(x))"),
+    elementwise.gelu: _gelu,
+    elementwise.leaky_relu: _with_alpha("leaky_relu", 0.01),
+    elementwise.elu: _with_alpha("elu", 1.0),
+    elementwise.selu: composite(_selu, "scale * (x > 0 ? x : alpha * expm1(x))"),
+    elementwise.hard_sigmoid: _hard_sigmoid,
+    elementwise.hard_swish: composite(_hard_swish, "x * sigmoid_hard(x, 1/6, 1/2)"),
+    elementwise.clip: _clip,
+    elementwise.floor_div: _floor_div,
+    elementwise.mod: _mod,
+    elementwise.fmod: _fmod,
+    elementwise.atan2: _atan2,
+    elementwise.isnan: _isnan,
+    elementwise.isinf: _isinf,
+    elementwise.logical_xor: logical("logical_xor"),
+    reduce.max_: _extreme("reduce_max", "maximum"),
+    reduce.min_: _extreme("reduce_min", "minimum"),
+    reduce.prod: _reduce("reduce_prod"),
+    reduce.var: _var(root=False),
+    reduce.std: _var(root=True),
+    reduce.logsumexp: _logsumexp,
+    reduce.all_: _all_any("reduce_min"),
+    reduce.any_: _all_any("reduce_max"),
+    reduce.norm: _norm,
+    reduce.argmax: _arg_extreme("reduce_argmax"),
+    reduce.argmin: _arg_extreme("reduce_argmin"),
+    reduce.cumsum: _cumsum,
+    reduce.cumprod: _cumprod,
+    gradient.prod_others: _prod_others,
+    DIM: _dim,
+}
+"""Primitive object → the rule writing its MIL ops.  A primitive the walker takes
+apart itself (``make_tuple``, ``env_getitem``...) needs none
+(:data:`anfir.interop.flatten.WALKER_ONLY`)."""
+
+def _declared_in(module: Any) -> list[Primitive]:
+    """The primitives a module of the op library declares, in declaration order."""
+    return [p for p in vars(module).values() if isinstance(p, Primitive)]
+
+
+UNSUPPORTED: dict[Primitive, str] = {
+    elementwise.bitwise_and: "MIL has no bitwise operations",
+    elementwise.bitwise_or: "MIL has no bitwise operations",
+    elementwise.bitwise_xor: "MIL has no bitwise operations",
+    elementwise.bitwise_not: "MIL has no bitwise operations",
+    elementwise.bit_shift: "MIL has no bit shifts",
+    **{prim: "Core ML has no complex tensors"
+       for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
+    # Not mapped yet (they landed after this exporter; MIL has most of them:
+    # softmax, layer_norm, einsum, concat, gather, pad...): refused with this reason.
+    **{prim: "no MIL rule written for it yet (docs/coreml.md lists the operators exported)"
+       for prim in (*_declared_in(nn), *_declared_in(shaping), *_declared_in(indexing))},
+}
+"""Primitives that cannot be exported to MIL, with the reason (the error quotes it)."""
+
+
+# -- the writer ----------------------------------------------------------------------------
+class MilWriter:
+    """Writes a :class:`FlatProgram` as a MIL Program; the helpers rules use are here."""
+
+    def __init__(self, ct: Any, program: FlatProgram) -> None:
+        """A writer for ``program`` (``ct`` is the imported coremltools)."""
+        from coremltools.converters.mil import Builder
+        from coremltools.converters.mil.mil import Var, types
+
+        self.ct = ct
+        self.mb = Builder
+        self.types = types
+        self.flat = program
+        self.names: NameAllocator = program.names
+        self.vars: dict[int, Any] = {}
+        self.loc: Optional[Location] = None
+        self.depth = 0
+        self.constant_inputs = False
+        self._var_class = Var
+
+    # -- the program -----------------------------------------------------------------
+    def program(self, feeds: Optional[dict[str, Any]] = None) -> Any:
+        """Write the whole program as function ``main``; inputs are constants with ``feeds``."""
+        from coremltools.converters.mil.mil import Function, Program
+
+        mb, flat = self.mb, self.flat
+        self.constant_inputs = feeds is not None
+        placeholders: dict[str, Any] = {}
+        if feeds is None:
+            for value in flat.inputs:
+                placeholders[value.name] = mb.placeholder(
+                    shape=self._io_shape(value.type), dtype=self._io_dtype(value.type))
+        program = Program()
+        with Function(placeholders, opset_version=self.ct.target.iOS17) as function:
+            for value in flat.inputs:
+                d = dtype_of_type(value.type)
+                if feeds is not None:
+                    self.vars[id(value)] = self.const(feeds[value.name], d)
+                    continue
+                var = function.inputs[value.name]
+                if is_bool(d):
+                    var = self.op("not_equal", x=var, y=np.int32(0))
+                if shape_of_type(value.type) == ():
+                    var = self.reshape(var, np.zeros((0,), dtype=np.int32))
+                self.vars[id(value)] = var
+            self._write_block(flat.body)
+            outputs = []
+            for operand, name, t in zip(flat.body.results, flat.output_names, flat.output_types):
+                self.loc = None
+                d = dtype_of_type(t)
+                var = self.tensor(operand, d)
+                if is_bool(d):
+                    var = self.cast(var, "i32")
+                if shape_of_type(t) == ():
+                    var = self.reshape(var, np.array([1], dtype=np.int32))
+                outputs.append(mb.identity(x=var, name=name))
+            function.set_outputs(outputs)
+            program.add_function("main", function)
+        return program
+
+    def _io_dtype(self, t: AbstractValue) -> Any:
+        """The MIL dtype of an input of type ``t`` (a boolean is an int32 0/1)."""
+        d = mil_dtype(dtype_of_type(t), self.loc)
+        return self.types.string_to_builtin("int32" if d == "bool" else d)
+
+    def _io_shape(self, t: AbstractValue) -> tuple[Any, ...]:
+        """The MIL shape of an input of type ``t``: scalars are ``(1,)``; symbols by name."""
+        shape = shape_of_type(t)
+        if shape is None:
+            raise ExportError(f"a Core ML input needs a known rank, not {t}", self.loc)
+        return tuple(self.dim(d) for d in shape) or (1,)
+
+    def dim(self, d: Any) -> Any:
+        """A MIL dimension: an int, or a symbol (named as anfir's when it is a plain name)."""
+        from coremltools.converters.mil.mil import get_new_symbol, program as mil_program
+
+        if isinstance(d, int):
+            return d
+        text = dim_text(d)
+        if text.isdigit():
+            return int(text)
+        if is_unknown_dim(d) or not text.isidentifier() or text.startswith("is"):
+            return get_new_symbol()
+        # coremltools allows one Symbol per name in a process: reuse the one made before.
+        used = mil_program.k_used_symbols
+        return used[text] if text in used else mil_program.Symbol(text)
+
+    def _write_block(self, block: Block) -> None:
+        """Write the statements of ``block`` (straight-line; If/Loop nest through the builder)."""
+        for statement in block.ops:
+            self.loc = statement.loc
+            if isinstance(statement, Op):
+                rule = RULES.get(statement.prim)
+                if rule is None:
+                    reason = UNSUPPORTED.get(statement.prim, "no MIL rule is registered for it")
+                    raise ExportError(f"the primitive {statement.prim.name} cannot be exported to "
+                                      f"Core ML: {reason}", statement.loc)
+                rule(self, statement)
+            elif isinstance(statement, IfOp):
+                self._if(statement)
+            else:
+                self._loop(statement)
+
+    def _nest(self, loc: Optional[Location]) -> None:
+        """One more level of cond/while_loop, refused beyond :data:`MAX_CONTROL_DEPTH`."""
+        self.depth += 1
+        if self.depth > MAX_CONTROL_DEPTH:
+            raise ExportError(f"control flow nested more than {MAX_CONTROL_DEPTH} deep cannot be "
+                              "exported to Core ML", loc)
+
+    def _branch(self, block: Block, results: Sequence[Value]) -> Callable[[], Any]:
+        """The function MIL ``cond`` calls to build a branch."""
+        def build() -> Any:
+            self._write_block(block)
+            out = tuple(self.op("identity", x=self.tensor(o, dtype_of_type(r.type)))
+                        for o, r in zip(block.results, results))
+            return out if len(out) != 1 else out[0]
+        return build
+
+    def _if(self, op: IfOp) -> None:
+        """An IfOp as MIL ``cond`` (branches see the values around them)."""
+        self._nest(op.loc)
+        if not op.results:
+            self.depth -= 1
+            return
+        outs = self.mb.cond(pred=self.tensor(op.cond, "bool"),
+                            _true_fn=self._branch(op.then_block, op.results),
+                            _false_fn=self._branch(op.else_block, op.results),
+                            name=self.names.take(op.results[0].name + "_cond"))
+        self.depth -= 1
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,)
+        for value, var in zip(op.results, outs):
+            self.vars[id(value)] = var
+
+    def _loop(self, op: LoopOp) -> None:
+        """A do-while LoopOp as MIL ``while_loop`` over ``(flag, *state)``, flag first true."""
+        if self.constant_inputs:
+            raise ExportError("coremltools cannot compute a while_loop at build time (it has "
+                              "no value inference): a program with a loop is checked on macOS",
+                              op.loc)
+        self._nest(op.loc)
+        params = op.body.params
+
+        def zero_d(var: Any) -> Any:
+            # MIL compares loop-carried types strictly: a 0-d tensor, not a scalar.
+            if not var.shape:
+                return self.reshape(var, np.zeros((0,), dtype=np.int32))
+            return var
+
+        init = [zero_d(self.const(True, "bool"))]
+        init += [zero_d(self.tensor(o, dtype_of_type(p.type))) for o, p in zip(op.init, params)]
+
+        def cond(flag: Any, *state: Any) -> Any:
+            return flag
+
+        def body(flag: Any, *state: Any) -> Any:
+            for param, var in zip(params, state):
+                self.vars[id(param)] = var
+            self._write_block(op.body)
+            types = [AScalar("bool"), *(p.type for p in params)]
+            return tuple(zero_d(self.tensor(o, dtype_of_type(t)))
+                         for o, t in zip(op.body.results, types))
+
+        outs = self.mb.while_loop(_cond=cond, _body=body, loop_vars=tuple(init),
+                                  name=self.names.take((op.results[0].name if op.results else "loop")
+                                                       + "_loop"))
+        self.depth -= 1
+        for value, var in zip(op.results, list(outs)[1:]):
+            self.vars[id(value)] = var
+
+    # -- helpers for rules ---------------------------------------------------------------
+    def op(self, kind: str, out: Optional[Value] = None, **inputs: Any) -> Any:
+        """One MIL op (``mb.<kind>(**inputs)``) named after ``out`` (or a fresh name)."""
+        name = inputs.pop("name", None) or self.names.take(out.name if out is not None else kind)
+        if out is not None and name == out.name:
+            name = self.names.take(out.name)
+        try:
+            var = getattr(self.mb, kind)(name=name, **inputs)
+        except ExportError:
+            raise
+        except (ValueError, TypeError, NotImplementedError) as error:
+            raise ExportError(f"coremltools refused the MIL op {kind}: {error}", self.loc) from None
+        if self.constant_inputs and isinstance(var, self._var_class) and isinstance(
+                var.val, (bool, int, float)):
+            # Some value inferences give a Python scalar that the next op's cannot take
+            # (``cos`` asks for ``.ndim``): a numpy 0-d value of the var's dtype instead.
+            value = np.asarray(var.val, dtype=self.types.nptype_from_builtin(var.dtype))
+            var = self.mb.const(val=value, name=self.names.take(f"{name}_value"))
+        return var
+
+    def bind(self, value: Value, var: Any) -> None:
+        """``var`` computes the flat value ``value``."""
+        self.vars[id(value)] = var
+
+    def dtype(self, value: Value) -> str:
+        """The anfir element type of a flat value."""
+        return dtype_of_type(value.type)
+
+    def type_of(self, operand: Operand) -> AbstractValue:
+        """The anfir type of an operand (a constant's own)."""
+        if isinstance(operand, (Value, Undefined)):
+            return operand.type
+        if isinstance(operand, Const):
+            value = operand.value
+            d = self.dtype_of_operand(operand)
+            shape = np.shape(value) if isinstance(value, np.ndarray) else ()
+            return ATensor(d, tuple(shape)) if shape else AScalar(d)
+        raise ExportError(f"a tuple where a tensor is needed ({operand!r})", self.loc)
+
+    def dtype_of_operand(self, operand: Operand) -> str:
+        """The anfir element type of an operand."""
+        if isinstance(operand, (Value, Undefined)):
+            return dtype_of_type(operand.type)
+        if isinstance(operand, Const):
+            if operand.type is not None:
+                return dtype_of_type(operand.type)
+            value = operand.value
+            if isinstance(value, (np.ndarray, np.generic)):
+                return dtype_name(value.dtype) or "f64"
+            found = literal_dtype(value)
+            if found is None:
+                raise ExportError(f"the constant {value!r} is not a tensor", self.loc)
+            return found
+        raise ExportError("a tuple where a tensor is needed", self.loc)
+
+    def common_dtype(self, operands: Sequence[Operand]) -> str:
+        """numpy's promotion of the operands' dtypes, Python constants being weak."""
+        strong = [self.dtype_of_operand(o) for o in operands if not _is_weak(o)]
+        weak = [self.dtype_of_operand(o) for o in operands if _is_weak(o)]
+        if not strong:
+            return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
+        result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
+        for d in weak:
+            if is_float(d) and not is_float(result):
+                result = "f64"
+            elif is_integer(d) and is_bool(result):
+                result = "i64"
+        return result
+
+    def tensor(self, operand: Operand, dtype: Optional[str] = None) -> Any:
+        """The MIL var holding ``operand`` (converted to ``dtype``'s MIL dtype when given)."""
+        if isinstance(operand, Value):
+            var = self.vars.get(id(operand))
+            if var is None:
+                raise ExportError(f"the value {operand.name} is read before it is written",
+                                  self.loc)
+            return self.cast(var, dtype) if dtype is not None else var
+        if isinstance(operand, Undefined):
+            return self.placeholder(operand.type, dtype)
+        if isinstance(operand, Const):
+            return self.const(operand.value, dtype or self.dtype_of_operand(operand))
+        raise ExportError("a tuple where a tensor is needed", self.loc)
+
+    def cast(self, var: Any, dtype: str, out: Optional[Value] = None) -> Any:
+        """``var`` converted to the MIL dtype of anfir's ``dtype`` (itself when it has it)."""
+        want = mil_dtype(dtype, self.loc)
+        have = self.types.builtin_to_string(var.dtype)
+        if have == want:
+            return var
+        return self.op("cast", out, x=var, dtype=want)
+
+    def const(self, value: Any, dtype: str) -> Any:
+        """A MIL const holding ``value`` as the MIL dtype of ``dtype``."""
+        if isinstance(value, DType):
+            raise ExportError("a dtype where a tensor is needed", self.loc)
+        if isinstance(value, str):
+            raise ExportError("Core ML has no string tensors", self.loc)
+        d = mil_dtype(dtype, self.loc)
+        array: np.ndarray = np.asarray(value, dtype=_NUMPY[d])
+        return self.mb.const(val=array, name=self.names.take("const"))
+
+    def placeholder(self, t: AbstractValue, dtype: Optional[str] = None) -> Any:
+        """A value of type ``t`` that nothing reads (symbolic dimensions 0)."""
+        d = dtype or dtype_of_type(t)
+        shape = shape_of_type(t)
+        if shape is None:
+            shape = ()
+        concrete = tuple(s if isinstance(s, int) else 0 for s in shape)
+        return self.const(np.zeros(concrete), d)
+
+    def static(self, operand: Operand) -> Any:
+        """The Python value of a constant operand (tuples of constants too)."""
+        if isinstance(operand, Const):
+            value = operand.value
+            return value.name if isinstance(value, DType) else value
+        if isinstance(operand, tuple):
+            return tuple(self.static(o) for o in operand)
+        raise ExportError("an argument that must be a constant to export is known only at "
+                          "run time", self.loc)
+
+    def shape_of(self, var: Any) -> Any:
+        """``shape(var)``: a 1-D int32 var (a constant when the shape is known)."""
+        shape = var.shape
+        if all(isinstance(s, (int, np.integer)) for s in shape):
+            return np.array([int(s) for s in shape], dtype=np.int32)
+        return self.op("shape", x=var)
+
+    def size_of(self, var: Any) -> Any:
+        """The number of elements of ``var`` (int32)."""
+        shape = self.shape_of(var)
+        if isinstance(shape, np.ndarray):
+            return self.const(int(np.prod(shape)), "i32")
+        return self.op("reduce_prod", x=shape, keep_dims=False)
+
+    def shape_tensor(self, operand: Operand) -> Any:
+        """A 1-D int32 shape from a shape operand (a tuple of constants and int values)."""
+        items = operand if isinstance(operand, tuple) else None
+        if items is None and isinstance(operand, Const):
+            value = operand.value
+            items = tuple(Const(v) for v in value) if isinstance(value, tuple) else (operand,)
+        if items is None:
+            items = (operand,)
+        if all(isinstance(i, Const) for i in items):
+            return np.array([int(i.value) for i in items if isinstance(i, Const)], dtype=np.int32)
+        pieces = [self.reshape(self.tensor(item, "i32"), np.array([1], dtype=np.int32))
+                  for item in items]
+        return self.op("concat", values=pieces, axis=0)
+
+    def select(self, cond: Any, a: Any, b: Any, dtype: str, out: Optional[Value] = None) -> Any:
+        """``a`` where ``cond`` else ``b``, broadcast as numpy does.  MIL's select takes
+        its type from ``a`` and ``b`` alone: a condition of a bigger shape first
+        broadcasts ``a`` to it (plus zeros, or or-ed with false)."""
+        if tuple(cond.shape) not in (tuple(a.shape), tuple(b.shape)):
+            if dtype == "bool":
+                a = self.op("logical_or", x=a, y=self.op("logical_and", x=cond,
+                                                           y=self.const(False, "bool")))
+            else:
+                zeros = self.op("mul", x=self.cast(cond, dtype), y=self.const(0, dtype))
+                a = self.op("add", x=a, y=zeros)
+        return self.op("select", out, cond=cond, a=a, b=b)
+
+    def reshape(self, var: Any, shape: Any, out: Optional[Value] = None) -> Any:
+        """``var`` reshaped to ``shape`` (a numpy array or a 1-D int32 var)."""
+        if var.val is not None and isinstance(shape, np.ndarray) and not var.shape:
+            # coremltools' reshape cannot infer the value of a constant scalar (a Python
+            # float has no .reshape): the reshaped constant is written directly.
+            value = np.asarray(var.val, dtype=self.types.nptype_from_builtin(var.dtype))
+            return self.mb.const(val=value.reshape(shape), name=self.names.take(
+                out.name if out is not None else "reshaped"))
+        return self.op("reshape", out, x=var, shape=shape)
+
+    def reduce(self, kind: str, x: Any, axis: Any, keepdims: bool,
+               out: Optional[Value] = None) -> Any:
+        """``kind`` (``reduce_sum``...) of ``x`` over ``axis`` (an int, a tuple, or None for
+        every axis)."""
+        if isinstance(axis, tuple) and not axis:
+            return x  # numpy: an empty tuple of axes reduces nothing
+        if not x.shape:
+            return x  # a 0-d value reduced over every axis is itself
+        if axis is None:
+            return self.op(kind, out, x=x, keep_dims=keepdims)
+        axes = list(axis) if isinstance(axis, tuple) else [axis]
+        return self.op(kind, out, x=x, axes=np.array(axes, dtype=np.int32), keep_dims=keepdims)
+
+
+def _is_weak(operand: Operand) -> bool:
+    """A Python constant of no declared type: it takes the other operand's dtype."""
+    return isinstance(operand, Const) and operand.type is None and not isinstance(
+        operand.value, (np.ndarray, np.generic))
+
+
+def describe(model_or_path: Any) -> dict[str, Any]:
+    """What a converted model declares: its function names, inputs and outputs with
+    their dtypes and shapes (``None`` for a flexible dimension), and the MIL op
+    types of ``main`` (nested blocks too) — read from the spec, as
+    ``coremltools.utils.load_spec`` gives it for a saved ``.mlpackage``."""
+    ct = require_coremltools()
+    spec = ct.utils.load_spec(model_or_path) if isinstance(model_or_path, str) else model_or_path
+
+    def feature(f: Any) -> dict[str, Any]:
+        array = f.type.multiArrayType
+        ranges = list(array.shapeRange.sizeRanges) if array.HasField("shapeRange") else []
+        dims: list[Optional[int]] = []
+        for k, d in enumerate(array.shape):
+            flexible = k < len(ranges) and ranges[k].lowerBound != ranges[k].upperBound
+            dims.append(None if flexible else int(d))
+        dtype = ct.proto.FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(array.dataType)
+        return {"name": f.name, "dtype": dtype, "shape": dims}
+
+    functions = dict(spec.mlProgram.functions)
+    op_types: list[str] = []
+    if "main" in functions:
+        main = functions["main"]
+        blocks = [main.block_specializations[main.opset]]
+        while blocks:
+            block = blocks.pop()
+            for operation in block.operations:
+                op_types.append(operation.type)
+                blocks.extend(operation.blocks)
+    return {"functions": sorted(functions), "inputs": [feature(f) for f in spec.description.input],
+            "outputs": [feature(f) for f in spec.description.output], "op_types": op_types,
+            "metadata": dict(spec.description.metadata.userDefined)}
+
+
+__all__ = [
+    "EXTRA", "MAX_CONTROL_DEPTH", "MilRule", "MilWriter", "RULES", "UNSUPPORTED", "binary",
+    "compare", "composite", "describe", "evaluate", "export_coreml", "logical", "metadata_of",
+    "mil_dtype", "mil_to_anfir", "program_from_graph", "require_coremltools", "to_mlmodel", "unary",
+]
