@@ -1,0 +1,96 @@
+"""anfir as an ONNX backend: ``anfir.interop.onnx.Backend`` (an ``onnx.backend.base.Backend``).
+
+::
+
+    from anfir.interop.onnx import Backend
+    rep = Backend.prepare(model)           # imported once (anfir.import_onnx)
+    outputs = rep.run([x, y])              # evaluated by anfir's evaluator
+
+ONNX's own backend test suite runs through it (``tests/test_onnx_import.py``).
+The class is made on first use, so importing this module (and anfir) never
+needs the ``onnx`` package.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from anfir.eval import run as _run
+from anfir.interop.onnx_import import import_onnx, require_onnx
+from anfir.ir.graph import Module
+
+
+class AnfirRep:
+    """A prepared model: the imported Module and its entry, run on ONNX inputs."""
+
+    def __init__(self, module: Module) -> None:
+        self.module = module
+        self.graph = module[module.entry_name()]
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """The model's outputs (a tuple, in graph order) for ``inputs`` (a list in the
+        order of the graph's inputs without initializers, or a dict by name)."""
+        params = [p.name for p in self.graph.parameters]
+        if isinstance(inputs, dict):
+            args = [inputs[n] for n in params]
+        else:
+            args = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        result = _run(self.graph, *args)
+        if len(self.module.metadata.get("outputs", ())) > 1:
+            return tuple(_onnx_value(r) for r in result)
+        return (_onnx_value(result),)
+
+
+def _onnx_value(value: Any) -> Any:
+    """An output as ONNX gives it: numpy arrays (scalars as 0-d), sequences as lists."""
+    if isinstance(value, tuple):
+        return [_onnx_value(v) for v in value]
+    if value is None:
+        return None
+    return np.asarray(value)
+
+
+def _make_backend() -> type:
+    onnx = require_onnx()
+    import onnx.backend.base as base
+
+    class Backend(base.Backend):  # type: ignore[misc,name-defined]
+        """anfir as an ONNX backend: import + run on the CPU."""
+
+        @classmethod
+        def is_compatible(cls, model: Any, device: str = "CPU", **kwargs: Any) -> bool:
+            return device.upper().startswith("CPU")
+
+        @classmethod
+        def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> AnfirRep:
+            return AnfirRep(import_onnx(model))
+
+        @classmethod
+        def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> Any:
+            return cls.prepare(model, device).run(inputs)
+
+        @classmethod
+        def run_node(cls, node: Any, inputs: Any, device: str = "CPU",
+                     outputs_info: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
+            raise NotImplementedError("anfir runs whole models: use run_model")
+
+        @classmethod
+        def supports_device(cls, device: str) -> bool:
+            return device.upper().startswith("CPU")
+
+    del onnx
+    return Backend
+
+
+_BACKEND: list[type] = []
+
+
+def __getattr__(name: str) -> Any:
+    # ``Backend`` subclasses onnx's class, so it is made when first asked for.
+    if name == "Backend":
+        if not _BACKEND:
+            _BACKEND.append(_make_backend())
+        return _BACKEND[0]
+    raise AttributeError(name)
