@@ -18,27 +18,51 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from anfir.eval import run as _run
-from anfir.interop.onnx_import import import_onnx, require_onnx
+from anfir.interop.onnx_import import OnnxImportError, import_onnx, require_onnx
 from anfir.ir.graph import Module
 
 
 class AnfirRep:
-    """A prepared model: the imported Module and its entry, run on ONNX inputs."""
+    """A prepared model: the imported Module and its entry, run on ONNX inputs.
 
-    def __init__(self, module: Module) -> None:
+    A model that feeds a value anfir takes statically (ReduceSum's axes, a
+    Reshape's shape) as a graph input is imported again for each distinct value
+    of those inputs when it runs, as a specializing compiler would; every other
+    input stays a parameter."""
+
+    def __init__(self, model: Any, module: Optional[Module], needs: tuple[str, ...] = ()) -> None:
+        self.model = model
         self.module = module
-        self.graph = module[module.entry_name()]
+        self.needs = needs
+        self.input_names = [i.name for i in model.graph.input
+                            if i.name not in {t.name for t in model.graph.initializer}]
+        self.output_names = [o.name for o in model.graph.output]
+        self._specialized: dict[bytes, Module] = {}
+
+    def _module_for(self, feed: dict[str, Any]) -> Module:
+        if self.module is not None:
+            return self.module
+        key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
+                       for n in self.needs)
+        found = self._specialized.get(key)
+        if found is None:
+            found = import_onnx(self.model, bind={n: np.asarray(feed[n]) for n in self.needs})
+            self._specialized[key] = found
+        return found
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """The model's outputs (a tuple, in graph order) for ``inputs`` (a list in the
         order of the graph's inputs without initializers, or a dict by name)."""
-        params = [p.name for p in self.graph.parameters]
         if isinstance(inputs, dict):
-            args = [inputs[n] for n in params]
+            feed = dict(inputs)
         else:
-            args = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        result = _run(self.graph, *args)
-        if len(self.module.metadata.get("outputs", ())) > 1:
+            values = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+            feed = dict(zip(self.input_names, values))
+        module = self._module_for(feed)
+        graph = module[module.entry_name()]
+        args = [feed[p.name] for p in graph.parameters]
+        result = _run(graph, *args)
+        if len(self.output_names) > 1:
             return tuple(_onnx_value(r) for r in result)
         return (_onnx_value(result),)
 
@@ -56,7 +80,7 @@ def _make_backend() -> type:
     onnx = require_onnx()
     import onnx.backend.base as base
 
-    class Backend(base.Backend):  # type: ignore[misc,name-defined]
+    class Backend(base.Backend):
         """anfir as an ONNX backend: import + run on the CPU."""
 
         @classmethod
@@ -64,8 +88,13 @@ def _make_backend() -> type:
             return device.upper().startswith("CPU")
 
         @classmethod
-        def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> AnfirRep:
-            return AnfirRep(import_onnx(model))
+        def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> Any:
+            try:
+                return AnfirRep(model, import_onnx(model))
+            except OnnxImportError as e:
+                if not e.needs_values:
+                    raise
+                return AnfirRep(model, None, e.needs_values)
 
         @classmethod
         def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> Any:

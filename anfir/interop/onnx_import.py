@@ -49,15 +49,15 @@ from anfir import limits
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError, MissingDependencyError
 from anfir.interop.onnx_export import _ONNX_TYPES, EXTRA
-from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn, TypeAnn
+from anfir.ir.annotations import TensorAnn, TypeAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.primitives import structure
 
 if TYPE_CHECKING:  # pragma: no cover
-    import onnx
+    pass
 
 DTYPE_OF_ELEM: dict[int, str] = {v: k for k, v in _ONNX_TYPES.items() if k != "str"}
 """ONNX ``TensorProto.DataType`` → anfir dtype (the exporter's table, read backwards)."""
@@ -72,9 +72,21 @@ class OnnxImportError(AnfirError):
 
     kind = "import error"
 
+    needs_values: tuple[str, ...] = ()
+    """Graph inputs whose values were needed as constants (see ``bind=``)."""
+
 
 class NodeError(Exception):
     """Raised by an op rule for one node; collected into an :class:`OnnxImportError`."""
+
+
+class NeedsValue(NodeError):
+    """A graph input is used where anfir takes a constant (axes, a shape): importing
+    with that input's value bound (``bind=``) would succeed."""
+
+    def __init__(self, message: str, input_name: str) -> None:
+        super().__init__(message)
+        self.input_name = input_name
 
 
 def require_onnx() -> Any:
@@ -183,7 +195,9 @@ class Ctx:
         """The element dtype of input ``index`` (from its constant, or shape inference)."""
         node = self.input(index)
         if isinstance(node, ValueNode) and isinstance(node.value, np.ndarray):
-            return dtype_name(node.value.dtype)
+            known = dtype_name(node.value.dtype)
+            if known is not None:
+                return known
         found = self.type_of(index).dtype
         if found is None:
             raise NodeError(f"the element type of input {index} is unknown")
@@ -209,8 +223,11 @@ class Ctx:
             return node.value
         if isinstance(node, ValueNode) and isinstance(node.value, (int, float, bool, np.generic)):
             return np.asarray(node.value)
-        raise NodeError(f"{what} (input {index}, {self.node.input[index]!r}) must be a constant: "
-                        "anfir takes it statically")
+        message = (f"{what} (input {index}, {self.node.input[index]!r}) must be a constant: "
+                   "anfir takes it statically")
+        if isinstance(node, ParameterNode) and node.graph is self.importer.entry:
+            raise NeedsValue(message, node.name or "")
+        raise NodeError(message)
 
     # -- attributes ------------------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -224,7 +241,7 @@ class Ctx:
     def call(self, prim: Any, *args: Any, **attrs: Any) -> Node:
         """``prim(*args, **attrs)`` in the current graph, folded when every argument
         is a constant and the primitive may be folded."""
-        return self.importer.call(self.graph, prim, args, attrs, self.node.name or None)
+        return self.importer.call(self.graph, prim, args, attrs, None)
 
     def const(self, value: Any, dtype: Optional[str] = None) -> ValueNode:
         """A constant tensor (of ``dtype`` when given)."""
@@ -254,9 +271,12 @@ class Importer:
         self.onnx = onnx
         self.model = model
         self.params_as_inputs = params_as_inputs
-        self.opsets: dict[str, int] = {o.domain or "": int(o.version) for o in model.opset_import}
+        self.opsets: dict[str, int] = {_domain(o.domain): int(o.version) for o in model.opset_import}
         self.types: dict[str, TypeInfo] = {}
         self.errors: list[str] = []
+        self.needs_values: list[str] = []
+        self.node_records: list[dict[str, Any]] = []
+        self.entry: Optional[FuncGraph] = None
         self.functions: dict[tuple[str, str], Any] = {(f.domain, f.name): f for f in model.functions}
         self.function_graphs: dict[Any, FuncGraph] = {}
         self.module = Module(filename=filename)
@@ -439,6 +459,12 @@ class Importer:
                 continue
             try:
                 outputs = self.convert_node(node, scope, opsets)
+            except NeedsValue as e:
+                self.error(node, str(e))
+                if e.input_name not in self.needs_values:
+                    self.needs_values.append(e.input_name)
+                poisoned.update(node.output)
+                continue
             except NodeError as e:
                 self.error(node, str(e))
                 poisoned.update(node.output)
@@ -447,6 +473,11 @@ class Importer:
                 self.error(node, e.message)
                 poisoned.update(node.output)
                 continue
+            if node.name or node.doc_string:
+                record = {"name": node.name, "op_type": node.op_type, "outputs": list(node.output)}
+                if node.doc_string:
+                    record["doc_string"] = node.doc_string
+                self.node_records.append(record)
             for i, name in enumerate(node.output):
                 if not name:
                     continue
@@ -488,11 +519,14 @@ class Importer:
         except Exception:  # onnx raises SchemaError (not exported under one name)
             return None
         raw = b""
-        if schema.has_function:
-            raw = schema.get_function_with_opset_version(opset)
-            if not raw and schema.function_body is not None and schema.function_body.node:
-                return schema.function_body
-        if not raw and schema.has_context_dependent_function:
+        # A body is defined from some opset on: the newest one not after the model's.
+        plain = [v for v in schema.function_opset_versions if v <= opset]
+        context = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+        if plain:
+            raw = schema.get_function_with_opset_version(max(plain))
+        elif schema.has_function and schema.function_body.node:
+            return schema.function_body
+        if not raw and context:
             types = []
             for i, name in enumerate(node.input):
                 tp = self.onnx.TypeProto()
@@ -515,7 +549,7 @@ class Importer:
                 types.append(tp.SerializeToString())
             try:
                 raw = schema.get_context_dependent_function_with_opset_version(
-                    opset, node.SerializeToString(), types)
+                    max(context), node.SerializeToString(), types)
             except Exception:  # onnx raises its own errors for a body it cannot build
                 raw = b""
         if not raw:
@@ -557,9 +591,9 @@ class Importer:
                 if caller.input[i] in self.types:
                     self.types[formal] = self.types[caller.input[i]]
         fn_opsets = dict(opsets)
-        fn_opsets.update({o.domain or "": int(o.version) for o in fn.opset_import})
+        fn_opsets.update({_domain(o.domain): int(o.version) for o in fn.opset_import})
         nodes = [self.bind_attrs(n, caller, fn) for n in fn.node]
-        nodes = self.rename(nodes, fn, f"{caller.name or caller.op_type}/")
+        nodes, renamed = self.rename(nodes, fn, f"{caller.name or caller.op_type}/")
         self.infer_body_types(nodes, inner, fn_opsets)
         before = len(self.errors)
         self.convert_nodes(nodes, inner, fn_opsets)
@@ -569,13 +603,12 @@ class Importer:
             raise NodeError("its function body does not import: " + "; ".join(inner_errors))
         out: list[Optional[Node]] = []
         for formal in fn.output:
-            out.append(inner.values.get(self._renamed.get(formal, formal)))
+            out.append(inner.values.get(renamed.get(formal, formal)))
         return out
 
-    _renamed: dict[str, str] = {}
-
-    def rename(self, nodes: Sequence[Any], fn: Any, prefix: str) -> list[Any]:
-        """Body nodes whose intermediate names are unique in the model (a prefix)."""
+    def rename(self, nodes: Sequence[Any], fn: Any, prefix: str) -> tuple[list[Any], dict[str, str]]:
+        """Body nodes whose intermediate names are unique in the model (a prefix), and
+        the new name of each value the body computes."""
         formals = set(fn.input)
         mapping: dict[str, str] = {}
         renamed = []
@@ -591,8 +624,7 @@ class Importer:
                     mapping[name] = f"{prefix}{name}#{tag}"
                     copy.output[i] = mapping[name]
             renamed.append(copy)
-        self._renamed = mapping
-        return renamed
+        return renamed, mapping
 
     def infer_body_types(self, nodes: Sequence[Any], scope: Scope, opsets: dict[str, int]) -> None:
         """Types of a function body's values, by ONNX shape inference on a small model."""
@@ -641,7 +673,7 @@ class Importer:
                 if i < len(caller.input) and caller.input[i] in self.types:
                     self.types[formal] = self.types[caller.input[i]]
             fn_opsets = dict(opsets)
-            fn_opsets.update({o.domain or "": int(o.version) for o in fn.opset_import})
+            fn_opsets.update({_domain(o.domain): int(o.version) for o in fn.opset_import})
             nodes = [self.bind_attrs(n, caller, fn) for n in fn.node]
             self.infer_body_types(nodes, inner, fn_opsets)
             before = len(self.errors)
@@ -650,10 +682,13 @@ class Importer:
                 inner_errors = self.errors[before:]
                 del self.errors[before:]
                 raise NodeError(f"local function {fn.name!r} does not import: " + "; ".join(inner_errors))
-            outs = [inner.values.get(o) for o in fn.output]
-            if any(o is None for o in outs):
-                raise NodeError(f"local function {fn.name!r} does not compute all its outputs")
-            graph.output = outs[0] if len(outs) == 1 else graph.apply(structure.make_tuple, *outs)  # type: ignore[arg-type]
+            outs: list[Node] = []
+            for o in fn.output:
+                found = inner.values.get(o)
+                if found is None:
+                    raise NodeError(f"local function {fn.name!r} does not compute its output {o!r}")
+                outs.append(found)
+            graph.output = outs[0] if len(outs) == 1 else graph.apply(structure.make_tuple, *outs)
             if fn.doc_string:
                 graph.flags["doc"] = fn.doc_string
             self.function_graphs[key] = graph
@@ -689,6 +724,11 @@ class Importer:
                 raise NodeError(f"subgraph output {o.name!r} is not computed")
             outs.append(found)
         return outs
+
+
+def _domain(name: str) -> str:
+    """The key of a domain: ``""`` for the default one (also spelled ``ai.onnx``)."""
+    return "" if name in ("", "ai.onnx") else name
 
 
 def _metadata(model: Any) -> dict[str, Any]:
@@ -735,15 +775,20 @@ def read_model(model_or_path: Any) -> tuple[Any, str]:
                           f"{type(model_or_path).__name__}")
 
 
-def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
+def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
+                bind: Optional[dict[str, np.ndarray]] = None) -> Module:
     """Read an ONNX model (a ``ModelProto`` or a ``.onnx`` path) into a Module whose
-    entry is the ONNX graph's name.  See the module documentation."""
+    entry is the ONNX graph's name.  See the module documentation.
+
+    ``bind`` gives graph inputs values: they become constants, not parameters
+    (a model that feeds axes or shapes as inputs imports for given values;
+    :class:`OnnxImportError.needs_values` lists the inputs that need one)."""
     onnx = require_onnx()
     model, filename = read_model(model_or_path)
     importer = Importer(onnx, model, params_as_inputs, filename)
     opsets = importer.opsets
     default = opsets.get("")
-    if default is None or default < MIN_OPSET:
+    if default is not None and default < MIN_OPSET:
         raise OnnxImportError(f"the model imports ai.onnx opset {default}; anfir reads opset "
                               f"{MIN_OPSET} and later")
     try:
@@ -764,7 +809,7 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
                 importer.errors.append(f"initializer {init.name!r}: {e}")
                 continue
             param = entry.add_parameter(init.name)
-            param.annotation = TensorAnn(dtype_name(value.dtype), tuple(int(d) for d in value.shape))
+            param.annotation = TensorAnn(DTYPE_OF_ELEM[init.data_type], tuple(int(d) for d in value.shape))
             scope.values[init.name] = param
             importer.module.params[init.name] = value
     else:
@@ -773,8 +818,12 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
                 scope.values[init.name] = ValueNode(importer.tensor(init))
             except NodeError as e:
                 importer.errors.append(f"initializer {init.name!r}: {e}")
+    importer.entry = entry
     for inp in g.input:
         if inp.name in initializers:
+            continue
+        if bind and inp.name in bind:
+            scope.values[inp.name] = ValueNode(np.asarray(bind[inp.name]))
             continue
         try:
             ann = importer.annotation(inp.type, f"input {inp.name!r}")
@@ -796,7 +845,9 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
         outs.append(found)
     if importer.errors:
         listed = "\n  ".join(importer.errors)
-        raise OnnxImportError(f"{filename}: {len(importer.errors)} node(s) do not import:\n  {listed}")
+        error = OnnxImportError(f"{filename}: {len(importer.errors)} node(s) do not import:\n  {listed}")
+        error.needs_values = tuple(importer.needs_values)
+        raise error
     entry.output = outs[0] if len(outs) == 1 else entry.apply(structure.make_tuple, *outs)
     if g.doc_string:
         entry.flags["doc"] = g.doc_string
@@ -805,4 +856,6 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
     module.default_entry = entry.name
     module.metadata.update(_metadata(model))
     module.metadata["outputs"] = [o.name for o in g.output]
+    if importer.node_records:
+        module.metadata["nodes"] = importer.node_records
     return module

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.dtypes import BY_NAME, is_float, is_integer
+from anfir.dtypes import is_float
 from anfir.interop.onnx_import import DTYPE_OF_ELEM, Ctx, NodeError, OpRule
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
@@ -214,8 +214,8 @@ def _clip(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(0)
     if ctx.opset < 11:
         lo, hi = ctx.attr("min"), ctx.attr("max")
-        lo_node = None if lo is None else ctx.const(lo, d)
-        hi_node = None if hi is None else ctx.const(hi, d)
+        lo_node: Optional[Node] = None if lo is None else ctx.const(lo, d)
+        hi_node: Optional[Node] = None if hi is None else ctx.const(hi, d)
     else:
         lo_node, hi_node = ctx.input(1), ctx.input(2)
     out = x
@@ -551,12 +551,12 @@ def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
     c = loop.add_parameter("cond")
     state = [loop.add_parameter(body.input[2 + k].name if 2 + k < len(body.input) else f"v{k}")
              for k in range(n_carried)]
-    go = c
+    go: Node = c
     if trip is not None:
         go = imp.call(loop, P("logical_and"), [imp.call(loop, P("lt"), [i, trip], {}, None), c], {}, None)
     go = imp.call(loop, P("all"), [go], {}, None)
     step = FuncGraph(imp.graph_name(f"✓{name}"))
-    bound = {body.input[0].name: i, body.input[1].name: c}
+    bound: dict[str, Node] = {body.input[0].name: i, body.input[1].name: c}
     for k in range(n_carried):
         bound[body.input[2 + k].name] = state[k]
     outs = imp.convert_subgraph(body, step, ctx.scope, _opsets(ctx), bound)
@@ -581,5 +581,3 @@ def _loop_with_scans(ctx: Ctx, body: Any, trip: Optional[Node], cond0: Optional[
 def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
     raise NodeError("Scan needs slicing and stacking (not in anfir's operator library yet)")
 
-
-_UNUSED = (BY_NAME, is_integer)
