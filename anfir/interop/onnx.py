@@ -60,11 +60,18 @@ class AnfirRep:
             feed = dict(zip(self.input_names, values))
         module = self._module_for(feed)
         graph = module[module.entry_name()]
-        args = [feed[p.name] for p in graph.parameters]
+        args = [_anfir_value(feed[p.name]) for p in graph.parameters]
         result = _run(graph, *args)
         if len(self.output_names) > 1:
             return tuple(_onnx_value(r) for r in result)
         return (_onnx_value(result),)
+
+
+def _anfir_value(value: Any) -> Any:
+    """An ONNX input as anfir takes it: sequences (lists) are tuples."""
+    if isinstance(value, list):
+        return tuple(_anfir_value(v) for v in value)
+    return value
 
 
 def _onnx_value(value: Any) -> Any:

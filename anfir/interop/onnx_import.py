@@ -80,6 +80,11 @@ class NodeError(Exception):
     """Raised by an op rule for one node; collected into an :class:`OnnxImportError`."""
 
 
+class MissingPrimitive(NodeError):
+    """A rule needs a primitive the operator library does not have (yet): the op
+    is then expanded through its ONNX function body, when it has one."""
+
+
 class NeedsValue(NodeError):
     """A graph input is used where anfir takes a constant (axes, a shape): importing
     with that input's value bound (``bind=``) would succeed."""
@@ -501,7 +506,13 @@ class Importer:
             raise NodeError(f"the model imports no opset of domain {domain or 'ai.onnx'!r}")
         rule = self.rule_for(node, opset)
         if rule is not None:
-            return rule(Ctx(self, scope, node, opset))
+            try:
+                return rule(Ctx(self, scope, node, opset))
+            except MissingPrimitive:
+                body = self.schema_function(node, opset, scope)
+                if body is None:
+                    raise
+                return self.expand_inline(body, node, scope, opsets)
         body = self.schema_function(node, opset, scope)
         if body is not None:
             return self.expand_inline(body, node, scope, opsets)

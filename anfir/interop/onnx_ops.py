@@ -20,8 +20,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.dtypes import is_float
-from anfir.interop.onnx_import import DTYPE_OF_ELEM, Ctx, NodeError, OpRule
+from anfir.dtypes import BY_NAME, is_float
+from anfir.interop.onnx_import import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.primitives import structure
@@ -44,7 +44,7 @@ def P(name: str) -> Any:
     """The primitive ``name`` of the operator library (a NodeError if it has none)."""
     prim = PRIMITIVES.get(name)
     if prim is None:
-        raise NodeError(f"anfir has no primitive {name!r} yet")
+        raise MissingPrimitive(f"anfir has no primitive {name!r} yet")
     return prim
 
 
@@ -341,6 +341,48 @@ def _expand(ctx: Ctx) -> Sequence[Optional[Node]]:
     return [ctx.call(P("broadcast_to"), ctx.need(0), out)]
 
 
+@op("Flatten")
+def _flatten(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    axis = int(ctx.attr("axis", 1))
+    axis = axis % len(shape) if shape and axis < 0 else axis
+    flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+    return [ctx.call(P("reshape"), ctx.need(0), flat)]
+
+
+def _listed_axes(ctx: Ctx, since_input: int) -> Optional[tuple[int, ...]]:
+    # Squeeze/Unsqueeze: axes as an attribute before opset 13, an input since.
+    if ctx.opset >= since_input:
+        raw = ctx.static(1, "the axes")
+        return None if raw is None else _ints(raw)
+    listed = ctx.attr("axes")
+    return None if listed is None else tuple(int(a) for a in listed)
+
+
+@op("Squeeze")
+def _squeeze(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    axes = _listed_axes(ctx, 13)
+    rank = len(shape)
+    drop = {a % rank for a in axes} if axes is not None else {i for i, d in enumerate(shape) if d == 1}
+    if any(shape[a] != 1 for a in drop):
+        raise NodeError(f"squeezing axes {sorted(drop)} of shape {shape}: not all of size 1")
+    return [ctx.call(P("reshape"), ctx.need(0), tuple(d for i, d in enumerate(shape) if i not in drop))]
+
+
+@op("Unsqueeze")
+def _unsqueeze(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    axes = _listed_axes(ctx, 13)
+    if axes is None:
+        raise NodeError("Unsqueeze without axes")
+    rank = len(shape) + len(axes)
+    inserted = {a % rank for a in axes}
+    dims = iter(shape)
+    out = tuple(1 if i in inserted else next(dims) for i in range(rank))
+    return [ctx.call(P("reshape"), ctx.need(0), out)]
+
+
 # -- linear algebra ------------------------------------------------------------------------------
 @op("MatMul")
 def _matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
@@ -445,8 +487,10 @@ op("ArgMin")(_arg("argmin"))
 def _cumsum(ctx: Ctx) -> Sequence[Optional[Node]]:
     raw = ctx.static(1, "the axis")
     assert raw is not None
-    return [ctx.call(P("cumsum"), ctx.need(0), axis=int(raw.reshape(-1)[0]),
-                     exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))]
+    out = ctx.call(P("cumsum"), ctx.need(0), axis=int(raw.reshape(-1)[0]),
+                   exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
+    # numpy sums small integers in i64; ONNX keeps the input's type.
+    return [ctx.call(P("cast"), out, ctx.dtype(0))]
 
 
 # -- structure -----------------------------------------------------------------------------------
@@ -535,49 +579,228 @@ def _opsets(ctx: Ctx) -> dict[str, int]:
     return ctx.importer.opsets
 
 
+def _static_elem_shape(ctx: Ctx, name: str, what: str) -> tuple[str, tuple[int, ...]]:
+    # The dtype and shape of one step's scan output: the stacked result starts empty.
+    info = ctx.importer.types.get(name)
+    if info is None or info.dtype is None or info.static_shape is None:
+        raise NodeError(f"the type of {what} {name!r} is not static (the stacked result "
+                        "starts as an empty tensor of that shape)")
+    return info.dtype, info.static_shape
+
+
+def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
+                counter: Callable[[FuncGraph, Node], Node],
+                bind: Callable[[FuncGraph, Node, Node, list[Node]], dict[str, Node]],
+                body: Any, start: list[Node], scan_types: list[tuple[str, tuple[int, ...]]],
+                reverse_out: Sequence[bool], body_cond: bool) -> Node:
+    """A tail-recursive graph ``loop(i, cond, state..., stacked...)``: while
+    ``counter(loop, i) and cond`` it runs the body (``bind`` names the body's inputs)
+    and calls itself with the new state, each scan output stacked on its result."""
+    imp = ctx.importer
+    loop = FuncGraph(imp.graph_name(name))
+    i = loop.add_parameter("i")
+    c = loop.add_parameter("cond")
+    state: list[Node] = [loop.add_parameter(f"state{k}") for k in range(n_state)]
+    stacked = [loop.add_parameter(f"stacked{k}") for k in range(n_scan)]
+    go = imp.call(loop, P("all"), [imp.call(loop, P("logical_and"), [counter(loop, i), c], {}, None)],
+                  {}, None)
+    step = FuncGraph(imp.graph_name(f"✓{name}"))
+    bound = bind(step, i, c, state)
+    outs = imp.convert_subgraph(body, step, ctx.scope, _opsets(ctx), bound)
+    offset = 1 if body_cond else 0
+    next_cond = outs[0] if body_cond else c
+    new_state = outs[offset:offset + n_state]
+    new_stacked: list[Node] = []
+    for k in range(n_scan):
+        dtype, shape = scan_types[k]
+        item = imp.call(step, P("reshape"), [outs[offset + n_state + k], (1, *shape)], {}, None)
+        pair = (item, stacked[k]) if reverse_out[k] else (stacked[k], item)
+        new_stacked.append(imp.call(step, P("concat"), [imp.call(step, structure.make_tuple, list(pair), {}, None)],
+                                    {"axis": 0}, None))
+    next_i = imp.call(step, P("add"), [i, np.array(1, dtype=np.int64)], {}, None)
+    step.output = step.apply(loop, next_i, next_cond, *new_state, *new_stacked)
+    done = FuncGraph(imp.graph_name(f"✗{name}"))
+    done.output = done.apply(structure.make_tuple, *state, *stacked)
+    loop.output = loop.apply(loop.apply(structure.switch, go, step, done))
+    return ctx.graph.apply(loop, np.array(0, dtype=np.int64), *start)
+
+
 @op("Loop")
 def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
-    imp = ctx.importer
     body = ctx.attr("body")
     trip, cond0 = ctx.input(0), ctx.input(1)
     carried = [ctx.need(i) for i in range(2, len(ctx.node.input))]
-    n_carried = len(carried)
-    n_scan = len(body.output) - 1 - n_carried
-    if n_scan:
-        return _loop_with_scans(ctx, body, trip, cond0, carried, n_scan)
-    name = ctx.node.name or "loop"
-    loop = FuncGraph(imp.graph_name(f"{name}"))
-    i = loop.add_parameter("i")
-    c = loop.add_parameter("cond")
-    state = [loop.add_parameter(body.input[2 + k].name if 2 + k < len(body.input) else f"v{k}")
-             for k in range(n_carried)]
-    go: Node = c
-    if trip is not None:
-        go = imp.call(loop, P("logical_and"), [imp.call(loop, P("lt"), [i, trip], {}, None), c], {}, None)
-    go = imp.call(loop, P("all"), [go], {}, None)
-    step = FuncGraph(imp.graph_name(f"✓{name}"))
-    bound: dict[str, Node] = {body.input[0].name: i, body.input[1].name: c}
-    for k in range(n_carried):
-        bound[body.input[2 + k].name] = state[k]
-    outs = imp.convert_subgraph(body, step, ctx.scope, _opsets(ctx), bound)
-    next_i = step.apply(P("add"), i, np.array(1, dtype=np.int64))
-    step.output = step.apply(loop, next_i, outs[0], *outs[1:1 + n_carried])
-    done = FuncGraph(imp.graph_name(f"✗{name}"))
-    done.output = done.apply(structure.make_tuple, *state) if n_carried != 1 else done.apply(P("identity"), state[0])
-    loop.output = loop.apply(loop.apply(structure.switch, go, step, done))
-    start_cond = cond0 if cond0 is not None else ctx.const(np.array(True))
-    result = ctx.graph.apply(loop, np.array(0, dtype=np.int64), start_cond, *carried)
-    if n_carried == 1:
-        return [result]
-    return [ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_carried)]
+    n_state = len(carried)
+    n_scan = len(body.output) - 1 - n_state
+    scan_types = [_static_elem_shape(ctx, body.output[1 + n_state + k].name, "scan output")
+                  for k in range(n_scan)]
 
+    def counter(loop: FuncGraph, i: Node) -> Node:
+        if trip is None:
+            return ValueNode(np.array(True))
+        return ctx.importer.call(loop, P("lt"), [i, trip], {}, None)
 
-def _loop_with_scans(ctx: Ctx, body: Any, trip: Optional[Node], cond0: Optional[Node],
-                     carried: list[Node], n_scan: int) -> Sequence[Optional[Node]]:
-    raise NodeError("Loop with scan outputs needs concat (not in anfir's operator library yet)")
+    def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
+        names = [v.name for v in body.input]
+        bound: dict[str, Node] = {names[0]: i, names[1]: c}
+        bound.update({names[2 + k]: state[k] for k in range(n_state)})
+        return bound
+
+    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
+    start = [cond0 if cond0 is not None else ctx.const(np.array(True)), *carried, *empty]
+    result = _build_loop(ctx, ctx.node.name or "loop", n_state, n_scan, counter, bind, body, start,
+                         scan_types, [False] * n_scan, True)
+    return [ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_state + n_scan)]
 
 
 @op("Scan", 9)
 def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
-    raise NodeError("Scan needs slicing and stacking (not in anfir's operator library yet)")
+    body = ctx.attr("body")
+    m = int(ctx.attr("num_scan_inputs"))
+    inputs = [ctx.need(i) for i in range(len(ctx.node.input))]
+    n_state = len(inputs) - m
+    n_scan = len(body.output) - n_state
+    in_axes = [int(a) for a in ctx.attr("scan_input_axes", [0] * m)]
+    in_dirs = [int(a) for a in ctx.attr("scan_input_directions", [0] * m)]
+    out_axes = [int(a) for a in ctx.attr("scan_output_axes", [0] * n_scan)]
+    out_dirs = [int(a) for a in ctx.attr("scan_output_directions", [0] * n_scan)]
+    shapes = [_input_shape(ctx, n_state + k) for k in range(m)]
+    axes = [a % len(shapes[k]) for k, a in enumerate(in_axes)]
+    lengths = {shapes[k][axes[k]] for k in range(m)}
+    if len(lengths) != 1:
+        raise NodeError(f"the scan inputs have different lengths {sorted(lengths)}")
+    length = lengths.pop()
+    scan_types = [_static_elem_shape(ctx, body.output[n_state + k].name, "scan output")
+                  for k in range(n_scan)]
+    scanned = inputs[n_state:]
 
+    def counter(loop: FuncGraph, i: Node) -> Node:
+        return ctx.importer.call(loop, P("lt"), [i, np.array(length, dtype=np.int64)], {}, None)
+
+    def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
+        imp = ctx.importer
+        names = [v.name for v in body.input]
+        bound: dict[str, Node] = {names[k]: state[k] for k in range(n_state)}
+        for k in range(m):
+            index = i if not in_dirs[k] else imp.call(
+                step, P("sub"), [np.array(length - 1, dtype=np.int64), i], {}, None)
+            bound[names[n_state + k]] = imp.call(step, P("gather"), [scanned[k], index],
+                                                 {"axis": axes[k]}, None)
+        return bound
+
+    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
+    start = [ctx.const(np.array(True)), *inputs[:n_state], *empty]
+    result = _build_loop(ctx, ctx.node.name or "scan", n_state, n_scan, counter, bind, body, start,
+                         scan_types, [bool(d) for d in out_dirs], False)
+    outs: list[Optional[Node]] = [ctx.graph.apply(structure.tuple_getitem, result, k)
+                                  for k in range(n_state + n_scan)]
+    for k in range(n_scan):
+        rank = len(scan_types[k][1]) + 1
+        axis = out_axes[k] % rank
+        if axis:
+            perm = list(range(1, rank))
+            perm.insert(axis, 0)
+            outs[n_state + k] = ctx.call(P("transpose"), outs[n_state + k], tuple(perm))
+    return outs
+
+
+# -- neural-network operators ---------------------------------------------------------------------
+def _softmax_rule(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        x = ctx.need(0)
+        if ctx.opset >= 13:
+            return [ctx.call(P(name), x, axis=int(ctx.attr("axis", -1)))]
+        # Before opset 13 the input is seen as 2-d: the axes before `axis`, and the rest.
+        shape = _input_shape(ctx, 0)
+        axis = int(ctx.attr("axis", 1)) % max(len(shape), 1)
+        flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        y = ctx.call(P(name), ctx.call(P("reshape"), x, flat), axis=-1)
+        return [ctx.call(P("reshape"), y, shape)]
+    return rule
+
+
+op("Softmax")(_softmax_rule("softmax"))
+op("LogSoftmax")(_softmax_rule("log_softmax"))
+
+
+@op("LayerNormalization", 17)
+def _layer_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, scale, bias = ctx.need(0), ctx.input(1), ctx.input(2)
+    axis, eps = int(ctx.attr("axis", -1)), float(ctx.attr("epsilon", 1e-5))
+    args = [x] + ([scale] if scale is not None else []) + ([bias] if bias is not None else [])
+    if bias is not None and scale is None:
+        raise NodeError("a bias without a scale")
+    out: list[Optional[Node]] = [ctx.call(P("layer_norm"), *args, axis=axis, eps=eps)]
+    if len(ctx.node.output) > 1:
+        # Mean and InvStdDev over the normalized axes, kept as dimensions of size 1.
+        rank = ctx.rank(0)
+        axes = tuple(range(axis % rank, rank))
+        out.append(ctx.call(P("mean"), x, axis=axes, keepdims=True))
+        var = ctx.call(P("var"), x, axis=axes, keepdims=True)
+        out.append(ctx.call(P("rsqrt"), ctx.call(P("add"), var, ctx.const(eps, ctx.dtype(0)))))
+    return out
+
+
+@op("RMSNormalization", 23)
+def _rms_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, scale = ctx.need(0), ctx.input(1)
+    args = [x] + ([scale] if scale is not None else [])
+    return [ctx.call(P("rms_norm"), *args, axis=int(ctx.attr("axis", -1)),
+                     eps=float(ctx.attr("epsilon", 1e-5)))]
+
+
+@op("InstanceNormalization")
+def _instance_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("instance_norm"), ctx.need(0), ctx.need(1), ctx.need(2),
+                     eps=float(ctx.attr("epsilon", 1e-5)))]
+
+
+@op("GroupNormalization", 21)
+def _group_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    groups = np.array(int(ctx.attr("num_groups")), dtype=np.int64)
+    return [ctx.call(P("group_norm"), ctx.need(0), int(groups), ctx.need(1), ctx.need(2),
+                     eps=float(ctx.attr("epsilon", 1e-5)))]
+
+
+def explicit_einsum(equation: str) -> str:
+    """An einsum equation in explicit form: ONNX's implicit ``ij,jk`` is ``ij,jk->ik``
+    (the letters used once, in alphabetical order, after any ``...``)."""
+    equation = equation.replace(" ", "")
+    if "->" in equation:
+        return equation
+    letters = [c for c in equation if c.isalpha()]
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return equation + "->" + ("..." if "..." in equation else "") + "".join(once)
+
+
+@op("Einsum", 12)
+def _einsum(ctx: Ctx) -> Sequence[Optional[Node]]:
+    spec = explicit_einsum(str(ctx.attr("equation")))
+    return [ctx.call(P("einsum"), spec, *[a for a in ctx.inputs() if a is not None])]
+
+
+def _loss_reduction(ctx: Ctx) -> str:
+    reduction = str(ctx.attr("reduction", "mean"))
+    if reduction not in ("mean", "sum", "none"):
+        raise NodeError(f"reduction {reduction!r}")
+    return reduction
+
+
+@op("NegativeLogLikelihoodLoss", 12)
+def _nll_loss(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
+        raise NodeError("class weights and ignore_index (anfir's nll_loss has neither)")
+    return [ctx.call(P("nll_loss"), ctx.need(0), ctx.need(1), axis=1,
+                     reduction=_loss_reduction(ctx))]
+
+
+@op("SoftmaxCrossEntropyLoss", 12)
+def _cross_entropy(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
+        raise NodeError("class weights and ignore_index (anfir's cross_entropy has neither)")
+    x, t = ctx.need(0), ctx.need(1)
+    out: list[Optional[Node]] = [ctx.call(P("cross_entropy"), x, t, axis=1,
+                                          reduction=_loss_reduction(ctx))]
+    if len(ctx.node.output) > 1:
+        out.append(ctx.call(P("log_softmax"), x, axis=1))
+    return out
