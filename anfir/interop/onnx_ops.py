@@ -804,3 +804,188 @@ def _cross_entropy(ctx: Ctx) -> Sequence[Optional[Node]]:
     if len(ctx.node.output) > 1:
         out.append(ctx.call(P("log_softmax"), x, axis=1))
     return out
+
+
+# -- shapes and indexing, convolution and pooling -------------------------------------------------
+def call_named(ctx: Ctx, name: str, inputs: Sequence[Node], named: dict[str, Any]) -> Node:
+    """``name(*inputs, ...)`` where each ``named`` value goes as an attribute when the
+    primitive declares one of that name, else as the next positional argument (the
+    operator library decides which of its parameters are static)."""
+    prim = P(name)
+    args: list[Any] = list(inputs)
+    attrs: dict[str, Any] = {}
+    for key, value in named.items():
+        if key in prim.attrs:
+            if value is not None:
+                attrs[key] = value
+        else:
+            args.append(value)
+    while args and args[-1] is None and len(args) > prim.min_args:
+        args.pop()
+    return ctx.call(prim, *args, **attrs)
+
+
+@op("Concat")
+def _concat(ctx: Ctx) -> Sequence[Optional[Node]]:
+    parts = [a for a in ctx.inputs() if a is not None]
+    return [ctx.call(P("concat"), ctx.call(structure.make_tuple, *parts), axis=int(ctx.attr("axis", 0)))]
+
+
+@op("Gather")
+def _gather(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [call_named(ctx, "gather", [ctx.need(0), ctx.need(1)], {"axis": int(ctx.attr("axis", 0))})]
+
+
+@op("GatherElements")
+def _gather_elements(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [call_named(ctx, "gather_elements", [ctx.need(0), ctx.need(1)],
+                       {"axis": int(ctx.attr("axis", 0))})]
+
+
+@op("GatherND")
+def _gather_nd(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.attr("batch_dims", 0):
+        raise NodeError("batch_dims (anfir's gather_nd has none)")
+    return [ctx.call(P("gather_nd"), ctx.need(0), ctx.need(1))]
+
+
+@op("Slice")
+def _slice(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.opset < 10:
+        starts, ends = _ints(ctx.attr("starts")), _ints(ctx.attr("ends"))
+        listed = ctx.attr("axes")
+        axes = None if listed is None else tuple(int(a) for a in listed)
+        steps = None
+    else:
+        starts = _ints(ctx.static(1, "the starts"))
+        ends = _ints(ctx.static(2, "the ends"))
+        raw_axes, raw_steps = ctx.static(3, "the axes"), ctx.static(4, "the steps")
+        axes = None if raw_axes is None else _ints(raw_axes)
+        steps = None if raw_steps is None else _ints(raw_steps)
+    return [call_named(ctx, "slice", [ctx.need(0)],
+                       {"starts": starts, "ends": ends, "axes": axes, "steps": steps})]
+
+
+@op("Pad")
+def _pad(ctx: Ctx) -> Sequence[Optional[Node]]:
+    mode = str(ctx.attr("mode", "constant"))
+    if ctx.opset < 11:
+        pads = tuple(int(p) for p in ctx.attr("pads", ctx.attr("paddings", [])))
+        value: Any = float(ctx.attr("value", 0.0))
+    else:
+        pads = _ints(ctx.static(1, "the pads"))
+        raw_value = ctx.static(2, "the constant value")
+        value = 0 if raw_value is None or raw_value.size == 0 else raw_value.reshape(-1)[0].item()
+        raw_axes = ctx.static(3, "the axes") if ctx.opset >= 18 else None
+        if raw_axes is not None:
+            rank = ctx.rank(0)
+            axes = [a % rank for a in _ints(raw_axes)]
+            full = [0] * (2 * rank)
+            for k, a in enumerate(axes):
+                full[a], full[rank + a] = pads[k], pads[len(axes) + k]
+            pads = tuple(full)
+    return [call_named(ctx, "pad", [ctx.need(0)], {"pads": pads, "mode": mode, "value": value})]
+
+
+@op("Split")
+def _split(ctx: Ctx) -> Sequence[Optional[Node]]:
+    axis = int(ctx.attr("axis", 0))
+    count = len(ctx.node.output)
+    if ctx.opset < 13:
+        listed = ctx.attr("split")
+        sizes: Any = tuple(int(s) for s in listed) if listed else count
+    else:
+        raw = ctx.static(1, "the sizes")
+        sizes = _ints(raw) if raw is not None else count
+    if isinstance(sizes, int) and ctx.opset >= 18 and ctx.attr("num_outputs") is not None:
+        # num_outputs pieces of ceil(n / num_outputs), the last one smaller.
+        length = _input_shape(ctx, 0)[axis]
+        piece = -(-length // sizes)
+        sizes = tuple(min(piece, length - piece * k) for k in range(sizes))
+    parts = call_named(ctx, "split", [ctx.need(0)], {"sizes": sizes, "axis": axis})
+    return [ctx.call(structure.tuple_getitem, parts, k) for k in range(count)]
+
+
+@op("Tile")
+def _tile(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [call_named(ctx, "tile", [ctx.need(0)], {"reps": _ints(ctx.static(1, "the repeats"))})]
+
+
+@op("TopK")
+def _topk(ctx: Ctx) -> Sequence[Optional[Node]]:
+    k = int(ctx.attr("k")) if ctx.opset < 10 else int(_ints(ctx.static(1, "k"))[0])
+    if not ctx.attr("sorted", 1):
+        raise NodeError("unsorted TopK (anfir's topk sorts)")
+    pair = call_named(ctx, "topk", [ctx.need(0)], {"k": k, "axis": int(ctx.attr("axis", -1)),
+                                                   "largest": bool(ctx.attr("largest", 1))})
+    return [ctx.call(structure.tuple_getitem, pair, 0), ctx.call(structure.tuple_getitem, pair, 1)]
+
+
+@op("Trilu")
+def _trilu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "k")
+    k = 0 if raw is None else int(raw.reshape(-1)[0])
+    return [call_named(ctx, "triu" if ctx.attr("upper", 1) else "tril", [ctx.need(0)], {"k": k})]
+
+
+def _spatial(ctx: Ctx, kernel: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
+    """Strides, dilations and the padding (ONNX begins-then-ends, or from auto_pad)."""
+    n = len(kernel)
+    strides = tuple(int(s) for s in ctx.attr("strides", [1] * n))
+    dilations = tuple(int(d) for d in ctx.attr("dilations", [1] * n))
+    auto = str(ctx.attr("auto_pad", "NOTSET"))
+    if auto == "VALID":
+        return strides, dilations, tuple([0] * (2 * n))
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        dims = _input_shape(ctx, 0)[2:]
+        begins, ends = [], []
+        for size, k, s, d in zip(dims, kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, big = total // 2, total - total // 2
+            begins.append(small if auto == "SAME_UPPER" else big)
+            ends.append(big if auto == "SAME_UPPER" else small)
+        return strides, dilations, tuple(begins + ends)
+    pads = tuple(int(p) for p in ctx.attr("pads", [0] * (2 * n)))
+    return strides, dilations, pads
+
+
+@op("Conv")
+def _conv(ctx: Ctx) -> Sequence[Optional[Node]]:
+    w_shape = _input_shape(ctx, 1)
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w_shape[2:]))
+    strides, dilations, pads = _spatial(ctx, kernel)
+    return [call_named(ctx, "conv", [ctx.need(0), ctx.need(1)],
+                       {"b": ctx.input(2), "stride": strides, "padding": pads,
+                        "dilation": dilations, "groups": int(ctx.attr("group", 1))})]
+
+
+def _pool(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        if len(ctx.node.output) > 1 and ctx.node.output[1]:
+            raise NodeError("the Indices output of MaxPool")
+        kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
+        strides, dilations, pads = _spatial(ctx, kernel)
+        named: dict[str, Any] = {"kernel": kernel, "stride": strides, "padding": pads,
+                                 "ceil_mode": bool(ctx.attr("ceil_mode", 0))}
+        if name == "max_pool":
+            named["dilation"] = dilations
+        else:
+            if any(d != 1 for d in dilations):
+                raise NodeError("dilated average pooling")
+            named["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
+        return [call_named(ctx, name, [ctx.need(0)], named)]
+    return rule
+
+
+op("MaxPool")(_pool("max_pool"))
+op("AveragePool")(_pool("avg_pool"))
+op("GlobalAveragePool")(_unary("global_avg_pool"))
+op("GlobalMaxPool")(_unary("global_max_pool"))
+
+
+@op("BatchNormalization")
+def _batch_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
+        raise NodeError("training mode (anfir's batch_norm is the inference form)")
+    return [call_named(ctx, "batch_norm", [ctx.need(0), ctx.need(1), ctx.need(2), ctx.need(3),
+                                           ctx.need(4)], {"eps": float(ctx.attr("epsilon", 1e-5))})]
