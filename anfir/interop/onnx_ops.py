@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from anfir.dtypes import BY_NAME, is_float
-from anfir.interop.onnx_import import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
+from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.primitives import structure
