@@ -41,7 +41,7 @@ examples:
   anfir grad examples/power.anf --entry power --wrt 0 2.0 3
   anfir compile examples/mlp.anf --dump-dir dumps --time
   anfir export examples/mlp.anf -o mlp.onnx      # needs pip install "anfir[onnx]"
-  anfir import model.onnx -o model.anf           # needs pip install "anfir[onnx]"
+  anfir import mlp.onnx -o mlp_again.anf         # needs pip install "anfir[onnx]"
   anfir fmt examples/hof.anf
   anfir dot examples/fibonacci.anf -o fib.svg
 """
@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import", help="read a model (.onnx) and print it as ANF text",
                        formatter_class=raw,
-                       epilog="example:\n  anfir import model.onnx -o model.anf\n"
+                       epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
+                              "  anfir import mlp.onnx -o mlp_again.anf\n"
                               "(the format is chosen by the file's extension: "
                               f"{', '.join(sorted(IMPORTERS))}; ONNX needs the onnx package: "
                               'pip install "anfir[onnx]")')

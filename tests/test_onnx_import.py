@@ -246,3 +246,19 @@ def test_local_functions_become_graphs() -> None:
     mod = import_onnx(model)
     assert "Twice" in mod.graphs
     np.testing.assert_array_equal(anfir.run(mod.entry, np.array([1.0, 2.0], np.float32)), [2.0, 4.0])
+
+
+def test_without_onnx_the_error_names_the_extra() -> None:
+    # A fresh interpreter where `import onnx` fails: anfir imports, and importing
+    # a model is a MissingDependencyError that says which extra to install.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['onnx'] = None\n"
+            "import anfir\n"
+            "from anfir.errors import MissingDependencyError\n"
+            "try:\n    anfir.import_onnx('model.onnx')\n"
+            "except MissingDependencyError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert 'pip install "anfir[onnx]"' in out.stdout, out.stderr
