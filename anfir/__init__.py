@@ -26,6 +26,7 @@ from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
+from anfir.interop import onnx_import as _onnx_import
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
@@ -161,6 +162,19 @@ def export_coreml(mod_or_graph: Any, entry: Optional[str] = None,
     return _coreml_export.export_coreml(mod_or_graph, entry=entry, args=args)
 
 
+def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
+    """Read an ONNX model (an ``onnx.ModelProto`` or a ``.onnx`` path) into a Module.
+
+    The entry (``mod.entry``, named after the ONNX graph) takes the graph's
+    inputs that have no initializer; initializers are constants, or with
+    ``params_as_inputs=True`` the entry's first parameters, their values in
+    ``mod.params``.  Needs the ``onnx`` package (``pip install "anfir[onnx]"``);
+    every node that does not import is listed in one :class:`AnfirError`.
+    See :mod:`anfir.interop.onnx_import` and docs/onnx.md.
+    """
+    return _onnx_import.import_onnx(model_or_path, params_as_inputs=params_as_inputs)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -178,6 +192,6 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
-    "export_onnx", "grad", "jvp", "load", "lower", "parse", "run", "to_jax", "to_text",
-    "value_and_grad", "vjp",
+    "export_onnx", "grad", "import_onnx", "jvp", "load", "lower", "parse", "run", "to_jax",
+    "to_text", "value_and_grad", "vjp",
 ]

@@ -25,7 +25,7 @@ from anfir import lowlevel
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import coreml_export, onnx_export
+from anfir.interop import coreml_export, onnx_export, onnx_import
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -43,6 +43,7 @@ examples:
   anfir compile examples/mlp.anf --dump-dir dumps --time
   anfir export examples/mlp.anf -o mlp.onnx      # needs pip install "anfir[onnx]"
   anfir export examples/mlp.anf --to coreml -o mlp.mlpackage   # needs "anfir[coreml]"
+  anfir import mlp.onnx -o mlp_again.anf         # needs pip install "anfir[onnx]"
   anfir fmt examples/hof.anf
   anfir dot examples/fibonacci.anf -o fib.svg
 """
@@ -125,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=sorted(EXPORTERS), default="onnx",
                    help="the format to write (default: onnx)")
     p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx, or an OUT.mlpackage directory)")
+
+    p = sub.add_parser("import", help="read a model (.onnx) and print it as ANF text",
+                       formatter_class=raw,
+                       epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
+                              "  anfir import mlp.onnx -o mlp_again.anf\n"
+                              "(the format is chosen by the file's extension: "
+                              f"{', '.join(sorted(IMPORTERS))}; ONNX needs the onnx package: "
+                              'pip install "anfir[onnx]")')
+    p.add_argument("file", help="the model: MODEL.onnx")
+    p.add_argument("-o", "--output", help="the .anf file to write (default: standard output)")
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
                        epilog="example:\n  anfir fmt examples/hof.anf")
@@ -425,6 +436,30 @@ EXPORTERS: dict[str, tuple[Callable[[str, Optional[str], Optional[list[Any]]], A
 to summarize; describe that in one line)."""
 
 
+IMPORTERS: dict[str, Callable[[str], Any]] = {
+    ".onnx": onnx_import.import_onnx,
+}
+"""A model file's extension → the importer that reads it into a Module."""
+
+
+def cmd_import(ns: argparse.Namespace) -> int:
+    """``anfir import``: read a model by its extension, print or write it as ANF text."""
+    if not os.path.exists(ns.file):
+        raise UsageError(f"no such file: {ns.file}")
+    ext = os.path.splitext(ns.file)[1].lower()
+    importer = IMPORTERS.get(ext)
+    if importer is None:
+        raise UsageError(f"cannot import {ns.file}: the extension must be one of "
+                         f"{', '.join(sorted(IMPORTERS))}")
+    text = to_text(importer(ns.file))
+    if ns.output:
+        with open(ns.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_fmt(ns: argparse.Namespace) -> int:
 
     module = _load(ns.file)
@@ -482,7 +517,7 @@ def _parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> arg
 
 
 COMMANDS = {"run": cmd_run, "grad": cmd_grad, "compile": cmd_compile, "export": cmd_export,
-            "fmt": cmd_fmt, "dot": cmd_dot}
+            "import": cmd_import, "fmt": cmd_fmt, "dot": cmd_dot}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

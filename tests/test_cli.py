@@ -510,7 +510,8 @@ def test_every_help_example_runs(command: str | None, scratch: Path) -> None:
     for example in examples:
         if shutil.which("dot") is None and re.search(r"-o \S+\.(svg|png)", example):
             continue
-        if example.startswith("anfir export ") and importlib.util.find_spec("onnx") is None:
+        if (example.startswith(("anfir export ", "anfir import "))
+                and importlib.util.find_spec("onnx") is None):
             continue  # needs the [onnx] extra
         status, out, err = run_in_process(shlex.split(example)[1:], scratch)
         assert status == 0, f"{example}\n{err}"

@@ -1,0 +1,991 @@
+"""The ONNX import rules: one entry per ONNX op type, over anfir's operator library.
+
+:data:`OPS` maps ``(domain, op_type)`` to ``[(since_version, rule), ...]``: the
+rule used for a node is the last whose ``since_version`` is at most the
+model's opset of that domain (a rule may also read ``ctx.opset`` for details
+that changed between versions, such as axes moving from an attribute to an
+input).  A rule takes a :class:`~anfir.interop.onnx_import.Ctx` and returns
+the nodes of the ONNX node's outputs.  Primitives are found by name in the
+registry, so a rule for an operator the library does not have yet says so
+(``anfir has no primitive 'concat'``) instead of failing at import.
+
+An op with no rule here whose ONNX schema is a function (``Gelu`` before it had
+a rule, ``Celu``, ``Range``...) is expanded through that function body by
+:mod:`anfir.interop.onnx_import`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from anfir.dtypes import BY_NAME, is_float
+from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
+from anfir.ir.graph import FuncGraph
+from anfir.ir.nodes import Node, ValueNode
+from anfir.primitives import structure
+from anfir.primitives.registry import PRIMITIVES
+
+OPS: dict[tuple[str, str], list[tuple[int, OpRule]]] = {}
+"""``(domain, op_type)`` → ``[(since_version, rule)]``, oldest first."""
+
+
+def op(op_type: str, since: int = 1, domain: str = "") -> Callable[[OpRule], OpRule]:
+    """Register a rule for ``op_type`` from opset ``since`` on."""
+    def register(rule: OpRule) -> OpRule:
+        OPS.setdefault((domain, op_type), []).append((since, rule))
+        OPS[(domain, op_type)].sort(key=lambda pair: pair[0])
+        return rule
+    return register
+
+
+def P(name: str) -> Any:
+    """The primitive ``name`` of the operator library (a NodeError if it has none)."""
+    prim = PRIMITIVES.get(name)
+    if prim is None:
+        raise MissingPrimitive(f"anfir has no primitive {name!r} yet")
+    return prim
+
+
+# -- elementwise -------------------------------------------------------------------------------
+def _unary(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        return [ctx.call(P(name), ctx.need(0))]
+    return rule
+
+
+for _onnx, _anfir in {
+    "Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Sin": "sin",
+    "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh", "Asin": "asin",
+    "Acos": "acos", "Atan": "atan", "Sigmoid": "sigmoid", "Relu": "relu", "Floor": "floor",
+    "Ceil": "ceil", "Round": "round", "Reciprocal": "reciprocal", "Erf": "erf", "Sign": "sign",
+    "IsNaN": "isnan", "Softplus": "softplus", "Softsign": "softsign", "Not": "logical_not",
+    "HardSwish": "hard_swish", "Mish": "mish", "BitwiseNot": "bitwise_not", "Identity": "identity",
+}.items():
+    op(_onnx)(_unary(_anfir))
+
+
+def _variadic(name: str) -> OpRule:
+    # Sum, Max, Min of any number of inputs: a left fold of the binary operator.
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        args = [a for a in ctx.inputs() if a is not None]
+        if not args:
+            raise NodeError("needs at least one input")
+        acc = args[0]
+        for a in args[1:]:
+            acc = ctx.call(P(name), acc, a)
+        if len(args) == 1:
+            acc = ctx.call(P("identity"), acc)
+        return [acc]
+    return rule
+
+
+def _binary(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        return [ctx.call(P(name), ctx.need(0), ctx.need(1))]
+    return rule
+
+
+for _onnx, _anfir in {
+    "Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "eq", "Less": "lt", "LessOrEqual": "le",
+    "Greater": "gt", "GreaterOrEqual": "ge", "And": "logical_and", "Or": "logical_or",
+    "Xor": "logical_xor", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
+}.items():
+    op(_onnx)(_binary(_anfir))
+
+op("Sum")(_variadic("add"))
+op("Max")(_variadic("maximum"))
+op("Min")(_variadic("minimum"))
+
+
+@op("Mean")
+def _mean(ctx: Ctx) -> Sequence[Optional[Node]]:
+    args = [a for a in ctx.inputs() if a is not None]
+    total = _variadic("add")(ctx)[0]
+    return [ctx.call(P("div"), total, ctx.const(len(args), ctx.dtype(0)))]
+
+
+@op("Div")
+def _div(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, y = ctx.need(0), ctx.need(1)
+    d = ctx.dtype(0)
+    if is_float(d):
+        return [ctx.call(P("div"), x, y)]
+    # ONNX divides integers toward zero; floor division corrected where the
+    # signs differ and the division is inexact.
+    q = ctx.call(P("floor_div"), x, y)
+    r = ctx.call(P("mod"), x, y)
+    zero = ctx.const(0, d)
+    inexact = ctx.call(P("ne"), r, zero)
+    differ = ctx.call(P("ne"), ctx.call(P("lt"), x, zero), ctx.call(P("lt"), y, zero))
+    fix = ctx.call(P("logical_and"), inexact, differ)
+    return [ctx.call(P("where"), fix, ctx.call(P("add"), q, ctx.const(1, d)), q)]
+
+
+@op("Pow")
+def _pow(ctx: Ctx) -> Sequence[Optional[Node]]:
+    d = ctx.dtype(0)
+    y = ctx.need(1)
+    if ctx.dtype(1) != d:
+        y = ctx.call(P("cast"), y, d)
+    return [ctx.call(P("pow"), ctx.need(0), y)]
+
+
+@op("Mod")
+def _mod(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("fmod" if ctx.attr("fmod", 0) else "mod"), ctx.need(0), ctx.need(1))]
+
+
+@op("BitShift")
+def _bit_shift(ctx: Ctx) -> Sequence[Optional[Node]]:
+    direction = ctx.attr("direction", "LEFT").lower()
+    return [ctx.call(P("bit_shift"), ctx.need(0), ctx.need(1), direction=direction)]
+
+
+@op("IsInf")
+def _isinf(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    inf = ctx.call(P("isinf"), x)
+    if pos and neg:
+        return [inf]
+    zero = ctx.const(0, ctx.dtype(0))
+    side = ctx.call(P("gt" if pos else "lt"), x, zero)
+    if not pos and not neg:
+        return [ctx.call(P("logical_and"), inf, ctx.call(P("logical_not"), inf))]
+    return [ctx.call(P("logical_and"), inf, side)]
+
+
+@op("Where")
+def _where(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("where"), ctx.need(0), ctx.need(1), ctx.need(2))]
+
+
+@op("PRelu")
+def _prelu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, slope = ctx.need(0), ctx.need(1)
+    neg = ctx.call(P("lt"), x, ctx.const(0, ctx.dtype(0)))
+    return [ctx.call(P("where"), neg, ctx.call(P("mul"), x, slope), x)]
+
+
+@op("LeakyRelu")
+def _leaky_relu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("leaky_relu"), ctx.need(0), alpha=float(ctx.attr("alpha", 0.01)))]
+
+
+@op("Elu")
+def _elu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("elu"), ctx.need(0), alpha=float(ctx.attr("alpha", 1.0)))]
+
+
+@op("HardSigmoid")
+def _hard_sigmoid(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("hard_sigmoid"), ctx.need(0), alpha=float(ctx.attr("alpha", 0.2)),
+                     beta=float(ctx.attr("beta", 0.5)))]
+
+
+@op("Gelu", 20)
+def _gelu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("gelu"), ctx.need(0), approximate=ctx.attr("approximate", "none"))]
+
+
+_SELU_ALPHA = 1.67326319217681884765625
+_SELU_GAMMA = 1.05070102214813232421875
+
+
+@op("Selu")
+def _selu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    alpha, gamma = float(ctx.attr("alpha", _SELU_ALPHA)), float(ctx.attr("gamma", _SELU_GAMMA))
+    d = ctx.dtype(0)
+    if np.float32(alpha) == np.float32(_SELU_ALPHA) and np.float32(gamma) == np.float32(_SELU_GAMMA):
+        return [ctx.call(P("selu"), x)]
+    # gamma * (x if x > 0 else alpha * (exp(x) - 1))
+    neg = ctx.call(P("mul"), ctx.const(alpha, d), ctx.call(P("expm1"), x))
+    pos = ctx.call(P("gt"), x, ctx.const(0, d))
+    return [ctx.call(P("mul"), ctx.const(gamma, d), ctx.call(P("where"), pos, x, neg))]
+
+
+@op("Clip")
+def _clip(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    d = ctx.dtype(0)
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        lo_node: Optional[Node] = None if lo is None else ctx.const(lo, d)
+        hi_node: Optional[Node] = None if hi is None else ctx.const(hi, d)
+    else:
+        lo_node, hi_node = ctx.input(1), ctx.input(2)
+    out = x
+    if lo_node is not None:
+        out = ctx.call(P("maximum"), out, lo_node)
+    if hi_node is not None:
+        out = ctx.call(P("minimum"), out, hi_node)
+    if out is x:
+        out = ctx.call(P("identity"), x)
+    return [out]
+
+
+# -- types ---------------------------------------------------------------------------------------
+@op("Cast")
+def _cast(ctx: Ctx) -> Sequence[Optional[Node]]:
+    to = ctx.attr("to")
+    if isinstance(to, str):  # opset 6 spelled the type's name
+        raise NodeError(f"Cast to {to!r}: a type name (opset 6)")
+    if to not in DTYPE_OF_ELEM:
+        raise NodeError(f"Cast to element type {to}, which anfir has no dtype for")
+    if ctx.attr("saturate", 1) != 1 and not is_float(DTYPE_OF_ELEM[to]):
+        pass
+    return [ctx.call(P("cast"), ctx.need(0), DTYPE_OF_ELEM[to])]
+
+
+@op("CastLike")
+def _cast_like(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("cast"), ctx.need(0), ctx.dtype(1))]
+
+
+# -- constants -------------------------------------------------------------------------------
+@op("Constant")
+def _constant(ctx: Ctx) -> Sequence[Optional[Node]]:
+    for name, dtype in (("value", None), ("value_float", "f32"), ("value_floats", "f32"),
+                        ("value_int", "i64"), ("value_ints", "i64")):
+        value = ctx.attr(name)
+        if value is not None:
+            return [ctx.const(value, dtype)]
+    if "value_string" in ctx.attrs or "value_strings" in ctx.attrs:
+        raise NodeError("string tensors are not anfir tensors")
+    raise NodeError("a Constant with a sparse value (anfir has no sparse tensors)")
+
+
+@op("ConstantOfShape")
+def _constant_of_shape(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = ctx.static(0, "the shape")
+    value = ctx.attr("value")
+    fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(())
+    assert shape is not None
+    dims = tuple(int(d) for d in shape.reshape(-1))
+    return [ctx.const(np.full(dims, fill, dtype=fill.dtype))]
+
+
+# -- shapes --------------------------------------------------------------------------------------
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.asarray(value).reshape(-1))
+
+
+def _input_shape(ctx: Ctx, index: int) -> tuple[int, ...]:
+    node = ctx.input(index)
+    if isinstance(node, ValueNode) and isinstance(node.value, np.ndarray):
+        return tuple(node.value.shape)
+    shape = ctx.type_of(index).static_shape
+    if shape is None:
+        raise NodeError(f"the shape of input {index} is not static")
+    return shape
+
+
+@op("Shape")
+def _shape(ctx: Ctx) -> Sequence[Optional[Node]]:
+    node = ctx.need(0)
+    start, end = ctx.attr("start", 0), ctx.attr("end")
+    try:
+        dims = _input_shape(ctx, 0)
+    except NodeError:
+        rank = ctx.rank(0)
+        full = ctx.call(P("shape"), node)
+        lo, hi, _ = slice(start, end).indices(rank)
+        items = [ctx.call(structure.tuple_getitem, full, i) for i in range(lo, hi)]
+        return [ctx.call(P("array"), ctx.call(structure.make_tuple, *items))]
+    return [ctx.const(np.array(dims[slice(start, end)], dtype=np.int64))]
+
+
+@op("Size")
+def _size(ctx: Ctx) -> Sequence[Optional[Node]]:
+    dims = _input_shape(ctx, 0)
+    return [ctx.const(np.array(int(np.prod(dims)), dtype=np.int64))]
+
+
+@op("Reshape")
+def _reshape(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    if ctx.opset < 5:
+        target = _ints(ctx.attr("shape", []))
+    else:
+        raw = ctx.static(1, "the shape")
+        assert raw is not None
+        target = _ints(raw)
+    allowzero = ctx.attr("allowzero", 0)
+    if not allowzero and 0 in target:
+        dims = _input_shape(ctx, 0)
+        target = tuple(dims[i] if t == 0 else t for i, t in enumerate(target))
+    return [ctx.call(P("reshape"), x, target)]
+
+
+@op("Transpose")
+def _transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
+    perm = ctx.attr("perm")
+    if perm is None:
+        return [ctx.call(P("transpose"), ctx.need(0))]
+    return [ctx.call(P("transpose"), ctx.need(0), tuple(int(p) for p in perm))]
+
+
+@op("Expand")
+def _expand(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "the shape")
+    assert raw is not None
+    target = _ints(raw)
+    if "expand" in PRIMITIVES:
+        return [ctx.call(P("expand"), ctx.need(0), target)]
+    dims = _input_shape(ctx, 0)
+    out = tuple(int(d) for d in np.broadcast_shapes(dims, target))
+    return [ctx.call(P("broadcast_to"), ctx.need(0), out)]
+
+
+@op("Flatten")
+def _flatten(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    axis = int(ctx.attr("axis", 1))
+    axis = axis % len(shape) if shape and axis < 0 else axis
+    flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+    return [ctx.call(P("reshape"), ctx.need(0), flat)]
+
+
+def _listed_axes(ctx: Ctx, since_input: int) -> Optional[tuple[int, ...]]:
+    # Squeeze/Unsqueeze: axes as an attribute before opset 13, an input since.
+    if ctx.opset >= since_input:
+        raw = ctx.static(1, "the axes")
+        return None if raw is None else _ints(raw)
+    listed = ctx.attr("axes")
+    return None if listed is None else tuple(int(a) for a in listed)
+
+
+@op("Squeeze")
+def _squeeze(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    axes = _listed_axes(ctx, 13)
+    rank = len(shape)
+    drop = {a % rank for a in axes} if axes is not None else {i for i, d in enumerate(shape) if d == 1}
+    if any(shape[a] != 1 for a in drop):
+        raise NodeError(f"squeezing axes {sorted(drop)} of shape {shape}: not all of size 1")
+    return [ctx.call(P("reshape"), ctx.need(0), tuple(d for i, d in enumerate(shape) if i not in drop))]
+
+
+@op("Unsqueeze")
+def _unsqueeze(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    axes = _listed_axes(ctx, 13)
+    if axes is None:
+        raise NodeError("Unsqueeze without axes")
+    rank = len(shape) + len(axes)
+    inserted = {a % rank for a in axes}
+    dims = iter(shape)
+    out = tuple(1 if i in inserted else next(dims) for i in range(rank))
+    return [ctx.call(P("reshape"), ctx.need(0), out)]
+
+
+# -- linear algebra ------------------------------------------------------------------------------
+@op("MatMul")
+def _matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("matmul"), ctx.need(0), ctx.need(1))]
+
+
+@op("Gemm")
+def _gemm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    a, b, c = ctx.need(0), ctx.need(1), ctx.input(2)
+    d = ctx.dtype(0)
+    if ctx.attr("transA", 0):
+        a = ctx.call(P("transpose"), a)
+    if ctx.attr("transB", 0):
+        b = ctx.call(P("transpose"), b)
+    out = ctx.call(P("matmul"), a, b)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if alpha != 1.0:
+        out = ctx.call(P("mul"), ctx.const(alpha, d), out)
+    if c is not None:
+        if beta != 1.0:
+            c = ctx.call(P("mul"), ctx.const(beta, d), c)
+        out = ctx.call(P("add"), out, c)
+    return [out]
+
+
+# -- reductions ----------------------------------------------------------------------------------
+def _axes(ctx: Ctx, input_opset: int) -> Optional[tuple[int, ...]]:
+    # Axes were an attribute before ``input_opset`` and the second input since.
+    if ctx.opset >= input_opset:
+        raw = ctx.static(1, "the axes")
+        axes = None if raw is None or raw.size == 0 else _ints(raw)
+    else:
+        listed = ctx.attr("axes")
+        axes = None if listed is None else tuple(int(a) for a in listed)
+    return axes
+
+
+def _reduction(build: Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Node],
+               input_opset: int = 18) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        x = ctx.need(0)
+        axes = _axes(ctx, input_opset)
+        keepdims = bool(ctx.attr("keepdims", 1))
+        if axes is None and ctx.attr("noop_with_empty_axes", 0):
+            return [ctx.call(P("identity"), x)]
+        return [build(ctx, x, axes, keepdims)]
+    return rule
+
+
+def _reduce_with(name: str) -> Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Node]:
+    def build(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
+        return ctx.call(P(name), x, axis=axes, keepdims=keepdims)
+    return build
+
+
+def _reduce_l1(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
+    return ctx.call(P("sum"), ctx.call(P("abs"), x), axis=axes, keepdims=keepdims)
+
+
+def _reduce_l2(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
+    return ctx.call(P("sqrt"), ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axes,
+                                        keepdims=keepdims))
+
+
+def _reduce_sum_square(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
+    return ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axes, keepdims=keepdims)
+
+
+def _reduce_log_sum(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
+    return ctx.call(P("log"), ctx.call(P("sum"), x, axis=axes, keepdims=keepdims))
+
+
+def _reduce_log_sum_exp(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
+    return ctx.call(P("logsumexp"), x, axis=axes, keepdims=keepdims)
+
+
+op("ReduceSum")(_reduction(_reduce_with("sum"), input_opset=13))
+op("ReduceMean")(_reduction(_reduce_with("mean")))
+op("ReduceMax")(_reduction(_reduce_with("max")))
+op("ReduceMin")(_reduction(_reduce_with("min")))
+op("ReduceProd")(_reduction(_reduce_with("prod")))
+op("ReduceL1")(_reduction(_reduce_l1))
+op("ReduceL2")(_reduction(_reduce_l2))
+op("ReduceSumSquare")(_reduction(_reduce_sum_square))
+op("ReduceLogSum")(_reduction(_reduce_log_sum))
+op("ReduceLogSumExp")(_reduction(_reduce_log_sum_exp))
+
+
+def _arg(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        return [ctx.call(P(name), ctx.need(0), axis=int(ctx.attr("axis", 0)),
+                         keepdims=bool(ctx.attr("keepdims", 1)),
+                         select_last=bool(ctx.attr("select_last_index", 0)))]
+    return rule
+
+
+op("ArgMax")(_arg("argmax"))
+op("ArgMin")(_arg("argmin"))
+
+
+@op("CumSum")
+def _cumsum(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "the axis")
+    assert raw is not None
+    out = ctx.call(P("cumsum"), ctx.need(0), axis=int(raw.reshape(-1)[0]),
+                   exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
+    # numpy sums small integers in i64; ONNX keeps the input's type.
+    return [ctx.call(P("cast"), out, ctx.dtype(0))]
+
+
+# -- structure -----------------------------------------------------------------------------------
+@op("Dropout")
+def _dropout(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # Inference: the identity (a training_mode input that is a true constant is refused).
+    training = ctx.static(2, "training_mode") if ctx.opset >= 12 else None
+    if training is not None and bool(training):
+        raise NodeError("Dropout in training mode (anfir imports inference graphs)")
+    x = ctx.need(0)
+    out: list[Optional[Node]] = [ctx.call(P("identity"), x)]
+    if len(ctx.node.output) > 1:
+        out.append(ctx.call(P("ones_like"), ctx.call(P("cast"), x, "bool")))
+    return out
+
+
+@op("SequenceConstruct")
+def _sequence_construct(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(structure.make_tuple, *[a for a in ctx.inputs() if a is not None])]
+
+
+@op("SequenceEmpty")
+def _sequence_empty(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(structure.make_tuple)]
+
+
+@op("SequenceLength")
+def _sequence_length(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("array"), ctx.call(P("len"), ctx.need(0)))]
+
+
+@op("SequenceAt")
+def _sequence_at(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "the position")
+    assert raw is not None
+    return [ctx.call(structure.tuple_getitem, ctx.need(0), int(raw.reshape(-1)[0]))]
+
+
+@op("Optional")
+def _optional(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.input(0)
+    return [ValueNode(None) if x is None else x]
+
+
+@op("OptionalHasElement")
+def _optional_has_element(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.input(0)
+    present = x is not None and not (isinstance(x, ValueNode) and x.value is None)
+    return [ctx.const(np.array(present))]
+
+
+@op("OptionalGetElement")
+def _optional_get_element(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    if isinstance(x, ValueNode) and x.value is None:
+        raise NodeError("the optional is empty")
+    return [x]
+
+
+# -- control flow --------------------------------------------------------------------------------
+def _truth(ctx: Ctx, node: Node) -> Node:
+    # ONNX conditions are bool tensors of one element; anfir's `if` takes a bool.
+    return ctx.call(P("all"), node)
+
+
+@op("If")
+def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
+    imp = ctx.importer
+    cond = _truth(ctx, ctx.need(0))
+    branches = []
+    for attr, mark in (("then_branch", "✓"), ("else_branch", "✗")):
+        body = ctx.attr(attr)
+        g = FuncGraph(imp.graph_name(f"{mark}{ctx.node.name or 'if'}"))
+        outs = imp.convert_subgraph(body, g, ctx.scope, _opsets(ctx), {})
+        g.output = outs[0] if len(outs) == 1 else g.apply(structure.make_tuple, *outs)
+        branches.append(g)
+    chosen = ctx.call(structure.switch, cond, branches[0], branches[1])
+    result = ctx.graph.apply(chosen)
+    n = len(ctx.node.output)
+    if n == 1:
+        return [result]
+    return [ctx.graph.apply(structure.tuple_getitem, result, i) for i in range(n)]
+
+
+def _opsets(ctx: Ctx) -> dict[str, int]:
+    return ctx.importer.opsets
+
+
+def _static_elem_shape(ctx: Ctx, name: str, what: str) -> tuple[str, tuple[int, ...]]:
+    # The dtype and shape of one step's scan output: the stacked result starts empty.
+    info = ctx.importer.types.get(name)
+    if info is None or info.dtype is None or info.static_shape is None:
+        raise NodeError(f"the type of {what} {name!r} is not static (the stacked result "
+                        "starts as an empty tensor of that shape)")
+    return info.dtype, info.static_shape
+
+
+def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
+                counter: Callable[[FuncGraph, Node], Node],
+                bind: Callable[[FuncGraph, Node, Node, list[Node]], dict[str, Node]],
+                body: Any, start: list[Node], scan_types: list[tuple[str, tuple[int, ...]]],
+                reverse_out: Sequence[bool], body_cond: bool) -> Node:
+    """A tail-recursive graph ``loop(i, cond, state..., stacked...)``: while
+    ``counter(loop, i) and cond`` it runs the body (``bind`` names the body's inputs)
+    and calls itself with the new state, each scan output stacked on its result."""
+    imp = ctx.importer
+    loop = FuncGraph(imp.graph_name(name))
+    i = loop.add_parameter("i")
+    c = loop.add_parameter("cond")
+    state: list[Node] = [loop.add_parameter(f"state{k}") for k in range(n_state)]
+    stacked = [loop.add_parameter(f"stacked{k}") for k in range(n_scan)]
+    go = imp.call(loop, P("all"), [imp.call(loop, P("logical_and"), [counter(loop, i), c], {}, None)],
+                  {}, None)
+    step = FuncGraph(imp.graph_name(f"✓{name}"))
+    bound = bind(step, i, c, state)
+    outs = imp.convert_subgraph(body, step, ctx.scope, _opsets(ctx), bound)
+    offset = 1 if body_cond else 0
+    next_cond = outs[0] if body_cond else c
+    new_state = outs[offset:offset + n_state]
+    new_stacked: list[Node] = []
+    for k in range(n_scan):
+        dtype, shape = scan_types[k]
+        item = imp.call(step, P("reshape"), [outs[offset + n_state + k], (1, *shape)], {}, None)
+        pair = (item, stacked[k]) if reverse_out[k] else (stacked[k], item)
+        new_stacked.append(imp.call(step, P("concat"), [imp.call(step, structure.make_tuple, list(pair), {}, None)],
+                                    {"axis": 0}, None))
+    next_i = imp.call(step, P("add"), [i, np.array(1, dtype=np.int64)], {}, None)
+    step.output = step.apply(loop, next_i, next_cond, *new_state, *new_stacked)
+    done = FuncGraph(imp.graph_name(f"✗{name}"))
+    done.output = done.apply(structure.make_tuple, *state, *stacked)
+    loop.output = loop.apply(loop.apply(structure.switch, go, step, done))
+    return ctx.graph.apply(loop, np.array(0, dtype=np.int64), *start)
+
+
+@op("Loop")
+def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
+    body = ctx.attr("body")
+    trip, cond0 = ctx.input(0), ctx.input(1)
+    carried = [ctx.need(i) for i in range(2, len(ctx.node.input))]
+    n_state = len(carried)
+    n_scan = len(body.output) - 1 - n_state
+    scan_types = [_static_elem_shape(ctx, body.output[1 + n_state + k].name, "scan output")
+                  for k in range(n_scan)]
+
+    def counter(loop: FuncGraph, i: Node) -> Node:
+        if trip is None:
+            return ValueNode(np.array(True))
+        return ctx.importer.call(loop, P("lt"), [i, trip], {}, None)
+
+    def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
+        names = [v.name for v in body.input]
+        bound: dict[str, Node] = {names[0]: i, names[1]: c}
+        bound.update({names[2 + k]: state[k] for k in range(n_state)})
+        return bound
+
+    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
+    start = [cond0 if cond0 is not None else ctx.const(np.array(True)), *carried, *empty]
+    result = _build_loop(ctx, ctx.node.name or "loop", n_state, n_scan, counter, bind, body, start,
+                         scan_types, [False] * n_scan, True)
+    return [ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_state + n_scan)]
+
+
+@op("Scan", 9)
+def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
+    body = ctx.attr("body")
+    m = int(ctx.attr("num_scan_inputs"))
+    inputs = [ctx.need(i) for i in range(len(ctx.node.input))]
+    n_state = len(inputs) - m
+    n_scan = len(body.output) - n_state
+    in_axes = [int(a) for a in ctx.attr("scan_input_axes", [0] * m)]
+    in_dirs = [int(a) for a in ctx.attr("scan_input_directions", [0] * m)]
+    out_axes = [int(a) for a in ctx.attr("scan_output_axes", [0] * n_scan)]
+    out_dirs = [int(a) for a in ctx.attr("scan_output_directions", [0] * n_scan)]
+    shapes = [_input_shape(ctx, n_state + k) for k in range(m)]
+    axes = [a % len(shapes[k]) for k, a in enumerate(in_axes)]
+    lengths = {shapes[k][axes[k]] for k in range(m)}
+    if len(lengths) != 1:
+        raise NodeError(f"the scan inputs have different lengths {sorted(lengths)}")
+    length = lengths.pop()
+    scan_types = [_static_elem_shape(ctx, body.output[n_state + k].name, "scan output")
+                  for k in range(n_scan)]
+    scanned = inputs[n_state:]
+
+    def counter(loop: FuncGraph, i: Node) -> Node:
+        return ctx.importer.call(loop, P("lt"), [i, np.array(length, dtype=np.int64)], {}, None)
+
+    def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
+        imp = ctx.importer
+        names = [v.name for v in body.input]
+        bound: dict[str, Node] = {names[k]: state[k] for k in range(n_state)}
+        for k in range(m):
+            index = i if not in_dirs[k] else imp.call(
+                step, P("sub"), [np.array(length - 1, dtype=np.int64), i], {}, None)
+            bound[names[n_state + k]] = imp.call(step, P("gather"), [scanned[k], index],
+                                                 {"axis": axes[k]}, None)
+        return bound
+
+    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
+    start = [ctx.const(np.array(True)), *inputs[:n_state], *empty]
+    result = _build_loop(ctx, ctx.node.name or "scan", n_state, n_scan, counter, bind, body, start,
+                         scan_types, [bool(d) for d in out_dirs], False)
+    outs: list[Optional[Node]] = [ctx.graph.apply(structure.tuple_getitem, result, k)
+                                  for k in range(n_state + n_scan)]
+    for k in range(n_scan):
+        rank = len(scan_types[k][1]) + 1
+        axis = out_axes[k] % rank
+        if axis:
+            perm = list(range(1, rank))
+            perm.insert(axis, 0)
+            outs[n_state + k] = ctx.call(P("transpose"), outs[n_state + k], tuple(perm))
+    return outs
+
+
+# -- neural-network operators ---------------------------------------------------------------------
+def _softmax_rule(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        x = ctx.need(0)
+        if ctx.opset >= 13:
+            return [ctx.call(P(name), x, axis=int(ctx.attr("axis", -1)))]
+        # Before opset 13 the input is seen as 2-d: the axes before `axis`, and the rest.
+        shape = _input_shape(ctx, 0)
+        axis = int(ctx.attr("axis", 1)) % max(len(shape), 1)
+        flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+        y = ctx.call(P(name), ctx.call(P("reshape"), x, flat), axis=-1)
+        return [ctx.call(P("reshape"), y, shape)]
+    return rule
+
+
+op("Softmax")(_softmax_rule("softmax"))
+op("LogSoftmax")(_softmax_rule("log_softmax"))
+
+
+@op("LayerNormalization", 17)
+def _layer_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, scale, bias = ctx.need(0), ctx.input(1), ctx.input(2)
+    axis, eps = int(ctx.attr("axis", -1)), float(ctx.attr("epsilon", 1e-5))
+    args = [x] + ([scale] if scale is not None else []) + ([bias] if bias is not None else [])
+    if bias is not None and scale is None:
+        raise NodeError("a bias without a scale")
+    out: list[Optional[Node]] = [ctx.call(P("layer_norm"), *args, axis=axis, eps=eps)]
+    if len(ctx.node.output) > 1:
+        # Mean and InvStdDev over the normalized axes, kept as dimensions of size 1.
+        rank = ctx.rank(0)
+        axes = tuple(range(axis % rank, rank))
+        out.append(ctx.call(P("mean"), x, axis=axes, keepdims=True))
+        var = ctx.call(P("var"), x, axis=axes, keepdims=True)
+        out.append(ctx.call(P("rsqrt"), ctx.call(P("add"), var, ctx.const(eps, ctx.dtype(0)))))
+    return out
+
+
+@op("RMSNormalization", 23)
+def _rms_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, scale = ctx.need(0), ctx.input(1)
+    args = [x] + ([scale] if scale is not None else [])
+    return [ctx.call(P("rms_norm"), *args, axis=int(ctx.attr("axis", -1)),
+                     eps=float(ctx.attr("epsilon", 1e-5)))]
+
+
+@op("InstanceNormalization")
+def _instance_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("instance_norm"), ctx.need(0), ctx.need(1), ctx.need(2),
+                     eps=float(ctx.attr("epsilon", 1e-5)))]
+
+
+@op("GroupNormalization", 21)
+def _group_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    groups = np.array(int(ctx.attr("num_groups")), dtype=np.int64)
+    return [ctx.call(P("group_norm"), ctx.need(0), int(groups), ctx.need(1), ctx.need(2),
+                     eps=float(ctx.attr("epsilon", 1e-5)))]
+
+
+def explicit_einsum(equation: str) -> str:
+    """An einsum equation in explicit form: ONNX's implicit ``ij,jk`` is ``ij,jk->ik``
+    (the letters used once, in alphabetical order, after any ``...``)."""
+    equation = equation.replace(" ", "")
+    if "->" in equation:
+        return equation
+    letters = [c for c in equation if c.isalpha()]
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return equation + "->" + ("..." if "..." in equation else "") + "".join(once)
+
+
+@op("Einsum", 12)
+def _einsum(ctx: Ctx) -> Sequence[Optional[Node]]:
+    spec = explicit_einsum(str(ctx.attr("equation")))
+    return [ctx.call(P("einsum"), spec, *[a for a in ctx.inputs() if a is not None])]
+
+
+def _loss_reduction(ctx: Ctx) -> str:
+    reduction = str(ctx.attr("reduction", "mean"))
+    if reduction not in ("mean", "sum", "none"):
+        raise NodeError(f"reduction {reduction!r}")
+    return reduction
+
+
+@op("NegativeLogLikelihoodLoss", 12)
+def _nll_loss(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
+        raise NodeError("class weights and ignore_index (anfir's nll_loss has neither)")
+    return [ctx.call(P("nll_loss"), ctx.need(0), ctx.need(1), axis=1,
+                     reduction=_loss_reduction(ctx))]
+
+
+@op("SoftmaxCrossEntropyLoss", 12)
+def _cross_entropy(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
+        raise NodeError("class weights and ignore_index (anfir's cross_entropy has neither)")
+    x, t = ctx.need(0), ctx.need(1)
+    out: list[Optional[Node]] = [ctx.call(P("cross_entropy"), x, t, axis=1,
+                                          reduction=_loss_reduction(ctx))]
+    if len(ctx.node.output) > 1:
+        out.append(ctx.call(P("log_softmax"), x, axis=1))
+    return out
+
+
+# -- shapes and indexing, convolution and pooling -------------------------------------------------
+def call_named(ctx: Ctx, name: str, inputs: Sequence[Node], named: dict[str, Any]) -> Node:
+    """``name(*inputs, ...)`` where each ``named`` value goes as an attribute when the
+    primitive declares one of that name, else as the next positional argument (the
+    operator library decides which of its parameters are static)."""
+    prim = P(name)
+    args: list[Any] = list(inputs)
+    attrs: dict[str, Any] = {}
+    for key, value in named.items():
+        if key in prim.attrs:
+            if value is not None:
+                attrs[key] = value
+        else:
+            args.append(value)
+    while args and args[-1] is None and len(args) > prim.min_args:
+        args.pop()
+    return ctx.call(prim, *args, **attrs)
+
+
+@op("Concat")
+def _concat(ctx: Ctx) -> Sequence[Optional[Node]]:
+    parts = [a for a in ctx.inputs() if a is not None]
+    return [ctx.call(P("concat"), ctx.call(structure.make_tuple, *parts), axis=int(ctx.attr("axis", 0)))]
+
+
+@op("Gather")
+def _gather(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [call_named(ctx, "gather", [ctx.need(0), ctx.need(1)], {"axis": int(ctx.attr("axis", 0))})]
+
+
+@op("GatherElements")
+def _gather_elements(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [call_named(ctx, "gather_elements", [ctx.need(0), ctx.need(1)],
+                       {"axis": int(ctx.attr("axis", 0))})]
+
+
+@op("GatherND")
+def _gather_nd(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.attr("batch_dims", 0):
+        raise NodeError("batch_dims (anfir's gather_nd has none)")
+    return [ctx.call(P("gather_nd"), ctx.need(0), ctx.need(1))]
+
+
+@op("Slice")
+def _slice(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.opset < 10:
+        starts, ends = _ints(ctx.attr("starts")), _ints(ctx.attr("ends"))
+        listed = ctx.attr("axes")
+        axes = None if listed is None else tuple(int(a) for a in listed)
+        steps = None
+    else:
+        starts = _ints(ctx.static(1, "the starts"))
+        ends = _ints(ctx.static(2, "the ends"))
+        raw_axes, raw_steps = ctx.static(3, "the axes"), ctx.static(4, "the steps")
+        axes = None if raw_axes is None else _ints(raw_axes)
+        steps = None if raw_steps is None else _ints(raw_steps)
+    return [call_named(ctx, "slice", [ctx.need(0)],
+                       {"starts": starts, "ends": ends, "axes": axes, "steps": steps})]
+
+
+@op("Pad")
+def _pad(ctx: Ctx) -> Sequence[Optional[Node]]:
+    mode = str(ctx.attr("mode", "constant"))
+    if ctx.opset < 11:
+        pads = tuple(int(p) for p in ctx.attr("pads", ctx.attr("paddings", [])))
+        value: Any = float(ctx.attr("value", 0.0))
+    else:
+        pads = _ints(ctx.static(1, "the pads"))
+        raw_value = ctx.static(2, "the constant value")
+        value = 0 if raw_value is None or raw_value.size == 0 else raw_value.reshape(-1)[0].item()
+        raw_axes = ctx.static(3, "the axes") if ctx.opset >= 18 else None
+        if raw_axes is not None:
+            rank = ctx.rank(0)
+            axes = [a % rank for a in _ints(raw_axes)]
+            full = [0] * (2 * rank)
+            for k, a in enumerate(axes):
+                full[a], full[rank + a] = pads[k], pads[len(axes) + k]
+            pads = tuple(full)
+    return [call_named(ctx, "pad", [ctx.need(0)], {"pads": pads, "mode": mode, "value": value})]
+
+
+@op("Split")
+def _split(ctx: Ctx) -> Sequence[Optional[Node]]:
+    axis = int(ctx.attr("axis", 0))
+    count = len(ctx.node.output)
+    if ctx.opset < 13:
+        listed = ctx.attr("split")
+        sizes: Any = tuple(int(s) for s in listed) if listed else count
+    else:
+        raw = ctx.static(1, "the sizes")
+        sizes = _ints(raw) if raw is not None else count
+    if isinstance(sizes, int) and ctx.opset >= 18 and ctx.attr("num_outputs") is not None:
+        # num_outputs pieces of ceil(n / num_outputs), the last one smaller.
+        length = _input_shape(ctx, 0)[axis]
+        piece = -(-length // sizes)
+        sizes = tuple(min(piece, length - piece * k) for k in range(sizes))
+    parts = call_named(ctx, "split", [ctx.need(0)], {"sizes": sizes, "axis": axis})
+    return [ctx.call(structure.tuple_getitem, parts, k) for k in range(count)]
+
+
+@op("Tile")
+def _tile(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [call_named(ctx, "tile", [ctx.need(0)], {"reps": _ints(ctx.static(1, "the repeats"))})]
+
+
+@op("TopK")
+def _topk(ctx: Ctx) -> Sequence[Optional[Node]]:
+    k = int(ctx.attr("k")) if ctx.opset < 10 else int(_ints(ctx.static(1, "k"))[0])
+    if not ctx.attr("sorted", 1):
+        raise NodeError("unsorted TopK (anfir's topk sorts)")
+    pair = call_named(ctx, "topk", [ctx.need(0)], {"k": k, "axis": int(ctx.attr("axis", -1)),
+                                                   "largest": bool(ctx.attr("largest", 1))})
+    return [ctx.call(structure.tuple_getitem, pair, 0), ctx.call(structure.tuple_getitem, pair, 1)]
+
+
+@op("Trilu")
+def _trilu(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "k")
+    k = 0 if raw is None else int(raw.reshape(-1)[0])
+    return [call_named(ctx, "triu" if ctx.attr("upper", 1) else "tril", [ctx.need(0)], {"k": k})]
+
+
+def _spatial(ctx: Ctx, kernel: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
+    """Strides, dilations and the padding (ONNX begins-then-ends, or from auto_pad)."""
+    n = len(kernel)
+    strides = tuple(int(s) for s in ctx.attr("strides", [1] * n))
+    dilations = tuple(int(d) for d in ctx.attr("dilations", [1] * n))
+    auto = str(ctx.attr("auto_pad", "NOTSET"))
+    if auto == "VALID":
+        return strides, dilations, tuple([0] * (2 * n))
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        dims = _input_shape(ctx, 0)[2:]
+        begins, ends = [], []
+        for size, k, s, d in zip(dims, kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, big = total // 2, total - total // 2
+            begins.append(small if auto == "SAME_UPPER" else big)
+            ends.append(big if auto == "SAME_UPPER" else small)
+        return strides, dilations, tuple(begins + ends)
+    pads = tuple(int(p) for p in ctx.attr("pads", [0] * (2 * n)))
+    return strides, dilations, pads
+
+
+@op("Conv")
+def _conv(ctx: Ctx) -> Sequence[Optional[Node]]:
+    w_shape = _input_shape(ctx, 1)
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w_shape[2:]))
+    strides, dilations, pads = _spatial(ctx, kernel)
+    return [call_named(ctx, "conv", [ctx.need(0), ctx.need(1)],
+                       {"b": ctx.input(2), "stride": strides, "padding": pads,
+                        "dilation": dilations, "groups": int(ctx.attr("group", 1))})]
+
+
+def _pool(name: str) -> OpRule:
+    def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+        if len(ctx.node.output) > 1 and ctx.node.output[1]:
+            raise NodeError("the Indices output of MaxPool")
+        kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
+        strides, dilations, pads = _spatial(ctx, kernel)
+        named: dict[str, Any] = {"kernel": kernel, "stride": strides, "padding": pads,
+                                 "ceil_mode": bool(ctx.attr("ceil_mode", 0))}
+        if name == "max_pool":
+            named["dilation"] = dilations
+        else:
+            if any(d != 1 for d in dilations):
+                raise NodeError("dilated average pooling")
+            named["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
+        return [call_named(ctx, name, [ctx.need(0)], named)]
+    return rule
+
+
+op("MaxPool")(_pool("max_pool"))
+op("AveragePool")(_pool("avg_pool"))
+op("GlobalAveragePool")(_unary("global_avg_pool"))
+op("GlobalMaxPool")(_unary("global_max_pool"))
+
+
+@op("BatchNormalization")
+def _batch_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
+    if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
+        raise NodeError("training mode (anfir's batch_norm is the inference form)")
+    return [call_named(ctx, "batch_norm", [ctx.need(0), ctx.need(1), ctx.need(2), ctx.need(3),
+                                           ctx.need(4)], {"eps": float(ctx.attr("epsilon", 1e-5))})]

@@ -1,0 +1,264 @@
+"""ONNX import: ONNX's own backend node cases, an MLP's gradient against PyTorch,
+round trips through export, metadata, dimension variables, and located errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="ONNX import needs the onnx package (anfir[onnx])")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import anfir  # noqa: E402
+from anfir.errors import AnfirError  # noqa: E402
+from anfir.interop.onnx_import import OnnxImportError, import_onnx  # noqa: E402
+
+from tests import onnx_node_runner as runner  # noqa: E402
+
+
+# -- ONNX's backend node cases ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def node_results() -> dict[str, object]:
+    cases = runner.load_cases()
+    return {case.name: runner.run_case(case) for case in cases}
+
+
+def test_node_cases_match_the_manifest(node_results: dict[str, object]) -> None:
+    # Every case passes unless the manifest lists it with its reason; a listed
+    # case that passes now must leave the manifest (regenerate it).
+    expected = runner.read_manifest()
+    unexpected = {n: r for n, r in node_results.items() if r is not None and n not in expected}
+    fixed = sorted(n for n in expected if n in node_results and node_results[n] is None)
+    assert not unexpected, f"cases that fail but are not in the manifest: {unexpected}"
+    assert not fixed, f"cases that pass now; remove them from the manifest: {fixed}"
+    assert all(reason for reason in expected.values()), "every expected failure has a reason"
+
+
+def test_node_case_pass_rates(node_results: dict[str, object]) -> None:
+    # The floors of what passes today: they only go up as the operator library grows.
+    rates = runner.rates(node_results)  # type: ignore[arg-type]
+    passed, total = rates["all"]
+    assert total > 1500 and passed / total >= 0.35
+    passed, total = rates["common"]
+    assert passed / total >= 0.65
+
+
+def test_control_flow_cases_pass(node_results: dict[str, object]) -> None:
+    assert node_results["test_if"] is None, node_results["test_if"]
+
+
+def test_loop_carries_its_state() -> None:
+    # y = x; for i in range(n) while y < 100: y = y * 2 + i  — against onnxruntime
+    # (ONNX's reference evaluator runs no iteration when the condition input is absent).
+    ort = pytest.importorskip("onnxruntime", reason="the reference is onnxruntime")
+
+    f, b, i64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=f),
+         helper.make_node("Add", ["y_in", "y_in"], ["twice"]),
+         helper.make_node("Add", ["twice", "fi"], ["y_out"]),
+         helper.make_node("ReduceMax", ["y_out"], ["top"], keepdims=0),
+         helper.make_node("Less", ["top", "limit"], ["c_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("c_in", b, []),
+         helper.make_tensor_value_info("y_in", f, [2])],
+        [helper.make_tensor_value_info("c_out", b, []), helper.make_tensor_value_info("y_out", f, [2])])
+    model = _model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+                   [helper.make_tensor_value_info("n", i64, []),
+                    helper.make_tensor_value_info("x", f, [2])],
+                   [helper.make_tensor_value_info("y", f, [2])],
+                   [numpy_helper.from_array(np.array(100.0, np.float32), "limit")])
+    mod = import_onnx(model)
+    session = ort.InferenceSession(model.SerializeToString())
+    for n in (0, 3, 50):
+        x = np.array([1.0, 0.5], np.float32)
+        want = session.run(None, {"n": np.array(n), "x": x})[0]
+        got = anfir.run(mod.entry, np.array(n), x)
+        np.testing.assert_array_equal(got, want)
+
+
+# -- building small models ---------------------------------------------------------------------
+def _model(nodes: list, inputs: list, outputs: list, initializers: list = (), opset: int = 21,
+           **kwargs: object) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], **kwargs)
+
+
+def _mlp(rng: np.random.Generator) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    weights = {"W1": rng.normal(size=(4, 8)).astype(np.float32),
+               "b1": rng.normal(size=(8,)).astype(np.float32),
+               "W2": rng.normal(size=(8, 3)).astype(np.float32),
+               "b2": rng.normal(size=(3,)).astype(np.float32)}
+    nodes = [
+        helper.make_node("Gemm", ["x", "W1", "b1"], ["h"], name="fc1"),
+        helper.make_node("Tanh", ["h"], ["a"], name="act"),
+        helper.make_node("Gemm", ["a", "W2", "b2"], ["y"], name="fc2"),
+        helper.make_node("Sub", ["y", "target"], ["d"], name="diff"),
+        helper.make_node("Mul", ["d", "d"], ["sq"], name="square"),
+        helper.make_node("ReduceMean", ["sq"], ["loss"], name="mse", keepdims=0),
+    ]
+    model = _model(nodes,
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                    helper.make_tensor_value_info("target", TensorProto.FLOAT, ["N", 3])],
+                   [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                   [numpy_helper.from_array(v, k) for k, v in weights.items()],
+                   producer_name="anfir-tests", doc_string="a two-layer MLP and its loss")
+    return model, weights
+
+
+def test_mlp_gradient_matches_torch() -> None:
+    torch = pytest.importorskip("torch", reason="the reference gradient is PyTorch's autograd")
+    rng = np.random.default_rng(0)
+    model, weights = _mlp(rng)
+    mod = import_onnx(model, params_as_inputs=True)
+    assert list(mod.params) == ["W1", "b1", "W2", "b2"]
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    t = rng.normal(size=(5, 3)).astype(np.float32)
+    args = [*mod.params.values(), x, t]
+    grads = anfir.run(anfir.grad(mod.entry, wrt=(0, 1, 2, 3)), *args)
+
+    tw = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
+    y = torch.tanh(torch.tensor(x) @ tw["W1"] + tw["b1"]) @ tw["W2"] + tw["b2"]
+    loss = ((y - torch.tensor(t)) ** 2).mean()
+    loss.backward()
+    for got, name in zip(grads, ["W1", "b1", "W2", "b2"]):
+        np.testing.assert_allclose(got, tw[name].grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(anfir.run(mod.entry, *args), loss.item(), rtol=1e-5)
+
+
+def test_imported_text_reparses_and_runs_the_same() -> None:
+    rng = np.random.default_rng(1)
+    model, _ = _mlp(rng)
+    mod = import_onnx(model)
+    text = anfir.to_text(mod)
+    assert "def g(x: f32[N, 4], target: f32[N, 3])" in text
+    again = anfir.parse(text)
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    t = rng.normal(size=(2, 3)).astype(np.float32)
+    np.testing.assert_allclose(anfir.run(again["g"], x, t), anfir.run(mod.entry, x, t), rtol=1e-6)
+
+
+def test_export_then_import_gives_the_same_values() -> None:
+    mlp = anfir.load("examples/mlp.anf")
+    exported = anfir.export_onnx(mlp["mlp_loss"])
+    mod = import_onnx(exported)
+    rng = np.random.default_rng(2)
+    args = (rng.normal(size=(3, 8)), rng.normal(size=(8, 2)), rng.normal(size=(5, 3)),
+            rng.normal(size=(5, 2)))
+    np.testing.assert_allclose(anfir.run(mod.entry, *args), anfir.run(mlp["mlp_loss"], *args),
+                               rtol=1e-12)
+    assert anfir.parse(anfir.to_text(mod))
+
+
+def test_metadata_is_kept() -> None:
+    model, _ = _mlp(np.random.default_rng(3))
+    model.model_version = 7
+    model.domain = "org.example"
+    helper.set_model_props(model, {"author": "someone"})
+    mod = import_onnx(model)
+    meta = mod.metadata
+    assert meta["producer_name"] == "anfir-tests"
+    assert meta["doc_string"] == "a two-layer MLP and its loss"
+    assert meta["model_version"] == 7 and meta["domain"] == "org.example"
+    assert meta["metadata_props"] == {"author": "someone"}
+    assert meta["opset_import"] == {"ai.onnx": 21}
+
+
+def test_dim_params_are_shared_and_unknown_dims_fresh() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", None, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", None, 3])
+    out = helper.make_tensor_value_info("z", TensorProto.FLOAT, None)
+    mod = import_onnx(_model([helper.make_node("Add", ["x", "y"], ["z"])], [x, y], [out]))
+    anns = [str(p.annotation) for p in mod.entry.parameters]
+    assert anns[0].startswith("f32[B, _d") and anns[1].startswith("f32[B, _d")
+    assert anns[0] != anns[1]  # two unknown dims are two different symbols
+
+
+def test_if_captures_outer_values() -> None:
+    then = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                   [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                    helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    mod = import_onnx(model)
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(anfir.run(mod.entry, np.array(True), x), x + x)
+    np.testing.assert_array_equal(anfir.run(mod.entry, np.array(False), x), -x)
+    assert "if " in anfir.to_text(mod)
+
+
+def test_every_unsupported_node_is_listed_at_once() -> None:
+    nodes = [helper.make_node("Frobnicate", ["x"], ["a"], name="first", domain="com.example"),
+             helper.make_node("Relu", ["x"], ["b"], name="fine"),
+             helper.make_node("Unique", ["b"], ["c"], name="second")]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("c", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(OnnxImportError) as info:
+        import_onnx(model)
+    text = str(info.value)
+    assert "node 'first' (Frobnicate) of domain 'com.example'" in text
+    assert "node 'second' (Unique)" in text
+    assert "'fine'" not in text
+    assert isinstance(info.value, AnfirError)
+
+
+def test_old_opsets_and_bad_files_are_errors(tmp_path: object) -> None:
+    model = _model([helper.make_node("Relu", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], opset=6)
+    with pytest.raises(OnnxImportError, match="opset 6"):
+        import_onnx(model)
+    path = f"{tmp_path}/junk.onnx"
+    with open(path, "wb") as f:
+        f.write(b"\xff\xff\xff not a model")
+    with pytest.raises(AnfirError):
+        import_onnx(path)
+
+
+def test_schema_functions_expand_through_their_body() -> None:
+    # Celu has no rule of its own: it is expanded through its ONNX function body.
+    x = np.array([-2.0, -0.5, 0.0, 1.5], np.float32)
+    model = _model([helper.make_node("Celu", ["x"], ["y"], alpha=2.0)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(anfir.run(import_onnx(model).entry, x), want, rtol=1e-6)
+
+
+def test_local_functions_become_graphs() -> None:
+    fn = helper.make_function("local", "Twice", ["a"], ["b"],
+                              [helper.make_node("Add", ["a", "a"], ["b"])],
+                              [helper.make_opsetid("", 21)])
+    graph = helper.make_graph([helper.make_node("Twice", ["x"], ["y"], domain="local")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, functions=[fn], opset_imports=[
+        helper.make_opsetid("", 21), helper.make_opsetid("local", 1)])
+    mod = import_onnx(model)
+    assert "Twice" in mod.graphs
+    np.testing.assert_array_equal(anfir.run(mod.entry, np.array([1.0, 2.0], np.float32)), [2.0, 4.0])
+
+
+def test_without_onnx_the_error_names_the_extra() -> None:
+    # A fresh interpreter where `import onnx` fails: anfir imports, and importing
+    # a model is a MissingDependencyError that says which extra to install.
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['onnx'] = None\n"
+            "import anfir\n"
+            "from anfir.errors import MissingDependencyError\n"
+            "try:\n    anfir.import_onnx('model.onnx')\n"
+            "except MissingDependencyError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+    assert 'pip install "anfir[onnx]"' in out.stdout, out.stderr
