@@ -43,7 +43,7 @@ scope.  The kinds (``e`` is a sub-expression, drawn one level shallower):
 ``builtin``       a built-in passed as a value, ``(lambda (h, z) h(z) * z end)(sin, e)``
 ``partial_prim``  a built-in bound by ``partial``, ``partial(mul, e)(e)``
 ``grad_value``    a gradient function used as a value: of a built-in, of a
-                  ``partial``, chosen by ``if``, picked from a tuple, from a tuple
+                  ``partial`` (binding a variable in scope, too), chosen by ``if``, picked from a tuple, from a tuple
                   by a loop counter, or let-bound and called twice
 ================  ================================================================
 
@@ -98,6 +98,9 @@ class Grammar:
     """Whether bound names may shadow (a quarter of the time): a parameter or a
     ``let`` the name of a value in scope, a local function that of an enclosing
     one.  Otherwise every bound name is fresh."""
+    grad_forms: tuple[str, ...] = ("builtin", "partial", "partial_over", "if", "tuple", "loop",
+                                   "let")
+    """The forms of the ``grad_value`` kind (:data:`GRAD_VALUE_FORMS`)."""
 
     def but(self, **changes: Any) -> "Grammar":
         """This grammar with some fields changed."""
@@ -164,8 +167,10 @@ functions as values (chosen by ``if``, in tuples, by a loop counter) — for
 differentiating to high order from the program and from the API, run and
 compiled."""
 
-GRAD_VALUE_FORMS = ("builtin", "partial", "if", "tuple", "loop", "let")
-"""The forms of the ``grad_value`` kind."""
+GRAD_VALUE_FORMS = Grammar(kinds=()).grad_forms
+"""The forms of the ``grad_value`` kind (``partial_over``: ``grad`` of a ``partial``
+binding a variable in scope — a differentiated parameter, so differentiating the
+program differentiates a gradient of a partial over its own variable)."""
 
 IEEE = Grammar(
     kinds=("leaf", "bin", "bin", "bin", "unary", "let", "tuple", "closure"),
@@ -308,11 +313,15 @@ def _expr(draw: Any, g: Grammar, scope: _Scope, depth: int, names: _Names) -> Ex
     if kind == "partial_prim":
         return ("partial_prim", draw(st.sampled_from(("add", "sub", "mul"))), sub(), sub())
     if kind == "grad_value":
-        form = draw(st.sampled_from(GRAD_VALUE_FORMS))
+        form = draw(st.sampled_from(g.grad_forms))
         p = names.fresh("p")
-        body = sub(value(p))  # a function of p (and of what is in scope)
-        return ("grad_value", form, p, body, draw(st.sampled_from(builtins)),
-                draw(st.sampled_from(builtins)), sub(), sub(), names.fresh("d"),
+        # A function of p (and of what is in scope; for partial_over, of p alone: the
+        # bound function closing over the variable the partial binds is a known gap of
+        # compile, test_compile_agrees_with_run's test_partial_of_a_closure_over_...).
+        body = sub(_Scope((p,))) if form == "partial_over" else sub(value(p))
+        u1, u2, a = draw(st.sampled_from(builtins)), draw(st.sampled_from(builtins)), sub()
+        b = ("var", draw(st.sampled_from(scope.values))) if form == "partial_over" else sub()
+        return ("grad_value", form, p, body, u1, u2, a, b, names.fresh("d"),
                 draw(st.integers(0, 1)))
     raise ValueError(f"unknown kind of expression {kind!r}")
 
@@ -404,7 +413,7 @@ def _grad_value_anf(e: Expr) -> str:
     at = f"({to_anf(a)} * 1.0)"  # a float point, even if the expression is an integer
     if form == "builtin":
         return f"(grad({u1})({at}) * {own}({at}))"
-    if form == "partial":
+    if form in ("partial", "partial_over"):
         return f"grad(partial(lambda (c, {p}) c * {to_anf(body)} * {p} end, {to_anf(b)}))({at})"
     if form == "if":
         return f"(if {to_anf(a)} < {to_anf(b)} then grad({u1}) else {own})({at})"

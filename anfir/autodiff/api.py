@@ -7,7 +7,8 @@ parameters.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
 
 from anfir.autodiff.forward import jvp_api
 from anfir.autodiff.jtransform import check_differentiable_graph, j_graph
@@ -15,8 +16,9 @@ from anfir.autodiff.gradgraphs import build_grad_body, normalize_wrt
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.manager import analyse
-from anfir.ir.nodes import CNode, ValueNode
-from anfir.primitives import structure
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.walk import reachable_graphs, toposort
+from anfir.primitives import gradient, meta as metas, structure
 
 Wrt = Union[int, Sequence[int]]
 
@@ -55,7 +57,78 @@ def _gradient(graph: FuncGraph, wrt: Wrt, with_value: bool, prefix: str) -> Func
         new.annotation = old.annotation
     forward = ValueNode(j_graph(graph))
     result.output = build_grad_body(result, forward, xs, indices, multi, with_value, graph.loc)
+    result.flags[API_GRAD] = ApiGradient(graph, indices, multi, with_value)
     return result
+
+
+API_GRAD = "api_gradient"
+"""The flag of a graph :func:`grad` / :func:`value_and_grad` made: what it differentiates."""
+
+
+@dataclass(frozen=True)
+class ApiGradient:
+    """What an API gradient graph computes: ``grad(graph, indices...)`` of its arguments."""
+
+    graph: FuncGraph
+    indices: tuple[int, ...]
+    multi: bool
+    with_value: bool
+
+
+def in_program_form(graph: FuncGraph) -> Optional[FuncGraph]:
+    """For a graph :func:`grad` made (of a graph it made, ...) whose program itself
+    differentiates (calls ``grad``, ``value_and_grad``, ``jvp``): the same gradient
+    written as a ``grad`` call in a program, ``(x...) -> grad(g, i...)(x...)``, which
+    the compiler expands after typing.  None for the others (compiled as they are).
+
+    The graph :func:`grad` returns is built around ``▸g``, made before typing; the
+    transform of a closure that ``g``'s own ``grad`` makes is only known once typed,
+    and its gradient environment would be keyed by nodes the compiled program no
+    longer has — the in-program form has no such transform made in advance."""
+    chain: list[ApiGradient] = []
+    current = graph
+    while isinstance(current.flags.get(API_GRAD), ApiGradient):
+        info = current.flags[API_GRAD]
+        chain.append(info)
+        current = info.graph
+    if not chain or not _differentiates(current):
+        return None
+    for info in reversed(chain):
+        base = info.graph
+        loc = base.loc
+        made = FuncGraph(f"∇{current.name}", loc)
+        xs = [made.add_parameter(p.name or f"x{i}", p.loc) for i, p in enumerate(base.parameters)]
+        for new, old in zip(xs, base.parameters):
+            new.annotation = old.annotation
+        meta = metas.value_and_grad if info.with_value else metas.grad
+        fn = CNode(made, [ValueNode(meta), ValueNode(current), *(ValueNode(i) for i in info.indices)],
+                   loc)
+        out: Node = CNode(made, [fn, *xs], loc)
+        if info.multi and len(info.indices) == 1:  # wrt=(i,): a tuple of one gradient
+            if info.with_value:
+                value = CNode(made, [ValueNode(structure.tuple_getitem), out, ValueNode(0)], loc)
+                grads = CNode(made, [ValueNode(structure.tuple_getitem), out, ValueNode(1)], loc)
+                out = CNode(made, [ValueNode(structure.make_tuple), value,
+                                   CNode(made, [ValueNode(structure.make_tuple), grads], loc)], loc)
+            else:
+                out = CNode(made, [ValueNode(structure.make_tuple), out], loc)
+        made.output = out
+        current = made
+    return current
+
+
+_DIFFERENTIATIONS = (metas.grad, metas.value_and_grad, metas.jvp, gradient.J)
+
+
+def _differentiates(graph: FuncGraph) -> bool:
+    """Whether code in ``graph``'s reach calls or names a differentiation."""
+    for g in reachable_graphs([graph]):
+        for node in toposort(g):
+            if isinstance(node, CNode) and any(
+                    isinstance(i, ValueNode) and any(i.value is d for d in _DIFFERENTIATIONS)
+                    for i in node.inputs):
+                return True
+    return False
 
 
 def grad(graph: FuncGraph, wrt: Wrt = 0) -> FuncGraph:

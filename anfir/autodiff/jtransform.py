@@ -47,7 +47,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.autodiff.gradgraphs import grad_graph_for_types
-from anfir.autodiff.partials import bound_gradient, j_partial_maker
+from anfir.autodiff.partials import bound_gradient, bound_key, j_partial_maker, note_j_of_maker
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import gradient, meta as metas, structure
@@ -353,9 +353,12 @@ class _ScopeTransform:
                         add(arg, grad)
             elif prim is structure.partial:
                 # The gradient of a partial value is a GradEnv of d_fn, d_arg1, ...
+                # (the keys of the user's partial at every level: see bound_key).
+                fn = node.inputs[1].value if isinstance(node.inputs[1], ValueNode) else None
                 for i, arg in enumerate(node.inputs[1:]):
-                    if _can_receive(arg, mng):
-                        add(arg, bound_gradient(bwd, s, i, self.value_in(arg, g), loc))
+                    key = bound_key(fn, i)
+                    if key is not None and _can_receive(arg, mng):
+                        add(arg, bound_gradient(bwd, s, key, self.value_in(arg, g), loc))
             else:
                 all_grads = CNode(bwd, [self.bprop[node], s], loc)
                 for i, inp in enumerate(node.inputs):
@@ -441,6 +444,7 @@ def j_meta(meta: MetaFunction) -> MetaFunction:
                                   lambda args: _j_of_generated(typed(args))))
         _j_metas[id(meta)] = cached
         _keepalive.append(meta)
+        note_j_of_maker(meta, cached)
     return cached
 
 

@@ -14,6 +14,16 @@ The ``ad`` phase builds that graph statically when the arity of ``f`` is
 known (:func:`j_partial_maker`); otherwise the meta function
 :func:`j_partial_call` builds it at run time.  Shared by the primitive rules,
 the J transform and the run-time J, which all import this module.
+
+Differentiating again, the J-world partial ``partial(M, f', a'...)`` (``M``
+the regrouping graph, a *maker*) is itself a partial value, whose transform
+binds ``▸M`` in front.  ``J`` passes a gradient straight through, so the
+gradient of ``J(p)`` must have the keys of the gradient of ``p``: ``f`` under
+``partial.0``, ``a_i`` under ``partial.(1+i)`` at every level.  A maker
+therefore carries a *skip*: how many of the values its call returns gradients
+for are makers of the levels below (``▸M``, ``▸▸M``...), which have no
+gradient (constants without free variables) and get no key
+(:func:`maker_skip`, :func:`bound_key`).
 """
 
 from __future__ import annotations
@@ -28,7 +38,11 @@ from anfir.primitives import gradient, structure
 from anfir.values import SymbolicKey
 
 _partial_graphs: dict[tuple, FuncGraph] = {}
-_partial_calls: dict[int, MetaFunction] = {}
+_partial_calls: dict[tuple[int, int], MetaFunction] = {}
+_maker_metas: dict[int, int] = {}  # id(J_partial_call meta) -> its skip
+SKIP_FLAG = "j_partial_skip"
+"""The flag of a regrouping graph: its skip (a clone keeps its flags, so a
+specialized copy is still known as a maker)."""
 _partial_keys: list[SymbolicKey] = []
 
 
@@ -48,35 +62,85 @@ def partial_gradient(graph: FuncGraph, grads: list[Node], loc: Any = None) -> No
     return env
 
 
+def maker_skip(fn: Any) -> Optional[int]:
+    """The skip of the regrouping function ``fn`` (a graph or meta function made
+    here), None when ``fn`` is not one (a partial of it is a user's partial)."""
+    if isinstance(fn, FuncGraph):
+        skip = fn.flags.get(SKIP_FLAG)
+        return skip if isinstance(skip, int) else None
+    if isinstance(fn, MetaFunction):
+        return _maker_metas.get(id(fn))
+    return None
+
+
+def note_j_of_maker(meta: MetaFunction, j_of_meta: MetaFunction) -> None:
+    """Record that ``j_of_meta`` is the J-transform of ``meta`` (for :func:`regroups`)."""
+    if regroups(meta):
+        _j_of_makers.add(id(j_of_meta))
+
+
+def regroups(fn: Any) -> bool:
+    """Whether ``fn`` is a regrouping meta function or the J-transform of one: a
+    partial of it, ``Partial(fn, (g, a...))``, takes the arguments that
+    ``partial(g, a...)`` takes (its arity is not its own, which varies)."""
+    return isinstance(fn, MetaFunction) and (id(fn) in _maker_metas or id(fn) in _j_of_makers)
+
+
+_j_of_makers: set[int] = set()  # (the metas are kept alive by the caches that made them)
+
+
+def j_skip(fn: Any) -> int:
+    """The skip of the maker that the J-transform of a partial of ``fn`` binds:
+    one more than ``fn``'s if ``fn`` is a maker itself, else 0."""
+    skip = maker_skip(fn)
+    return 0 if skip is None else skip + 1
+
+
+def bound_key(fn: Any, i: int) -> Optional[int]:
+    """The :func:`partial_key` index of the gradient of ``partial(fn, b...)``'s input
+    ``i`` (0: ``fn``, ``1 + k``: ``b_k``), None when it has no gradient (a maker
+    and the makers of lower levels it binds first)."""
+    skip = maker_skip(fn)
+    if skip is None:
+        return i
+    if i == 0:
+        return None
+    k = i - 1 - skip
+    return k if k >= 0 else None
+
+
 def bound_gradient(graph: FuncGraph, sens: Node, i: int, bound: Node, loc: Any = None) -> Node:
     """Nodes in ``graph`` reading, from the gradient ``sens`` of a partial value, the
-    gradient of the ``i``-th value it binds (``bound``, for the zero)."""
+    gradient of the value it binds under key ``i`` (``bound``, for the zero)."""
     zero = CNode(graph, [ValueNode(structure.zeros_like), bound], loc)
     return CNode(graph, [ValueNode(gradient.env_getitem), sens, ValueNode(partial_key(i)), zero], loc)
 
 
-def j_partial_call(nbound: int) -> MetaFunction:
+def j_partial_call(nbound: int, skip: int = 0) -> MetaFunction:
     """The J-world partial: calls ``f'(a..., b...)`` and regroups the gradients as
     ``(env{d_f, d_a...}, d_b...)`` — a partial value's gradient holds those of
-    what it binds."""
-    cached = _partial_calls.get(nbound)
+    what it binds (``skip``: see :func:`maker_skip`)."""
+    cached = _partial_calls.get((nbound, skip))
     if cached is None:
-        cached = MetaFunction(f"J_partial_call{nbound}", "a J-world partial application",
+        suffix = f"s{skip}" if skip else ""
+        cached = MetaFunction(f"J_partial_call{nbound}{suffix}", "a J-world partial application",
                               nbound + 1, None,
-                              generate=lambda args: _partial_call_graph(nbound, len(args) - 1 - nbound),
+                              generate=lambda args: _partial_call_graph(nbound, len(args) - 1 - nbound,
+                                                                        skip),
                               internal=True,
                               # Only the argument count matters: the specializer can type it.
                               generate_for_types=lambda args: _partial_call_graph(
-                                  nbound, len(args) - 1 - nbound))
-        _partial_calls[nbound] = cached
+                                  nbound, len(args) - 1 - nbound, skip))
+        _partial_calls[(nbound, skip)] = cached
+        _maker_metas[id(cached)] = skip
     return cached
 
 
-def _partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
-    key = ("partial", nbound, nrest)
+def _partial_call_graph(nbound: int, nrest: int, skip: int) -> FuncGraph:
+    key = ("partial", nbound, nrest, skip)
     graph = _partial_graphs.get(key)
     if graph is None:
-        graph = _partial_graphs[key] = partial_call_graph(nbound, nrest)
+        graph = _partial_graphs[key] = partial_call_graph(nbound, nrest, skip)
     return graph
 
 
@@ -98,6 +162,7 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
     signature of that graph's spec, and two such partial values have the same
     type (``ap(partial(f, p), y) + ap(partial(f, p), x)`` must type ``ap`` once).
     """
+    skip = j_skip(fn.value if isinstance(fn, ValueNode) else None)
     nparams = static_arity(fn) if static else constant_arity(fn)
     if nparams is not None:
         if nparams >= nbound:
@@ -105,11 +170,11 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
             key = (graph, nbound, nparams - nbound)
             maker = shared.get(key) if shared is not None and isinstance(graph, FuncGraph) else None
             if maker is None:
-                maker = partial_call_graph(nbound, nparams - nbound)
+                maker = partial_call_graph(nbound, nparams - nbound, skip)
                 if shared is not None and isinstance(graph, FuncGraph):
                     shared[key] = maker
             return ValueNode(maker, fn.loc)
-    return ValueNode(j_partial_call(nbound))
+    return ValueNode(j_partial_call(nbound, skip))
 
 
 def constant_arity(node: Node) -> Optional[int]:
@@ -162,10 +227,13 @@ def atom_arity(atom: Any) -> Optional[int]:
     return None
 
 
-def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
+def partial_call_graph(nbound: int, nrest: int, skip: int = 0) -> FuncGraph:
     """A new graph ``(f', a'..., b'...) -> (value, ◂)`` calling ``f'`` and regrouping
-    its gradients as ``(env{d_f, d_a...}, d_b...)`` (``nbound`` a's, ``nrest`` b's)."""
-    fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}")
+    its gradients as ``(env{d_f, d_a...}, d_b...)`` (``nbound`` a's, ``nrest`` b's;
+    the first ``skip`` of ``f', a'...`` are makers of lower levels, which get no
+    key: see :func:`maker_skip`)."""
+    fwd = FuncGraph(f"J_partial_call{nbound}_{nrest}" + (f"s{skip}" if skip else ""))
+    fwd.flags[SKIP_FLAG] = skip
     f = fwd.add_parameter("f")
     xs = [fwd.add_parameter(f"x{i}") for i in range(nbound + nrest)]
     t = call_node(fwd, f, *xs)
@@ -174,7 +242,7 @@ def partial_call_graph(nbound: int, nrest: int) -> FuncGraph:
     bwd = FuncGraph(f"◂J_partial_call{nbound}_{nrest}")
     dout = bwd.add_parameter("dout")
     grads = call_node(bwd, bp, dout)
-    bound = partial_gradient(bwd, [item_node(bwd, grads, i) for i in range(nbound + 1)])
+    bound = partial_gradient(bwd, [item_node(bwd, grads, i) for i in range(skip, nbound + 1)])
     rest = [item_node(bwd, grads, nbound + 1 + i) for i in range(nrest)]
     bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), bound, *rest])
     fwd.output = CNode(fwd, [ValueNode(structure.make_tuple), value, ValueNode(bwd)])
@@ -191,5 +259,6 @@ def item_node(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
     return CNode(graph, [ValueNode(structure.tuple_getitem), t, ValueNode(i)], loc)
 
 
-__all__ = ["atom_arity", "bound_gradient", "constant_arity", "call_node", "item_node", "j_partial_call",
+__all__ = ["atom_arity", "bound_gradient", "bound_key", "j_skip", "maker_skip", "note_j_of_maker",
+           "regroups", "constant_arity", "call_node", "item_node", "j_partial_call",
            "j_partial_maker", "partial_call_graph", "partial_gradient", "partial_key", "static_arity"]

@@ -13,7 +13,11 @@ becomes one flat graph of arithmetic:
   ``e``); ``env_getitem(newenv(), k, d)`` → ``d``;
 * ``gadd(0, b)`` → ``b``; ``gadd(a, b)`` of two numbers/tensors of one type → ``add``;
 * ``zeros_like(x)`` of a scalar → ``0.0``; of a tuple built by ``make_tuple`` →
-  the tuple of zeros;
+  the tuple of zeros; of any (short) tuple → the tuple of its items' zeros; of a
+  function → ``newenv()`` (so the zero does not keep a closure alive and
+  un-inlined: what makes third- and fourth-order gradients flatten);
+* ``gadd(make_tuple(a...), make_tuple(b...))`` → ``make_tuple(gadd(a_i, b_i)...)``;
+  ``gadd(a, env_setitem(e, k, v))`` → ``env_setitem(gadd(a, e), k, gadd(a[k], v))``;
 * ``tuple_setitem(make_tuple(...), i, v)`` → ``make_tuple(..., v, ...)``;
   ``tuple_getitem(tuple_setitem(t, i, v), i)`` → ``v``;
 * ``grad_seed(v)`` of a float scalar → ``1.0``; ``grad_arg_check(x, g)`` with
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from anfir.abstract.values import AScalar, ATensor, ATuple
+from anfir.abstract.values import AEnv, AFunction, AScalar, ATensor, ATuple
 from anfir.dtypes import is_float, is_signed_int, numpy_dtype
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive, callee_primitive
@@ -184,7 +188,84 @@ def zeros_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
         zeros = [ctx.apply(node.graph, [node.inputs[0], item], like=node) for item in x.inputs[1:]]
         return ctx.apply(node.graph, [ctx.constant(structure.make_tuple, like=node), *zeros], like=node,
                          abstract=node.abstract)
+    if isinstance(abstract, AFunction) and isinstance(node.abstract, AEnv):
+        # A function's zero gradient is the empty environment whatever the function:
+        # the zero no longer holds the closure alive (it may then be inlined).
+        assert node.graph is not None
+        return ctx.apply(node.graph, [ctx.constant(gradient.newenv, like=node)], like=node,
+                         abstract=node.abstract)
+    if (isinstance(abstract, ATuple) and isinstance(node.abstract, ATuple)
+            and len(abstract.items) <= _SPREAD_MAX and len(node.abstract.items) == len(abstract.items)):
+        # The tuple of the items' zeros: ``tuple_setitem`` and ``gadd`` then fold it.
+        graph = node.graph
+        assert graph is not None
+        zeros = []
+        for i, item in enumerate(abstract.items):
+            part = ctx.apply(graph, [ctx.constant(structure.tuple_getitem, like=node), x,
+                                     ctx.constant(i, like=node)], like=node, abstract=item)
+            zeros.append(ctx.apply(graph, [node.inputs[0], part], like=node,
+                                   abstract=node.abstract.items[i]))
+        return ctx.apply(graph, [ctx.constant(structure.make_tuple, like=node), *zeros], like=node,
+                         abstract=node.abstract)
     return None
+
+
+_SPREAD_MAX = 64
+"""The longest tuple whose zero (or gradient sum) is spread into its items: a wider
+one stays one node (the rewrite would add a node per item for little gain)."""
+
+
+def gadd_of_env_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``gadd(a, env_setitem(e, k, v))`` → ``env_setitem(gadd(a, e), k, gadd(a[k], v))``,
+    or ``v`` for ``gadd(a[k], v)`` when ``a`` has no ``k`` (either side), when ``a``
+    is a chain of ``env_setitem`` with constant keys over ``newenv()`` — so what
+    ``a`` holds under ``k`` is known here and the result is what ``gadd`` computes
+    at run time, key by key.  The sum of environments built in one graph then folds
+    away, and ``env_getitem`` of it reaches the entries."""
+    if not (_is(node, gradient.gadd) and isinstance(node.abstract, AEnv)):
+        return None
+    _, a, b = node.inputs
+    if not _is(b, gradient.env_setitem):
+        a, b = b, a
+    if not (_is(b, gradient.env_setitem) and _is(a, gradient.env_setitem)):
+        return None  # (gadd_simplify drops a newenv() side)
+    assert isinstance(b, CNode)
+    key = _constant_key(b)
+    if key is None or _constant_key(a) is None:
+        return None
+    found, bottom = _env_lookup(a, key, ctx)
+    if not _is(bottom, gradient.newenv):
+        return None
+    graph = node.graph
+    assert graph is not None
+    _, inner, key_node, value = b.inputs
+    total = value
+    if found is not None:
+        total = ctx.apply(graph, [node.inputs[0], found.inputs[3], value], like=node,
+                          abstract=value.abstract)
+    rest = ctx.apply(graph, [node.inputs[0], a, inner], like=node, abstract=node.abstract)
+    return ctx.apply(graph, [b.inputs[0], rest, key_node, total], like=node, abstract=node.abstract)
+
+
+def gadd_of_tuples(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+    """``gadd(make_tuple(a...), make_tuple(b...))`` → ``make_tuple(gadd(a_i, b_i)...)``:
+    what ``gadd`` computes on tuples, item by item, so the items' sums fold."""
+    if not _is(node, gradient.gadd):
+        return None
+    _, a, b = node.inputs
+    if not (_is(a, structure.make_tuple) and _is(b, structure.make_tuple)
+            and isinstance(node.abstract, ATuple)):
+        return None
+    items = node.abstract.items
+    assert isinstance(a, CNode) and isinstance(b, CNode)
+    if not (len(a.inputs) == len(b.inputs) == len(items) + 1 and len(items) <= _SPREAD_MAX):
+        return None
+    graph = node.graph
+    assert graph is not None
+    sums = [ctx.apply(graph, [node.inputs[0], x, y], like=node, abstract=item)
+            for x, y, item in zip(a.inputs[1:], b.inputs[1:], items)]
+    return ctx.apply(graph, [ctx.constant(structure.make_tuple, like=node), *sums], like=node,
+                     abstract=node.abstract)
 
 
 def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
@@ -274,7 +355,8 @@ def scalar_unreduce_into_elementwise(node: CNode, ctx: "RewriteContext") -> Opti
     return None
 
 
-GRADIENT_RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, zeros_simplify,
+GRADIENT_RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, gadd_of_tuples,
+                  gadd_of_env_set, zeros_simplify,
                   tuple_set_simplify, seed_and_check, double_negation,
                   scalar_unreduce_into_elementwise)
 """The clean-up rewrites for gradient graphs, in the order the optimizer tries

@@ -15,7 +15,7 @@ from typing import Any
 
 from anfir.autodiff.gradgraphs import grad_graph, normalize_wrt
 from anfir.autodiff.jtransform import check_function_value, j_graph_checked, j_meta
-from anfir.autodiff.partials import j_partial_call
+from anfir.autodiff.partials import j_partial_call, j_skip, regroups
 from anfir.autodiff.primitive_j import j_primitive_value
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
@@ -40,7 +40,8 @@ def j_value(x: Any) -> Any:
     if isinstance(x, MetaFunction):
         return j_meta(x)
     if isinstance(x, Partial):
-        return Partial(j_partial_call(len(x.args)), (j_value(x.fn), *(j_value(a) for a in x.args)))
+        return Partial(j_partial_call(len(x.args), j_skip(x.fn)),
+                       (j_value(x.fn), *(j_value(a) for a in x.args)))
     if isinstance(x, tuple):
         return tuple(j_value(v) for v in x)
     return x
@@ -67,6 +68,8 @@ def arity_of(fn: Any) -> int:
     if isinstance(fn, FuncGraph):
         return len(fn.parameters)
     if isinstance(fn, Partial):
+        if regroups(fn.fn) and fn.args:  # a J-world partial: g's arity, less what is bound
+            return arity_of(fn.args[0]) - (len(fn.args) - 1)
         return arity_of(fn.fn) - len(fn.args)
     if isinstance(fn, Primitive):
         if fn.max_args is not None and fn.min_args == fn.max_args:

@@ -18,7 +18,7 @@ import weakref
 from typing import Any, Optional
 
 from anfir.autodiff.jtransform import JContext, j_graph, j_meta
-from anfir.autodiff.partials import atom_arity, j_partial_call
+from anfir.autodiff.partials import atom_arity, j_partial_call, j_skip
 from anfir.autodiff.primitive_j import j_prim_graph
 from anfir.autodiff.gradgraphs import grad_call_graph
 from anfir.infer.engine import Engine, Infer
@@ -92,7 +92,10 @@ def j_of_atom(engine: Engine, atom: FunctionAtom, args: tuple) -> Optional[Funct
         graph = engine.typing_copy(template, (fn_value, *args))
         atom = PartialFn(GraphFn(graph), (fn_value,))
     if isinstance(atom, PartialFn):
-        return PartialFn(PrimFn(j_partial_call(len(atom.args))),
+        bound_fn = atom.fn
+        bound_value: Any = bound_fn.graph if isinstance(bound_fn, GraphFn) else (
+            bound_fn.prim if isinstance(bound_fn, PrimFn) else None)
+        return PartialFn(PrimFn(j_partial_call(len(atom.args), j_skip(bound_value))),
                          (AFunction(frozenset({JFn(atom.fn)})),
                           *(_j_abstract(a) for a in atom.args)))
     if isinstance(atom, PrimFn) and isinstance(atom.prim, MetaFunction):

@@ -57,6 +57,7 @@ from anfir.loading import load_file
 from anfir.passes.specialize import abstract_from_annotation_text, abstract_of_value, specialize
 from anfir.printers.dot import dump_dot
 from anfir.printers.ir import dump_ir, side_file_path, write_side_file
+from anfir.autodiff.api import in_program_form
 from anfir.passes import ad, inline, optimize, validate
 
 Source = Union[Module, FuncGraph, str, "os.PathLike[str]"]
@@ -165,7 +166,10 @@ def parse_phase(program: Program) -> Program:
         program.entry_name = _entry_name(source, program.entry_name)
         program.module = clone_module(source)
     elif isinstance(source, FuncGraph):
-        program.module = clone_entry_graph(source)
+        # anfir.grad of a program that differentiates inside: compiled as the same
+        # gradient written as a grad call (see in_program_form).
+        rewritten = in_program_form(source)
+        program.module = clone_entry_graph(rewritten if rewritten is not None else source)
         if program.entry_name is not None and program.entry_name != source.name:
             raise UsageError(f"entry {program.entry_name!r} given with the graph @{source.name}")
         program.entry_name = next(iter(program.module.graphs))
