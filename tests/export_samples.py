@@ -143,6 +143,45 @@ SAMPLES.update({
 })
 """Sample arguments of each rule's primitive (``S(...)`` marks a constant operand)."""
 
+_R = np.random.default_rng(7)
+# f32: onnxruntime implements Conv, ConvTranspose, AveragePool and the global pools for f32 only
+X4 = _R.standard_normal((2, 4, 7, 6)).astype(np.float32)
+W4 = _R.standard_normal((6, 4, 3, 3)).astype(np.float32)
+WG = _R.standard_normal((6, 2, 3, 2)).astype(np.float32)
+X3 = _R.standard_normal((2, 4, 9)).astype(np.float32)
+W3 = _R.standard_normal((3, 4, 3)).astype(np.float32)
+WT = _R.standard_normal((4, 3, 3, 3)).astype(np.float32)
+SAMPLES.update({  # the convolution family (anfir/primitives/conv.py)
+    PRIMITIVES["conv"]: [(X4, W4), (X4, W4, _R.standard_normal(6).astype(np.float32), A(stride=2, padding=1)),
+                         (X4, WG, A(padding=(1, 0, 2, 1), dilation=(1, 2), groups=2)),
+                         (X4, W4, A(padding="same")), (X3, W3, A(stride=2, padding="valid")),
+                         (X4, W4, A(padding=1))],
+    PRIMITIVES["conv_core"]: [(X4, W4, A(stride=(2, 1), padding=(1, 2)))],
+    PRIMITIVES["conv_input_grad"]: [(_R.standard_normal((2, 6, 4, 3)).astype(np.float32), W4, X4, A(stride=2, padding=1)),
+                                    # (onnx's reference ConvTranspose has no groups)
+                                    (_R.standard_normal((2, 6, 7, 6)).astype(np.float32), W4, X4,
+                                     A(padding="same"))],
+    PRIMITIVES["conv_transpose"]: [(X4, WT), (X4, WT, _R.standard_normal(3).astype(np.float32),
+                                             A(stride=2, padding=1, output_padding=1)),
+                                   (X4, _R.standard_normal((4, 2, 2, 3)).astype(np.float32),
+                                    A(stride=(1, 2), dilation=2))],
+    PRIMITIVES["max_pool"]: [(X4.astype(np.float64), A(kernel=2)), (X4, A(kernel=(3, 2), stride=(2, 1), padding=1)),
+                             (X4, A(kernel=3, stride=2, dilation=2, padding=1)),
+                             (X3, A(kernel=(3,), stride=2, ceil_mode=True))],
+    PRIMITIVES["avg_pool"]: [(X4, A(kernel=2)), (X4, A(kernel=3, stride=2, padding=1)),
+                             (X4, A(kernel=3, stride=2, padding=1, count_include_pad=False)),
+                             (X4, A(kernel=(2, 3), stride=1))],
+    PRIMITIVES["global_avg_pool"]: [(X4,), (X3.astype(np.float32),)],
+    PRIMITIVES["global_max_pool"]: [(X4,)],  # (onnx's reference GlobalMaxPool is 2-d only)
+    PRIMITIVES["batch_norm"]: [(X4, _R.standard_normal(4), _R.standard_normal(4), _R.standard_normal(4),
+                                _R.random(4) + 0.5),
+                               (X3.astype(np.float32), *[v.astype(np.float32) for v in
+                                (_R.standard_normal(4), _R.standard_normal(4), _R.standard_normal(4),
+                                 _R.random(4) + 0.5)], A(eps=1e-3))],
+    PRIMITIVES["channel_sum"]: [(X4,), (X3,)],
+    PRIMITIVES["channel_spread"]: [(_R.standard_normal(4), X4)],
+})
+
 # The shape and indexing operators (anfir/interop/onnx_shaping.py).
 IX = np.array([[1, -1], [0, 2]])
 SAMPLES.update({

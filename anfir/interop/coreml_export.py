@@ -59,7 +59,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import (arith, complexes, elementwise, gradient, indexing, nn, reduce, shaping,
+from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
 from anfir.values import DType
 
@@ -1182,7 +1182,8 @@ UNSUPPORTED: dict[Primitive, str] = {
     # Not mapped yet (they landed after this exporter; MIL has most of them:
     # softmax, layer_norm, einsum, concat, gather, pad...): refused with this reason.
     **{prim: "no MIL rule written for it yet (docs/coreml.md lists the operators exported)"
-       for prim in (*_declared_in(nn), *_declared_in(shaping), *_declared_in(indexing))},
+       for prim in (*_declared_in(nn), *_declared_in(shaping), *_declared_in(indexing),
+                    *_declared_in(conv))},
 }
 """Primitives that cannot be exported to MIL, with the reason (the error quotes it)."""
 

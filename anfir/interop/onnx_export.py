@@ -60,7 +60,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import arith, complexes, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
+from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1162,10 +1162,6 @@ def _is_none(operand: Operand) -> bool:
     return isinstance(operand, Const) and operand.value is None
 
 
-def _rank(w: OnnxWriter, operand: Operand, what: str) -> int:
-    return len(_static_shape(w, operand, what))
-
-
 def _softmax(op_type: str) -> OnnxRule:
     """ONNX Softmax / LogSoftmax along the axis attribute."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -1460,6 +1456,173 @@ def _einsum_ones(w: OnnxWriter, op: Op) -> None:
     else:
         w.node("Identity", [w.const(1, d)], [out.name])
 
+# -- convolution, pooling, batch norm -------------------------------------------------------
+def _known_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
+    """The shape of an operand, every dimension known (else an ExportError)."""
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None or any(is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape):
+        raise ExportError(f"{what} needs a tensor of known shape", w.loc)
+    return tuple(int(d) for d in shape)
+
+
+def _rank(w: OnnxWriter, operand: Operand, what: str) -> int:
+    """The rank of a tensor operand (its dimensions may be symbolic)."""
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None:
+        raise ExportError(f"{what} needs tensors of known rank", w.loc)
+    return len(shape)
+
+
+def _shaped(shape: Sequence[int]) -> np.ndarray:
+    """A zero-memory array of ``shape`` (for the op library's geometry helpers)."""
+    return np.broadcast_to(np.zeros((), np.bool_), tuple(shape))
+
+
+def _conv_attrs(w: OnnxWriter, op: Op, n: int) -> dict[str, Any]:
+    """Conv's strides, dilations, group and pads (or auto_pad for "same"/"valid")."""
+    a = op.attrs
+    attrs: dict[str, Any] = {
+        "strides": list(conv._ints(a.get("stride", 1), n, "stride", "conv")),
+        "dilations": list(conv._ints(a.get("dilation", 1), n, "dilation", "conv")),
+        "group": int(a.get("groups", 1))}
+    padding = a.get("padding", 0)
+    if padding == "same":
+        attrs["auto_pad"] = "SAME_UPPER"  # begins get the smaller half, as the op library
+    elif padding == "valid":
+        attrs["pads"] = [0] * (2 * n)
+    else:
+        attrs["pads"] = [int(p) for p in conv._pads(padding, n, "conv", strings=False) or ()]
+    return attrs
+
+
+def _bias_operand(op: Op) -> Optional[Operand]:
+    if len(op.args) > 2 and not (isinstance(op.args[2], Const) and op.args[2].value is None):
+        return op.args[2]
+    return None
+
+
+def _conv(w: OnnxWriter, op: Op) -> None:
+    """Conv (conv and conv_core: the attributes map one to one)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    n = _rank(w, op.args[1], "conv") - 2
+    inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
+    bias = _bias_operand(op) if op.prim.name == "conv" else None
+    if bias is not None:
+        inputs.append(w.tensor(bias, d))
+    w.node("Conv", inputs, [out.name], **_conv_attrs(w, op, n))
+
+
+def _conv_transpose(w: OnnxWriter, op: Op) -> None:
+    """ConvTranspose with PyTorch's attributes (ONNX's definition is the same)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    n = _rank(w, op.args[1], "conv_transpose") - 2
+    a = op.attrs
+    inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
+    bias = _bias_operand(op)
+    if bias is not None:
+        inputs.append(w.tensor(bias, d))
+    w.node("ConvTranspose", inputs, [out.name],
+           strides=list(conv._ints(a.get("stride", 1), n, "stride", "conv_transpose")),
+           dilations=list(conv._ints(a.get("dilation", 1), n, "dilation", "conv_transpose")),
+           output_padding=list(conv._ints(a.get("output_padding", 0), n, "output_padding",
+                                        "conv_transpose", least=0)),
+           pads=[int(p) for p in conv._pads(a.get("padding", 0), n, "conv_transpose",
+                                          strings=False) or ()],
+           group=int(a.get("groups", 1)))
+
+
+def _conv_input_grad(w: OnnxWriter, op: Op) -> None:
+    """ConvTranspose of dout, its output_padding chosen so the result has x's shape."""
+    out = op.results[0]
+    d = w.dtype(out)
+    dout_shape = _known_shape(w, op.args[0], "conv's input gradient")
+    w_shape = _known_shape(w, op.args[1], "conv's input gradient")
+    x_shape = _known_shape(w, op.args[2], "conv's input gradient")
+    a = op.attrs
+    n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
+                                         a.get("padding", 0), a.get("dilation", 1),
+                                         a.get("groups", 1), "conv")
+    extra = [i - ((o - 1) * s - pads[k] - pads[n + k] + dl * (kk - 1) + 1)
+             for k, (i, o, s, dl, kk) in enumerate(zip(x_shape[2:], dout_shape[2:], st, dil,
+                                                        w_shape[2:]))]
+    w.node("ConvTranspose", [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name],
+           strides=list(st), dilations=list(dil), pads=list(pads), output_padding=extra, group=g)
+
+
+def _pool_attrs(op: Op, n: int, dilation: bool) -> dict[str, Any]:
+    a = op.attrs
+    kernel = conv._ints(a.get("kernel"), n, "kernel", op.prim.name)
+    stride = a.get("stride")
+    attrs: dict[str, Any] = {
+        "kernel_shape": list(kernel),
+        "strides": list(kernel if stride is None else conv._ints(stride, n, "stride", op.prim.name)),
+        "pads": [int(p) for p in conv._pads(a.get("padding", 0), n, op.prim.name, strings=False) or ()],
+        "ceil_mode": int(bool(a.get("ceil_mode", False)))}
+    if dilation:
+        attrs["dilations"] = list(conv._ints(a.get("dilation", 1), n, "dilation", op.prim.name))
+    return attrs
+
+
+def _pool_rank(w: OnnxWriter, op: Op) -> int:
+    kernel = op.attrs.get("kernel")
+    return len(kernel) if isinstance(kernel, tuple) else _rank(w, op.args[0], op.prim.name) - 2
+
+
+def _max_pool(w: OnnxWriter, op: Op) -> None:
+    """MaxPool (kernel_shape, strides, pads, dilations, ceil_mode)."""
+    out = op.results[0]
+    w.node("MaxPool", [w.tensor(op.args[0], w.dtype(out))], [out.name],
+           **_pool_attrs(op, _pool_rank(w, op), True))
+
+
+def _avg_pool(w: OnnxWriter, op: Op) -> None:
+    """AveragePool (count_include_pad as asked)."""
+    out = op.results[0]
+    w.node("AveragePool", [w.tensor(op.args[0], w.dtype(out))], [out.name],
+           count_include_pad=int(bool(op.attrs.get("count_include_pad", True))),
+           **_pool_attrs(op, _pool_rank(w, op), False))
+
+
+def _global_pool(op_type: str) -> OnnxRule:
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        w.node(op_type, [w.tensor(op.args[0], w.dtype(out))], [out.name])
+    rule.__doc__ = op_type
+    return rule
+
+
+def _batch_norm(w: OnnxWriter, op: Op) -> None:
+    """BatchNormalization in inference mode (running statistics)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    w.node("BatchNormalization", [w.tensor(a, d) for a in op.args], [out.name],
+           epsilon=float(op.attrs.get("eps", 1e-5)))
+
+
+def _channel_sum(w: OnnxWriter, op: Op) -> None:
+    """ReduceSum over every axis but 1."""
+    out = op.results[0]
+    rank = _rank(w, op.args[0], "channel_sum")
+    w.reduce("ReduceSum", w.tensor(op.args[0], w.dtype(out)), (0, *range(2, rank)), False, out.name)
+
+
+def _channel_spread(w: OnnxWriter, op: Op) -> None:
+    """Reshape the vector to (C, 1...) and Expand it to the other operand's shape."""
+    out = op.results[0]
+    rank = _rank(w, op.args[1], "channel_spread")
+    column = w.op("Reshape", w.tensor(op.args[0], w.dtype(out)), w.ints([-1] + [1] * (rank - 2)))
+    w.node("Expand", [column, w.op("Shape", w.tensor(op.args[1]))], [out.name])
+
+
+def _conv_family_rules() -> dict[Primitive, OnnxRule]:
+    return {conv.conv: _conv, conv.conv_core: _conv, conv.conv_transpose: _conv_transpose,
+            conv.conv_input_grad: _conv_input_grad, conv.max_pool: _max_pool, conv.avg_pool: _avg_pool,
+            conv.global_avg_pool: _global_pool("GlobalAveragePool"),
+            conv.global_max_pool: _global_pool("GlobalMaxPool"), conv.batch_norm: _batch_norm,
+            conv.channel_sum: _channel_sum, conv.channel_spread: _channel_spread}
+
 
 RULES: dict[Primitive, OnnxRule] = {
     arith.add: binary("Add"),
@@ -1590,6 +1753,7 @@ RULES: dict[Primitive, OnnxRule] = {
     nn.group_view: _group_view,
     nn.einsum_ones: _einsum_ones,
     DIM: _dim,
+    **_conv_family_rules(),
 }
 """Primitive object → the rule writing its ONNX nodes.  A primitive the walker
 takes apart itself (``make_tuple``, ``env_getitem``...) needs none
@@ -1604,6 +1768,14 @@ UNSUPPORTED: dict[Primitive, str] = {
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     nn.einsum_grad_spec: "it computes a string from constants, which constant folding does "
                          "before export; ONNX has no string-valued equation input",
+    conv.conv_weight_grad: "ONNX has no operator for a convolution's weight gradient "
+                          "(a training graph; export the forward model)",
+    conv.max_pool_grad: "ONNX has no operator scattering to the maxima of pooling windows "
+                       "(MaxUnpool needs indices from a training graph; export the forward model)",
+    conv.max_pool_select: "ONNX has no operator reading a tensor at another's pooling maxima "
+                         "(a second-order training graph; export the forward model)",
+    conv.avg_pool_grad: "ONNX has no operator for average pooling's gradient (a training graph; "
+                       "export the forward model)",
 }
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 

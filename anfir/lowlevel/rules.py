@@ -31,7 +31,7 @@ import numpy as np
 from anfir.interop.flat import DIM
 from anfir.ir.primitive import Primitive
 from anfir.lowlevel.program import COPY
-from anfir.primitives import (arith, complexes, elementwise, gradient, indexing, nn, reduce, shaping,
+from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
 
 
@@ -296,6 +296,13 @@ RULES: dict[Primitive, LowRule] = {
     indexing.gather_nd: EVALUATED, indexing.gather_nd_grad: EVALUATED,
     indexing.scatter_nd: EVALUATED, indexing.one_hot: EVALUATED, indexing.arange: EVALUATED,
     indexing.full: EVALUATED, indexing.eye: EVALUATED,
+    # convolution, pooling, batch norm (their im2col kernels, into the arena)
+    conv.conv: EVALUATED, conv.conv_core: EVALUATED, conv.conv_transpose: EVALUATED,
+    conv.conv_input_grad: EVALUATED, conv.conv_weight_grad: EVALUATED,
+    conv.max_pool: EVALUATED, conv.max_pool_grad: EVALUATED, conv.max_pool_select: EVALUATED,
+    conv.avg_pool: EVALUATED, conv.avg_pool_grad: EVALUATED, conv.global_avg_pool: EVALUATED,
+    conv.global_max_pool: EVALUATED, conv.batch_norm: EVALUATED, conv.channel_sum: EVALUATED,
+    conv.channel_spread: EVALUATED,
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
