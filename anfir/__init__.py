@@ -25,6 +25,7 @@ from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
 from anfir.interop import onnx_export as _onnx_export
+from anfir.interop import torch_import as _torch_import
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir.passes.pipeline import PHASES, compile_program
@@ -120,6 +121,16 @@ def export_onnx(mod_or_graph: Any, entry: Optional[str] = None,
     return _onnx_export.export_onnx(mod_or_graph, entry=entry, args=args)
 
 
+def import_torch(ep: Any) -> Module:
+    """A ``torch.export.ExportedProgram`` as a Module: entry ``forward`` takes the
+    lifted parameters, buffers and constants, then the user inputs, in the
+    graph signature's order; ``mod.params`` maps the lifted names to their values
+    (numpy).  Needs ``pip install "anfir[torch]"``; an op anfir cannot express is
+    an AnfirError naming it and its Python line.  See docs/torch.md.
+    """
+    return _torch_import.import_torch(ep)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -137,5 +148,5 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_onnx", "grad",
-    "jvp", "load", "parse", "run", "to_jax", "to_text", "value_and_grad", "vjp",
+    "import_torch", "jvp", "load", "parse", "run", "to_jax", "to_text", "value_and_grad", "vjp",
 ]

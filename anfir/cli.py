@@ -24,7 +24,7 @@ from anfir.backends import tojax
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import onnx_export
+from anfir.interop import onnx_export, torch_import
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -41,6 +41,7 @@ examples:
   anfir grad examples/power.anf --entry power --wrt 0 2.0 3
   anfir compile examples/mlp.anf --dump-dir dumps --time
   anfir export examples/mlp.anf -o mlp.onnx      # needs pip install "anfir[onnx]"
+  anfir import model.pt2 -o model.anf            # needs pip install "anfir[torch]"
   anfir fmt examples/hof.anf
   anfir dot examples/fibonacci.anf -o fib.svg
 """
@@ -116,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=sorted(EXPORTERS), default="onnx",
                    help="the format to write (default: onnx)")
     p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx)")
+
+    p = sub.add_parser("import", help="print (or write) a model from another framework as ANF",
+                       formatter_class=raw,
+                       epilog="example:\n  anfir import model.pt2 -o model.anf   # needs pip install \"anfir[torch]\"")
+    p.add_argument("file", help=f"the model: {', '.join(sorted(IMPORTERS))}")
+    p.add_argument("-o", "--output", help="OUT.anf (default: the text on stdout)")
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
                        epilog="example:\n  anfir fmt examples/hof.anf")
@@ -378,6 +385,27 @@ EXPORTERS: dict[str, tuple[Callable[[str, Optional[str], Optional[list[Any]]], A
 """``--to`` format → (write the model of FILE, ENTRY, ARGS; describe it in one line)."""
 
 
+IMPORTERS: dict[str, Callable[[str], Any]] = {
+    ".pt2": torch_import.load_pt2,
+}
+"""File extension → importer of a model file into a Module (``anfir import``)."""
+
+
+def cmd_import(ns: argparse.Namespace) -> int:
+    """``anfir import MODEL``: the model's graphs as canonical ANF text."""
+    ext = os.path.splitext(ns.file)[1].lower()
+    if ext not in IMPORTERS:
+        raise UsageError(f"cannot import {ns.file!r}: the extension must be one of "
+                         f"{', '.join(sorted(IMPORTERS))}")
+    text = to_text(IMPORTERS[ext](ns.file))
+    if ns.output:
+        with open(ns.output, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_fmt(ns: argparse.Namespace) -> int:
 
     module = _load(ns.file)
@@ -435,7 +463,7 @@ def _parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> arg
 
 
 COMMANDS = {"run": cmd_run, "grad": cmd_grad, "compile": cmd_compile, "export": cmd_export,
-            "fmt": cmd_fmt, "dot": cmd_dot}
+            "import": cmd_import, "fmt": cmd_fmt, "dot": cmd_dot}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
