@@ -282,3 +282,39 @@ def test_unsupported_ops_are_listed_with_their_lines() -> None:
 def test_import_torch_rejects_other_objects() -> None:
     with pytest.raises(anfir.AnfirError, match="ExportedProgram"):
         anfir.import_torch(MLP())
+
+
+class EncoderLoss(torch.nn.Module):
+    """A transformer block's output against fixed random weights: a scalar loss
+    whose gradient reaches every parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.block = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0).eval()
+        self.probe = torch.randn(5, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.block(x) * self.probe).sum()
+
+
+def test_transformer_encoder_layer_forward_at_another_batch_size() -> None:
+    block = EncoderLoss().block
+    batch = torch.export.Dim("batch", min=1, max=16)
+    mod = anfir.import_torch(export(block, torch.randn(2, 5, 32), dynamic=({0: batch},)))
+    for n in (2, 3):
+        x = torch.randn(n, 5, 32)
+        close(run_imported(mod, x.numpy()), block(x).detach().numpy())
+
+
+def test_transformer_encoder_layer_gradients_match_autograd() -> None:
+    model = EncoderLoss()
+    x = torch.randn(2, 5, 32)
+    mod = anfir.import_torch(export(model, x))
+    n = len(mod.params) - 1  # the probe is a lifted constant, not a parameter
+    assert list(mod.params)[-1].startswith("c_")
+    grads = anfir.run(anfir.grad(mod.entry, wrt=tuple(range(n))), *mod.params.values(), x.numpy())
+    want = torch.autograd.grad(model(x), list(model.parameters()))
+    assert len(grads) == len(want) == n
+    for got, ref in zip(grads, want):
+        close(got, ref.numpy(), atol=1e-4 * float(ref.abs().max()))

@@ -230,6 +230,39 @@ def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any
     return b.call(_prim("make_tuple"), out, mean, var)
 
 
+def _array_node(b: Any, value: Any) -> Any:
+    """A small constant array as ``array(((...), ...))`` — the call the ANF text of
+    an array literal parses to, so printed programs re-parse to the same graph.
+    Built level by level, innermost first (no recursion)."""
+    items: list[Any] = [bool(v) if value.dtype == bool else v.item() for v in value.reshape(-1)]
+    for size in reversed(value.shape):
+        items = [b.tuple_of(items[i:i + size]) for i in range(0, len(items), size)]
+    return b.call(_prim("array"), items[0])
+
+
+def _select(b: Any, x: Any, dim: int, index: int) -> Any:
+    """``x.select(dim, index)`` of a static-size axis: ``where`` keeps element
+    ``index`` along ``dim`` (a constant bool mask; the others become exact
+    zeros, so no inf/nan leaks) and ``sum`` drops the axis.  Exact, and its
+    gradient reaches only the selected slice."""
+    import numpy as np
+
+    shape = b.fx_node.args[0].meta["val"].shape
+    rank = len(shape)
+    dim = int(dim) % rank
+    size = shape[dim]
+    if not isinstance(size, int):
+        from anfir.errors import AnfirError
+
+        raise AnfirError(f"select on the dynamic axis {dim} is not supported", b.loc)
+    mask_shape = [1] * rank
+    mask_shape[dim] = size
+    mask = np.zeros(mask_shape, dtype=bool)
+    mask.reshape(-1)[int(index) % size] = True
+    kept = b.call(_prim("where"), _array_node(b, mask), x, b.call(_prim("cast"), 0, b.out_dtype()))
+    return b.call(_prim("sum"), kept, axis=dim)
+
+
 def _pred(b: Any, pred: Any) -> Any:
     """A cond/while predicate as a bool: a 0-d bool tensor goes through ``all``."""
     fx_pred = b.fx_node.args[0]
@@ -341,6 +374,7 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
                aten.flatten.using_ints):
         put(op, _reshape_to_result, "reshape")
     put(aten.expand.default, _expand, "broadcast_to")
+    put(aten.select.int, _select, "where", "sum")
     put(aten.addmm.default, _addmm, "matmul")
     put(aten.sum.dim_IntList, _reduction("sum"), "sum")
     put(aten.sum.default, lambda b, x, dtype=None: _reduction("sum")(b, x, None, dtype=dtype), "sum")
