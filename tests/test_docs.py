@@ -223,6 +223,10 @@ HAVE_ONNX = importlib.util.find_spec("onnx") is not None
 NO_ONNX = 'the onnx package is not installed (pip install -e ".[onnx]")'
 
 
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+"""Whether the ``[torch]`` extra is installed (the torch importer's snippets need it)."""
+
+
 def jax_installed() -> bool:
     """Whether the optional JAX back end can run here (``pip install "anfir[jax]"``)."""
     try:
@@ -248,6 +252,8 @@ def test_needs_jax() -> None:
 def test_python_block(block: Block, scratch: Path) -> None:
     if not HAVE_ONNX and re.search(r"^\s*(import|from) onnx\b", block.text, re.M):
         pytest.skip(NO_ONNX)
+    if not HAVE_TORCH and re.search(r"^\s*(import|from) torch\b", block.text, re.M):
+        pytest.skip('the block imports torch, which is not installed: pip install "anfir[torch]"')
     if needs_jax(block.text) and not jax_installed():
         pytest.skip('the block uses the JAX back end; JAX is not installed: pip install "anfir[jax]"')
     # Running documentation snippets is test code; the package itself never execs.

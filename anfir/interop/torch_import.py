@@ -108,7 +108,7 @@ def location_of(fx_node: Any, torch_dir: str) -> Optional[Location]:
     return Location(file, int(line), 1, text.rstrip())
 
 
-def _parse_frames_fallback(loc: Optional[Location], fx_node: Any) -> str:
+def _describe_op(loc: Optional[Location], fx_node: Any) -> str:
     where = f"{loc.file}:{loc.line}" if loc is not None else "no source line"
     return f"{fx_node.target} (node {fx_node.name}, {where})"
 
@@ -290,9 +290,11 @@ class Importer:
         """A converted value as a node (constants as ValueNodes)."""
         return value if isinstance(value, Node) else ValueNode(value, loc)
 
-    def collect_unsupported(self, gm: Any) -> list[str]:
-        """Every op of ``gm`` and its sub-modules that the table lacks, with its line."""
+    def collect_unsupported(self, gm: Any) -> tuple[list[str], Optional[Location]]:
+        """Every op of ``gm`` and its sub-modules that the table lacks, with its
+        line, and the location of the first."""
         missing: list[str] = []
+        first: Optional[Location] = None
         seen: set[int] = set()
         stack = [gm]
         while stack:
@@ -303,14 +305,15 @@ class Importer:
             for node in module.graph.nodes:
                 if node.op == "call_function" and node.target not in self.table:
                     loc = location_of(node, self.torch_dir)
-                    missing.append(_parse_frames_fallback(loc, node))
+                    first = first or loc
+                    missing.append(_describe_op(loc, node))
                 elif node.op == "get_attr":
                     sub = getattr(module, node.target, None)
                     if isinstance(sub, self.torch.fx.GraphModule):
                         stack.append(sub)
                 elif node.op == "call_module":
                     missing.append(f"call_module {node.target} (node {node.name})")
-        return missing
+        return missing, first
 
 
 def _identifier(name: str) -> str:
@@ -391,11 +394,11 @@ def import_torch(ep: Any) -> Module:
         raise TorchImportError(f"torch could not decompose the program: {err}") from None
     importer = Importer(torch, aten_table(torch), os.path.dirname(torch.__file__) + os.sep)
     gm = ep.graph_module
-    missing = importer.collect_unsupported(gm)
+    missing, first = importer.collect_unsupported(gm)
     if missing:
         raise TorchImportError(
             f"{len(missing)} unsupported op{'s' if len(missing) > 1 else ''} (nothing imported):\n  "
-            + "\n  ".join(missing))
+            + "\n  ".join(missing), first)
 
     from torch.export.graph_signature import InputKind, OutputKind
 
