@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -389,7 +390,10 @@ def import_torch(ep: Any) -> Module:
     if not isinstance(ep, torch.export.ExportedProgram):
         raise UsageError(f"import_torch takes a torch.export.ExportedProgram, not {type(ep).__name__}")
     try:
-        ep = ep.run_decompositions()
+        with warnings.catch_warnings():
+            # torch 2.13's own pytree deprecation notice, raised while it copies the program.
+            warnings.simplefilter("ignore", FutureWarning)
+            ep = ep.run_decompositions()
     except Exception as err:  # torch's own failure: say so with its message
         raise TorchImportError(f"torch could not decompose the program: {err}") from None
     importer = Importer(torch, aten_table(torch), os.path.dirname(torch.__file__) + os.sep)
@@ -482,7 +486,10 @@ def load_pt2(path: str) -> Module:
     which reads no pickled code."""
     torch = require_torch()
     try:
-        ep = torch.export.load(path)
+        with warnings.catch_warnings():
+            # torch 2.13's own pytree deprecation notice, raised inside its loader.
+            warnings.simplefilter("ignore", FutureWarning)
+            ep = torch.export.load(path)
     except FileNotFoundError:
         raise UsageError(f"no such file: {path}") from None
     except Exception as err:
