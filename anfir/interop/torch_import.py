@@ -437,11 +437,11 @@ def import_torch(ep: Any) -> Module:
         elif isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
             importer.symbols.setdefault(val.node.expr, param)
 
-    first = Builder(importer, entry, None, None)
+    sizes = Builder(importer, entry, None, None)
     for holder, axis, sym in shape_nodes:
         if sym not in importer.symbols:
-            importer.symbols[sym] = first.call(
-                structure.tuple_getitem, first.call(tensor.shape, holder), axis)
+            importer.symbols[sym] = sizes.call(
+                structure.tuple_getitem, sizes.call(tensor.shape, holder), axis)
 
     outputs = importer.build_body(gm.graph, entry, env, gm)
     out_specs = signature.output_specs
