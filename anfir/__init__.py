@@ -26,7 +26,7 @@ from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
-from anfir.interop import onnx_import as _onnx_import
+from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_import
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
@@ -175,6 +175,16 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
     return _onnx_import.import_onnx(model_or_path, params_as_inputs=params_as_inputs)
 
 
+def import_torch(ep: Any) -> Module:
+    """A ``torch.export.ExportedProgram`` as a Module: entry ``forward`` takes the
+    lifted parameters, buffers and constants, then the user inputs, in the
+    graph signature's order; ``mod.params`` maps the lifted names to their values
+    (numpy).  Needs ``pip install "anfir[torch]"``; an op anfir cannot express is
+    an AnfirError naming it and its Python line.  See docs/torch.md.
+    """
+    return _torch_import.import_torch(ep)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -192,6 +202,6 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
-    "export_onnx", "grad", "import_onnx", "jvp", "load", "lower", "parse", "run", "to_jax",
-    "to_text", "value_and_grad", "vjp",
+    "export_onnx", "grad", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
+    "to_jax", "to_text", "value_and_grad", "vjp",
 ]

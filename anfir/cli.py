@@ -25,7 +25,7 @@ from anfir import lowlevel
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import coreml_export, onnx_export, onnx_import
+from anfir.interop import coreml_export, onnx_export, onnx_import, torch_import
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -127,14 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the format to write (default: onnx)")
     p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx, or an OUT.mlpackage directory)")
 
-    p = sub.add_parser("import", help="read a model (.onnx) and print it as ANF text",
+    p = sub.add_parser("import", help="read a model (.onnx, .pt2) and print it as ANF text",
                        formatter_class=raw,
                        epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
                               "  anfir import mlp.onnx -o mlp_again.anf\n"
-                              "(the format is chosen by the file's extension: "
+                              "(a .pt2 file of torch.export.save imports the same way; the format is chosen by "
+                              "the file's extension: "
                               f"{', '.join(sorted(IMPORTERS))}; ONNX needs the onnx package: "
-                              'pip install "anfir[onnx]")')
-    p.add_argument("file", help="the model: MODEL.onnx")
+                              'pip install "anfir[onnx]"; .pt2 needs torch: pip install "anfir[torch]")')
+    p.add_argument("file", help=f"the model: {', '.join(sorted(IMPORTERS))}")
     p.add_argument("-o", "--output", help="the .anf file to write (default: standard output)")
 
     p = sub.add_parser("fmt", help="print the program as canonical ANF", formatter_class=raw,
@@ -438,22 +439,23 @@ to summarize; describe that in one line)."""
 
 IMPORTERS: dict[str, Callable[[str], Any]] = {
     ".onnx": onnx_import.import_onnx,
+    ".pt2": torch_import.load_pt2,
 }
 """A model file's extension → the importer that reads it into a Module."""
 
 
 def cmd_import(ns: argparse.Namespace) -> int:
     """``anfir import``: read a model by its extension, print or write it as ANF text."""
-    if not os.path.exists(ns.file):
-        raise UsageError(f"no such file: {ns.file}")
     ext = os.path.splitext(ns.file)[1].lower()
     importer = IMPORTERS.get(ext)
     if importer is None:
         raise UsageError(f"cannot import {ns.file}: the extension must be one of "
                          f"{', '.join(sorted(IMPORTERS))}")
+    if not os.path.exists(ns.file):
+        raise UsageError(f"no such file: {ns.file}")
     text = to_text(importer(ns.file))
     if ns.output:
-        with open(ns.output, "w", encoding="utf-8") as handle:
+        with open(ns.output, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
     else:
         sys.stdout.write(text)

@@ -226,6 +226,10 @@ HAVE_COREMLTOOLS = importlib.util.find_spec("coremltools") is not None
 NO_COREMLTOOLS = 'coremltools is not installed (pip install -e ".[coreml]")'
 
 
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+"""Whether the ``[torch]`` extra is installed (the torch importer's snippets need it)."""
+
+
 def jax_installed() -> bool:
     """Whether the optional JAX back end can run here (``pip install "anfir[jax]"``)."""
     try:
@@ -253,6 +257,8 @@ def test_python_block(block: Block, scratch: Path) -> None:
         pytest.skip(NO_ONNX)
     if not HAVE_COREMLTOOLS and re.search(r"^\s*(import|from) coremltools\b", block.text, re.M):
         pytest.skip(NO_COREMLTOOLS)
+    if not HAVE_TORCH and re.search(r"^\s*(import|from) torch\b", block.text, re.M):
+        pytest.skip('the block imports torch, which is not installed: pip install "anfir[torch]"')
     if needs_jax(block.text) and not jax_installed():
         pytest.skip('the block uses the JAX back end; JAX is not installed: pip install "anfir[jax]"')
     # Running documentation snippets is test code; the package itself never execs.

@@ -1,0 +1,502 @@
+"""Import a ``torch.export.ExportedProgram`` as an anfir :class:`Module`.
+
+The program is first lowered to core ATen (``ep.run_decompositions()``); its
+FX graph then becomes one FuncGraph, ``forward``, whose parameters are the
+graph signature's inputs in order — lifted parameters, buffers (persistent or
+not), lifted constants, then the user's inputs — and whose result is the
+user's output rebuilt from the program's pytree spec (dicts and lists become
+tuples, in the spec's order).  A program that mutates buffers or user inputs
+returns ``(mutated..., user output)``: the new values of what it mutated, in
+the signature's order, as torch-mlir's FX importer makes mutations functional.
+``mod.params`` holds the values of the lifted inputs as numpy arrays, keyed by
+the entry's parameter names, so ``anfir.run(mod.entry, *mod.params.values(),
+*inputs)`` runs the model.
+
+Each ATen call is built by one entry of :data:`anfir.interop.torch_ops`'s
+table, keyed by the ``OpOverload``.  Every call node gets the location of its
+``stack_trace``: the innermost frame in the user's code (outside torch).
+Dynamic dimensions (``torch.export.Dim``) become dimension variables named
+after their sympy symbols (``f32[s77, 4]``); their ranges are recorded in
+``mod.metadata["ranges"]``.  ``torch.cond`` becomes ``switch`` on two branch
+graphs that close over what they use; ``while_loop`` a tail-recursive graph.
+
+An op outside the table is an :class:`TorchImportError` listing every
+unsupported op of the program with the Python line it came from; nothing is
+built then.  ``torch`` is imported only when a program is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from anfir.errors import AnfirError, MissingDependencyError, UsageError
+from anfir.interop.torch_ops import aten_table
+from anfir.ir.annotations import ScalarAnn, TensorAnn
+from anfir.ir.attrs import NO_ATTRS
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.location import Location
+from anfir.primitives import arith, elementwise, structure, tensor
+
+EXTRA = "torch"
+"""The extra that installs what this module needs: ``pip install "anfir[torch]"``."""
+
+ENTRY = "forward"
+"""The name of the imported entry graph."""
+
+MAX_NESTING = 64
+"""How deeply higher-order ops (cond, while_loop) may nest in one program."""
+
+
+class TorchImportError(AnfirError):
+    """A torch program anfir cannot import: the message names the op(s) and the
+    user's Python line(s)."""
+
+    kind = "torch import error"
+
+
+def require_torch() -> Any:
+    """The ``torch`` module, or a :class:`MissingDependencyError` naming the extra."""
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError(
+            f'importing PyTorch programs needs torch: pip install "anfir[{EXTRA}]"') from None
+    return torch
+
+
+DTYPES = {
+    "float16": "f16", "float32": "f32", "float64": "f64",
+    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+    "bool": "bool",
+}
+"""torch dtype names (``str(torch.float32)`` without ``torch.``) -> anfir dtypes."""
+
+
+def dtype_name(dtype: Any, where: Optional[Location] = None) -> str:
+    """The anfir dtype of a torch dtype, or an error naming it."""
+    name = str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise TorchImportError(f"dtype {name} has no anfir equivalent "
+                               f"(supported: {', '.join(DTYPES)})", where)
+    return DTYPES[name]
+
+
+_FRAME = re.compile(r'File "([^"\n]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
+
+
+def location_of(fx_node: Any, torch_dir: str) -> Optional[Location]:
+    """The node's ``stack_trace`` as a Location: the innermost frame outside torch
+    (the user's module), else the innermost frame; None without a trace.
+
+    The source file is never read: the line's text comes from the trace."""
+    trace = fx_node.meta.get("stack_trace") if hasattr(fx_node, "meta") else None
+    if not isinstance(trace, str) or not trace:
+        return None
+    frames = _FRAME.findall(trace[-100_000:])
+    if not frames:
+        return None
+    chosen = frames[-1]
+    for frame in reversed(frames):
+        if not frame[0].startswith(torch_dir):
+            chosen = frame
+            break
+    file, line, text = chosen
+    return Location(file, int(line), 1, text.rstrip())
+
+
+def _describe_op(loc: Optional[Location], fx_node: Any) -> str:
+    where = f"{loc.file}:{loc.line}" if loc is not None else "no source line"
+    return f"{fx_node.target} (node {fx_node.name}, {where})"
+
+
+@dataclass
+class Builder:
+    """What an op's builder sees: the graph being built, the FX node's location,
+    and helpers to make calls."""
+
+    importer: "Importer"
+    graph: FuncGraph
+    fx_node: Any
+    loc: Optional[Location]
+
+    def call(self, prim: Any, *args: Any, **attrs: Any) -> CNode:
+        """``prim(*args, **attrs)`` in the current graph at the node's location."""
+        canonical = prim.canonical_attrs(attrs) if attrs else NO_ATTRS
+        return self.graph.apply(prim, *args, loc=self.loc, attrs=canonical)
+
+    def tuple_of(self, items: Any) -> Any:
+        """A tuple argument, as ``make_tuple`` of its items (numbers, or nodes for
+        symbolic sizes): what the ANF text ``(1, 0)`` parses to, so the printed
+        program re-parses to the same graph."""
+        return self.call(structure.make_tuple, *items)
+
+    def out_shape(self, index: Optional[int] = None) -> Any:
+        """The node's result shape (from its FakeTensor) as a tuple argument:
+        symbolic dimensions become nodes computing them."""
+        val = self.fx_node.meta.get("val")
+        if index is not None:
+            val = val[index]
+        return self.tuple_of(self.importer.size_value(d, self) for d in val.shape)
+
+    def out_dtype(self, index: Optional[int] = None) -> str:
+        """The anfir dtype of the node's result."""
+        val = self.fx_node.meta.get("val")
+        if index is not None:
+            val = val[index]
+        return dtype_name(val.dtype, self.loc)
+
+    def rank(self, fx_arg: Any) -> int:
+        """The rank of an FX argument's value."""
+        return len(fx_arg.meta["val"].shape)
+
+
+Rule = Callable[..., Any]
+"""A table entry: ``rule(b: Builder, *args, **kwargs) -> Node`` (args converted)."""
+
+
+@dataclass
+class Importer:
+    """The state of one import: the table, the symbols of dynamic dims, where torch lives."""
+
+    torch: Any
+    table: dict[Any, Rule]
+    torch_dir: str
+    symbols: dict[Any, Node] = field(default_factory=dict)
+    """sympy symbol -> the node computing it (made in the entry graph)."""
+    depth: int = 0
+
+    # -- symbolic sizes ---------------------------------------------------------
+    def size_value(self, dim: Any, b: Builder) -> Any:
+        """A dimension (int or SymInt) as an int or a node computing it."""
+        if isinstance(dim, int):
+            return dim
+        expr = dim.node.expr if hasattr(dim, "node") else dim
+        return self.sym_expr(expr, b)
+
+    def sym_expr(self, expr: Any, b: Builder) -> Any:
+        """A sympy expression over the input symbols as nodes (sums, products, integers)."""
+        import sympy
+
+        # Post-order over the expression tree, with an explicit stack.
+        done: dict[Any, Any] = {}
+        stack = [expr]
+        while stack:
+            e = stack[-1]
+            if e in done:
+                stack.pop()
+                continue
+            if e.is_Integer:
+                done[e] = int(e)
+            elif e.is_Symbol:
+                if e not in self.symbols:
+                    raise TorchImportError(f"the size {e} is not a dimension of any input", b.loc)
+                done[e] = self.symbols[e]
+            elif isinstance(e, (sympy.Add, sympy.Mul)) or type(e).__name__ == "FloorDiv":
+                pending = [a for a in e.args if a not in done]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                args = [done[a] for a in e.args]
+                if type(e).__name__ == "FloorDiv":
+                    done[e] = b.call(elementwise.floor_div, *args)
+                else:
+                    prim = arith.add if isinstance(e, sympy.Add) else arith.mul
+                    acc = args[0]
+                    for a in args[1:]:
+                        acc = b.call(prim, acc, a)
+                    done[e] = acc
+            else:
+                raise TorchImportError(f"the symbolic size {e} ({type(e).__name__}) is not supported",
+                                       b.loc)
+            stack.pop()
+        return done[expr]
+
+    # -- graphs -----------------------------------------------------------------
+    def convert(self, value: Any, env: dict[Any, Node], b: Builder) -> Any:
+        """An FX argument with its nodes replaced by anfir nodes (lists stay lists)."""
+        fx_node_type = self.torch.fx.Node
+        if isinstance(value, fx_node_type):
+            return env[value]
+        if isinstance(value, (list, tuple)):
+            return [self.convert(v, env, b) for v in value]
+        if isinstance(value, self.torch.dtype):
+            return dtype_name(value, b.loc)
+        if isinstance(value, (self.torch.device, self.torch.layout, self.torch.memory_format)):
+            return None
+        return value
+
+    def build_body(self, fx_graph: Any, graph: FuncGraph, env: dict[Any, Node],
+                   owner: Any) -> Any:
+        """Build the call nodes of ``fx_graph`` into ``graph`` (placeholders already
+        in ``env``); return the FX output's arguments, converted."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise TorchImportError(f"control flow nested more than {MAX_NESTING} deep")
+        result: Any = None
+        for node in fx_graph.nodes:
+            loc = location_of(node, self.torch_dir)
+            b = Builder(self, graph, node, loc)
+            if node.op == "placeholder":
+                continue
+            if node.op == "get_attr":
+                env[node] = ValueNode(getattr(owner, node.target), loc)
+                continue
+            if node.op == "output":
+                result = self.convert(node.args[0], env, b)
+                continue
+            rule = self.table[node.target]
+            args = [self.convert(a, env, b) for a in node.args]
+            kwargs = {k: self.convert(v, env, b) for k, v in node.kwargs.items()}
+            try:
+                made = rule(b, *args, **kwargs)
+            except AnfirError as err:
+                if err.loc is None:
+                    err.loc = loc
+                raise
+            if not isinstance(made, Node):
+                made = ValueNode(made, loc)
+            env[node] = made
+        self.depth -= 1
+        return result
+
+    def subgraph(self, gm_value: Any, name: str, inputs: list[Any], loc: Optional[Location],
+                 params: int = 0) -> tuple[FuncGraph, list[Node]]:
+        """A FuncGraph from an FX sub-module: its first ``params`` placeholders
+        become parameters, the rest are bound to ``inputs`` (closed over).
+        Returns the graph and its parameters."""
+        gm = gm_value.value if isinstance(gm_value, ValueNode) else gm_value
+        graph = FuncGraph(name, loc)
+        env: dict[Any, Node] = {}
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        made: list[Node] = []
+        for i, ph in enumerate(placeholders):
+            if i < params:
+                p = graph.add_parameter(_identifier(ph.name), loc)
+                made.append(p)
+                env[ph] = p
+            else:
+                value = inputs[i - params]
+                env[ph] = value if isinstance(value, Node) else ValueNode(value, loc)
+        outputs = self.build_body(gm.graph, graph, env, gm)
+        b = Builder(self, graph, None, loc)
+        graph.output = b.call(structure.make_tuple, *[self.as_node(o, loc) for o in outputs])
+        return graph, made
+
+    def as_node(self, value: Any, loc: Optional[Location]) -> Node:
+        """A converted value as a node (constants as ValueNodes)."""
+        return value if isinstance(value, Node) else ValueNode(value, loc)
+
+    def collect_unsupported(self, gm: Any) -> tuple[list[str], Optional[Location]]:
+        """Every op of ``gm`` and its sub-modules that the table lacks, with its
+        line, and the location of the first."""
+        missing: list[str] = []
+        first: Optional[Location] = None
+        seen: set[int] = set()
+        stack = [gm]
+        while stack:
+            module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            for node in module.graph.nodes:
+                if node.op == "call_function" and node.target not in self.table:
+                    loc = location_of(node, self.torch_dir)
+                    first = first or loc
+                    missing.append(_describe_op(loc, node))
+                elif node.op == "get_attr":
+                    sub = getattr(module, node.target, None)
+                    if isinstance(sub, self.torch.fx.GraphModule):
+                        stack.append(sub)
+                elif node.op == "call_module":
+                    missing.append(f"call_module {node.target} (node {node.name})")
+        return missing, first
+
+
+def _identifier(name: str) -> str:
+    """An ANF identifier from an FX name (letters, digits, underscores; not a digit first)."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if not ident or ident[0].isdigit():
+        ident = "v_" + ident
+    return ident
+
+
+def _annotation(val: Any) -> Any:
+    """The annotation of an input's FakeTensor (or SymInt/int) value."""
+    torch = require_torch()
+    if isinstance(val, torch.Tensor):
+        dims: list[Any] = []
+        for d in val.shape:
+            if isinstance(d, int):
+                dims.append(d)
+            else:
+                expr = d.node.expr
+                dims.append(str(expr) if expr.is_Symbol else "*")
+        if "*" in dims:
+            return None
+        return TensorAnn(dtype_name(val.dtype), tuple(dims))
+    if isinstance(val, bool):
+        return ScalarAnn("bool")
+    if isinstance(val, (int, torch.SymInt)):
+        return ScalarAnn("i64")
+    if isinstance(val, (float, torch.SymFloat)):
+        return ScalarAnn("f64")
+    return None
+
+
+def _to_numpy(value: Any, name: str) -> Any:
+    torch = require_torch()
+    if not isinstance(value, torch.Tensor):
+        raise TorchImportError(f"lifted input {name} is a {type(value).__name__}, not a tensor")
+    dtype_name(value.dtype)
+    return value.detach().cpu().contiguous().numpy().copy()
+
+
+def _tuple_tree(value: Any, b: Builder) -> Node:
+    """A pytree of nodes (dicts, lists, tuples) as nested ``make_tuple`` calls,
+    built bottom-up with an explicit stack."""
+    def items(v: Any) -> Optional[list[Any]]:
+        if isinstance(v, dict):
+            return list(v.values())
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        return None
+
+    done: dict[int, Node] = {}
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        kids = items(v)
+        if kids is None:
+            done[id(v)] = b.importer.as_node(v, b.loc)
+        elif expanded:
+            done[id(v)] = b.call(structure.make_tuple, *[done[id(k)] for k in kids])
+        else:
+            stack.append((v, True))
+            stack.extend((k, False) for k in kids)
+    return done[id(value)]
+
+
+def import_torch(ep: Any) -> Module:
+    """``ep`` (a ``torch.export.ExportedProgram``) as a Module whose entry
+    ``forward`` takes the lifted parameters, buffers and constants, then the user
+    inputs; ``mod.params`` holds the lifted values.  See the module docstring."""
+    torch = require_torch()
+
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise UsageError(f"import_torch takes a torch.export.ExportedProgram, not {type(ep).__name__}")
+    try:
+        with warnings.catch_warnings():
+            # torch 2.13's own pytree deprecation notice, raised while it copies the program.
+            warnings.simplefilter("ignore", FutureWarning)
+            ep = ep.run_decompositions()
+    except Exception as err:  # torch's own failure: say so with its message
+        raise TorchImportError(f"torch could not decompose the program: {err}") from None
+    importer = Importer(torch, aten_table(torch), os.path.dirname(torch.__file__) + os.sep)
+    gm = ep.graph_module
+    missing, first = importer.collect_unsupported(gm)
+    if missing:
+        raise TorchImportError(
+            f"{len(missing)} unsupported op{'s' if len(missing) > 1 else ''} (nothing imported):\n  "
+            + "\n  ".join(missing), first)
+
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = ep.graph_signature
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    entry = FuncGraph(ENTRY, None)
+    module = Module({}, filename="<torch.export>")
+    env: dict[Any, Node] = {}
+    shape_nodes: list[tuple[Node, int, Any]] = []
+    kinds: list[str] = []
+    for spec, ph in zip(signature.input_specs, placeholders):
+        name = _identifier(ph.name)
+        param = entry.add_parameter(name, location_of(ph, importer.torch_dir))
+        param.annotation = _annotation(ph.meta.get("val"))
+        env[ph] = param
+        kind = spec.kind
+        if kind == InputKind.PARAMETER:
+            module.params[name] = _to_numpy(ep.state_dict[spec.target], spec.target)
+        elif kind == InputKind.BUFFER:
+            source = ep.state_dict if spec.persistent else ep.constants
+            module.params[name] = _to_numpy(source[spec.target], spec.target)
+        elif kind == InputKind.CONSTANT_TENSOR:
+            module.params[name] = _to_numpy(ep.constants[spec.target], spec.target)
+        elif kind != InputKind.USER_INPUT:
+            raise TorchImportError(f"input {spec.arg.name} of kind {kind.name} is not supported")
+        kinds.append(f"{kind.name.lower()} {spec.target or name}")
+        val = ph.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for axis, d in enumerate(val.shape):
+                if not isinstance(d, int) and d.node.expr.is_Symbol:
+                    shape_nodes.append((param, axis, d.node.expr))
+        elif isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
+            importer.symbols.setdefault(val.node.expr, param)
+
+    sizes = Builder(importer, entry, None, None)
+    for holder, axis, sym in shape_nodes:
+        if sym not in importer.symbols:
+            importer.symbols[sym] = sizes.call(
+                structure.tuple_getitem, sizes.call(tensor.shape, holder), axis)
+
+    outputs = importer.build_body(gm.graph, entry, env, gm)
+    out_specs = signature.output_specs
+    mutated = [o for o, s in zip(outputs, out_specs)
+               if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
+    user = [o for o, s in zip(outputs, out_specs) if s.kind == OutputKind.USER_OUTPUT]
+    if len(mutated) + len(user) != len(outputs):
+        odd = [s.kind.name for s in out_specs
+               if s.kind not in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION,
+                                 OutputKind.USER_OUTPUT)]
+        raise TorchImportError(f"outputs of kind {', '.join(odd)} are not supported")
+    tree = torch.utils._pytree.tree_unflatten(user, ep.call_spec.out_spec)
+    out_loc = location_of(next(n for n in gm.graph.nodes if n.op == "output"), importer.torch_dir)
+    b = Builder(importer, entry, None, out_loc)
+    result = _tuple_tree(tree, b)
+    if mutated:
+        result = b.call(structure.make_tuple, *[importer.as_node(m, out_loc) for m in mutated], result)
+    entry.output = result
+    module.graphs[ENTRY] = entry
+    module.default_entry = ENTRY
+    module.metadata["producer"] = f"torch.export (torch {torch.__version__})"
+    module.metadata["inputs"] = kinds
+    module.metadata["mutations"] = [f"{s.kind.name.lower()} {s.target}" for s in out_specs
+                                    if s.kind in (OutputKind.BUFFER_MUTATION,
+                                                  OutputKind.USER_INPUT_MUTATION)]
+    module.metadata["ranges"] = {
+        str(sym): (_bound(vr.lower), _bound(vr.upper))
+        for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
+    return module
+
+
+def _bound(value: Any) -> Optional[int]:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if abs(number) < 2 ** 62 else None
+
+
+def load_pt2(path: str) -> Module:
+    """Import a ``torch.export.save`` file (``.pt2``): loaded with ``torch.export.load``,
+    which reads no pickled code."""
+    torch = require_torch()
+    try:
+        with warnings.catch_warnings():
+            # torch 2.13's own pytree deprecation notice, raised inside its loader.
+            warnings.simplefilter("ignore", FutureWarning)
+            ep = torch.export.load(path)
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {path}") from None
+    except Exception as err:
+        raise TorchImportError(f"{path}: not a torch.export program ({type(err).__name__}: {err})") from None
+    module = import_torch(ep)
+    module.filename = path
+    return module
+
+
+__all__ = ["ENTRY", "EXTRA", "TorchImportError", "import_torch", "load_pt2", "require_torch"]

@@ -1,0 +1,420 @@
+"""The table from ATen ops (``OpOverload``s of core ATen, after
+``run_decompositions()``) to builders over anfir's operator library.
+
+One entry per op: ``rule(b, *args, **kwargs)`` gets a
+:class:`~anfir.interop.torch_import.Builder` and the op's arguments with FX
+nodes already replaced by anfir nodes, and returns the node computing the
+op's result (a tuple for ops with several results).  Ops whose anfir
+primitive is not in the registry (yet) are left out, so importing a program
+that uses them is the importer's "unsupported op" error, never a partial graph.
+A few ops (layer norm, batch norm in eval, softmax) are compositions of
+anfir primitives, so their gradients come from those primitives' rules.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Optional
+
+from anfir.errors import AnfirError
+from anfir.ir.graph import FuncGraph
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.primitives import registry
+
+Rule = Callable[..., Any]
+
+
+def _prim(name: str) -> Any:
+    return registry.lookup(name)
+
+
+def _axes(dim: Any) -> Any:
+    """A torch ``dim`` argument as an anfir ``axis`` attribute (None: every axis)."""
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        return None if len(dim) == 0 else tuple(int(d) for d in dim)
+    return int(dim)
+
+
+def _unary(name: str) -> Rule:
+    prim = _prim(name)
+    return lambda b, x: b.call(prim, x)
+
+
+def _binary(name: str) -> Rule:
+    prim = _prim(name)
+    return lambda b, x, y: b.call(prim, x, y)
+
+
+def _add(name: str) -> Rule:
+    prim, mul = _prim(name), _prim("mul")
+
+    def rule(b: Any, x: Any, y: Any, alpha: Any = 1) -> Any:
+        return b.call(prim, x, y if alpha == 1 else b.call(mul, y, alpha))
+    return rule
+
+
+def _reduction(name: str, all_when_empty: bool = True) -> Rule:
+    prim = _prim(name)
+
+    def rule(b: Any, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+        out = b.call(prim, x, axis=_axes(dim), keepdims=bool(keepdim))
+        return b.call(_prim("cast"), out, dtype) if dtype is not None else out
+    return rule
+
+
+def _reshape_to_result(b: Any, x: Any, *_: Any, **__: Any) -> Any:
+    """view / reshape / squeeze / unsqueeze / flatten: the result shape is the FakeTensor's."""
+    return b.call(_prim("reshape"), x, b.out_shape())
+
+
+def _expand(b: Any, x: Any, *_: Any, **__: Any) -> Any:
+    return b.call(_prim("broadcast_to"), x, b.out_shape())
+
+
+def _identity(b: Any, x: Any, *_: Any, **__: Any) -> Any:
+    return b.call(_prim("identity"), x)
+
+
+def _to_copy(b: Any, x: Any, *, dtype: Any = None, **__: Any) -> Any:
+    return b.call(_prim("cast"), x, dtype) if dtype is not None else b.call(_prim("identity"), x)
+
+
+def _permute(b: Any, x: Any, dims: Any) -> Any:
+    return b.call(_prim("transpose"), x, b.tuple_of(int(d) for d in dims))
+
+
+def _transpose_int(b: Any, x: Any, d0: int, d1: int) -> Any:
+    rank = b.rank(b.fx_node.args[0])
+    perm = list(range(rank))
+    perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
+    return b.call(_prim("transpose"), x, b.tuple_of(perm))
+
+
+def _t(b: Any, x: Any) -> Any:
+    return b.call(_prim("transpose"), x) if b.rank(b.fx_node.args[0]) == 2 else b.call(_prim("identity"), x)
+
+
+def _addmm(b: Any, bias: Any, m1: Any, m2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    mul = _prim("mul")
+    prod = b.call(_prim("matmul"), m1, m2)
+    if alpha != 1:
+        prod = b.call(mul, prod, alpha)
+    if beta == 0:
+        return prod
+    return b.call(_prim("add"), bias if beta == 1 else b.call(mul, bias, beta), prod)
+
+
+def _div_mode(b: Any, x: Any, y: Any, *, rounding_mode: Optional[str] = None) -> Any:
+    if rounding_mode is None:
+        return b.call(_prim("div"), x, y)
+    if rounding_mode == "floor":
+        return b.call(_prim("floor_div"), x, y)
+    q = b.call(_prim("div"), x, y)  # trunc: toward zero
+    t = b.call(_prim("where"), b.call(_prim("lt"), q, 0), b.call(_prim("ceil"), q), b.call(_prim("floor"), q))
+    return b.call(_prim("cast"), t, b.out_dtype())
+
+
+def _clamp(b: Any, x: Any, min: Any = None, max: Any = None) -> Any:
+    return b.call(_prim("clip"), x, min=min, max=max)
+
+
+def _hardtanh(b: Any, x: Any, min_val: Any = -1.0, max_val: Any = 1.0) -> Any:
+    return b.call(_prim("clip"), x, min=float(min_val), max=float(max_val))
+
+
+def _gelu(b: Any, x: Any, *, approximate: str = "none") -> Any:
+    return b.call(_prim("gelu"), x, approximate=approximate)
+
+
+def _leaky_relu(b: Any, x: Any, negative_slope: Any = 0.01) -> Any:
+    return b.call(_prim("leaky_relu"), x, alpha=float(negative_slope))
+
+
+def _full(b: Any, size: Any, fill: Any, **_: Any) -> Any:
+    dt = b.out_dtype()
+    return b.call(_prim("add"), b.call(_prim("zeros"), b.out_shape(), dt), b.call(_prim("cast"), fill, dt))
+
+
+def _full_like(b: Any, x: Any, fill: Any, **_: Any) -> Any:
+    dt = b.out_dtype()
+    zeros = b.call(_prim("cast"), b.call(_prim("zeros_like"), x), dt)
+    return b.call(_prim("add"), zeros, b.call(_prim("cast"), fill, dt))
+
+
+def _like(fill: float) -> Rule:
+    return lambda b, x, **kw: _full_like(b, x, fill, **kw)
+
+
+def _scalar_tensor(b: Any, value: Any, **_: Any) -> Any:
+    return b.call(_prim("cast"), value, b.out_dtype())
+
+
+def _sym_size(b: Any, x: Any, dim: int) -> Any:
+    return b.call(_prim("tuple_getitem"), b.call(_prim("shape"), x), int(dim))
+
+
+def _getitem(b: Any, t: Any, i: Any) -> Any:
+    return b.call(_prim("tuple_getitem"), t, i)
+
+
+def _no_value(b: Any, *_: Any, **__: Any) -> Any:
+    """Run-time assertions torch inserts: shape facts the specializer checks itself."""
+    return None
+
+
+def _var(b: Any, x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    return b.call(_prim("var"), x, axis=_axes(dim), keepdims=bool(keepdim),
+                  correction=1 if correction is None else correction)
+
+
+def _argext(name: str) -> Rule:
+    def rule(b: Any, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+        return b.call(_prim(name), x, axis=None if dim is None else int(dim), keepdims=bool(keepdim))
+    return rule
+
+
+def _cumsum(b: Any, x: Any, dim: int, *, dtype: Any = None) -> Any:
+    out = b.call(_prim("cumsum"), x, axis=int(dim))
+    return b.call(_prim("cast"), out, dtype) if dtype is not None else out
+
+
+def _softmax_core(b: Any, x: Any, dim: int, log: bool) -> Any:
+    axis = int(dim)
+    shifted = b.call(_prim("sub"), x, b.call(_prim("stop_gradient"),
+                                             b.call(_prim("max"), x, axis=axis, keepdims=True)))
+    if log:
+        lse = b.call(_prim("logsumexp"), shifted, axis=axis, keepdims=True)
+        return b.call(_prim("sub"), shifted, lse)
+    e = b.call(_prim("exp"), shifted)
+    return b.call(_prim("div"), e, b.call(_prim("sum"), e, axis=axis, keepdims=True))
+
+
+def _softmax(b: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
+    return _softmax_core(b, x, dim, log=False)
+
+
+def _log_softmax(b: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
+    return _softmax_core(b, x, dim, log=True)
+
+
+def _layer_norm(b: Any, x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> Any:
+    rank = b.rank(b.fx_node.args[0])
+    axes = tuple(range(rank - len(normalized_shape), rank))
+    mean = b.call(_prim("mean"), x, axis=axes, keepdims=True)
+    centered = b.call(_prim("sub"), x, mean)
+    var = b.call(_prim("mean"), b.call(_prim("mul"), centered, centered), axis=axes, keepdims=True)
+    rstd = b.call(_prim("rsqrt"), b.call(_prim("add"), var, float(eps)))
+    out = b.call(_prim("mul"), centered, rstd)
+    if weight is not None:
+        out = b.call(_prim("mul"), out, weight)
+    if bias is not None:
+        out = b.call(_prim("add"), out, bias)
+    return b.call(_prim("make_tuple"), out, mean, rstd)
+
+
+def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any,
+                     momentum: Any, eps: float) -> Any:
+    rank = b.rank(b.fx_node.args[0])
+    per_channel = (-1,) + (1,) * (rank - 2)
+
+    def chan(v: Any) -> Any:
+        return b.call(_prim("reshape"), v, b.tuple_of(per_channel))
+    scale = b.call(_prim("rsqrt"), b.call(_prim("add"), chan(var), float(eps)))
+    out = b.call(_prim("mul"), b.call(_prim("sub"), x, chan(mean)), scale)
+    if weight is not None:
+        out = b.call(_prim("mul"), out, chan(weight))
+    if bias is not None:
+        out = b.call(_prim("add"), out, chan(bias))
+    # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
+    return b.call(_prim("make_tuple"), out, mean, var)
+
+
+def _array_node(b: Any, value: Any) -> Any:
+    """A small constant array as ``array(((...), ...))`` — the call the ANF text of
+    an array literal parses to, so printed programs re-parse to the same graph.
+    Built level by level, innermost first (no recursion)."""
+    items: list[Any] = [bool(v) if value.dtype == bool else v.item() for v in value.reshape(-1)]
+    for size in reversed(value.shape):
+        items = [b.tuple_of(items[i:i + size]) for i in range(0, len(items), size)]
+    return b.call(_prim("array"), items[0])
+
+
+def _select(b: Any, x: Any, dim: int, index: int) -> Any:
+    """``x.select(dim, index)`` of a static-size axis: ``where`` keeps element
+    ``index`` along ``dim`` (a constant bool mask; the others become exact
+    zeros, so no inf/nan leaks) and ``sum`` drops the axis.  Exact, and its
+    gradient reaches only the selected slice."""
+    import numpy as np
+
+    shape = b.fx_node.args[0].meta["val"].shape
+    rank = len(shape)
+    dim = int(dim) % rank
+    size = shape[dim]
+    if not isinstance(size, int):
+        raise AnfirError(f"select on the dynamic axis {dim} is not supported", b.loc)
+    mask_shape = [1] * rank
+    mask_shape[dim] = size
+    mask = np.zeros(mask_shape, dtype=bool)
+    mask.reshape(-1)[int(index) % size] = True
+    kept = b.call(_prim("where"), _array_node(b, mask), x, b.call(_prim("cast"), 0, b.out_dtype()))
+    return b.call(_prim("sum"), kept, axis=dim)
+
+
+def _pred(b: Any, pred: Any) -> Any:
+    """A cond/while predicate as a bool: a 0-d bool tensor goes through ``all``."""
+    fx_pred = b.fx_node.args[0]
+    torch = b.importer.torch
+    val = fx_pred.meta.get("val") if isinstance(fx_pred, torch.fx.Node) else None
+    return b.call(_prim("all"), pred) if isinstance(val, torch.Tensor) else pred
+
+
+def _cond(b: Any, pred: Any, true_gm: Any, false_gm: Any, operands: Any) -> Any:
+    """``torch.cond`` -> ``switch(c, ✓g, ✗g)()``: branch graphs close over the operands."""
+    c = _pred(b, pred)
+    then_graph, _ = b.importer.subgraph(true_gm, "✓", list(operands), b.loc)
+    else_graph, _ = b.importer.subgraph(false_gm, "✗", list(operands), b.loc)
+    select = b.call(_prim("switch"), c, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
+    return CNode(b.graph, (select,), b.loc)
+
+
+def _while_loop(b: Any, cond_gm: Any, body_gm: Any, carried: Any, additional: Any = ()) -> Any:
+    """``while_loop`` -> a tail-recursive graph ``loop(c...) = if cond(c...) then
+    loop(body(c...)) else (c...)``, closing over the additional inputs."""
+    importer = b.importer
+    cond_mod = cond_gm.value if isinstance(cond_gm, ValueNode) else cond_gm
+    body_mod = body_gm.value if isinstance(body_gm, ValueNode) else body_gm
+    carried, additional = list(carried), list(additional or ())
+    loop = FuncGraph("while_loop", b.loc)
+    params = [loop.add_parameter(f"carry{i}", b.loc) for i in range(len(carried))]
+    inner = [*params, *[importer.as_node(a, b.loc) for a in additional]]
+
+    def bind(gm: Any) -> dict[Any, Node]:
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        return dict(zip(phs, inner))
+    out = importer.build_body(cond_mod.graph, loop, bind(cond_mod), cond_mod)
+    pred = out[0] if isinstance(out, list) else out
+    lb = type(b)(importer, loop, None, b.loc)
+    fx_pred = next(n for n in cond_mod.graph.nodes if n.op == "output").args[0]
+    fx_pred = fx_pred[0] if isinstance(fx_pred, (list, tuple)) else fx_pred
+    if isinstance(fx_pred.meta.get("val"), importer.torch.Tensor):
+        pred = lb.call(_prim("all"), pred)
+    then_graph = FuncGraph("✓", b.loc)
+    new = importer.build_body(body_mod.graph, then_graph, bind(body_mod), body_mod)
+    then_graph.output = CNode(then_graph, [ValueNode(loop, b.loc),
+                                           *[importer.as_node(v, b.loc) for v in new]], b.loc)
+    else_graph = FuncGraph("✗", b.loc)
+    else_graph.output = CNode(else_graph, [ValueNode(_prim("make_tuple"), b.loc), *params], b.loc)
+    select = lb.call(_prim("switch"), pred, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
+    loop.output = CNode(loop, (select,), b.loc)
+    return CNode(b.graph, [ValueNode(loop, b.loc), *[importer.as_node(c, b.loc) for c in carried]], b.loc)
+
+
+def _sym_binary(name: str) -> Rule:
+    prim = _prim(name)
+    return lambda b, x, y: b.call(prim, x, y)
+
+
+def aten_table(torch: Any) -> dict[Any, Rule]:
+    """The table for this torch: ``OpOverload`` (or Python operator, or
+    higher-order op) -> rule.  Entries whose anfir primitive is missing are
+    left out."""
+    aten = torch.ops.aten
+    table: dict[Any, Rule] = {}
+
+    def put(op: Any, rule: Rule, *needs: str) -> None:
+        if all(_prim(n) is not None for n in needs):
+            table[op] = rule
+
+    for name in ("abs", "neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "sigmoid",
+                 "relu", "erf", "expm1", "log1p", "floor", "ceil", "round", "reciprocal", "tan",
+                 "atan", "sinh", "cosh", "asin", "acos", "sign", "isnan", "isinf", "logical_not",
+                 "bitwise_not", "silu", "mish"):
+        op = getattr(aten, name, None)
+        if op is not None:
+            put(op.default, _unary(name), name)
+    for op, name in ((aten.maximum.default, "maximum"), (aten.minimum.default, "minimum"),
+                     (aten.atan2.default, "atan2"), (aten.fmod.Tensor, "fmod"),
+                     (aten.fmod.Scalar, "fmod"), (aten.remainder.Tensor, "mod"),
+                     (aten.remainder.Scalar, "mod"), (aten.mul.Tensor, "mul"),
+                     (aten.mul.Scalar, "mul"), (aten.div.Tensor, "div"), (aten.div.Scalar, "div"),
+                     (aten.pow.Tensor_Tensor, "pow"), (aten.pow.Tensor_Scalar, "pow"),
+                     (aten.pow.Scalar, "pow"), (aten.logical_and.default, "logical_and"),
+                     (aten.logical_or.default, "logical_or"), (aten.logical_xor.default, "logical_xor"),
+                     (aten.bitwise_and.Tensor, "bitwise_and"), (aten.bitwise_or.Tensor, "bitwise_or"),
+                     (aten.bitwise_xor.Tensor, "bitwise_xor"), (aten.mm.default, "matmul"),
+                     (aten.bmm.default, "matmul"), (aten.matmul.default, "matmul")):
+        put(op, _binary(name), name)
+    for cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
+        put(getattr(aten, cmp).Tensor, _binary(cmp), cmp)
+        put(getattr(aten, cmp).Scalar, _binary(cmp), cmp)
+    put(aten.add.Tensor, _add("add"), "add")
+    put(aten.add.Scalar, _add("add"), "add")
+    put(aten.sub.Tensor, _add("sub"), "sub")
+    put(aten.sub.Scalar, _add("sub"), "sub")
+    put(aten.rsub.Scalar, lambda b, x, y, alpha=1: _add("sub")(b, y, x, alpha), "sub")
+    put(aten.div.Tensor_mode, _div_mode, "div", "floor_div")
+    put(aten.where.self, lambda b, c, x, y: b.call(_prim("where"), c, x, y), "where")
+    put(aten.clamp.default, _clamp, "clip")
+    put(aten.hardtanh.default, _hardtanh, "clip")
+    put(aten.gelu.default, _gelu, "gelu")
+    put(aten.leaky_relu.default, _leaky_relu, "leaky_relu")
+    put(aten._to_copy.default, _to_copy, "cast")
+    for op in (aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
+               aten.contiguous.default):
+        put(op, _identity, "identity")
+    put(aten.detach.default, lambda b, x: b.call(_prim("stop_gradient"), x), "stop_gradient")
+    put(aten.permute.default, _permute, "transpose")
+    put(aten.transpose.int, _transpose_int, "transpose")
+    put(aten.t.default, _t, "transpose")
+    for op in (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+               aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
+               aten.flatten.using_ints):
+        put(op, _reshape_to_result, "reshape")
+    put(aten.expand.default, _expand, "broadcast_to")
+    put(aten.select.int, _select, "where", "sum")
+    put(aten.addmm.default, _addmm, "matmul")
+    put(aten.sum.dim_IntList, _reduction("sum"), "sum")
+    put(aten.sum.default, lambda b, x, dtype=None: _reduction("sum")(b, x, None, dtype=dtype), "sum")
+    put(aten.mean.dim, _reduction("mean"), "mean")
+    put(aten.mean.default, lambda b, x, dtype=None: _reduction("mean")(b, x, None, dtype=dtype), "mean")
+    put(aten.amax.default, _reduction("max"), "max")
+    put(aten.amin.default, _reduction("min"), "min")
+    put(aten.prod.default, lambda b, x, dtype=None: _reduction("prod")(b, x, None, dtype=dtype), "prod")
+    put(aten.prod.dim_int, _reduction("prod"), "prod")
+    for name in ("any", "all"):
+        op = getattr(aten, name)
+        put(op.default, _reduction(name), name)
+        put(op.dim, _reduction(name), name)
+        put(op.dims, _reduction(name), name)
+    put(aten.var.correction, _var, "var")
+    put(aten.argmax.default, _argext("argmax"), "argmax")
+    put(aten.argmin.default, _argext("argmin"), "argmin")
+    put(aten.cumsum.default, _cumsum, "cumsum")
+    put(aten.full.default, _full, "zeros")
+    put(aten.full_like.default, _full_like, "zeros_like")
+    put(aten.zeros_like.default, _like(0.0), "zeros_like")
+    put(aten.ones_like.default, _like(1.0), "zeros_like")
+    put(aten.scalar_tensor.default, _scalar_tensor, "cast")
+    put(aten._softmax.default, _softmax, "logsumexp")
+    put(aten._log_softmax.default, _log_softmax, "logsumexp")
+    put(aten.native_layer_norm.default, _layer_norm, "rsqrt")
+    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval, "rsqrt")
+    put(aten.sym_size.int, _sym_size, "shape")
+    put(operator.getitem, _getitem, "tuple_getitem")
+    for py_op, name in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
+                        (operator.floordiv, "floor_div"), (operator.mod, "mod"),
+                        (operator.truediv, "div"), (operator.eq, "eq"), (operator.ne, "ne"),
+                        (operator.lt, "lt"), (operator.le, "le"), (operator.gt, "gt"),
+                        (operator.ge, "ge")):
+        put(py_op, _sym_binary(name), name)
+    for op in (aten._assert_scalar.default, aten.sym_constrain_range_for_size.default,
+               aten._assert_tensor_metadata.default):
+        put(op, _no_value)
+    put(torch.ops.higher_order.cond, _cond, "switch")
+    put(torch.ops.higher_order.while_loop, _while_loop, "switch")
+    return table
+
+
+__all__ = ["aten_table"]

@@ -1,0 +1,106 @@
+"""The torch.export importer timed (issue 13): import + compile time of models
+written here, and anfir's gradient time against ``torch.autograd`` on CPU.
+
+    pip install -e ".[dev,torch]"
+    python benchmarks/bench_torch.py
+
+Rows (no goal yet; a report):
+
+* **import**: ``anfir.import_torch(ep)`` of an already exported program
+  (``run_decompositions`` included), best of 3;
+* **compile**: ``anfir.compile`` of the imported entry for the example
+  arguments (parameters and input), best of 3;
+* **grad / torch.autograd**: ``anfir.run`` of the compiled gradient of a
+  scalar loss with respect to every parameter, over ``torch.autograd.grad`` of
+  the same loss (forward included in both), best of 5 each, one thread.  The
+  gradients are compared first: a wrong answer prints ``ERROR``.
+
+Models: the MLP and the ``nn.TransformerEncoderLayer(32, 4, 64,
+batch_first=True, dropout=0.0)`` block of ``tests/test_torch_import.py``
+(the CNN and ResNet-18 rows need convolution and pooling in the operator library).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import anfir  # noqa: E402
+
+
+def best(fn: Callable[[], Any], repeats: int) -> float:
+    """The best wall time of ``repeats`` calls of ``fn``."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+class MLPLoss(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(),
+                                       torch.nn.Linear(256, 256), torch.nn.GELU(),
+                                       torch.nn.Linear(256, 10))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((self.net(x) - y) ** 2).mean()
+
+
+class EncoderLoss(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0).eval()
+        self.probe = torch.randn(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.block(x) * self.probe).sum()
+
+
+def row(name: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> str:
+    """One line of the table for ``model`` at ``inputs``."""
+    ep = torch.export.export(model, inputs)
+    t_import = best(lambda: anfir.import_torch(ep), 3)
+    mod = anfir.import_torch(ep)
+    args = [*mod.params.values(), *(t.numpy() for t in inputs)]
+    t_compile = best(lambda: anfir.compile(mod, args=args), 3)
+    params = list(model.parameters())
+    wrt = tuple(range(len(params)))
+    grad_graph = anfir.compile(anfir.grad(mod.entry, wrt=wrt), args=args)
+    got = anfir.run(grad_graph, *args)
+    want = torch.autograd.grad(model(*inputs), params)
+    ok = all(np.allclose(g, w.numpy(), rtol=1e-3, atol=1e-4 * float(w.abs().max()) + 1e-7)
+             for g, w in zip(got, want))
+    t_anfir = best(lambda: anfir.run(grad_graph, *args), 5)
+    t_torch = best(lambda: torch.autograd.grad(model(*inputs), params), 5)
+    ratio = f"{t_anfir / t_torch:.1f}x" if ok else "ERROR"
+    return (f"| {name} | {t_import * 1e3:.0f} ms | {t_compile * 1e3:.0f} ms | "
+            f"{t_anfir * 1e3:.2f} ms / {t_torch * 1e3:.2f} ms = {ratio} |")
+
+
+def main() -> int:
+    """Print the table."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, one thread, load {os.getloadavg()[0]:.1f}")
+    print("| model | import | compile | grad: anfir / torch.autograd |")
+    print("|---|---|---|---|")
+    print(row("MLP 64-256-256-10, batch 32", MLPLoss(), (torch.randn(32, 64), torch.randn(32, 10))))
+    print(row("TransformerEncoderLayer(32, 4, 64), 2x16x32", EncoderLoss(), (torch.randn(2, 16, 32),)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""torch.export programs imported as anfir Modules (anfir.import_torch, `anfir import`),
+checked against eager PyTorch 2.13 on CPU: forward values, gradients, a
+Hessian-vector product, signature kinds, control flow, dynamic shapes,
+locations in dumps, and the error for unsupported ops."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch importer needs PyTorch (anfir[torch])")
+
+import anfir  # noqa: E402
+from anfir.cli import main as cli_main  # noqa: E402
+from anfir.printers.iso import assert_isomorphic  # noqa: E402
+
+THIS_FILE = os.path.basename(__file__)
+RTOL = 1e-4
+
+
+def export(model: torch.nn.Module, *args: torch.Tensor, dynamic: object = None) -> object:
+    torch.manual_seed(0)
+    return torch.export.export(model, args, dynamic_shapes=dynamic)
+
+
+def run_imported(mod: anfir.Module, *inputs: np.ndarray) -> object:
+    return anfir.run(mod.entry, *mod.params.values(), *inputs)
+
+
+def close(a: object, b: object, rtol: float = RTOL, atol: float = 1e-5) -> None:
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                               rtol=rtol, atol=atol)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.fc1 = torch.nn.Linear(6, 16)
+        self.fc2 = torch.nn.Linear(16, 16)
+        self.fc3 = torch.nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.fc1(x))
+        h = torch.nn.functional.gelu(self.fc2(h))
+        return self.fc3(h)
+
+
+class MLPLoss(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ((self.mlp(x) - y) ** 2).mean()
+
+
+class Signature(torch.nn.Module):
+    """Every signature kind: parameters, a persistent and a non-persistent buffer,
+    a lifted constant, a mutated buffer and a mutated user input, and nested,
+    multiple and scalar outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("count", torch.zeros(1))
+        self.register_buffer("scale", torch.full((3,), 2.0), persistent=False)
+        self.const = torch.tensor([0.5, -1.0, 1.5])
+
+    def forward(self, x: torch.Tensor, acc: torch.Tensor) -> object:
+        self.count.add_(1)
+        acc.add_(x.sum(0))
+        y = self.lin(x) * self.scale + self.const
+        return {"y": y, "stats": (y.mean(), [y.amax(), x.shape[0]])}
+
+
+def test_signature_kinds_values_and_mutations() -> None:
+    model = Signature()
+    batch = torch.export.Dim("batch", min=2, max=32)
+    ep = export(model, torch.randn(5, 4), torch.zeros(4), dynamic=({0: batch}, None))
+    mod = anfir.import_torch(ep)
+    assert list(mod.params) == ["p_lin_weight", "p_lin_bias", "b_count", "b_scale", "c_const"]
+    assert [p.name for p in mod.entry.parameters] == [*mod.params, "x", "acc"]
+    assert mod.metadata["inputs"] == [
+        "parameter lin.weight", "parameter lin.bias", "buffer count", "buffer scale",
+        "constant_tensor const", "user_input x", "user_input acc"]
+    assert mod.metadata["mutations"] == ["buffer_mutation count", "user_input_mutation acc"]
+    close(mod.params["b_scale"], np.full(3, 2.0))  # the non-persistent buffer is lifted too
+    x = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)  # not the exported 5
+    acc = np.ones(4, np.float32)
+    new_count, new_acc, out = run_imported(mod, x, acc)
+    fresh = Signature()
+    fresh.load_state_dict(model.state_dict())
+    fresh.count.zero_()
+    acc_t = torch.ones(4)
+    want = fresh(torch.from_numpy(x), acc_t)
+    close(new_count, fresh.count.numpy())
+    close(new_acc, acc_t.numpy())
+    y, (mean, (amax, n)) = out
+    close(y, want["y"].detach().numpy())
+    close(mean, want["stats"][0].detach().numpy())
+    close(amax, want["stats"][1][0].detach().numpy())
+    assert n == 7 == want["stats"][1][1]
+
+
+def test_dynamic_dims_are_dimension_variables_with_ranges() -> None:
+    batch = torch.export.Dim("batch", min=2, max=64)
+    mod = anfir.import_torch(export(MLP(), torch.randn(8, 6), dynamic=({0: batch},)))
+    x_param = mod.entry.parameters[-1]
+    (sym,) = mod.metadata["ranges"]
+    assert str(x_param.annotation) == f"f32[{sym}, 6]"
+    assert mod.metadata["ranges"][sym] == (2, 64)
+    compiled = anfir.compile(mod)  # from the annotations alone: the batch stays symbolic
+    assert f"f32[{sym}, 3]" in anfir.dump_ir(compiled)
+
+
+def test_mlp_forward_matches_eager_at_another_batch_size() -> None:
+    model = MLP().eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    mod = anfir.import_torch(export(model, torch.randn(8, 6), dynamic=({0: batch},)))
+    for n in (8, 3):
+        x = torch.randn(n, 6)
+        close(run_imported(mod, x.numpy()), model(x).detach().numpy())
+        compiled = anfir.compile(mod, args=[*mod.params.values(), x.numpy()])
+        close(anfir.run(compiled, *mod.params.values(), x.numpy()), model(x).detach().numpy())
+
+
+def _mlp_loss_setup() -> tuple[MLPLoss, anfir.Module, list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    model = MLPLoss()
+    x, y = torch.randn(5, 6), torch.randn(5, 3)
+    mod = anfir.import_torch(export(model, x, y))
+    params = [p.detach() for p in model.parameters()]
+    return model, mod, params, x, y
+
+
+def test_gradients_wrt_every_parameter_match_autograd() -> None:
+    model, mod, params, x, y = _mlp_loss_setup()
+    n = len(mod.params)
+    grads = anfir.run(anfir.grad(mod.entry, wrt=tuple(range(n))), *mod.params.values(),
+                      x.numpy(), y.numpy())
+    want = torch.autograd.grad(model(x, y), list(model.parameters()))
+    assert len(grads) == len(want) == n
+    for got, ref in zip(grads, want):
+        close(got, ref.numpy())
+
+
+def test_hessian_vector_product_matches_torch_hvp() -> None:
+    model, mod, params, x, y = _mlp_loss_setup()
+    n = len(mod.params)
+    names = [name for name, _ in model.named_parameters()]
+    rng = np.random.default_rng(3)
+    vs = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
+
+    def loss(*ps: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(names, ps)), (x, y))
+
+    _, want = torch.autograd.functional.hvp(loss, tuple(params), tuple(torch.from_numpy(v) for v in vs))
+    forward_over_reverse = anfir.jvp(anfir.grad(mod.entry, wrt=tuple(range(n))))
+    tangents = [*vs, np.zeros_like(x.numpy()), np.zeros_like(y.numpy())]
+    _, hv = anfir.run(forward_over_reverse, *mod.params.values(), x.numpy(), y.numpy(), *tangents)
+    for got, ref in zip(hv, want):
+        close(got, ref.numpy(), rtol=1e-3, atol=1e-4)
+
+
+class CondClosure(torch.nn.Module):
+    """torch.cond whose branches use a parameter and a buffer they close over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+        self.register_buffer("shift", torch.tensor([0.25, 0.5, 0.75]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def then(x: torch.Tensor) -> torch.Tensor:
+            return torch.sin(x) * self.w
+
+        def otherwise(x: torch.Tensor) -> torch.Tensor:
+            return torch.cos(x) + self.shift
+
+        return torch.cond(x.sum() > 0, then, otherwise, (x,))
+
+
+def test_cond_branches_close_over_parameters_and_buffers() -> None:
+    model = CondClosure()
+    mod = anfir.import_torch(export(model, torch.ones(3)))
+    text = anfir.to_text(mod)
+    assert "if " in text and "sin(" in text and "cos(" in text
+    for x in (torch.tensor([1.0, 2.0, 0.5]), torch.tensor([-1.0, -2.0, 0.5])):
+        close(run_imported(mod, x.numpy()), model(x).detach().numpy())
+    x = torch.tensor([1.0, 2.0, 0.5])
+    got = anfir.run(anfir.grad(lambda_sum(mod), wrt=0), *mod.params.values(), x.numpy())
+    close(got, torch.sin(x).numpy())
+
+
+def lambda_sum(mod: anfir.Module) -> anfir.FuncGraph:
+    """``sum(forward(...))`` as a graph (a scalar loss to differentiate)."""
+    params = ", ".join(p.name for p in mod.entry.parameters)
+    text = f"def loss({params}) = sum(forward({params}))\n"
+    wrapper = anfir.parse(anfir.to_text(mod) + text)
+    return wrapper["loss"]
+
+
+class Counter(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> object:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond(i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return i < 5
+
+        def body(i: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, v * 1.5 + 1.0
+
+        return while_loop(cond, body, (torch.tensor(0), x))
+
+
+def test_while_loop_is_tail_recursion() -> None:
+    x = torch.tensor([1.0, 2.0])
+    mod = anfir.import_torch(export(Counter(), x))
+    i, v = run_imported(mod, x.numpy())
+    want_i, want_v = Counter()(x)
+    assert int(i) == int(want_i) == 5
+    close(v, want_v.numpy())
+
+
+def test_dumps_name_the_users_file_and_line_and_reload(tmp_path: object) -> None:
+    model = MLP()
+    x = torch.randn(4, 6)
+    mod = anfir.import_torch(export(model, x))
+    tanh = next(n for n in mod.entry.nodes() if getattr(n, "loc", None) is not None
+                and "tanh" in n.loc.line_text)
+    assert tanh.loc.file == __file__ and "torch.tanh(self.fc1(x))" in tanh.loc.line_text
+    dump_dir = str(tmp_path)
+    args = [*mod.params.values(), x.numpy()]
+    anfir.compile(mod, args=args, dump_dir=dump_dir)
+    dumps = sorted(f for f in os.listdir(dump_dir) if f.endswith(".ir"))
+    assert dumps
+    want = model(x).detach().numpy()
+    for name in dumps:
+        with open(os.path.join(dump_dir, name), encoding="utf-8") as handle:
+            text = handle.read()
+        assert f"{THIS_FILE}:{tanh.loc.line}" in text, name
+        close(anfir.run(anfir.load(os.path.join(dump_dir, name)).ir_entry, *args), want)
+
+
+def test_cli_import_prints_text_that_reparses(tmp_path: object) -> None:
+    model = MLP()
+    path = os.path.join(str(tmp_path), "mlp.pt2")
+    torch.export.save(export(model, torch.randn(2, 6)), path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(["import", path]) == 0
+    reparsed = anfir.parse(out.getvalue())
+    assert_isomorphic(reparsed, anfir.import_torch(torch.export.load(path)), abstracts=False)
+    target = os.path.join(str(tmp_path), "mlp.anf")
+    assert cli_main(["import", path, "-o", target]) == 0
+    assert anfir.to_text(anfir.load(target)) == out.getvalue()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli_main(["import", os.path.join(str(tmp_path), "model.xyz")]) == 2
+    assert ".pt2" in err.getvalue()
+
+
+class Unsupported(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values, _ = torch.sort(x)
+        return torch.fft.fft(values).real + torch.nn.functional.relu(x)
+
+
+def test_unsupported_ops_are_listed_with_their_lines() -> None:
+    ep = export(Unsupported(), torch.randn(5))
+    with pytest.raises(anfir.AnfirError) as info:
+        anfir.import_torch(ep)
+    message = str(info.value)
+    assert "aten.sort" in message and f"{__file__}:" in message
+    assert message.count("\n  ") >= 2  # every unsupported op, not only the first
+
+
+def test_import_torch_rejects_other_objects() -> None:
+    with pytest.raises(anfir.AnfirError, match="ExportedProgram"):
+        anfir.import_torch(MLP())
+
+
+class EncoderLoss(torch.nn.Module):
+    """A transformer block's output against fixed random weights: a scalar loss
+    whose gradient reaches every parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.block = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0).eval()
+        self.probe = torch.randn(5, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.block(x) * self.probe).sum()
+
+
+def test_transformer_encoder_layer_forward_at_another_batch_size() -> None:
+    block = EncoderLoss().block
+    batch = torch.export.Dim("batch", min=1, max=16)
+    mod = anfir.import_torch(export(block, torch.randn(2, 5, 32), dynamic=({0: batch},)))
+    for n in (2, 3):
+        x = torch.randn(n, 5, 32)
+        close(run_imported(mod, x.numpy()), block(x).detach().numpy())
+
+
+def test_transformer_encoder_layer_gradients_match_autograd() -> None:
+    model = EncoderLoss()
+    x = torch.randn(2, 5, 32)
+    mod = anfir.import_torch(export(model, x))
+    n = len(mod.params) - 1  # the probe is a lifted constant, not a parameter
+    assert list(mod.params)[-1].startswith("c_")
+    grads = anfir.run(anfir.grad(mod.entry, wrt=tuple(range(n))), *mod.params.values(), x.numpy())
+    want = torch.autograd.grad(model(x), list(model.parameters()))
+    assert len(grads) == len(want) == n
+    for got, ref in zip(grads, want):
+        close(got, ref.numpy(), atol=1e-4 * float(ref.abs().max()))
