@@ -319,7 +319,7 @@ class AnfBuilder(Transformer):
                 continue
             col = start + 3  # the column of body[0]
             try:
-                key, _, value_text, value_at = split_attribute(body)
+                key, key_at, value_text, value_at = split_attribute(body)
             except MetadataSyntaxError as error:
                 raise AnfirSyntaxError(error.message, self.loc(n, col + error.offset)) from None
             try:
@@ -330,7 +330,7 @@ class AnfBuilder(Transformer):
                                             "null, [1, 2], {\"key\": 1}") from None
             if key in attrs or (key == DOC and doc):
                 raise AnfirSyntaxError(f"the attribute {key!r} is given twice",
-                                       self.loc(n, col))
+                                       self.loc(n, col + key_at))
             if key == DOC and not isinstance(value, str):
                 raise AnfirSyntaxError("a doc string is a JSON string", self.loc(n, col + value_at))
             attrs[key] = value
