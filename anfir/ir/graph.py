@@ -45,8 +45,8 @@ class FuncGraph:
     ``flags["meta"]`` (a dict of JSON values, see :mod:`anfir.ir.metadata`)."""
     node_meta: dict[CNode, dict[str, Any]]
     """Metadata of this graph's CNodes (doc string under ``"doc"``, an ONNX node's
-    name and op type...), printed before the node's ``let`` and in dumps; not
-    copied when the graph is cloned (see :mod:`anfir.ir.metadata`)."""
+    name and op type...), printed before the node's ``let`` and in dumps; a
+    node's copies keep it (see :mod:`anfir.ir.metadata`)."""
     abstract: Any
     """The abstract signature once specialized (a graph-level type), or None."""
 

@@ -8,8 +8,8 @@ Where it lives (nothing else reads it: it never changes what a program computes)
   dict; flags are copied when a graph is cloned, so they follow it through
   the passes);
 * a node's: ``graph.node_meta[cnode]`` (a dict, the doc string under
-  ``"doc"``); it describes the node as written or imported and is not carried
-  over to the clones the passes make.
+  ``"doc"``); the node's copies (:class:`anfir.ir.clone.Cloner`: specialized,
+  inlined, differentiated) keep it, a node the optimizer rewrites does not.
 
 Values are JSON values (strings, numbers, booleans, None, lists, dicts with
 string keys): that is how both text forms write them (``#@ key value`` lines

@@ -9,6 +9,11 @@ atoms (``a + b``, ``-x``, ``not c``: the parser maps them to their primitive eve
 before names are resolved), tuples as ``(a, b)``, constant indexing as ``t[0]``, and ``switch(c, ✓g, ✗g)()`` whose branches are used nowhere else
 as ``if c then ... else ...`` (the parser makes exactly that shape of it).
 
+Metadata (:mod:`anfir.ir.metadata`) prints as doc (``##``) and attribute
+(``#@ key value``) lines: the module's first, then a blank line; a
+definition's above its ``def``, a let-bound lambda's above its ``let``, a
+node's above its ``let`` (a node with metadata always gets one).
+
 Names are kept when they are legal and unambiguous; otherwise they are made
 legal (``✓f`` -> ``ok_f``) and unique within their definition (``x_1``), and
 unnamed nodes get ``%1``, ``%2``...  Local names never shadow a global name or
