@@ -51,7 +51,11 @@ def json_text(value: Any) -> str:
     try:
         return json.dumps(_plain(value), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
+        pass
+    try:
         return json.dumps(str(value), ensure_ascii=False)
+    except (ValueError, RecursionError):  # an int too long for str(), a self-containing list
+        return json.dumps(f"<{type(value).__name__}>")
 
 
 def json_object_text(attrs: dict[Any, Any]) -> str:
@@ -105,8 +109,10 @@ def parse_json(text: str) -> Any:
         raise
     except json.JSONDecodeError as error:
         raise MetadataSyntaxError(f"not a JSON value: {error.msg}", error.pos) from None
-    except (ValueError, RecursionError):
-        raise MetadataSyntaxError("not a JSON value (nested too deeply)") from None
+    except RecursionError:
+        raise MetadataSyntaxError("not a JSON value: nested too deeply") from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        raise MetadataSyntaxError(f"not a JSON value: {error}") from None
 
 
 def split_attribute(text: str, sep: str = "") -> tuple[str, int, str, int]:
