@@ -494,7 +494,9 @@ IMPORTING_ONNX: list[Cell] = [
 its loss, built with `onnx.helper` (a model exported from PyTorch reads the
 same way). With `params_as_inputs=True` the initializers (the weights) become
 the entry's first parameters, their values in `mod.params`, so the model can
-be differentiated with respect to them. This notebook needs the onnx package
+be differentiated with respect to them. What the model says about itself —
+producer, opset imports, doc strings, `metadata_props`, each node's name —
+is kept too, and printed with it. This notebook needs the onnx package
 (`pip install "anfir[onnx]"`)."""),
     ("py", SETUP),
     ("py", '''\
@@ -507,30 +509,41 @@ rng = np.random.default_rng(0)
 weights = {"w1": rng.normal(size=(3, 8)).astype(np.float32),
            "w2": rng.normal(size=(8, 2)).astype(np.float32)}
 graph = helper.make_graph(
-    [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1"),
+    [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1", doc_string="the hidden layer"),
      helper.make_node("Relu", ["h"], ["a"], name="act"),
      helper.make_node("MatMul", ["a", "w2"], ["y"], name="fc2"),
      helper.make_node("Sub", ["y", "t"], ["d"], name="diff"),
      helper.make_node("Mul", ["d", "d"], ["sq"], name="square"),
-     helper.make_node("ReduceMean", ["sq"], ["loss"], name="mse", keepdims=0)],
+     helper.make_node("ReduceMean", ["sq"], ["loss"], name="mse", keepdims=0,
+                      doc_string="the mean squared error")],
     "mlp",
     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3]),
      helper.make_tensor_value_info("t", TensorProto.FLOAT, ["N", 2])],
     [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-    [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    doc_string="A two-layer MLP and its loss.")
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
-                          producer_name="notebook")'''),
+                          producer_name="notebook", model_version=1)
+helper.set_model_props(model, {"license": "MIT"})'''),
     ("md", """\
 ## The model as ANF text
 
 Each ONNX value is a `let`; the ONNX `dim_param` `N` is a dimension variable
-shared by `x` and `t`. The text parses back (`anfir.parse`)."""),
+shared by `x` and `t`. The model's metadata is the header (`#@ key value`
+lines, JSON values); the graph's doc string is the `##` comment above the
+`def`; each node's ONNX name, op type and doc string sit above the `let` of
+the node it became (an op that becomes several operations keeps them on the
+one that computes its output). The text parses back to the same text,
+metadata included (`anfir.parse`; see the language reference, "Doc comments
+and attributes")."""),
     ("py", '''\
 mod = anfir.import_onnx(model, params_as_inputs=True)
-print(anfir.to_text(mod))
+text = anfir.to_text(mod)
+print(text)
 print("params:", {k: v.shape for k, v in mod.params.items()})
-print("metadata:", {k: mod.metadata[k] for k in ("producer_name", "opset_import")})
-assert anfir.parse(anfir.to_text(mod))'''),
+print("metadata:", {k: mod.metadata[k] for k in ("producer_name", "opset_import", "metadata_props")})
+again = anfir.parse(text)
+assert anfir.to_text(again) == text and again.metadata == mod.metadata'''),
     ("md", "The imported graph, drawn (Jupyter shows a FuncGraph as a picture):"),
     ("py", "mod.entry"),
     ("md", """\
@@ -543,6 +556,18 @@ dumps = Path(tempfile.mkdtemp(prefix="anfir-onnx-"))
 dloss = anfir.compile(anfir.grad(mod.entry, wrt=(0, 1)), dump_dir=str(dumps))
 print(", ".join(sorted(p.name for p in dumps.glob("*.ir"))))
 print(anfir.to_text(dloss))'''),
+    ("md", """\
+The gradient is a new graph, made of new nodes. The dumps of the model itself
+keep its metadata: the module's is the header (`# Meta key: value`), the
+graph's doc string its `attr doc` line, and each node's ONNX name, op type and
+doc string end its line as `meta: {...}` — in the specialized dump too, where
+every node is a typed copy."""),
+    ("py", '''\
+model_dumps = Path(tempfile.mkdtemp(prefix="anfir-onnx-model-"))
+anfir.compile(mod, dump_dir=str(model_dumps))
+print("\\n".join((model_dumps / "00_parse.ir").read_text().splitlines()[:9]))
+specialized = (model_dumps / "02_specialize.ir").read_text()
+print("\\n".join(line for line in specialized.splitlines() if "doc" in line or "meta" in line))'''),
     ("py", '''\
 x = rng.normal(size=(4, 3)).astype(np.float32)
 t = rng.normal(size=(4, 2)).astype(np.float32)
@@ -561,7 +586,8 @@ assert np.allclose(g1, want1, rtol=1e-4) and np.allclose(g2, want2, rtol=1e-4)''
     ("py", '''\
 import shutil
 
-shutil.rmtree(dumps)'''),
+shutil.rmtree(dumps)
+shutil.rmtree(model_dumps)'''),
 ]
 
 NOTEBOOKS: dict[str, list[Cell]] = {

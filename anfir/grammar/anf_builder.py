@@ -58,6 +58,7 @@ from anfir.ir.attrs import Attrs
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn, TypeAnn
 from anfir.ir.type_syntax import dimension, scalar_type, tensor_type
 from anfir.ir.graph import FuncGraph
+from anfir.ir.metadata import DOC, MetadataSyntaxError, parse_json, split_attribute
 from anfir.location import Location
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import PRIMITIVES, structure
@@ -189,6 +190,15 @@ def location_factory(filename: str, lines: list[str]) -> Callable[[int, int], Lo
     return fast
 
 
+def _graph_meta(graph: FuncGraph, meta: dict[str, Any]) -> None:
+    """Attach a definition's doc (``flags["doc"]``) and attributes (``flags["meta"]``)."""
+    doc = meta.pop(DOC, None)
+    if doc is not None:
+        graph.flags["doc"] = doc
+    if meta:
+        graph.flags["meta"] = meta
+
+
 def _set_output(graph: FuncGraph, value: Item) -> None:
     graph._raw_set_output(value)  # type: ignore[arg-type]
     if value.__class__ is PendingUse:
@@ -228,10 +238,14 @@ class AnfBuilder(Transformer):
         """Values of lambdas not yet named by a let."""
         self.folded: set[ValueNode] = set()
         self.result: Any = None
+        self.notes: set[int] = set()
+        """Lines that are doc (``##``) or attribute (``#@``) lines; the lexer fills it."""
+        self.used_notes: set[int] = set()
+        """Those of :attr:`notes` already attached to a definition, a let or the module."""
 
     def finish(self) -> tuple[list[tuple[str, Location]], list[tuple[FuncGraph, Location]],
-                              list[ValueNode]]:
-        """End the parse: ``(imports, definitions, global name uses)``.
+                              list[ValueNode], dict[str, Any]]:
+        """End the parse: ``(imports, definitions, global name uses, module metadata)``.
 
         Names the ``if`` branch graphs after their enclosing graphs
         (``✓✗fibonacci``), now that let-bound lambdas have their names.
@@ -241,8 +255,88 @@ class AnfBuilder(Transformer):
             branch.name = branch.name + enclosing.name
         imports, definitions, bare = self.result
         global_uses = self.global_uses
+        metadata = self.module_notes() if self.notes else {}
         self.begin("<string>", [""])
-        return imports, definitions, global_uses
+        return imports, definitions, global_uses, metadata
+
+    # -- doc comments and attributes -------------------------------------------
+    def notes_before(self, token: Token) -> Optional[dict[str, Any]]:
+        """The doc and attribute lines directly above ``token`` (a ``def`` or ``let``
+        that starts its line), read and marked used; None when there are none."""
+        line = token[2]
+        notes = self.notes
+        if line - 1 not in notes or self.lines[line - 1][:token[3] - 1].strip():
+            return None
+        first = line - 1
+        while first - 1 in notes:
+            first -= 1
+        return self.read_notes(first, line)
+
+    def module_notes(self) -> dict[str, Any]:
+        """The module's metadata: the block of doc and attribute lines that opens the
+        file (after blank lines and comments) when a blank line follows it; then
+        every other such line must have been attached, or it is an error."""
+        lines = self.lines
+        notes = self.notes
+        n = 1
+        while n <= len(lines) and n not in notes and (
+                not lines[n - 1].strip() or lines[n - 1].lstrip().startswith("#")):
+            n += 1
+        metadata: dict[str, Any] = {}
+        if n in notes and n not in self.used_notes:
+            end = n
+            while end in notes:
+                end += 1
+            if end > len(lines) or not lines[end - 1].strip():
+                metadata = self.read_notes(n, end)
+        stray = sorted(notes - self.used_notes)
+        if stray:
+            text = lines[stray[0] - 1]
+            raise AnfirSyntaxError(
+                "this doc comment or attribute line belongs to nothing",
+                self.loc(stray[0], len(text) - len(text.lstrip()) + 1),
+                hint="'##' and '#@' lines go directly above a def or a let (no blank line "
+                     "between), or open the file followed by a blank line (the module's); "
+                     "'###' starts an ordinary comment")
+        return metadata
+
+    def read_notes(self, first: int, end: int) -> dict[str, Any]:
+        """Lines ``first`` to ``end - 1`` (doc and attribute lines) as a dict: the doc
+        string (the ``##`` lines joined by newlines) under ``"doc"``, then each
+        ``#@ key value`` (a JSON value)."""
+        doc: list[str] = []
+        attrs: dict[str, Any] = {}
+        for n in range(first, end):
+            self.used_notes.add(n)
+            text = self.lines[n - 1].rstrip("\r")
+            start = len(text) - len(text.lstrip())
+            body = text[start + 2:]
+            if text[start + 1] == "#":
+                doc.append(body[1:] if body.startswith(" ") else body)
+                if DOC in attrs:
+                    raise AnfirSyntaxError("a second doc string: this one has '#@ doc' already",
+                                           self.loc(n, start + 1))
+                continue
+            col = start + 3  # the column of body[0]
+            try:
+                key, key_at, value_text, value_at = split_attribute(body)
+            except MetadataSyntaxError as error:
+                raise AnfirSyntaxError(error.message, self.loc(n, col + error.offset)) from None
+            try:
+                value = parse_json(value_text)
+            except MetadataSyntaxError as error:
+                raise AnfirSyntaxError(error.message, self.loc(n, col + value_at + error.offset),
+                                       hint="attribute values are JSON: \"text\", 3, 2.5, true, "
+                                            "null, [1, 2], {\"key\": 1}") from None
+            if key in attrs or (key == DOC and doc):
+                raise AnfirSyntaxError(f"the attribute {key!r} is given twice",
+                                       self.loc(n, col + key_at))
+            if key == DOC and not isinstance(value, str):
+                raise AnfirSyntaxError("a doc string is a JSON string", self.loc(n, col + value_at))
+            attrs[key] = value
+        if doc:
+            return {DOC: "\n".join(doc), **attrs}
+        return attrs
 
     def token_loc(self, token: Token) -> Location:
         """The Location of a token."""
@@ -375,6 +469,10 @@ class AnfBuilder(Transformer):
         ret = c[5]
         if ret:
             graph.flags["return_type"] = ret[1]
+        if self.notes:
+            meta = self.notes_before(c[0])
+            if meta is not None:
+                _graph_meta(graph, meta)
         self.enter(graph, c[3])
         return graph, loc
 
@@ -418,8 +516,9 @@ class AnfBuilder(Transformer):
         return c[0]
 
     # -- let ------------------------------------------------------------------
-    def let_name(self, c: list) -> tuple[Token, Optional[TypeAnn], Pending]:
-        """``let NAME [: TYPE] =``: while the value is parsed, the name is pending."""
+    def let_name(self, c: list) -> tuple[Token, Optional[TypeAnn], Pending, Optional[dict]]:
+        """``let NAME [: TYPE] =``: while the value is parsed, the name is pending.
+        (The doc and attribute lines above the ``let`` are read now, in order.)"""
         token = c[1]
         name = token[1]
         stack = self.env.get(name)
@@ -428,11 +527,12 @@ class AnfBuilder(Transformer):
             self.env[name] = [pending]
         else:
             stack.append(pending)
-        return token, (c[3] if len(c) == 5 else None), pending
+        meta = self.notes_before(c[0]) if self.notes else None
+        return token, (c[3] if len(c) == 5 else None), pending, meta
 
     def let_head(self, c: list) -> str:
         """``let_name EXPR in``: bind the name for the body."""
-        token, annotation, pending = c[0]
+        token, annotation, pending, meta = c[0]
         value = c[1]
         name = pending.name
         stack = self.env[name]
@@ -444,6 +544,9 @@ class AnfBuilder(Transformer):
             self.lambda_values.discard(value)
             value.value.name = name
             self.resolve_pending(pending, value)
+            if meta is not None:
+                _graph_meta(value.value, meta)
+                meta = None
         else:
             self.resolve_pending(pending, None)
             if cls is PendingUse and value.pending is pending:  # `let x = x in`
@@ -460,11 +563,23 @@ class AnfBuilder(Transformer):
                 if annotation is not None:
                     value.annotation = annotation
                 annotation = None
+                if meta is not None:
+                    self.graph.node_meta[value] = meta
+                    meta = None
         if annotation is not None:
             # The value is not a node this let computed (a parameter, another
             # let's node, a constant, a global...): the annotation is its own
             # check, so every annotation of one value is checked at its place.
             value = self.ascription(value, annotation, token, name)
+            if meta is not None:
+                self.graph.node_meta[value] = meta
+                meta = None
+        if meta is not None:
+            raise AnfirSyntaxError(
+                f"the doc or attributes above 'let {name}' describe nothing: its value is "
+                "not computed there (it names a parameter, a constant or another let's value)",
+                self.token_loc(token),
+                hint="put them above the let that computes the value")
         stack.append(value)
         return name
 

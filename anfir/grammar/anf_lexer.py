@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from lark.lexer import Lexer
 
@@ -68,19 +68,23 @@ before the parser has checked them (a huge line of junk fails at once)."""
 _BATCH = 1000
 
 
-def tokenize(lines: list[str], filename: str) -> list[Token]:
-    """All tokens of ``lines`` (the source split at ``\\n``), comments dropped."""
+def tokenize(lines: list[str], filename: str, notes: Optional[set[int]] = None) -> list[Token]:
+    """All tokens of ``lines`` (the source split at ``\\n``), comments dropped
+    (``notes``: see :func:`token_batches`)."""
     tokens: list[Token] = []
-    for batch in token_batches(lines, filename):
+    for batch in token_batches(lines, filename, notes):
         tokens.extend(batch)
     return tokens
 
 
-def token_batches(lines: list[str], filename: str) -> Iterator[list[Token]]:
+def token_batches(lines: list[str], filename: str,
+                  notes: Optional[set[int]] = None) -> Iterator[list[Token]]:
     """The tokens of ``lines`` in source order, a list per line (or per part of a long line).
 
     The parser pulls them as it goes, so bad input is rejected after
-    scanning at most one line (or batch) beyond the error.
+    scanning at most one line (or batch) beyond the error.  The numbers of the
+    lines that are doc (``##``) or attribute (``#@``) lines are added to
+    ``notes`` as they are scanned (the builder attaches them to what follows).
     """
     fixed_get = _FIXED.get
     first_get = _FIRST_CHAR.get
@@ -103,7 +107,13 @@ def token_batches(lines: list[str], filename: str) -> Iterator[list[Token]]:
                     if "." in text or "e" in text or "E" in text:
                         kind = "FLOAT"
                 elif kind == "COMMENT":
-                    break  # a comment runs to the end of the line
+                    # A comment runs to the end of the line; a whole line of
+                    # doc or attribute is noted (is_note_line, spelt out: this
+                    # loop is the parser's hot path).
+                    if notes is not None and (text[1:2] == "@" or (
+                            text[1:2] == "#" and text[2:3] != "#")) and not line[:col - 1].strip():
+                        notes.add(lineno)
+                    break
                 elif kind is None or (kind == "STRING" and len(text) == 1):
                     if text[0] == "%" and len(text) > 1:
                         kind = "NAME"

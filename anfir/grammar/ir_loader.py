@@ -46,6 +46,7 @@ from anfir.ir.attrs import NO_ATTRS, Attrs, is_attr_value
 from anfir.ir.graph import FuncGraph, Module
 from anfir.location import Location
 from anfir.ir.manager import manage
+from anfir.ir.metadata import MetadataSyntaxError, parse_json, split_attribute
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.primitives import lookup
@@ -147,7 +148,8 @@ _TERMINAL_WORDS = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
     "LABEL": "a name", "TENSOR_DATA": "tensor elements [...]", "LOC": "a location comment",
     "ENTRY_LINE": "'# IR entry: @name'", "PHASE_LINE": "'# Phase: ...'",
-    "DEFS_LINE": "'# Definitions: ...'", "$END": "the end of the file",
+    "DEFS_LINE": "'# Definitions: ...'", "META_LINE": "'# Meta key: value'",
+    "META_STMT": "'meta key = value'", "NODE_META": "'meta: {...}'", "$END": "the end of the file",
 }
 
 
@@ -243,6 +245,8 @@ class _IRBuilder(Transformer):
         self.entry: Optional[str] = None
         self.phase = ""
         self.definitions: list[tuple[str, str, Token]] = []
+        self.metadata: dict[str, Any] = {}
+        """The module's metadata (``# Meta key: value`` lines)."""
         self.closures: list[tuple[Closure, Token]] = []
         """Every ``Closure(@g, env)`` constant, checked once the graphs are wired."""
         self._dim_loc: Optional[Location] = None
@@ -288,6 +292,23 @@ class _IRBuilder(Transformer):
                 raise self._error(f"a definition is written name=@graph, not {item!r}", token)
             self.definitions.append((key, graph[1:], token))
 
+    def meta_line(self, token: Token) -> None:
+        key, value = self._meta_pair(token, token.index("Meta") + 4, ":")
+        if key in self.metadata:
+            raise self._error(f"the module's metadata gives {key!r} twice", token)
+        self.metadata[key] = value
+
+    def _meta_pair(self, token: Token, start: int, sep: str) -> tuple[str, Any]:
+        """``key<sep> value`` in ``token`` from ``start`` on: the key and its JSON value."""
+        text = str(token)[start:]
+        at = 0  # where in text the part being read starts
+        try:
+            key, _, value_text, at = split_attribute(text, sep)
+            return key, parse_json(value_text)
+        except MetadataSyntaxError as exc:
+            where = self._location_at(token.line or 0, (token.column or 0) + start + at + exc.offset)
+            raise AnfirSyntaxError(exc.message, where) from None
+
     # -- subgraphs ----------------------------------------------------------------------
     def subgraph_head(self, loc: Optional[Token], name: Token, parent: Any, params: Any,
                       ret: Any) -> None:
@@ -325,6 +346,15 @@ class _IRBuilder(Transformer):
         assert self.current is not None
         self.current.graph.flags[str(name)] = self._constant(value)
 
+    def meta_stmt(self, token: Token) -> None:
+        assert self.current is not None
+        key, value = self._meta_pair(token, 4, "=")
+        flags = self.current.graph.flags
+        meta = flags.setdefault("meta", {})
+        if key in meta:
+            raise self._error(f"@{self.current.graph.name}'s metadata gives {key!r} twice", token)
+        meta[key] = value
+
     def abstract_stmt(self, value: Any) -> None:
         assert self.current is not None
         self.current.graph.abstract = value
@@ -345,7 +375,7 @@ class _IRBuilder(Transformer):
         node.loc = self._parse_loc(loc) if loc is not None else None
 
     def cnode_stmt(self, token: Token, label: Any, callee: Any, args: Any, attrs: Any,
-                   signature: Any, loc: Optional[Token]) -> None:
+                   meta: Optional[Token], signature: Any, loc: Optional[Token]) -> None:
         st = self.current
         assert st is not None
         local = str(token)
@@ -355,6 +385,8 @@ class _IRBuilder(Transformer):
         node = CNode(st.graph, (), self._parse_loc(loc) if loc is not None else None, name,
                      self._call_attrs(callee, attrs, token))
         node.annotation = annotation
+        if meta is not None:
+            st.graph.node_meta[node] = self._node_meta(meta)
         operands = [callee, *(args or [])]
         if signature is not None:
             ins, out = signature
@@ -369,6 +401,20 @@ class _IRBuilder(Transformer):
                               token, AnfirTypeError)
         st.locals[local] = node
         st.pending.append((node, operands, token))
+
+    def _node_meta(self, token: Token) -> dict[str, Any]:
+        """``meta: {...}`` after a node line: the node's metadata (a JSON object)."""
+        text = str(token)[5:]
+        start = len(text) - len(text.lstrip(" \t"))
+        try:
+            value = parse_json(text.strip(" \t\r"))
+        except MetadataSyntaxError as exc:
+            where = self._location_at(token.line or 0, (token.column or 0) + 5 + start + exc.offset)
+            raise AnfirSyntaxError(exc.message, where) from None
+        if not isinstance(value, dict) or not value:
+            raise self._error("a node's metadata is a JSON object with keys: meta: {\"key\": value}",
+                              token)
+        return value
 
     def prim_attrs(self, *items: Any) -> list:
         return [item for item in items if item is not None]
@@ -933,6 +979,7 @@ class _IRBuilder(Transformer):
         self._check_closures()
         module = Module(graphs, self.filename)
         module.phase = self.phase
+        module.metadata = self.metadata
         entry = self.graphs.get(self.entry) if self.entry else None
         module.ir_entry = entry.graph if entry is not None else None
         module.default_entry = next((name for name, g in graphs.items()

@@ -199,8 +199,9 @@ class _Loader:
         return candidates[0]
 
     def load_text(self, text: str, filename: str, base_dir: str, resolve: bool) -> Module:
-        imports, definitions, global_uses = _parse_text(text, filename, self.engine)
+        imports, definitions, global_uses, metadata = _parse_text(text, filename, self.engine)
         module = Module({}, filename)
+        module.metadata = metadata
         # Every use of a global name, dead code included, so that the resolve
         # phase reports a misspelt name even where its value is never used.
         module.global_uses = global_uses
@@ -238,8 +239,9 @@ class _Loader:
         return module
 
 
-def _parse_text(text: str, filename: str, engine: str) -> tuple[list, list, list]:
-    """Run lexer and LALR parser over ``text``: (imports, definitions, global name uses).
+def _parse_text(text: str, filename: str, engine: str) -> tuple[list, list, list, dict]:
+    """Run lexer and LALR parser over ``text``: (imports, definitions, global name uses,
+    the module's metadata).
 
     The table engine pulls tokens a line at a time, so only the tokens before
     an error (and those of its line) are ever made.
@@ -248,9 +250,10 @@ def _parse_text(text: str, filename: str, engine: str) -> tuple[list, list, list
     eng = anf_engine.engine()
     consumed: list = []
     ends: list = []
+    notes: set[int] = set()  # doc and attribute lines, as the lexer meets them
 
     def batches() -> Iterator[list]:
-        for batch in token_batches(lines, filename):
+        for batch in token_batches(lines, filename, notes):
             consumed.extend(batch)
             yield batch
 
@@ -266,9 +269,10 @@ def _parse_text(text: str, filename: str, engine: str) -> tuple[list, list, list
     with eng.lock:
         builder = eng.builder
         builder.begin(filename, lines)
+        builder.notes = notes
         try:
             if engine == "lark":
-                consumed = tokenize(lines, filename)
+                consumed = tokenize(lines, filename, notes)
                 eof = end_token()
                 try:
                     anf_engine.run_lark(eng, text, consumed)

@@ -29,8 +29,11 @@ How a model becomes graphs:
 * every unsupported op, opset or type is collected, and one
   :class:`OnnxImportError` lists them all, each with its node's name and op type;
 * provenance (producer, versions, domain, doc string, opset imports,
-  ``metadata_props``) goes to ``Module.metadata``, each node's ONNX name and
-  doc string to the CNodes' names and ``graph.flags``.
+  ``metadata_props``) goes to ``Module.metadata``; the ONNX graph's and each
+  local function's doc string to its graph's ``flags["doc"]``; each node's
+  ONNX name, op type and doc string to ``graph.node_meta`` of the first CNode
+  it made (see :mod:`anfir.ir.metadata`: all of it prints in ANF text and
+  dumps); output names name the CNodes.
 
 The ``onnx`` package is imported when a model is read, never when anfir is
 imported.
@@ -85,7 +88,6 @@ class Importer:
         self.types: dict[str, TypeInfo] = {}
         self.errors: list[str] = []
         self.needs_values: list[str] = []
-        self.node_records: list[dict[str, Any]] = []
         self.entry: Optional[FuncGraph] = None
         self.functions: dict[tuple[str, str], Any] = {(f.domain, f.name): f for f in model.functions}
         self.function_graphs: dict[Any, FuncGraph] = {}
@@ -282,10 +284,7 @@ class Importer:
                 poisoned.update(node.output)
                 continue
             if node.name or node.doc_string:
-                record = {"name": node.name, "op_type": node.op_type, "outputs": list(node.output)}
-                if node.doc_string:
-                    record["doc_string"] = node.doc_string
-                self.node_records.append(record)
+                self.record_node(node, outputs, scope)
             for i, name in enumerate(node.output):
                 if not name:
                     continue
@@ -297,6 +296,27 @@ class Importer:
                 scope.values[name] = value
                 if isinstance(value, CNode) and value.name is None:
                     value.name = name
+
+    @staticmethod
+    def record_node(node: Any, outputs: Sequence[Optional[Node]], scope: Scope) -> None:
+        """Keep an ONNX node's name, op type and doc string as the metadata of the first
+        CNode it made for its outputs (``graph.node_meta``: printed above its ``let``).
+        A node whose outputs are constants or other nodes' values (folded, an alias)
+        leaves no node of its own to carry them."""
+        inputs = {id(scope.lookup(name)) for name in node.input if name}
+        for value in outputs:
+            if (isinstance(value, CNode) and value.graph is not None and id(value) not in inputs
+                    and value not in value.graph.node_meta):
+                meta: dict[str, Any] = {}
+                if node.name:
+                    meta["onnx_node"] = node.name
+                meta["op_type"] = node.op_type
+                if node.domain not in ("", "ai.onnx"):
+                    meta["domain"] = node.domain
+                if node.doc_string:
+                    meta["doc"] = node.doc_string
+                value.graph.node_meta[value] = meta
+                return
 
     def convert_node(self, node: Any, scope: Scope, opsets: dict[str, int]) -> Sequence[Optional[Node]]:
         """The output nodes of one ONNX node."""
@@ -558,8 +578,6 @@ def _metadata(model: Any) -> dict[str, Any]:
         meta["model_version"] = int(model.model_version)
     if model.doc_string:
         meta["doc_string"] = model.doc_string
-    if model.graph.doc_string:
-        meta["graph_doc_string"] = model.graph.doc_string
     meta["opset_import"] = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
     if model.metadata_props:
         meta["metadata_props"] = {p.key: p.value for p in model.metadata_props}
@@ -670,6 +688,4 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
     module.default_entry = entry.name
     module.metadata.update(_metadata(model))
     module.metadata["outputs"] = [o.name for o in g.output]
-    if importer.node_records:
-        module.metadata["nodes"] = importer.node_records
     return module

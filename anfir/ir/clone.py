@@ -83,12 +83,15 @@ class Cloner:
         pending: list[tuple[CNode, CNode]] = []
         for g in self.graphs:
             target = placement[g]
+            metadata = g.node_meta  # a copy describes what its node does: it keeps the metadata
             for node in sorted(mng.nodes.get(g, ()), key=_seq):
                 if isinstance(node, CNode) and node not in self.node_map:
                     copy = CNode(target, node.inputs, self._loc(node.loc), node.name, node.attrs)
                     copy.annotation = node.annotation
                     if self.keep_types:
                         copy.abstract = node.abstract
+                    if metadata and node in metadata:
+                        target.node_meta[copy] = metadata[node]
                     self.node_map[node] = copy
                     pending.append((node, copy))
         # Step 2: wire inputs and outputs.

@@ -29,7 +29,7 @@ class FuncGraph:
     """
 
     __slots__ = ("name", "parameters", "_output", "loc", "manager", "flags",
-                 "abstract", "seq", "__weakref__")
+                 "abstract", "seq", "node_meta", "__weakref__")
 
     name: str
     """The graph's name (``fibonacci``, ``✓fibonacci``, ``▸f``)."""
@@ -40,7 +40,13 @@ class FuncGraph:
     manager: Optional["Manager"]
     """The manager tracking this graph, if any."""
     flags: dict[str, Any]
-    """Free-form annotations (``{"return_type": ...}``, ``{"core": True}``)."""
+    """Free-form annotations (``{"return_type": ...}``, ``{"core": True}``); the
+    definition's doc string is ``flags["doc"]`` and its other attributes
+    ``flags["meta"]`` (a dict of JSON values, see :mod:`anfir.ir.metadata`)."""
+    node_meta: dict[CNode, dict[str, Any]]
+    """Metadata of this graph's CNodes (doc string under ``"doc"``, an ONNX node's
+    name and op type...), printed before the node's ``let`` and in dumps; a
+    node's copies keep it (see :mod:`anfir.ir.metadata`)."""
     abstract: Any
     """The abstract signature once specialized (a graph-level type), or None."""
 
@@ -53,6 +59,7 @@ class FuncGraph:
         self.flags = {}
         self.abstract = None
         self.seq = next(_graph_sequence)
+        self.node_meta = {}
 
     # -- building -------------------------------------------------------------
     def add_parameter(self, name: str, loc: Optional["Location"] = None) -> ParameterNode:
@@ -153,7 +160,10 @@ class Module:
         self.params: dict[str, Any] = {}
         """Values of lifted parameters by name, in order (importers fill it)."""
         self.metadata: dict[str, Any] = {}
-        """Free-form facts about where the module came from (producer, doc strings)."""
+        """Facts about where the module came from (producer, versions, its doc
+        string under ``"doc"``...), JSON values by key: the header of its ANF text
+        (``#@ key value`` lines) and of its dumps (``# Meta key: value``); see
+        :mod:`anfir.ir.metadata`."""
 
     def __getitem__(self, name: str) -> FuncGraph:
         try:

@@ -289,6 +289,7 @@ def clone_module(module: Module) -> Module:
     # The parser's record of imports (definitions of other files, not in ``graphs``).
     copy.imports = list(module.imports)
     copy.imported = imported
+    copy.metadata = dict(module.metadata)  # the dumps' header shows it
     return copy
 
 

@@ -32,9 +32,12 @@ locations, annotations, flags and constants.  A dump looks like::
     }
 
 What is parsed back: the ``# IR entry`` / ``# Phase`` / ``# Definitions``
-lines, every ``subgraph`` block, ``param`` lines, node lines with their
-attributes (``primitive_attrs: {name: value, ...}`` after the call, as
-MindSpore prints them), their ``: (in) -> (out)`` types and the ``# file:line:col (note)  line text``
+lines, the module's metadata (``# Meta key: value`` header lines, JSON
+values), every ``subgraph`` block, its ``attr`` and ``meta key = value``
+lines (the definition's doc string and attributes), ``param`` lines, node
+lines with their attributes (``primitive_attrs: {name: value, ...}`` after
+the call, as MindSpore prints them, then the node's metadata as ``meta: {...}``),
+their ``: (in) -> (out)`` types and the ``# file:line:col (note)  line text``
 location comment under them (or above a ``subgraph``).  Everything else after
 ``#`` (counts, the entry's parameter list) is for the reader only.
 
@@ -56,6 +59,7 @@ import numpy as np
 from anfir.abstract.values import AbstractValue
 from anfir.errors import AnfirError
 from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.metadata import json_object_text, json_text, key_text
 from anfir.location import Location
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import toposort
@@ -132,7 +136,9 @@ def dump_name(name: Optional[str], fallback: str = "g") -> str:
 class _IRPrinter:
     def __init__(self, obj: GraphOrModule, phase: str, side: Optional[dict[str, np.ndarray]]) -> None:
         self.phase = phase
+        self.metadata: dict[str, Any] = {}
         if isinstance(obj, Module):
+            self.metadata = obj.metadata
             self.definitions = dict(obj.graphs)
             try:
                 entry: Optional[FuncGraph] = obj.graphs[obj.entry_name()]
@@ -198,6 +204,8 @@ class _IRPrinter:
             lines.append(f"# Phase: {self.phase}")
         defs = " ".join(f"{dump_name(k)}=@{self.gname[g]}" for k, g in self.definitions.items())
         lines.append(f"# Definitions: {defs}")
+        for key, value in self.metadata.items():
+            lines.append(f"# Meta {key_text(key)}: {json_text(value)}")
         if entry is not None:
             lines.append(f"# Total params: {len(entry.parameters)}")
             for p in entry.parameters:
@@ -233,6 +241,10 @@ class _IRPrinter:
             value = g.flags[key]
             if key != "return_type" and isinstance(value, _SIMPLE_FLAG) and re.match(r"[A-Za-z_]\w*\Z", key):
                 lines.append(f"  attr {key} = {self.constants.text(value)}")
+        meta = g.flags.get("meta")
+        if isinstance(meta, dict):
+            for key, value in meta.items():
+                lines.append(f"  meta {key_text(key)} = {json_text(value)}")
         if isinstance(g.abstract, AbstractValue):
             lines.append(f"  abstract {self._abstract(g.abstract)}")
         for p in g.parameters:
@@ -269,6 +281,9 @@ class _IRPrinter:
         if node.attrs:
             attrs = " primitive_attrs: {" + ", ".join(
                 f"{name}: {self.constants.text(value)}" for name, value in node.attrs.items()) + "}"
+        meta = g.node_meta.get(node)
+        if meta:
+            attrs += f" meta: {json_object_text(meta)}"
         lines.append(f"  {self.local[node]}{label} = {callee}({args}){attrs}")
         arg_types = [a.abstract for a in node.inputs[1:]]
         if node.abstract is not None or any(t is not None for t in arg_types):

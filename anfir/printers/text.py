@@ -9,6 +9,11 @@ atoms (``a + b``, ``-x``, ``not c``: the parser maps them to their primitive eve
 before names are resolved), tuples as ``(a, b)``, constant indexing as ``t[0]``, and ``switch(c, ✓g, ✗g)()`` whose branches are used nowhere else
 as ``if c then ... else ...`` (the parser makes exactly that shape of it).
 
+Metadata (:mod:`anfir.ir.metadata`) prints as doc (``##``) and attribute
+(``#@ key value``) lines: the module's first, then a blank line; a
+definition's above its ``def``, a let-bound lambda's above its ``let``, a
+node's above its ``let`` (a node with metadata always gets one).
+
 Names are kept when they are legal and unambiguous; otherwise they are made
 legal (``✓f`` -> ``ok_f``) and unique within their definition (``x_1``), and
 unnamed nodes get ``%1``, ``%2``...  Local names never shadow a global name or
@@ -28,6 +33,7 @@ from anfir.errors import UsageError
 from anfir.grammar.syntax import BY_PRIMITIVE
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.manager import analyse
+from anfir.ir.metadata import block_lines
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.anf_literals import HELPER_NAMES, anf_literal, helpers_needed, string_literal
@@ -97,12 +103,14 @@ class _TextPrinter:
     def __init__(self, obj: GraphOrModule, strict: bool = False) -> None:
         self.strict = strict
         self.imports: list[str] = []
+        self.metadata: dict[str, Any] = {}
         external: dict[FuncGraph, str] = {}
         if isinstance(obj, Module):
             roots: dict[FuncGraph, str] = {}
             for key, graph in obj.graphs.items():
                 roots.setdefault(graph, key)
             self.imports = list(obj.imports)
+            self.metadata = obj.metadata
             for key, graph in obj.imported.items():
                 external.setdefault(graph, key)
             graphs = list(roots)
@@ -162,6 +170,11 @@ class _TextPrinter:
 
     # -- rendering -----------------------------------------------------------------
     def render(self) -> str:
+        if self.metadata:
+            # The module's header: its doc and attribute lines, then a blank line
+            # (which is what tells them from those of the first definition).
+            self.lines.extend(block_lines(self.metadata.get("doc"), self.metadata))
+            self.lines.append("")
         for path in self.imports:
             self.lines.append(f"import {string_literal(str(path))}")
         if self.imports and self.plan.defs:
@@ -192,6 +205,7 @@ class _TextPrinter:
         ret = top.flags.get("return_type")
         if ret is not None:
             header += f" -> {ret}"
+        self.lines.extend(_graph_block(top))
         self.lines.append(header + " =")
         self._emit(top, 1)
 
@@ -240,17 +254,20 @@ class _TextPrinter:
             assert node is not None
             expr = self._ascribed(node) or self._expr(node)
             name = self._bind(node)
-            return [("line", ind, f"let {name}{self._ann(node)} = {expr} in")]
+            return [*_note_tasks(_node_block(node), ind),
+                    ("line", ind, f"let {name}{self._ann(node)} = {expr} in")]
         if item.kind == "lambda":
             g = item.graph
             assert g is not None
-            return [("lambda_head", g, ind, "", True), ("body", g, ind + 1, None),
+            return [*_note_tasks(_graph_block(g), ind),
+                    ("lambda_head", g, ind, "", True), ("body", g, ind + 1, None),
                     ("line", ind, "end in")]
         # an ``if``: bind the call's name before the branches are printed
         node = item.node
         assert node is not None
         name = self._bind(node)
-        return self._if_tasks(item, ind, f"let {name}{self._ann(node)} = ", " in")
+        return [*_note_tasks(_node_block(node), ind),
+                *self._if_tasks(item, ind, f"let {name}{self._ann(node)} = ", " in")]
 
     def _final_tasks(self, g: FuncGraph, ind: int, tail: Optional[str]) -> list[tuple]:
         body = self.bodies[g]
@@ -410,7 +427,7 @@ class _TextPrinter:
         # The output's own CNode becomes the final expression when nothing else needs it.
         if isinstance(output, CNode) and output.graph is g:
             users = mng.users.get(output, {})
-            if (not output.name and output.annotation is None
+            if (not output.name and output.annotation is None and output not in g.node_meta
                     and list(users) == [(g, -1)]):
                 body.inline_output = node_item[output]
         if body.inline_output is not None:
@@ -582,6 +599,23 @@ def _cycle_message(item: _Item, dep: _Item) -> str:
 
     return (f"cannot print as ANF text: {what(item)} and {what(dep)} need each other "
             "(mutually recursive local functions have no ANF spelling; use dump_ir)")
+
+
+def _graph_block(g: FuncGraph) -> list[str]:
+    """The doc and attribute lines written before a definition or a let-bound lambda."""
+    meta = g.flags.get("meta")
+    return block_lines(g.flags.get("doc"), meta if isinstance(meta, dict) else {})
+
+
+def _node_block(node: CNode) -> list[str]:
+    """The doc and attribute lines written before a node's ``let``."""
+    graph = node.graph
+    meta = graph.node_meta.get(node) if graph is not None else None
+    return block_lines(meta.get("doc"), meta) if meta else []
+
+
+def _note_tasks(lines: list[str], ind: int) -> list[tuple]:
+    return [("line", ind, line) for line in lines]
 
 
 def _pad(indent: int) -> str:
