@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_ops import aten_table
+from anfir.interop.torch_ops import aten_table, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
@@ -308,6 +308,12 @@ class Importer:
                     loc = location_of(node, self.torch_dir)
                     first = first or loc
                     missing.append(_describe_op(loc, node))
+                elif (node.op == "call_function" and "_with_indices" in str(node.target)
+                      and reads_pool_indices(node)):
+                    # anfir's max_pool has no indices result: refuse a program that reads them.
+                    loc = location_of(node, self.torch_dir)
+                    first = first or loc
+                    missing.append(_describe_op(loc, node) + " whose indices are used")
                 elif node.op == "get_attr":
                     sub = getattr(module, node.target, None)
                     if isinstance(sub, self.torch.fx.GraphModule):

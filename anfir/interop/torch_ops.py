@@ -216,6 +216,12 @@ def _layer_norm(b: Any, x: Any, normalized_shape: Any, weight: Any, bias: Any, e
 
 def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any,
                      momentum: Any, eps: float) -> Any:
+    """``_native_batch_norm_legit_no_training`` (batch norm in eval): anfir's
+    ``batch_norm`` when the norm is affine, else the same formula composed."""
+    if weight is not None and bias is not None:
+        out = b.call(_prim("batch_norm"), x, weight, bias, mean, var, eps=float(eps))
+        # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
+        return b.call(_prim("make_tuple"), out, mean, var)
     rank = b.rank(b.fx_node.args[0])
     per_channel = (-1,) + (1,) * (rank - 2)
 
@@ -227,8 +233,83 @@ def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any
         out = b.call(_prim("mul"), out, chan(weight))
     if bias is not None:
         out = b.call(_prim("add"), out, chan(bias))
-    # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
     return b.call(_prim("make_tuple"), out, mean, var)
+
+
+def _ints(values: Any, n: int) -> tuple[int, ...]:
+    """A torch int-list argument (one int stands for every axis) as n ints."""
+    items = list(values) if isinstance(values, (list, tuple)) else [values]
+    if len(items) == 1:
+        items = items * n
+    return tuple(int(v) for v in items)
+
+
+def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+                 transposed: bool, output_padding: Any, groups: int) -> Any:
+    """``aten.convolution``: ``conv`` (torch's padding is per axis, both sides), or
+    ``conv_transpose`` when ``transposed``."""
+    n = b.rank(b.fx_node.args[1]) - 2
+    attrs: dict[str, Any] = {"stride": _ints(stride, n), "padding": _ints(padding, n),
+                             "dilation": _ints(dilation, n), "groups": int(groups)}
+    args = [x, w] if bias is None else [x, w, bias]
+    if transposed:
+        return b.call(_prim("conv_transpose"), *args, output_padding=_ints(output_padding, n),
+                      **attrs)
+    if any(_ints(output_padding, n)):
+        raise AnfirError("a convolution with output_padding that is not transposed", b.loc)
+    return b.call(_prim("conv"), *args, **attrs)
+
+
+def _max_pool_with_indices(n: int) -> Rule:
+    """``max_pool{n}d_with_indices`` -> ``(max_pool(x, ...),)``: the indices are not
+    computed, so a program that reads them is refused (by the importer, before
+    anything is built: see :func:`reads_pool_indices`)."""
+    def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+             ceil_mode: bool = False) -> Any:
+        k = _ints(kernel, n)
+        out = b.call(_prim("max_pool"), x, kernel=k, stride=_ints(stride, n) if stride else k,
+                     padding=_ints(padding, n), dilation=_ints(dilation, n),
+                     ceil_mode=bool(ceil_mode))
+        return b.call(_prim("make_tuple"), out)
+    return rule
+
+
+def reads_pool_indices(fx_node: Any) -> bool:
+    """Whether a ``max_pool*_with_indices`` node's indices (result 1) are used."""
+    return any(not (user.target is operator.getitem and user.args[1] == 0)
+               for user in fx_node.users)
+
+
+def _avg_pool(n: int) -> Rule:
+    """``avg_pool{n}d`` -> ``avg_pool``."""
+    def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+             ceil_mode: bool = False, count_include_pad: bool = True,
+             divisor_override: Any = None) -> Any:
+        if divisor_override is not None:
+            raise AnfirError(f"avg_pool{n}d with divisor_override", b.loc)
+        k = _ints(kernel, n)
+        return b.call(_prim("avg_pool"), x, kernel=k, stride=_ints(stride, n) if stride else k,
+                      padding=_ints(padding, n), ceil_mode=bool(ceil_mode),
+                      count_include_pad=bool(count_include_pad))
+    return rule
+
+
+def _adaptive_avg_pool(n: int) -> Rule:
+    """``_adaptive_avg_pool{n}d``: ``global_avg_pool`` for an output of ones, else
+    ``avg_pool`` with kernel = stride = input / output when every static input
+    size is a multiple of its output size (the windows then do not overlap and
+    are what torch averages)."""
+    def rule(b: Any, x: Any, output_size: Any) -> Any:
+        out = _ints(output_size, n)
+        if all(o == 1 for o in out):
+            return b.call(_prim("global_avg_pool"), x)
+        sizes = b.fx_node.args[0].meta["val"].shape[-n:]
+        if not all(isinstance(s, int) and s % o == 0 for s, o in zip(sizes, out)):
+            raise AnfirError(f"adaptive average pooling from {tuple(sizes)} to {out} "
+                             "(only sizes that divide evenly)", b.loc)
+        k = tuple(int(s) // o for s, o in zip(sizes, out))
+        return b.call(_prim("avg_pool"), x, kernel=k, stride=k)
+    return rule
 
 
 def _array_node(b: Any, value: Any) -> Any:
@@ -400,7 +481,15 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
     put(aten._softmax.default, _softmax, "logsumexp")
     put(aten._log_softmax.default, _log_softmax, "logsumexp")
     put(aten.native_layer_norm.default, _layer_norm, "rsqrt")
-    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval, "rsqrt")
+    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval, "rsqrt", "batch_norm")
+    put(aten.convolution.default, _convolution, "conv", "conv_transpose")
+    for n in (1, 2, 3):
+        for name, rule in ((f"max_pool{n}d_with_indices", _max_pool_with_indices(n)),
+                           (f"avg_pool{n}d", _avg_pool(n)),
+                           (f"_adaptive_avg_pool{n}d", _adaptive_avg_pool(n))):
+            op = getattr(aten, name, None)
+            if op is not None:
+                put(op.default, rule, "max_pool", "avg_pool", "global_avg_pool")
     put(aten.sym_size.int, _sym_size, "shape")
     put(operator.getitem, _getitem, "tuple_getitem")
     for py_op, name in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
@@ -417,4 +506,4 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
     return table
 
 
-__all__ = ["aten_table"]
+__all__ = ["aten_table", "reads_pool_indices"]
