@@ -156,6 +156,11 @@ def _sym_size(b: Any, x: Any, dim: int) -> Any:
 
 
 def _getitem(b: Any, t: Any, i: Any) -> Any:
+    """``operator.getitem`` of a multi-result op: the item itself when the op's
+    rule built the tuple here (batch norm, max pool), else ``tuple_getitem``."""
+    if (isinstance(t, CNode) and isinstance(i, int) and isinstance(t.inputs[0], ValueNode)
+            and t.inputs[0].value is _prim("make_tuple") and 0 <= i < len(t.inputs) - 1):
+        return t.inputs[i + 1]
     return b.call(_prim("tuple_getitem"), t, i)
 
 
@@ -236,12 +241,19 @@ def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any
     return b.call(_prim("make_tuple"), out, mean, var)
 
 
-def _ints(values: Any, n: int) -> tuple[int, ...]:
+def _int_tuple(values: Any, n: int) -> tuple[int, ...]:
     """A torch int-list argument (one int stands for every axis) as n ints."""
     items = list(values) if isinstance(values, (list, tuple)) else [values]
     if len(items) == 1:
         items = items * n
     return tuple(int(v) for v in items)
+
+
+def _ints(values: Any, n: int) -> Any:
+    """A torch int-list argument as an anfir per-axis attribute: one int when it is
+    the same on every axis (``padding=1``, as one would write it), else n ints."""
+    ints = _int_tuple(values, n)
+    return ints[0] if len(set(ints)) == 1 else ints
 
 
 def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
@@ -255,7 +267,7 @@ def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, d
     if transposed:
         return b.call(_prim("conv_transpose"), *args, output_padding=_ints(output_padding, n),
                       **attrs)
-    if any(_ints(output_padding, n)):
+    if _ints(output_padding, n) != 0:
         raise AnfirError("a convolution with output_padding that is not transposed", b.loc)
     return b.call(_prim("conv"), *args, **attrs)
 
@@ -300,7 +312,7 @@ def _adaptive_avg_pool(n: int) -> Rule:
     size is a multiple of its output size (the windows then do not overlap and
     are what torch averages)."""
     def rule(b: Any, x: Any, output_size: Any) -> Any:
-        out = _ints(output_size, n)
+        out = _int_tuple(output_size, n)
         if all(o == 1 for o in out):
             return b.call(_prim("global_avg_pool"), x)
         sizes = b.fx_node.args[0].meta["val"].shape[-n:]
