@@ -499,3 +499,51 @@ def test_max_pool_indices_that_are_read_are_refused_with_the_line() -> None:
     message = str(info.value)
     assert "max_pool2d_with_indices" in message and "indices are used" in message
     assert "nothing imported" in message
+
+
+class Indexing(torch.nn.Module):
+    """The indexing and joining ops of sequence models after decomposition:
+    embedding with a padding row, cat, slice, split, constant pad (with a crop),
+    index_select, gather, one-tensor indexing, arange over the dynamic batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(9)
+        self.emb = torch.nn.Embedding(10, 3, padding_idx=0)
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tok).sum(1) @ self.w + x
+        a = torch.cat([h, h * 2], dim=1)[:, 1:5:2]
+        p, q = h.split([1, 2], dim=1)
+        d = torch.nn.functional.pad(q, (1, -1), value=0.5)
+        f = torch.index_select(h, 1, torch.tensor([0, 2]))
+        g = torch.gather(h, 1, tok[:, :2] % 3)
+        k = h[tok[:, 0] % h.shape[0]][:, :2]
+        r = torch.arange(h.shape[0]).unsqueeze(1).to(h.dtype)
+        return a * p + d * f + g * k + h[:, -1:] * r
+
+
+def test_indexing_and_joining_ops_match_torch() -> None:
+    model = Indexing()
+    batch = torch.export.Dim("batch", min=2, max=16)
+    tok = torch.tensor([[0, 3, 4, 0, 9], [5, 0, 1, 2, 2], [7, 8, 0, 1, 3]])
+    mod = anfir.import_torch(export(model, torch.randn(3, 3), tok,
+                                    dynamic=({0: batch}, {0: batch})))
+    rng = np.random.default_rng(10)
+    for n in (3, 5):
+        x = torch.from_numpy(rng.standard_normal((n, 3)).astype(np.float32))
+        t = torch.from_numpy(rng.integers(0, 10, (n, 5)))
+        t[0, 0] = 0  # the padding row is read
+        close(run_imported(mod, x.numpy(), t.numpy()), model(x, t).detach().numpy())
+    probe = torch.from_numpy(rng.standard_normal((n, 2)).astype(np.float32))
+    params = ", ".join(p.name for p in mod.entry.parameters)
+    loss = anfir.parse(anfir.to_text(mod) +
+                       f"def loss({params}, probe) = sum(forward({params}) * probe)\n")["loss"]
+    grads = anfir.run(anfir.grad(loss, wrt=(0, 1)), *mod.params.values(), x.numpy(), t.numpy(),
+                      probe.numpy())
+    assert list(mod.params)[:2] == ["p_w", "p_emb_weight"]  # own parameters first; then the index constant
+    want = torch.autograd.grad((model(x, t) * probe).sum(), [model.w, model.emb.weight])
+    assert not want[1][0].any() and want[1].abs().sum(1).gt(0).sum() > 3  # no gradient at row 0
+    for got, ref in zip(grads, want):
+        close(got, ref.numpy())

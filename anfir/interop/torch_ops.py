@@ -324,6 +324,92 @@ def _adaptive_avg_pool(n: int) -> Rule:
     return rule
 
 
+def _static_ints(b: Any, what: str, *values: Any) -> None:
+    """Refuse symbolic (node) values where anfir wants static attributes."""
+    if any(isinstance(v, Node) for v in values):
+        raise AnfirError(f"{what} with a symbolic (data-dependent or dynamic) bound", b.loc)
+
+
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _cat(b: Any, tensors: Any, dim: int = 0) -> Any:
+    return b.call(_prim("concat"), b.tuple_of(tensors), axis=int(dim))
+
+
+def _slice(b: Any, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    """``x[start:end:step]`` along ``dim``: anfir's ``slice`` (its ends are clamped
+    to the axis, as torch's are); the whole axis is the identity."""
+    _static_ints(b, "slice", start, end, step)
+    size = b.fx_node.args[0].meta["val"].shape[int(dim)]
+    start = 0 if start is None else int(start)
+    end = _INT64_MAX if end is None else min(int(end), _INT64_MAX)
+    if start == 0 and int(step) == 1 and isinstance(size, int) and end >= size:
+        return b.call(_prim("identity"), x)
+    return b.call(_prim("slice"), x, starts=start, ends=end, axes=int(dim), steps=int(step))
+
+
+def _split_with_sizes(b: Any, x: Any, sizes: Any, dim: int = 0) -> Any:
+    _static_ints(b, "split_with_sizes", *sizes)
+    return b.call(_prim("split"), x, sizes=tuple(int(s) for s in sizes), axis=int(dim))
+
+
+def _constant_pad_nd(b: Any, x: Any, pad: Any, value: Any = 0) -> Any:
+    """torch's pads (last axis first, begin and end in turn; negative crops) as
+    anfir's ``pad`` (every axis's begin, then every axis's end)."""
+    _static_ints(b, "constant_pad_nd", *pad)
+    rank = b.rank(b.fx_node.args[0])
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    return b.call(_prim("pad"), x, pads=tuple(begins + ends), value=value)
+
+
+def _embedding(b: Any, weight: Any, indices: Any, padding_idx: int = -1,
+               scale_grad_by_freq: bool = False, sparse: bool = False) -> Any:
+    """``embedding`` -> ``gather(weight, indices)``.  torch gives the row
+    ``padding_idx`` no gradient: that row is read through ``stop_gradient``."""
+    import numpy as np
+
+    if scale_grad_by_freq:
+        raise AnfirError("embedding with scale_grad_by_freq (its gradient is scaled)", b.loc)
+    if int(padding_idx) >= 0:
+        rows = b.fx_node.args[0].meta["val"].shape[0]
+        mask = np.zeros((int(rows), 1), dtype=bool)
+        mask[int(padding_idx), 0] = True
+        weight = b.call(_prim("where"), _array_node(b, mask),
+                        b.call(_prim("stop_gradient"), weight), weight)
+    return b.call(_prim("gather"), weight, indices, axis=0)
+
+
+def _index_select(b: Any, x: Any, dim: int, index: Any) -> Any:
+    return b.call(_prim("gather"), x, index, axis=int(dim))
+
+
+def _gather_elements(b: Any, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
+    return b.call(_prim("gather_elements"), x, index, axis=int(dim))
+
+
+def _index(b: Any, x: Any, indices: Any) -> Any:
+    """``x[..., idx, ...]`` with one integer index tensor (the others ``None``):
+    ``gather`` along its axis.  Boolean masks and several index tensors (which
+    torch broadcasts together) are refused."""
+    torch = b.importer.torch
+    given = [i for i, v in enumerate(indices) if v is not None]
+    fx_index = b.fx_node.args[1][given[0]] if len(given) == 1 else None
+    if fx_index is None or fx_index.meta["val"].dtype in (torch.bool, torch.uint8):
+        raise AnfirError("aten.index with other than one integer index tensor", b.loc)
+    return b.call(_prim("gather"), x, indices[given[0]], axis=given[0])
+
+
+def _arange(b: Any, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
+    """``arange(end)`` / ``arange(start, end, step)``; a symbolic ``end`` is a node."""
+    if end is None:
+        start, end = 0, start
+    _static_ints(b, "arange's step", step)
+    return b.call(_prim("arange"), start, end, step=step, dtype=b.out_dtype())
+
+
 def _array_node(b: Any, value: Any) -> Any:
     """A small constant array as ``array(((...), ...))`` — the call the ANF text of
     an array literal parses to, so printed programs re-parse to the same graph.
@@ -502,6 +588,16 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
             op = getattr(aten, name, None)
             if op is not None:
                 put(op.default, rule, "max_pool", "avg_pool", "global_avg_pool")
+    put(aten.cat.default, _cat, "concat")
+    put(aten.slice.Tensor, _slice, "slice")
+    put(aten.split_with_sizes.default, _split_with_sizes, "split")
+    put(aten.constant_pad_nd.default, _constant_pad_nd, "pad")
+    put(aten.embedding.default, _embedding, "gather")
+    put(aten.index_select.default, _index_select, "gather")
+    put(aten.gather.default, _gather_elements, "gather_elements")
+    put(aten.index.Tensor, _index, "gather")
+    for op in (aten.arange.default, aten.arange.start, aten.arange.start_step):
+        put(op, _arange, "arange")
     put(aten.sym_size.int, _sym_size, "shape")
     put(operator.getitem, _getitem, "tuple_getitem")
     for py_op, name in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
