@@ -571,19 +571,21 @@ IMPORTING_TORCH: list[Cell] = [
 `anfir.import_torch` takes what `torch.export` produces — an `ExportedProgram`:
 core-ATen calls, a signature that lifts the weights into inputs, symbolic
 shapes, the Python line of every call — and makes it an anfir Module. Here a
-small CNN (two conv–batch-norm–relu–max-pool stages and a linear layer) is
-exported, imported, read as ANF text, compiled with dumps that point at its
-Python lines, differentiated with respect to every parameter (checked against
-`torch.autograd`) and trained for a few steps with anfir's gradient. This
-notebook needs PyTorch (`pip install "anfir[torch]"`); `docs/torch.md` is the
-reference."""),
+small CNN (two conv–batch-norm–relu–max-pool stages and a linear layer) with
+its loss is exported, imported, read as ANF text, compiled with dumps that
+point at its Python lines, differentiated with respect to every parameter
+(checked against `torch.autograd`) and trained for a few steps with anfir's
+gradient. This notebook needs PyTorch (`pip install "anfir[torch]"`);
+`docs/torch.md` is the reference."""),
     ("py", SETUP),
     ("md", """\
 The model lives in a file of its own, `notebooks/06_small_cnn.py`, so the
 locations torch records name that file and its lines (a class defined in a
 notebook cell would be named after the kernel's temporary file). It is
-exported in eval mode (batch norm uses its running statistics) with a dynamic
-batch dimension."""),
+exported with its loss, `CrossEntropy(model)`: the cross-entropy of the
+logits against one-hot labels, so every node of the imported program — the
+loss's too — carries its Python line. The CNN is in eval mode (batch norm
+uses its running statistics) and the batch dimension is dynamic."""),
     ("py", '''\
 import runpy
 import tempfile
@@ -602,17 +604,23 @@ print("\\n".join(f"{i + 1:3}  {line}" for i, line in enumerate(source) if i >= s
 
 torch.manual_seed(0)
 model = small_cnn["SmallCNN"]().eval()
+loss_model = small_cnn["CrossEntropy"](model)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
+labels = rng.integers(0, 3, 16)
+onehot = np.eye(3, dtype=np.float32)[labels]
 batch = torch.export.Dim("batch", min=1, max=64)
-ep = torch.export.export(model, (torch.randn(4, 1, 8, 8),), dynamic_shapes=({0: batch},))'''),
+ep = torch.export.export(loss_model, (torch.from_numpy(x), torch.from_numpy(onehot)),
+                         dynamic_shapes=({0: batch}, {0: batch}))'''),
     ("md", """\
 ## The model as ANF text
 
 The entry `forward` takes the lifted parameters (`p_…`) and buffers (`b_…`)
-first, then the input `x`, whose batch is the dimension variable torch named;
-`mod.params` holds the weights as numpy arrays. Each ATen call became one
-anfir primitive: `aten.convolution` is `conv`, batch norm in eval
-`batch_norm`, `max_pool2d_with_indices` `max_pool`, `addmm` a matmul and an
-add."""),
+first, then the inputs `x` and `onehot`, whose batch is the dimension
+variable torch named; `mod.params` holds the weights as numpy arrays. Each
+ATen call became anfir primitives: `aten.convolution` is `conv`, batch norm
+in eval `batch_norm`, `max_pool2d_with_indices` `max_pool`, `addmm` a matmul
+and an add, `_log_softmax` a shift by the maximum and a `logsumexp`."""),
     ("py", '''\
 mod = anfir.import_torch(ep)
 print(anfir.to_text(mod))
@@ -622,39 +630,31 @@ print("ranges:", mod.metadata["ranges"])'''),
     ("md", "The imported graph, drawn:"),
     ("py", "mod.entry"),
     ("md", """\
-The imported forward against eager PyTorch, at a batch size other than the
+The imported program against eager PyTorch, at a batch size other than the
 exported one:"""),
     ("py", '''\
-rng = np.random.default_rng(0)
-x = rng.standard_normal((7, 1, 8, 8)).astype(np.float32)
-ours = anfir.run(mod.entry, *mod.params.values(), x)
-theirs = model(torch.from_numpy(x)).detach().numpy()
-print(ours.shape, "max difference:", float(np.abs(ours - theirs).max()))
-assert np.allclose(ours, theirs, rtol=1e-4, atol=1e-5)'''),
+x7 = rng.standard_normal((7, 1, 8, 8)).astype(np.float32)
+onehot7 = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 7)]
+ours = anfir.run(mod.entry, *mod.params.values(), x7, onehot7)
+theirs = loss_model(torch.from_numpy(x7), torch.from_numpy(onehot7)).item()
+print(f"anfir {float(ours):.6f}   torch {theirs:.6f}")
+assert np.isclose(ours, theirs, rtol=1e-4)'''),
     ("md", """\
-## A loss, its gradient, and the dumps
+## The gradient, and the dumps
 
-The loss is exported with the model: `CrossEntropy(model)` (in the same file)
-returns the cross-entropy of the logits against one-hot labels, so every
-node of the imported program — the loss's too — carries its Python line.
-`anfir.grad` differentiates it with respect to the ten parameters (not the
-buffers), and `anfir.compile` writes a numbered dump after every phase."""),
+`anfir.grad` differentiates the loss with respect to the ten parameters (not
+the buffers), and `anfir.compile` writes a numbered dump after every phase."""),
     ("py", '''\
-x = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
-labels = rng.integers(0, 3, 16)
-onehot = np.eye(3, dtype=np.float32)[labels]
-loss_model = small_cnn["CrossEntropy"](model)
-loss_mod = anfir.import_torch(torch.export.export(loss_model, (torch.from_numpy(x), torch.from_numpy(onehot))))
-n_params = sum(1 for kind in loss_mod.metadata["inputs"] if kind.startswith("parameter"))
-args = [*loss_mod.params.values(), x, onehot]
+n_params = sum(1 for kind in mod.metadata["inputs"] if kind.startswith("parameter"))
+args = [*mod.params.values(), x, onehot]
 dumps = Path(tempfile.mkdtemp(prefix="anfir-torch-"))
-dloss = anfir.compile(anfir.grad(loss_mod.entry, wrt=tuple(range(n_params))), args=args,
+dloss = anfir.compile(anfir.grad(mod.entry, wrt=tuple(range(n_params))), args=args,
                       dump_dir=str(dumps))
 files = sorted(p.name for p in dumps.glob("*.ir"))
 print(", ".join(files))'''),
     ("md", """\
-The first dump (after specialization), around the first convolution and the
-loss: below each node, the file and line it came from, and the line's text."""),
+The first dump, around the convolutions and the loss: below each node, the
+file and line it came from, and the line's text."""),
     ("py", '''\
 lines = (dumps / files[0]).read_text().splitlines()
 for i, line in enumerate(lines):
@@ -682,8 +682,8 @@ Plain gradient descent on the imported parameters with
 `anfir.value_and_grad` (the loss and its gradient in one compiled program);
 PyTorch's own SGD on the model, from the same start, follows the same losses."""),
     ("py", '''\
-step_fn = anfir.compile(anfir.value_and_grad(loss_mod.entry, wrt=tuple(range(n_params))), args=args)
-params = [p.copy() for p in loss_mod.params.values()]
+step_fn = anfir.compile(anfir.value_and_grad(mod.entry, wrt=tuple(range(n_params))), args=args)
+params = [p.copy() for p in mod.params.values()]
 optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
 losses = []
 for step in range(10):
