@@ -11,7 +11,8 @@ Rows (no goal yet; a report):
   ``ep.run_decompositions()`` alone (best of 3), the part of the import that
   is torch's;
 * **compile**: ``anfir.compile`` of the imported entry for the example
-  arguments (parameters and input), best of 3;
+  arguments (parameters and input), and of its gradient with respect to
+  every parameter (``anfir.grad`` included), best of 3 each;
 * **grad / torch.autograd**: ``anfir.run`` of the compiled gradient of a
   scalar loss with respect to every parameter, over ``torch.autograd.grad`` of
   the same loss (forward included in both), best of 5 each, one thread.  The
@@ -28,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -96,6 +98,7 @@ def row(name: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     t_compile = best(lambda: anfir.compile(mod, args=args), 3)
     params = list(model.parameters())
     wrt = tuple(range(len(params)))
+    t_grad_compile = best(lambda: anfir.compile(anfir.grad(mod.entry, wrt=wrt), args=args), 3)
     grad_graph = anfir.compile(anfir.grad(mod.entry, wrt=wrt), args=args)
     got = anfir.run(grad_graph, *args)
     want = torch.autograd.grad(model(*inputs), params)
@@ -105,7 +108,7 @@ def row(name: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> 
     t_torch = best(lambda: torch.autograd.grad(model(*inputs), params), 5)
     ratio = f"{t_anfir / t_torch:.1f}x" if ok else "ERROR"
     return (f"| {name} | {t_import * 1e3:.0f} ms ({t_decompose * 1e3:.0f} ms) | "
-            f"{t_compile * 1e3:.0f} ms | "
+            f"{t_compile * 1e3:.0f} ms / {t_grad_compile * 1e3:.0f} ms | "
             f"{t_anfir * 1e3:.2f} ms / {t_torch * 1e3:.2f} ms = {ratio} |")
 
 
@@ -113,8 +116,10 @@ def main() -> int:
     """Print the table."""
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch 2.13's own pytree notice
     print(f"torch {torch.__version__}, one thread, load {os.getloadavg()[0]:.1f}")
-    print("| model | import (torch's run_decompositions) | compile | grad: anfir / torch.autograd |")
+    print("| model | import (torch's run_decompositions) | compile: forward / gradient | "
+          "grad: anfir / torch.autograd |")
     print("|---|---|---|---|")
     print(row("MLP 64-256-256-10, batch 32", MLPLoss(), (torch.randn(32, 64), torch.randn(32, 10))))
     print(row("TransformerEncoderLayer(32, 4, 64), 2x16x32", EncoderLoss(), (torch.randn(2, 16, 32),)))

@@ -547,3 +547,53 @@ def test_indexing_and_joining_ops_match_torch() -> None:
     assert not want[1][0].any() and want[1].abs().sum(1).gt(0).sum() > 3  # no gradient at row 0
     for got, ref in zip(grads, want):
         close(got, ref.numpy())
+
+
+# PyTorch's own export examples (ExportDB, torch/_export/db/examples) of the kinds
+# the importer must handle: cond closing over a tensor and with operands, dynamic
+# shapes, a mutated user input, a scalar output, a dict output.
+EXPORT_DB = ["cond_closed_over_variable", "cond_operands", "dynamic_shape_view",
+             "user_input_mutation", "scalar_output", "dictionary"]
+
+
+def _leaves(value: object) -> list[object]:
+    """The leaves of nested tuples, in order (iteratively)."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, tuple):
+            stack.extend(reversed(v))
+        else:
+            out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("name", EXPORT_DB)
+def test_pytorch_export_db_examples(name: str) -> None:
+    import copy
+    import importlib
+
+    try:
+        case = importlib.import_module(f"torch._export.db.examples.{name}")
+    except ImportError:
+        pytest.skip(f"this torch has no ExportDB example {name}")
+    args = case.example_args
+    ep = torch.export.export(case.model, copy.deepcopy(args),
+                             dynamic_shapes=getattr(case, "dynamic_shapes", None), strict=False)
+    mod = anfir.import_torch(ep)
+    flat = [a.numpy() if isinstance(a, torch.Tensor) else a
+            for a in torch.utils._pytree.tree_leaves(copy.deepcopy(args))]
+    got = run_imported(mod, *flat)
+    eager_args = copy.deepcopy(args)
+    want = torch.utils._pytree.tree_leaves(case.model(*eager_args))
+    if mod.metadata["mutations"]:  # (new value of each mutated input..., output)
+        assert name == "user_input_mutation"
+        close(got[0], eager_args[0].numpy())
+        got = got[-1]
+    got_leaves = _leaves(got)
+    assert len(got_leaves) == len(want) >= 1
+    for g, w in zip(got_leaves, want):
+        if isinstance(w, torch.Tensor):
+            close(g, w.detach().numpy())
+        else:
+            assert g == w

@@ -480,9 +480,15 @@ def import_torch(ep: Any) -> Module:
 
 
 def _bound(value: Any) -> Optional[int]:
-    try:
+    """A range bound as an int; None for an unbounded side (sympy's or torch's
+    infinities, which ``int()`` does not turn into an error but crashes on)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif getattr(value, "is_Integer", False) and getattr(value, "is_finite", False):
         number = int(value)
-    except (TypeError, ValueError, OverflowError):
+    else:
         return None
     return number if abs(number) < 2 ** 62 else None
 
