@@ -551,8 +551,8 @@ def test_indexing_and_joining_ops_match_torch() -> None:
 
 # PyTorch's own export examples (ExportDB, torch/_export/db/examples) of the kinds
 # the importer must handle: cond closing over a tensor and with operands, dynamic
-# shapes, a mutated user input, a scalar output, a dict output.
-EXPORT_DB = ["cond_closed_over_variable", "cond_operands", "dynamic_shape_view",
+# shapes, map, a mutated user input, a scalar output, a dict output.
+EXPORT_DB = ["cond_closed_over_variable", "cond_operands", "dynamic_shape_view", "dynamic_shape_map",
              "user_input_mutation", "scalar_output", "dictionary"]
 
 

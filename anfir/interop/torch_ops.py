@@ -490,6 +490,29 @@ def _while_loop(b: Any, cond_gm: Any, body_gm: Any, carried: Any, additional: An
     return CNode(b.graph, [ValueNode(loop, b.loc), *[importer.as_node(c, b.loc) for c in carried]], b.loc)
 
 
+def _map(b: Any, body_gm: Any, xs: Any, args: Any) -> Any:
+    """``map(body, xs, *args)`` (``higher_order.map_impl``) over a static leading
+    dimension: one body graph (its mapped inputs are parameters, ``args`` closed
+    over) called on each slice, each of its results ``stack``ed along axis 0.
+    A dynamic leading dimension is refused."""
+    xs, args = list(xs), list(args)
+    sizes = {arg.meta["val"].shape[0] for arg in b.fx_node.args[1]}
+    size = sizes.pop() if len(sizes) == 1 else None
+    if not isinstance(size, int):
+        raise AnfirError("map over a dynamic (or unequal) leading dimension", b.loc)
+    body, _ = b.importer.subgraph(body_gm, "map_body", args, b.loc, params=len(xs))
+    body_mod = body_gm.value if isinstance(body_gm, ValueNode) else body_gm
+    n_out = len(next(n for n in body_mod.graph.nodes if n.op == "output").args[0])
+    calls = []
+    for i in range(size):
+        slices = [b.call(_prim("squeeze"), b.call(_prim("slice"), x, starts=i, ends=i + 1, axes=0),
+                         axis=0) for x in xs]
+        calls.append(CNode(b.graph, [ValueNode(body, b.loc), *slices], b.loc))
+    outs = [b.call(_prim("stack"), b.tuple_of(b.call(_prim("tuple_getitem"), c, j) for c in calls))
+            for j in range(n_out)]
+    return b.call(_prim("make_tuple"), *outs)
+
+
 def _sym_binary(name: str) -> Rule:
     prim = _prim(name)
     return lambda b, x, y: b.call(prim, x, y)
@@ -611,6 +634,7 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
         put(op, _no_value)
     put(torch.ops.higher_order.cond, _cond, "switch")
     put(torch.ops.higher_order.while_loop, _while_loop, "switch")
+    put(torch.ops.higher_order.map_impl, _map, "stack", "slice", "squeeze")
     return table
 
 
