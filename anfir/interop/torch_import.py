@@ -473,8 +473,10 @@ def import_torch(ep: Any) -> Module:
     module.metadata["mutations"] = [f"{s.kind.name.lower()} {s.target}" for s in out_specs
                                     if s.kind in (OutputKind.BUFFER_MUTATION,
                                                   OutputKind.USER_INPUT_MUTATION)]
+    # [low, high] lists (None: unbounded), as JSON has them: module metadata is
+    # printed with the program's text and must read back equal.
     module.metadata["ranges"] = {
-        str(sym): (_bound(vr.lower), _bound(vr.upper))
+        str(sym): [_bound(vr.lower), _bound(vr.upper)]
         for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
     return module
 
