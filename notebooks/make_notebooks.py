@@ -659,7 +659,10 @@ file and line it came from, and the line's text."""),
 lines = (dumps / files[0]).read_text().splitlines()
 for i, line in enumerate(lines):
     if "= conv(" in line or "= logsumexp(" in line:
-        print("\\n".join(lines[i:i + 2]))'''),
+        print("\\n".join(lines[i:i + 2]))
+        assert "notebooks/06_small_cnn.py:" in lines[i + 1]
+for name in files:  # every phase's dump names the model's lines
+    assert "notebooks/06_small_cnn.py:23" in (dumps / name).read_text(), name'''),
     ("md", "Every dump loads back and computes the same gradient:"),
     ("py", '''\
 grads = anfir.run(dloss, *args)
