@@ -590,11 +590,154 @@ shutil.rmtree(dumps)
 shutil.rmtree(model_dumps)'''),
 ]
 
+IMPORTING_TORCH: list[Cell] = [
+    ("md", """\
+# Importing a PyTorch model
+
+`anfir.import_torch` takes what `torch.export` produces — an `ExportedProgram`:
+core-ATen calls, a signature that lifts the weights into inputs, symbolic
+shapes, the Python line of every call — and makes it an anfir Module. Here a
+small CNN (two conv–batch-norm–relu–max-pool stages and a linear layer) with
+its loss is exported, imported, read as ANF text, compiled with dumps that
+point at its Python lines, differentiated with respect to every parameter
+(checked against `torch.autograd`) and trained for a few steps with anfir's
+gradient. This notebook needs PyTorch (`pip install "anfir[torch]"`);
+`docs/torch.md` is the reference."""),
+    ("py", SETUP),
+    ("md", """\
+The model lives in a file of its own, `notebooks/06_small_cnn.py`, so the
+locations torch records name that file and its lines (a class defined in a
+notebook cell would be named after the kernel's temporary file). It is
+exported with its loss, `CrossEntropy(model)`: the cross-entropy of the
+logits against one-hot labels, so every node of the imported program — the
+loss's too — carries its Python line. The CNN is in eval mode (batch norm
+uses its running statistics) and the batch dimension is dynamic."""),
+    ("py", '''\
+import runpy
+import tempfile
+import warnings
+
+import numpy as np
+import torch
+
+warnings.filterwarnings("ignore", category=FutureWarning)  # torch 2.13's own pytree notice
+# run_path keeps the path as given (relative to the repository root), so torch's
+# stack traces, and the locations anfir takes from them, are short and the same everywhere.
+small_cnn = runpy.run_path("notebooks/06_small_cnn.py")
+source = Path("notebooks/06_small_cnn.py").read_text().splitlines()
+start = next(i for i, line in enumerate(source) if line.startswith("class SmallCNN"))
+print("\\n".join(f"{i + 1:3}  {line}" for i, line in enumerate(source) if i >= start))
+
+torch.manual_seed(0)
+model = small_cnn["SmallCNN"]().eval()
+loss_model = small_cnn["CrossEntropy"](model)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((16, 1, 8, 8)).astype(np.float32)
+labels = rng.integers(0, 3, 16)
+onehot = np.eye(3, dtype=np.float32)[labels]
+batch = torch.export.Dim("batch", min=1, max=64)
+ep = torch.export.export(loss_model, (torch.from_numpy(x), torch.from_numpy(onehot)),
+                         dynamic_shapes=({0: batch}, {0: batch}))'''),
+    ("md", """\
+## The model as ANF text
+
+The entry `forward` takes the lifted parameters (`p_…`) and buffers (`b_…`)
+first, then the inputs `x` and `onehot`, whose batch is the dimension
+variable torch named; `mod.params` holds the weights as numpy arrays. Each
+ATen call became anfir primitives: `aten.convolution` is `conv`, batch norm
+in eval `batch_norm`, `max_pool2d_with_indices` `max_pool`, `addmm` a matmul
+and an add, `_log_softmax` a shift by the maximum and a `logsumexp`."""),
+    ("py", '''\
+mod = anfir.import_torch(ep)
+print(anfir.to_text(mod))
+print({kind: sum(1 for k in mod.metadata["inputs"] if k.startswith(kind))
+       for kind in ("parameter", "buffer", "user_input")})
+print("ranges:", mod.metadata["ranges"])'''),
+    ("md", "The imported graph, drawn:"),
+    ("py", "mod.entry"),
+    ("md", """\
+The imported program against eager PyTorch, at a batch size other than the
+exported one:"""),
+    ("py", '''\
+x7 = rng.standard_normal((7, 1, 8, 8)).astype(np.float32)
+onehot7 = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 7)]
+ours = anfir.run(mod.entry, *mod.params.values(), x7, onehot7)
+theirs = loss_model(torch.from_numpy(x7), torch.from_numpy(onehot7)).item()
+print(f"anfir {float(ours):.6f}   torch {theirs:.6f}")
+assert np.isclose(ours, theirs, rtol=1e-4)'''),
+    ("md", """\
+## The gradient, and the dumps
+
+`anfir.grad` differentiates the loss with respect to the ten parameters (not
+the buffers), and `anfir.compile` writes a numbered dump after every phase."""),
+    ("py", '''\
+n_params = sum(1 for kind in mod.metadata["inputs"] if kind.startswith("parameter"))
+args = [*mod.params.values(), x, onehot]
+dumps = Path(tempfile.mkdtemp(prefix="anfir-torch-"))
+dloss = anfir.compile(anfir.grad(mod.entry, wrt=tuple(range(n_params))), args=args,
+                      dump_dir=str(dumps))
+files = sorted(p.name for p in dumps.glob("*.ir"))
+print(", ".join(files))'''),
+    ("md", """\
+The first dump, around the convolutions and the loss: below each node, the
+file and line it came from, and the line's text."""),
+    ("py", '''\
+lines = (dumps / files[0]).read_text().splitlines()
+for i, line in enumerate(lines):
+    if "= conv(" in line or "= logsumexp(" in line:
+        print("\\n".join(lines[i:i + 2]))
+        assert "notebooks/06_small_cnn.py:" in lines[i + 1]
+for name in files:  # every phase's dump names the model's lines
+    assert "notebooks/06_small_cnn.py:23" in (dumps / name).read_text(), name'''),
+    ("md", "Every dump loads back and computes the same gradient:"),
+    ("py", '''\
+grads = anfir.run(dloss, *args)
+for name in files:
+    again = anfir.run(anfir.load(str(dumps / name)).ir_entry, *args)
+    assert all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(again, grads)), name
+print(len(files), "dumps reloaded and run")'''),
+    ("md", "The gradient against `torch.autograd.grad` of the same loss:"),
+    ("py", '''\
+want = torch.autograd.grad(loss_model(torch.from_numpy(x), torch.from_numpy(onehot)),
+                           list(model.parameters()))
+for (name, p), ours, theirs in zip(model.named_parameters(), grads, want):
+    error = float(np.abs(ours - theirs.numpy()).max() / theirs.abs().max())
+    print(f"{name:12} {str(tuple(p.shape)):14} relative difference {error:.1e}")
+    assert np.allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-6)'''),
+    ("md", """\
+## Training with anfir's gradient
+
+Plain gradient descent on the imported parameters with
+`anfir.value_and_grad` (the loss and its gradient in one compiled program);
+PyTorch's own SGD on the model, from the same start, follows the same losses."""),
+    ("py", '''\
+step_fn = anfir.compile(anfir.value_and_grad(mod.entry, wrt=tuple(range(n_params))), args=args)
+params = [p.copy() for p in mod.params.values()]
+optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+losses = []
+for step in range(10):
+    value, grads = anfir.run(step_fn, *params, x, onehot)
+    params[:n_params] = [p - 0.2 * g for p, g in zip(params[:n_params], grads)]
+    optimizer.zero_grad()
+    reference = loss_model(torch.from_numpy(x), torch.from_numpy(onehot))
+    reference.backward()
+    optimizer.step()
+    losses.append(float(value))
+    print(f"step {step}: anfir {float(value):.5f}   torch {reference.item():.5f}")
+    assert abs(float(value) - reference.item()) < 1e-4
+assert all(a > b for a, b in zip(losses, losses[1:])), "the loss decreases at every step"'''),
+    ("py", '''\
+import shutil
+
+shutil.rmtree(dumps)'''),
+]
+
 NOTEBOOKS: dict[str, list[Cell]] = {
     "01_writing_ir_by_hand.ipynb": WRITING_IR,
     "02_differentiating.ipynb": DIFFERENTIATING,
     "03_inspecting_the_pipeline.ipynb": PIPELINE,
     "04_importing_onnx.ipynb": IMPORTING_ONNX,
+    "06_importing_torch.ipynb": IMPORTING_TORCH,
 }
 
 

@@ -113,7 +113,7 @@ def test_dynamic_dims_are_dimension_variables_with_ranges() -> None:
     x_param = mod.entry.parameters[-1]
     (sym,) = mod.metadata["ranges"]
     assert str(x_param.annotation) == f"f32[{sym}, 6]"
-    assert mod.metadata["ranges"][sym] == (2, 64)
+    assert mod.metadata["ranges"][sym] == [2, 64]
     compiled = anfir.compile(mod)  # from the annotations alone: the batch stays symbolic
     assert f"f32[{sym}, 3]" in anfir.dump_ir(compiled)
 
@@ -318,3 +318,288 @@ def test_transformer_encoder_layer_gradients_match_autograd() -> None:
     assert len(grads) == len(want) == n
     for got, ref in zip(grads, want):
         close(got, ref.numpy(), atol=1e-4 * float(ref.abs().max()))
+
+
+# -- convolutional networks: a small CNN and ResNet-18 -------------------------------------
+
+
+def randomize_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """Running statistics and affine parameters away from their identity defaults,
+    so the imported batch norm is checked on real numbers; the model in eval."""
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.running_mean.copy_(torch.rand(m.num_features, generator=gen) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+                if m.affine:
+                    m.weight.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+                    m.bias.copy_(torch.rand(m.num_features, generator=gen) - 0.5)
+    return model.eval()
+
+
+class CNN(torch.nn.Module):
+    """conv-bn-relu-pool twice, then a linear layer: max pooling, then an adaptive
+    average pool to 2x2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(16)
+        self.pool = torch.nn.AdaptiveAvgPool2d((2, 2))
+        self.fc = torch.nn.Linear(16 * 2 * 2, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        h = self.pool(torch.relu(self.bn2(self.conv2(h))))
+        return self.fc(torch.flatten(h, 1))
+
+
+class BasicBlock(torch.nn.Module):
+    """torchvision's ResNet BasicBlock: two 3x3 conv-bn, a 1x1 conv-bn shortcut
+    where the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(cout)
+        self.conv2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(cout)
+        self.downsample: torch.nn.Module = torch.nn.Identity()
+        if stride != 1 or cin != cout:
+            self.downsample = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                  torch.nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.downsample(x))
+
+
+RESNET_WIDTH = 64
+"""ResNet-18's first width (torchvision's: 64, then 128, 256, 512).  The test
+runs the real widths; halving this quarters the convolutions' cost."""
+
+
+class ResNet18(torch.nn.Module):
+    """torchvision's resnet18 layout, [2, 2, 2, 2] BasicBlocks, the 7x7/2 stem
+    and 3x3/2 max pool, 10 classes; widths ``width`` times 1, 2, 4, 8."""
+
+    def __init__(self, width: int = RESNET_WIDTH) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.conv1 = torch.nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(width)
+        self.maxpool = torch.nn.MaxPool2d(3, 2, 1)
+        layers, cin = [], width
+        for i, planes in enumerate((width, 2 * width, 4 * width, 8 * width)):
+            layers.append(torch.nn.Sequential(BasicBlock(cin, planes, 1 if i == 0 else 2),
+                                              BasicBlock(planes, planes, 1)))
+            cin = planes
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.avgpool = torch.nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = torch.nn.Linear(cin, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def probe_loss(mod: anfir.Module) -> anfir.FuncGraph:
+    """``sum(forward(...) * probe)``: a scalar loss of the imported model, its
+    last parameter a fixed random weighting of the outputs."""
+    params = ", ".join(p.name for p in mod.entry.parameters)
+    text = f"def loss({params}, probe) = sum(forward({params}) * probe)\n"
+    return anfir.parse(anfir.to_text(mod) + text)["loss"]
+
+
+def check_forward_and_gradients(model: torch.nn.Module, example: torch.Tensor,
+                                batches: tuple[int, ...], grad_batch: int) -> anfir.Module:
+    """Export ``model`` at ``example`` with a dynamic batch, import it; its forward
+    at each batch size in ``batches`` against eager PyTorch, and the gradients of
+    ``sum(model(x) * probe)`` with respect to every parameter (at ``grad_batch``)
+    against ``torch.autograd.grad``."""
+    batch = torch.export.Dim("batch", min=1, max=16)
+    mod = anfir.import_torch(export(model, example, dynamic=({0: batch},)))
+    params = list(model.parameters())
+    assert all(kind.startswith("parameter ") for kind in mod.metadata["inputs"][:len(params)])
+    rng = np.random.default_rng(7)
+    for n in batches:
+        x = rng.standard_normal((n, *example.shape[1:])).astype(np.float32)
+        close(run_imported(mod, x), model(torch.from_numpy(x)).detach().numpy())
+    x = torch.from_numpy(rng.standard_normal((grad_batch, *example.shape[1:])).astype(np.float32))
+    with torch.no_grad():
+        probe = torch.from_numpy(rng.standard_normal(model(x).shape).astype(np.float32))
+    grads = anfir.run(anfir.grad(probe_loss(mod), wrt=tuple(range(len(params)))),
+                      *mod.params.values(), x.numpy(), probe.numpy())
+    want = torch.autograd.grad((model(x) * probe).sum(), params)
+    assert len(grads) == len(want) == len(params)
+    for got, ref in zip(grads, want):
+        close(got, ref.numpy(), atol=1e-5 * float(ref.abs().max()) + 1e-7)
+    return mod
+
+
+def test_cnn_forward_at_other_batch_sizes_and_gradients_match_torch() -> None:
+    model = randomize_batch_norms(CNN())
+    mod = check_forward_and_gradients(model, torch.randn(2, 3, 16, 16), batches=(2, 1, 5),
+                                      grad_batch=3)
+    text = anfir.to_text(mod)
+    for op in ("conv(", "batch_norm(", "max_pool(", "avg_pool(", "relu(", " @ "):
+        assert op in text, op
+    compiled = anfir.compile(mod)  # symbolic batch: the shapes through conv and pooling
+    sym = str(mod.entry.parameters[-1].annotation).split("[")[1].split(",")[0]
+    assert f"f32[{sym}, 10]" in anfir.dump_ir(compiled)
+
+
+def test_resnet18_forward_at_1x3x32x32_and_gradients_match_torch() -> None:
+    """Exported at batch 2 (torch specializes an example batch of 1 to a constant,
+    so a dynamic batch needs another example), run at 1x3x32x32."""
+    model = randomize_batch_norms(ResNet18())
+    if RESNET_WIDTH == 64:
+        assert sum(p.numel() for p in model.parameters()) > 11_000_000  # resnet18's 11.2 M
+    check_forward_and_gradients(model, torch.randn(2, 3, 32, 32), batches=(1,), grad_batch=1)
+
+
+class ConvZoo(torch.nn.Module):
+    """The other convolution and pooling forms: a transposed convolution with
+    output padding, a grouped dilated convolution, batch norm without affine
+    parameters, average pooling with ceil mode and without padded cells, max
+    pooling in ceil mode, adaptive average pooling to a non-square size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.grouped = torch.nn.Conv2d(6, 6, 3, padding=2, dilation=2, groups=3)
+        self.bn = torch.nn.BatchNorm2d(6, affine=False)
+        self.avg = torch.nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        self.max = torch.nn.MaxPool2d(2, ceil_mode=True)
+        self.adaptive = torch.nn.AdaptiveAvgPool2d((2, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.bn(self.grouped(torch.relu(self.up(x))))
+        return self.adaptive(self.max(self.avg(h)))
+
+
+def test_transposed_grouped_convolutions_and_pooling_forms_match_torch() -> None:
+    check_forward_and_gradients(randomize_batch_norms(ConvZoo()), torch.randn(2, 4, 7, 11),
+                                batches=(2, 3), grad_batch=2)
+
+
+class PoolIndices(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = torch.nn.MaxPool2d(2, return_indices=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.pool(x)
+
+
+def test_max_pool_indices_that_are_read_are_refused_with_the_line() -> None:
+    with pytest.raises(anfir.AnfirError) as info:
+        anfir.import_torch(export(PoolIndices(), torch.randn(1, 2, 4, 4)))
+    message = str(info.value)
+    assert "max_pool2d_with_indices" in message and "indices are used" in message
+    assert "nothing imported" in message
+
+
+class Indexing(torch.nn.Module):
+    """The indexing and joining ops of sequence models after decomposition:
+    embedding with a padding row, cat, slice, split, constant pad (with a crop),
+    index_select, gather, one-tensor indexing, arange over the dynamic batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(9)
+        self.emb = torch.nn.Embedding(10, 3, padding_idx=0)
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tok).sum(1) @ self.w + x
+        a = torch.cat([h, h * 2], dim=1)[:, 1:5:2]
+        p, q = h.split([1, 2], dim=1)
+        d = torch.nn.functional.pad(q, (1, -1), value=0.5)
+        f = torch.index_select(h, 1, torch.tensor([0, 2]))
+        g = torch.gather(h, 1, tok[:, :2] % 3)
+        k = h[tok[:, 0] % h.shape[0]][:, :2]
+        r = torch.arange(h.shape[0]).unsqueeze(1).to(h.dtype)
+        return a * p + d * f + g * k + h[:, -1:] * r
+
+
+def test_indexing_and_joining_ops_match_torch() -> None:
+    model = Indexing()
+    batch = torch.export.Dim("batch", min=2, max=16)
+    tok = torch.tensor([[0, 3, 4, 0, 9], [5, 0, 1, 2, 2], [7, 8, 0, 1, 3]])
+    mod = anfir.import_torch(export(model, torch.randn(3, 3), tok,
+                                    dynamic=({0: batch}, {0: batch})))
+    rng = np.random.default_rng(10)
+    for n in (3, 5):
+        x = torch.from_numpy(rng.standard_normal((n, 3)).astype(np.float32))
+        t = torch.from_numpy(rng.integers(0, 10, (n, 5)))
+        t[0, 0] = 0  # the padding row is read
+        close(run_imported(mod, x.numpy(), t.numpy()), model(x, t).detach().numpy())
+    probe = torch.from_numpy(rng.standard_normal((n, 2)).astype(np.float32))
+    params = ", ".join(p.name for p in mod.entry.parameters)
+    loss = anfir.parse(anfir.to_text(mod) +
+                       f"def loss({params}, probe) = sum(forward({params}) * probe)\n")["loss"]
+    grads = anfir.run(anfir.grad(loss, wrt=(0, 1)), *mod.params.values(), x.numpy(), t.numpy(),
+                      probe.numpy())
+    assert list(mod.params)[:2] == ["p_w", "p_emb_weight"]  # own parameters first; then the index constant
+    want = torch.autograd.grad((model(x, t) * probe).sum(), [model.w, model.emb.weight])
+    assert not want[1][0].any() and want[1].abs().sum(1).gt(0).sum() > 3  # no gradient at row 0
+    for got, ref in zip(grads, want):
+        close(got, ref.numpy())
+
+
+# PyTorch's own export examples (ExportDB, torch/_export/db/examples) of the kinds
+# the importer must handle: cond closing over a tensor and with operands, dynamic
+# shapes, map, a mutated user input, a scalar output, a dict output.
+EXPORT_DB = ["cond_closed_over_variable", "cond_operands", "dynamic_shape_view", "dynamic_shape_map",
+             "user_input_mutation", "scalar_output", "dictionary"]
+
+
+def _leaves(value: object) -> list[object]:
+    """The leaves of nested tuples, in order (iteratively)."""
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, tuple):
+            stack.extend(reversed(v))
+        else:
+            out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("name", EXPORT_DB)
+def test_pytorch_export_db_examples(name: str) -> None:
+    import copy
+    import importlib
+
+    try:
+        case = importlib.import_module(f"torch._export.db.examples.{name}")
+    except ImportError:
+        pytest.skip(f"this torch has no ExportDB example {name}")
+    args = case.example_args
+    ep = torch.export.export(case.model, copy.deepcopy(args),
+                             dynamic_shapes=getattr(case, "dynamic_shapes", None), strict=False)
+    mod = anfir.import_torch(ep)
+    flat = [a.numpy() if isinstance(a, torch.Tensor) else a
+            for a in torch.utils._pytree.tree_leaves(copy.deepcopy(args))]
+    got = run_imported(mod, *flat)
+    eager_args = copy.deepcopy(args)
+    want = torch.utils._pytree.tree_leaves(case.model(*eager_args))
+    if mod.metadata["mutations"]:  # (new value of each mutated input..., output)
+        assert name == "user_input_mutation"
+        close(got[0], eager_args[0].numpy())
+        got = got[-1]
+    got_leaves = _leaves(got)
+    assert len(got_leaves) == len(want) >= 1
+    for g, w in zip(got_leaves, want):
+        if isinstance(w, torch.Tensor):
+            close(g, w.detach().numpy())
+        else:
+            assert g == w

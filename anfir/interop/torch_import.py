@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_ops import aten_table
+from anfir.interop.torch_ops import aten_table, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
@@ -308,6 +308,12 @@ class Importer:
                     loc = location_of(node, self.torch_dir)
                     first = first or loc
                     missing.append(_describe_op(loc, node))
+                elif (node.op == "call_function" and "_with_indices" in str(node.target)
+                      and reads_pool_indices(node)):
+                    # anfir's max_pool has no indices result: refuse a program that reads them.
+                    loc = location_of(node, self.torch_dir)
+                    first = first or loc
+                    missing.append(_describe_op(loc, node) + " whose indices are used")
                 elif node.op == "get_attr":
                     sub = getattr(module, node.target, None)
                     if isinstance(sub, self.torch.fx.GraphModule):
@@ -467,16 +473,24 @@ def import_torch(ep: Any) -> Module:
     module.metadata["mutations"] = [f"{s.kind.name.lower()} {s.target}" for s in out_specs
                                     if s.kind in (OutputKind.BUFFER_MUTATION,
                                                   OutputKind.USER_INPUT_MUTATION)]
+    # [low, high] lists (None: unbounded), as JSON has them: module metadata is
+    # printed with the program's text and must read back equal.
     module.metadata["ranges"] = {
-        str(sym): (_bound(vr.lower), _bound(vr.upper))
+        str(sym): [_bound(vr.lower), _bound(vr.upper)]
         for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
     return module
 
 
 def _bound(value: Any) -> Optional[int]:
-    try:
+    """A range bound as an int; None for an unbounded side (sympy's or torch's
+    infinities, which ``int()`` does not turn into an error but crashes on)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif getattr(value, "is_Integer", False) and getattr(value, "is_finite", False):
         number = int(value)
-    except (TypeError, ValueError, OverflowError):
+    else:
         return None
     return number if abs(number) < 2 ** 62 else None
 

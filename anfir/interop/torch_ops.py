@@ -156,6 +156,11 @@ def _sym_size(b: Any, x: Any, dim: int) -> Any:
 
 
 def _getitem(b: Any, t: Any, i: Any) -> Any:
+    """``operator.getitem`` of a multi-result op: the item itself when the op's
+    rule built the tuple here (batch norm, max pool), else ``tuple_getitem``."""
+    if (isinstance(t, CNode) and isinstance(i, int) and isinstance(t.inputs[0], ValueNode)
+            and t.inputs[0].value is _prim("make_tuple") and 0 <= i < len(t.inputs) - 1):
+        return t.inputs[i + 1]
     return b.call(_prim("tuple_getitem"), t, i)
 
 
@@ -216,6 +221,12 @@ def _layer_norm(b: Any, x: Any, normalized_shape: Any, weight: Any, bias: Any, e
 
 def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any,
                      momentum: Any, eps: float) -> Any:
+    """``_native_batch_norm_legit_no_training`` (batch norm in eval): anfir's
+    ``batch_norm`` when the norm is affine, else the same formula composed."""
+    if weight is not None and bias is not None:
+        out = b.call(_prim("batch_norm"), x, weight, bias, mean, var, eps=float(eps))
+        # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
+        return b.call(_prim("make_tuple"), out, mean, var)
     rank = b.rank(b.fx_node.args[0])
     per_channel = (-1,) + (1,) * (rank - 2)
 
@@ -227,8 +238,176 @@ def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any
         out = b.call(_prim("mul"), out, chan(weight))
     if bias is not None:
         out = b.call(_prim("add"), out, chan(bias))
-    # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
     return b.call(_prim("make_tuple"), out, mean, var)
+
+
+def _int_tuple(values: Any, n: int) -> tuple[int, ...]:
+    """A torch int-list argument (one int stands for every axis) as n ints."""
+    items = list(values) if isinstance(values, (list, tuple)) else [values]
+    if len(items) == 1:
+        items = items * n
+    return tuple(int(v) for v in items)
+
+
+def _ints(values: Any, n: int) -> Any:
+    """A torch int-list argument as an anfir per-axis attribute: one int when it is
+    the same on every axis (``padding=1``, as one would write it), else n ints."""
+    ints = _int_tuple(values, n)
+    return ints[0] if len(set(ints)) == 1 else ints
+
+
+def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+                 transposed: bool, output_padding: Any, groups: int) -> Any:
+    """``aten.convolution``: ``conv`` (torch's padding is per axis, both sides), or
+    ``conv_transpose`` when ``transposed``."""
+    n = b.rank(b.fx_node.args[1]) - 2
+    attrs: dict[str, Any] = {"stride": _ints(stride, n), "padding": _ints(padding, n),
+                             "dilation": _ints(dilation, n), "groups": int(groups)}
+    args = [x, w] if bias is None else [x, w, bias]
+    if transposed:
+        return b.call(_prim("conv_transpose"), *args, output_padding=_ints(output_padding, n),
+                      **attrs)
+    if _ints(output_padding, n) != 0:
+        raise AnfirError("a convolution with output_padding that is not transposed", b.loc)
+    return b.call(_prim("conv"), *args, **attrs)
+
+
+def _max_pool_with_indices(n: int) -> Rule:
+    """``max_pool{n}d_with_indices`` -> ``(max_pool(x, ...),)``: the indices are not
+    computed, so a program that reads them is refused (by the importer, before
+    anything is built: see :func:`reads_pool_indices`)."""
+    def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+             ceil_mode: bool = False) -> Any:
+        k = _ints(kernel, n)
+        out = b.call(_prim("max_pool"), x, kernel=k, stride=_ints(stride, n) if stride else k,
+                     padding=_ints(padding, n), dilation=_ints(dilation, n),
+                     ceil_mode=bool(ceil_mode))
+        return b.call(_prim("make_tuple"), out)
+    return rule
+
+
+def reads_pool_indices(fx_node: Any) -> bool:
+    """Whether a ``max_pool*_with_indices`` node's indices (result 1) are used."""
+    return any(not (user.target is operator.getitem and user.args[1] == 0)
+               for user in fx_node.users)
+
+
+def _avg_pool(n: int) -> Rule:
+    """``avg_pool{n}d`` -> ``avg_pool``."""
+    def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+             ceil_mode: bool = False, count_include_pad: bool = True,
+             divisor_override: Any = None) -> Any:
+        if divisor_override is not None:
+            raise AnfirError(f"avg_pool{n}d with divisor_override", b.loc)
+        k = _ints(kernel, n)
+        return b.call(_prim("avg_pool"), x, kernel=k, stride=_ints(stride, n) if stride else k,
+                      padding=_ints(padding, n), ceil_mode=bool(ceil_mode),
+                      count_include_pad=bool(count_include_pad))
+    return rule
+
+
+def _adaptive_avg_pool(n: int) -> Rule:
+    """``_adaptive_avg_pool{n}d``: ``global_avg_pool`` for an output of ones, else
+    ``avg_pool`` with kernel = stride = input / output when every static input
+    size is a multiple of its output size (the windows then do not overlap and
+    are what torch averages)."""
+    def rule(b: Any, x: Any, output_size: Any) -> Any:
+        out = _int_tuple(output_size, n)
+        if all(o == 1 for o in out):
+            return b.call(_prim("global_avg_pool"), x)
+        sizes = b.fx_node.args[0].meta["val"].shape[-n:]
+        if not all(isinstance(s, int) and s % o == 0 for s, o in zip(sizes, out)):
+            raise AnfirError(f"adaptive average pooling from {tuple(sizes)} to {out} "
+                             "(only sizes that divide evenly)", b.loc)
+        k = tuple(int(s) // o for s, o in zip(sizes, out))
+        return b.call(_prim("avg_pool"), x, kernel=k, stride=k)
+    return rule
+
+
+def _static_ints(b: Any, what: str, *values: Any) -> None:
+    """Refuse symbolic (node) values where anfir wants static attributes."""
+    if any(isinstance(v, Node) for v in values):
+        raise AnfirError(f"{what} with a symbolic (data-dependent or dynamic) bound", b.loc)
+
+
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _cat(b: Any, tensors: Any, dim: int = 0) -> Any:
+    return b.call(_prim("concat"), b.tuple_of(tensors), axis=int(dim))
+
+
+def _slice(b: Any, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    """``x[start:end:step]`` along ``dim``: anfir's ``slice`` (its ends are clamped
+    to the axis, as torch's are); the whole axis is the identity."""
+    _static_ints(b, "slice", start, end, step)
+    size = b.fx_node.args[0].meta["val"].shape[int(dim)]
+    start = 0 if start is None else int(start)
+    end = _INT64_MAX if end is None else min(int(end), _INT64_MAX)
+    if start == 0 and int(step) == 1 and isinstance(size, int) and end >= size:
+        return b.call(_prim("identity"), x)
+    return b.call(_prim("slice"), x, starts=start, ends=end, axes=int(dim), steps=int(step))
+
+
+def _split_with_sizes(b: Any, x: Any, sizes: Any, dim: int = 0) -> Any:
+    _static_ints(b, "split_with_sizes", *sizes)
+    return b.call(_prim("split"), x, sizes=tuple(int(s) for s in sizes), axis=int(dim))
+
+
+def _constant_pad_nd(b: Any, x: Any, pad: Any, value: Any = 0) -> Any:
+    """torch's pads (last axis first, begin and end in turn; negative crops) as
+    anfir's ``pad`` (every axis's begin, then every axis's end)."""
+    _static_ints(b, "constant_pad_nd", *pad)
+    rank = b.rank(b.fx_node.args[0])
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    return b.call(_prim("pad"), x, pads=tuple(begins + ends), value=value)
+
+
+def _embedding(b: Any, weight: Any, indices: Any, padding_idx: int = -1,
+               scale_grad_by_freq: bool = False, sparse: bool = False) -> Any:
+    """``embedding`` -> ``gather(weight, indices)``.  torch gives the row
+    ``padding_idx`` no gradient: that row is read through ``stop_gradient``."""
+    import numpy as np
+
+    if scale_grad_by_freq:
+        raise AnfirError("embedding with scale_grad_by_freq (its gradient is scaled)", b.loc)
+    if int(padding_idx) >= 0:
+        rows = b.fx_node.args[0].meta["val"].shape[0]
+        mask = np.zeros((int(rows), 1), dtype=bool)
+        mask[int(padding_idx), 0] = True
+        weight = b.call(_prim("where"), _array_node(b, mask),
+                        b.call(_prim("stop_gradient"), weight), weight)
+    return b.call(_prim("gather"), weight, indices, axis=0)
+
+
+def _index_select(b: Any, x: Any, dim: int, index: Any) -> Any:
+    return b.call(_prim("gather"), x, index, axis=int(dim))
+
+
+def _gather_elements(b: Any, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
+    return b.call(_prim("gather_elements"), x, index, axis=int(dim))
+
+
+def _index(b: Any, x: Any, indices: Any) -> Any:
+    """``x[..., idx, ...]`` with one integer index tensor (the others ``None``):
+    ``gather`` along its axis.  Boolean masks and several index tensors (which
+    torch broadcasts together) are refused."""
+    torch = b.importer.torch
+    given = [i for i, v in enumerate(indices) if v is not None]
+    fx_index = b.fx_node.args[1][given[0]] if len(given) == 1 else None
+    if fx_index is None or fx_index.meta["val"].dtype in (torch.bool, torch.uint8):
+        raise AnfirError("aten.index with other than one integer index tensor", b.loc)
+    return b.call(_prim("gather"), x, indices[given[0]], axis=given[0])
+
+
+def _arange(b: Any, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
+    """``arange(end)`` / ``arange(start, end, step)``; a symbolic ``end`` is a node."""
+    if end is None:
+        start, end = 0, start
+    _static_ints(b, "arange's step", step)
+    return b.call(_prim("arange"), start, end, step=step, dtype=b.out_dtype())
 
 
 def _array_node(b: Any, value: Any) -> Any:
@@ -309,6 +488,29 @@ def _while_loop(b: Any, cond_gm: Any, body_gm: Any, carried: Any, additional: An
     select = lb.call(_prim("switch"), pred, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
     loop.output = CNode(loop, (select,), b.loc)
     return CNode(b.graph, [ValueNode(loop, b.loc), *[importer.as_node(c, b.loc) for c in carried]], b.loc)
+
+
+def _map(b: Any, body_gm: Any, xs: Any, args: Any) -> Any:
+    """``map(body, xs, *args)`` (``higher_order.map_impl``) over a static leading
+    dimension: one body graph (its mapped inputs are parameters, ``args`` closed
+    over) called on each slice, each of its results ``stack``ed along axis 0.
+    A dynamic leading dimension is refused."""
+    xs, args = list(xs), list(args)
+    sizes = {arg.meta["val"].shape[0] for arg in b.fx_node.args[1]}
+    size = sizes.pop() if len(sizes) == 1 else None
+    if not isinstance(size, int):
+        raise AnfirError("map over a dynamic (or unequal) leading dimension", b.loc)
+    body, _ = b.importer.subgraph(body_gm, "map_body", args, b.loc, params=len(xs))
+    body_mod = body_gm.value if isinstance(body_gm, ValueNode) else body_gm
+    n_out = len(next(n for n in body_mod.graph.nodes if n.op == "output").args[0])
+    calls = []
+    for i in range(size):
+        slices = [b.call(_prim("squeeze"), b.call(_prim("slice"), x, starts=i, ends=i + 1, axes=0),
+                         axis=0) for x in xs]
+        calls.append(CNode(b.graph, [ValueNode(body, b.loc), *slices], b.loc))
+    outs = [b.call(_prim("stack"), b.tuple_of(b.call(_prim("tuple_getitem"), c, j) for c in calls))
+            for j in range(n_out)]
+    return b.call(_prim("make_tuple"), *outs)
 
 
 def _sym_binary(name: str) -> Rule:
@@ -400,7 +602,25 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
     put(aten._softmax.default, _softmax, "logsumexp")
     put(aten._log_softmax.default, _log_softmax, "logsumexp")
     put(aten.native_layer_norm.default, _layer_norm, "rsqrt")
-    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval, "rsqrt")
+    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval, "rsqrt", "batch_norm")
+    put(aten.convolution.default, _convolution, "conv", "conv_transpose")
+    for n in (1, 2, 3):
+        for name, rule in ((f"max_pool{n}d_with_indices", _max_pool_with_indices(n)),
+                           (f"avg_pool{n}d", _avg_pool(n)),
+                           (f"_adaptive_avg_pool{n}d", _adaptive_avg_pool(n))):
+            op = getattr(aten, name, None)
+            if op is not None:
+                put(op.default, rule, "max_pool", "avg_pool", "global_avg_pool")
+    put(aten.cat.default, _cat, "concat")
+    put(aten.slice.Tensor, _slice, "slice")
+    put(aten.split_with_sizes.default, _split_with_sizes, "split")
+    put(aten.constant_pad_nd.default, _constant_pad_nd, "pad")
+    put(aten.embedding.default, _embedding, "gather")
+    put(aten.index_select.default, _index_select, "gather")
+    put(aten.gather.default, _gather_elements, "gather_elements")
+    put(aten.index.Tensor, _index, "gather")
+    for op in (aten.arange.default, aten.arange.start, aten.arange.start_step):
+        put(op, _arange, "arange")
     put(aten.sym_size.int, _sym_size, "shape")
     put(operator.getitem, _getitem, "tuple_getitem")
     for py_op, name in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
@@ -414,7 +634,8 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
         put(op, _no_value)
     put(torch.ops.higher_order.cond, _cond, "switch")
     put(torch.ops.higher_order.while_loop, _while_loop, "switch")
+    put(torch.ops.higher_order.map_impl, _map, "stack", "slice", "squeeze")
     return table
 
 
-__all__ = ["aten_table"]
+__all__ = ["aten_table", "reads_pool_indices"]
