@@ -202,11 +202,12 @@ def _channel_norm(grouped: bool) -> Rule:
 
 
 def _einsum_labels(spec: str, ranks: Sequence[int], w: "MilWriter") -> tuple[list[str], str]:
-    """The spec's subscripts with ``...`` spelled out as upper-case labels (aligned on
+    """The spec's subscripts with ``...`` spelled out as labels of their own (aligned on
     the right, as numpy broadcasts them); a label repeated in one operand is refused."""
     inputs, output = nn_kernels.einsum_parts(spec)
     widths = [r - len(s.replace("...", "")) if "..." in s else 0 for s, r in zip(inputs, ranks)]
-    ellipsis = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:max(widths, default=0)]
+    # Labels no spec can use stand for the ellipsis's axes.
+    ellipsis = "".join(chr(0x100 + k) for k in range(max(widths, default=0)))
     spelled = [s.replace("...", ellipsis[len(ellipsis) - k:] if k else "")
                for s, k in zip(inputs, widths)]
     out = output.replace("...", ellipsis)
@@ -492,9 +493,10 @@ def _slice_of(w: "MilWriter", x: Any, shape: tuple[int, ...], attrs: dict[str, A
         if s < 0 and e < 0:
             end_mask[axis] = True
             end[axis] = 0
-    if s_empty := [a for a in range(len(shape))
-                   if len(range(begin[a], end[a] if not end_mask[a] else -1, stride[a])) == 0]:
-        raise ExportError(f"a slice that is empty along axis {s_empty[0]} has no MIL form", w.loc)
+    empty = [a for a in range(len(shape))
+             if not range(begin[a], -1 if end_mask[a] else end[a], stride[a])]
+    if empty:
+        raise ExportError(f"a slice that is empty along axis {empty[0]} has no MIL form", w.loc)
     return w.op("slice_by_index", x=x, begin=_i32(begin), end=_i32(end), stride=_i32(stride),
                 end_mask=end_mask)
 
@@ -539,15 +541,12 @@ def _pad(w: "MilWriter", op: Op) -> None:
     grow = [(max(b, 0), max(e, 0)) for b, e in spec]
     if any(b or e for b, e in grow):
         if mode == "wrap":
+            # Before x: its last b % n cells, then b // n copies; after: e // n copies,
+            # then its first e % n cells.
             for axis, (b, e) in enumerate(grow):
                 n = x.shape[axis]
-                pieces = []
-                for lo, hi in ([(n - b % n if b % n else n, n)] if b % n else []) + \
-                        [(0, n)] * (b // n):
-                    pieces.append((lo, hi))
-                parts = [_axis_slice(w, x, axis, lo, hi) for lo, hi in pieces]
-                parts.append(x)
-                parts += [_axis_slice(w, x, axis, 0, n)] * (e // n)
+                parts = [_axis_slice(w, x, axis, n - b % n, n)] if b % n else []
+                parts += [x] * (b // n + 1 + e // n)
                 if e % n:
                     parts.append(_axis_slice(w, x, axis, 0, e % n))
                 if len(parts) > 1:
