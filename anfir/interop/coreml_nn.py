@@ -108,11 +108,29 @@ def _mean(w: "MilWriter", x: Any, axes: Sequence[int], keep: bool) -> Any:
     return w.op("reduce_mean", x=x, axes=_i32(axes), keep_dims=keep)
 
 
-def _slice(w: "MilWriter", x: Any, begin: Sequence[int], end: Sequence[int],
+def _slice(w: "MilWriter", x: Any, begin: Sequence[int], end: Sequence[Optional[int]],
            stride: Optional[Sequence[int]] = None) -> Any:
-    """``x[begin:end:stride]`` on every axis (static, non-negative bounds)."""
-    return w.op("slice_by_index", x=x, begin=_i32(begin), end=_i32(end),
-                stride=_i32(stride if stride is not None else [1] * len(begin)))
+    """``x[begin:end:stride]`` on every axis (non-negative bounds; an end of None: to the
+    axis's end, which may be symbolic)."""
+    inputs: dict[str, Any] = {}
+    if any(e is None for e in end):
+        inputs["end_mask"] = [e is None for e in end]
+    return w.op("slice_by_index", x=x, begin=_i32(begin), end=_i32([e or 0 for e in end]),
+                stride=_i32(stride if stride is not None else [1] * len(begin)), **inputs)
+
+
+def _geometry(w: "MilWriter", operand: Operand, what: str) -> tuple[int, ...]:
+    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
+    dimension static but the batch, which may be symbolic (it counts as 1 there)."""
+    shape = _shape(w, operand, what)
+    if not shape:
+        raise ExportError(f"{what} needs a tensor of rank >= 3", w.loc)
+    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
+    rest = shape[1:]
+    if not all(isinstance(d, (int, np.integer)) for d in rest):
+        raise ExportError(f"{what} needs static channel and spatial dimensions to export to "
+                          f"Core ML, not {shape}", w.loc)
+    return (int(batch), *(int(d) for d in rest))
 
 
 # -- nn ----------------------------------------------------------------------------------
@@ -907,7 +925,7 @@ def _eye(w: "MilWriter", op: Op) -> None:
 def _conv_params(w: "MilWriter", op: Op, x_op: Operand, w_op: Operand
                  ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
     a = op.attrs
-    x_shape = _static(w, x_op, op.prim.name)
+    x_shape = _geometry(w, x_op, op.prim.name)
     w_shape = _static(w, w_op, op.prim.name)
     return conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
                             a.get("padding", 0), a.get("dilation", 1), a.get("groups", 1), "conv")
@@ -938,9 +956,9 @@ def _conv_rule(w: "MilWriter", op: Op) -> None:
         w.bind(out, w.op("conv", out, x=x, weight=weight, strides=_i32(st), pad_type="custom",
                          pad=_mil_pads(pads, n), dilations=_i32(dil), groups=g, **inputs))
         return
-    x_shape = _static(w, op.args[0], "conv")
+    x_shape = _geometry(w, op.args[0], "conv")
     w_shape = _static(w, op.args[1], "conv")
-    sizes = _static(w, out, "conv")[2:]
+    sizes = _geometry(w, out, "conv")[2:]
     kernel = w_shape[2:]
     count, cells = int(np.prod(kernel)), int(np.prod(sizes))
     windows = _windows(w, x, n, kernel, st, pads, dil, sizes, 0.0, d)   # (N, C, P..., K)
@@ -949,16 +967,16 @@ def _conv_rule(w: "MilWriter", op: Op) -> None:
     for group in range(g):
         part = windows if g == 1 else _slice(
             w, windows, [0, group * cin, *([0] * (n + 1))],
-            [x_shape[0], (group + 1) * cin, *sizes, count])
+            [None, (group + 1) * cin, *sizes, count])
         rows = w.reshape(w.op("transpose", x=part, perm=_i32([0, *range(2, 2 + n), 1, 2 + n])),
-                         _i32([x_shape[0], cells, cin * count]))         # (N, P, C/g * K)
+                         _shape_var(w, x, [("dim", 0), cells, cin * count]))  # (N, P, C/g * K)
         kern = weight if g == 1 else _slice(w, weight, [group * cout, *([0] * (n + 1))],
                                             [(group + 1) * cout, *w_shape[1:]])
         kern = w.reshape(kern, _i32([cout, cin * count]))
         parts.append(w.op("matmul", x=rows, y=kern, transpose_y=True))   # (N, P, O/g)
     result = parts[0] if g == 1 else w.op("concat", values=parts, axis=2)
     result = w.reshape(w.op("transpose", x=result, perm=_i32([0, 2, 1])),
-                       _i32([x_shape[0], w_shape[0], *sizes]))
+                       _shape_var(w, x, [("dim", 0), w_shape[0], *sizes]))
     if bias is not None:
         result = w.op("add", x=result, y=_channel_view_of(w, bias, n + 2))
     _bind_identity(w, out, result)
@@ -1065,7 +1083,7 @@ def _pool_geometry(w: "MilWriter", op: Op, x_op: Operand, dilation: bool
                               list[int], tuple[int, ...]]:
     """(n, kernel, stride, pads (ends widened for ceil mode), dilation, out sizes, x's shape)."""
     a = op.attrs
-    shape = _static(w, x_op, op.prim.name)
+    shape = _geometry(w, x_op, op.prim.name)
     n, k, st, pads, dil, sizes = conv.pool_params(
         _shaped(shape), a.get("kernel"), a.get("stride"), a.get("padding", 0),
         a.get("dilation", 1) if dilation else 1, a.get("ceil_mode", False), op.prim.name)
@@ -1080,11 +1098,11 @@ def _windows(w: "MilWriter", x: Any, n: int, k: Sequence[int], st: Sequence[int]
     if any(pads):
         flat = [p for j in range(n) for p in (pads[j], pads[n + j])]
         x = w.op("pad", x=x, pad=_i32(flat), mode="constant", constant_val=_scalar(fill, d))
-    batch = list(x.shape[:2])
     cells = []
     for offset in np.ndindex(*k):
         begin = [0, 0] + [o * dl for o, dl in zip(offset, dil)]
-        end = batch + [o * dl + (m - 1) * s + 1 for o, dl, m, s in zip(offset, dil, sizes, st)]
+        end = [None, None] + [o * dl + (m - 1) * s + 1
+                              for o, dl, m, s in zip(offset, dil, sizes, st)]
         cells.append(_slice(w, x, begin, end, [1, 1, *st]))
     if len(cells) == 1:
         return _expand_dims(w, cells[0], [2 + n])
@@ -1159,6 +1177,7 @@ def _max_pool_grad(w: "MilWriter", op: Op) -> None:
     conv_transpose whose kernel j is 1 at offset j only; cropped to x's shape."""
     out = op.results[0]
     d = w.dtype(out)
+    _static(w, op.args[0], "max pooling's gradient")  # the planes' reshape names the batch
     pick, (n, k, st, pads, dil, sizes, shape) = _argmax_windows(w, op, d)
     count = int(np.prod(k))
     hit = w.op("equal", x=_expand_dims(w, pick, [2 + n]), y=w.const(np.arange(count), "i32"))
@@ -1196,6 +1215,7 @@ def _avg_pool_grad(w: "MilWriter", op: Op) -> None:
     conv_transpose with a kernel of ones, cropped to x's shape."""
     out = op.results[0]
     d = w.dtype(out)
+    _static(w, op.args[1], "average pooling's gradient")  # conv_transpose's output_shape
     n, k, st, pads, _, sizes, shape = _pool_geometry(w, op, op.args[1], False)
     include = bool(op.attrs.get("count_include_pad", True))
     given = [int(p) for p in conv._pads(op.attrs.get("padding", 0), n, "avg_pool",
