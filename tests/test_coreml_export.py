@@ -499,7 +499,7 @@ def test_the_cnn_gradient_exports_and_matches_anfir_and_pytorch(tmp_path: Path) 
         np.testing.assert_allclose(got, param.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_a_cnn_with_a_symbolic_batch_exports(tmp_path: Path) -> None:
+def test_a_cnn_with_a_symbolic_batch_exports() -> None:
     """Convolutions and pools need static channels and spatial sizes; the batch may be
     a symbol (a flexible dimension of the model)."""
     module = anfir.parse("""
@@ -513,8 +513,7 @@ def f(x: f32[B, 2, 7, 6], w: f32[4, 2, 3, 3], v: f32[4, 2, 2, 2]) =
     # The batch stays a symbol (MIL names it afresh after a slice with end_mask or a stack).
     assert str(outputs[0].shape[0]) == "B" and not any(isinstance(v.shape[0], int) for v in outputs)
     assert [tuple(v.shape[1:]) for v in outputs] == [(4, 3, 3), (4, 4, 4), (4, 5, 4), (4, 5, 4)]
-    described = saved(program, tmp_path)
-    assert described["inputs"][0] == {"name": "x", "dtype": "FLOAT32", "shape": [None, 2, 7, 6]}
+    assert [str(d) for d in program.functions["main"].inputs["x"].shape] == ["B", "2", "7", "6"]
     data = np.random.default_rng(6)
     args = [data.normal(size=s).astype(np.float32) for s in [(3, 2, 7, 6), (4, 2, 3, 3), (4, 2, 2, 2)]]
     want = anfir.run(anfir.compile(module, entry="f", args=args), *args)
