@@ -274,7 +274,7 @@ def _swap_last_of(w: "MilWriter", x: Any, rank: int) -> Any:
 def _attention_scale_of(w: "MilWriter", q: Operand, scale: Any, d: str) -> Any:
     shape = _shape(w, q, "attention")
     if scale is None and not isinstance(shape[-1], int):
-        e = w.cast(w.op("gather", x=w.shape_of(w.tensor(q)), indices=_i32([-1 % len(shape)]),
+        e = w.cast(w.op("gather", x=w.shape_of(w.tensor(q)), indices=np.int32(len(shape) - 1),
                         axis=0), d)
         return w.op("real_div", x=w.const(1, d), y=w.op("sqrt", x=e))
     return w.const(nn_kernels.default_scale(shape, scale), d)
