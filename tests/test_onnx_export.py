@@ -568,8 +568,11 @@ def test_the_cnn_gradient_matches_pytorch_autograd() -> None:
 
 def test_an_exported_cnn_training_step_lowers_the_loss() -> None:
     data = cnn_data(4, batch=8)
-    types = [f"f32{list(a.shape)}".replace(" ", "") for a in data] + ["f32"]
+    # The batch is a dim_param: the convolution gradients need channels and spatial sizes.
+    types = [f"f32{list(a.shape)}".replace(" ", "") for a in data[:5]] + \
+        ["f32[B, 1, 8, 8]", "f32[B, 3]", "f32"]
     model = checked(anfir.export_onnx(CNN_MODULE, entry="cnn_step", args=types))
+    assert model.graph.input[5].type.tensor_type.shape.dim[0].dim_param == "B"
     run = engines(model)[-1][1]  # onnxruntime where installed, else the reference evaluator
     params, x, y = list(data[:5]), data[5], data[6]
     losses = []

@@ -1465,6 +1465,18 @@ def _known_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
+def _geometry(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
+    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
+    dimension known but the batch, which may be symbolic (it counts as 1 there: the
+    nodes written never name it)."""
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None or not shape or any(
+            is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape[1:]):
+        raise ExportError(f"{what} needs a tensor of known channels and spatial sizes", w.loc)
+    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
+    return (int(batch), *(int(d) for d in shape[1:]))
+
+
 def _rank(w: OnnxWriter, operand: Operand, what: str) -> int:
     """The rank of a tensor operand (its dimensions may be symbolic)."""
     shape = shape_of_type(w.type_of(operand))
@@ -1537,9 +1549,9 @@ def _conv_input_grad(w: OnnxWriter, op: Op) -> None:
     """ConvTranspose of dout, its output_padding chosen so the result has x's shape."""
     out = op.results[0]
     d = w.dtype(out)
-    dout_shape = _known_shape(w, op.args[0], "conv's input gradient")
+    dout_shape = _geometry(w, op.args[0], "conv's input gradient")
     w_shape = _known_shape(w, op.args[1], "conv's input gradient")
-    x_shape = _known_shape(w, op.args[2], "conv's input gradient")
+    x_shape = _geometry(w, op.args[2], "conv's input gradient")
     a = op.attrs
     n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
                                          a.get("padding", 0), a.get("dilation", 1),
@@ -1624,8 +1636,8 @@ def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
     whose input channels are (group, batch)."""
     out = op.results[0]
     d = w.dtype(out)
-    x_shape = _known_shape(w, op.args[0], "conv's weight gradient")
-    dout_shape = _known_shape(w, op.args[1], "conv's weight gradient")
+    x_shape = _geometry(w, op.args[0], "conv's weight gradient")
+    dout_shape = _geometry(w, op.args[1], "conv's weight gradient")
     w_shape = _known_shape(w, op.args[2], "conv's weight gradient")
     a = op.attrs
     n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
@@ -1633,14 +1645,14 @@ def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
                                          a.get("groups", 1), "conv")
     spatial = list(range(2, 2 + n))
     x = w.tensor(op.args[0], d)
-    batch, channels = x_shape[0], x_shape[1]
     if g == 1:
         xt = w.op("Transpose", x, perm=[1, 0, *spatial])                    # (C, N, S...)
     else:
-        cin = channels // g
-        grouped = w.op("Reshape", x, w.ints([batch, g, cin, *x_shape[2:]]))
+        cin = x_shape[1] // g
+        # (0 copies the batch, -1 is g times it: it may be symbolic)
+        grouped = w.op("Reshape", x, w.ints([0, g, cin, *x_shape[2:]]))
         xt = w.op("Reshape", w.op("Transpose", grouped, perm=[2, 1, 0, *range(3, 3 + n)]),
-                  w.ints([cin, g * batch, *x_shape[2:]]))                  # (C/g, g*N, S...)
+                  w.ints([cin, -1, *x_shape[2:]]))                         # (C/g, g*N, S...)
     dt = w.op("Transpose", w.tensor(op.args[1], d), perm=[1, 0, *spatial])  # (O, N, P...)
     full = w.op("Conv", xt, dt, strides=list(dil), dilations=list(st), pads=list(pads), group=g)
     # The Conv's kernel positions: (S + pads - stride*(P - 1) - 1) // dilation + 1 >= K.
@@ -1689,7 +1701,7 @@ def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
     end to x's size (the cells no window reads)."""
     out = op.results[0]
     d = w.dtype(out)
-    x_shape = _known_shape(w, op.args[1], "average pooling's gradient")
+    x_shape = _geometry(w, op.args[1], "average pooling's gradient")
     a = op.attrs
     kernel, stride, padding, ceil = a.get("kernel"), a.get("stride"), a.get("padding", 0), \
         a.get("ceil_mode", False)
@@ -1701,7 +1713,7 @@ def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
     scaled = w.op("Div", w.tensor(op.args[0], d), w.const(divisor, d))
     # Each (image, channel) plane on its own: one input channel, one output channel
     # (ONNX's reference ConvTranspose has no groups).
-    planes = w.op("Reshape", scaled, w.ints([x_shape[0] * x_shape[1], 1, *sizes]))
+    planes = w.op("Reshape", scaled, w.ints([-1, 1, *sizes]))
     # The windows reach (o - 1) * s + k padded cells: the begin padding is cropped, then
     # whatever lies past x's end (end padding) is cropped, or x's cells past the last
     # window (never read) are zeros padded on.
@@ -1712,7 +1724,7 @@ def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
                   pads=[*pads[:n], *ends])
     if any(extra):
         spread = w.op("Pad", spread, w.ints([0] * (n + 2) + [0, 0, *extra]))
-    w.node("Reshape", [spread, w.ints(list(x_shape))], [out.name])
+    w.node("Reshape", [spread, w.op("Shape", w.tensor(op.args[1]))], [out.name])
 
 
 def _conv_family_rules() -> dict[Primitive, OnnxRule]:
