@@ -171,6 +171,33 @@ SAMPLES.update({  # the convolution family (anfir/primitives/conv.py)
     PRIMITIVES["avg_pool"]: [(X4, A(kernel=2)), (X4, A(kernel=3, stride=2, padding=1)),
                              (X4, A(kernel=3, stride=2, padding=1, count_include_pad=False)),
                              (X4, A(kernel=(2, 3), stride=1))],
+    # The training graph's gradients (outputs of the forward samples' shapes).
+    PRIMITIVES["conv_weight_grad"]: [
+        (X4, _R.standard_normal((2, 6, 5, 4)).astype(np.float32), W4),
+        (X4, _R.standard_normal((2, 6, 4, 3)).astype(np.float32), W4, A(stride=2, padding=1)),
+        (X4, _R.standard_normal((2, 6, 5, 3)).astype(np.float32), WG,
+         A(padding=(1, 0, 2, 1), dilation=(1, 2), groups=2)),
+        (X4, _R.standard_normal((2, 6, 3, 2)).astype(np.float32), W4, A(stride=(2, 2))),
+        (X3, _R.standard_normal((2, 3, 4)).astype(np.float32), W3, A(stride=2, padding="valid"))],
+    PRIMITIVES["max_pool_grad"]: [
+        (X4.astype(np.float64), _R.standard_normal((2, 4, 3, 3)), A(kernel=2)),
+        (X4, _R.standard_normal((2, 4, 4, 7)).astype(np.float32), A(kernel=(3, 2), stride=(2, 1), padding=1)),
+        (X4, _R.standard_normal((2, 4, 3, 2)).astype(np.float32), A(kernel=3, stride=2, dilation=2, padding=1)),
+        (X3, _R.standard_normal((2, 4, 4)).astype(np.float32), A(kernel=(3,), stride=2, ceil_mode=True)),
+        # overlapping windows share maxima (their gradients add); ties go to the first
+        (np.round(X4), _R.standard_normal((2, 4, 6, 5)).astype(np.float32), A(kernel=2, stride=1))],
+    PRIMITIVES["max_pool_select"]: [
+        (X4.astype(np.float64), X4[::-1].astype(np.float64), A(kernel=2)),
+        (X4, _R.standard_normal((2, 4, 7, 6)).astype(np.float32), A(kernel=3, stride=2, dilation=2, padding=1)),
+        (X3, X3 * 2, A(kernel=(3,), stride=2, ceil_mode=True)),
+        (np.round(X4), X4, A(kernel=2, stride=1))],
+    PRIMITIVES["avg_pool_grad"]: [
+        (_R.standard_normal((2, 4, 3, 3)).astype(np.float32), X4, A(kernel=2)),
+        (_R.standard_normal((2, 4, 4, 3)).astype(np.float32), X4, A(kernel=3, stride=2, padding=1)),
+        (_R.standard_normal((2, 4, 4, 3)).astype(np.float32), X4,
+         A(kernel=3, stride=2, padding=1, count_include_pad=False)),
+        (_R.standard_normal((2, 4, 6, 4)).astype(np.float32), X4, A(kernel=(2, 3), stride=1)),
+        (_R.standard_normal((2, 4, 5)).astype(np.float32), X3, A(kernel=(2,), ceil_mode=True))],
     PRIMITIVES["global_avg_pool"]: [(X4,), (X3.astype(np.float32),)],
     PRIMITIVES["global_max_pool"]: [(X4,)],  # (onnx's reference GlobalMaxPool is 2-d only)
     PRIMITIVES["batch_norm"]: [(X4, _R.standard_normal(4), _R.standard_normal(4), _R.standard_normal(4),
@@ -192,7 +219,7 @@ SAMPLES.update({
     PRIMITIVES["slice_grad"]: [(np.ones((2, 2)), W, A(starts=(0, 1), ends=(9, -1))),
                                (np.ones((2, 2)), W, A(starts=-1, ends=-9, axes=1, steps=-2))],
     PRIMITIVES["pad"]: [(W, A(pads=(1, 0, 0, 2))), (W, A(pads=(1, 2, 1, 1), mode="reflect")),
-                        (W, A(pads=(0, 1, 1, 0), mode="edge", value=0)), (W, A(pads=(1, 3, 1, 2), mode="wrap")),
+                        (W, A(pads=(0, 1, 1, 0), mode="edge", value=0)), (W, A(pads=(1, 3, 1, 2), mode="wrap")), (W, A(pads=(3, 5, 4, 9), mode="wrap")),
                         (W, A(pads=(1, -1, 0, 0), value=2.5)), (I, A(pads=(1, 1, 1, 1), value=7))],
     PRIMITIVES["pad_grad"]: [(np.arange(20.0).reshape(4, 5), X, A(pads=(1, 1, 1, 1), mode="reflect")),
                              (np.ones((4, 4)), X, A(pads=(1, 0, 1, 1))),
@@ -246,7 +273,8 @@ SAMPLES.update({
                                (_IMG, S(4), np.ones(4), np.zeros(4), A(eps=1e-3))],
     PRIMITIVES["instance_norm"]: [(_IMG, rng.normal(size=4), rng.normal(size=4))],
     PRIMITIVES["einsum"]: [(S("ij,jk->ik"), X, M34), (S("bij,bjk->bik"), T223, rng.normal(size=(2, 3, 2))),
-                           (S("ij->"), X), (S("...j,j->..."), T223, V3)],
+                           (S("ij->"), X), (S("...j,j->..."), T223, V3),
+                           (S("bIj,Bj->bIB"), T223, rng.normal(size=(4, 3)))],
     PRIMITIVES["attention"]: [(_Q, _K, _V), (_Q, _K, _V, A(causal=True)),
                               (_Q, _K, _V, rng.normal(size=(3, 5)), A(scale=0.3)),
                               (_Q, _K, _V, rng.normal(size=(3, 5)) > 0)],
@@ -310,3 +338,30 @@ EXAMPLE_NOT_FIRST_ORDER: dict[tuple[str, str], tuple[Optional[list[Any]], str]] 
     ("power", "dpower"): ([2.0], "a loop whose result is a function"),
 }
 """Definitions that are not first-order after optimization, with what the error says."""
+
+
+CNN = """\
+# A small CNN: conv, max pooling, conv, average pooling, a linear layer, a squared error.
+def cnn_loss(w1: f32[4, 1, 3, 3], b1: f32[4], w2: f32[6, 4, 3, 3], w3: f32[12, 3], b3: f32[3],
+             x: f32[B, 1, 8, 8], y: f32[B, 3]) -> f32 =
+  let h1 = relu(conv(x, w1, b1, padding=1)) in
+  let p1 = max_pool(h1, 2) in
+  let h2 = tanh(conv(p1, w2, padding=(1, 1, 0, 0), stride=(1, 2))) in
+  let p2 = avg_pool(h2, 2, padding=(1, 0), count_include_pad=false) in
+  let out = reshape(p2, (shape(p2)[0], 12)) @ w3 + b3 in
+  mean((out - y) ** 2)
+
+def cnn_step(w1, b1, w2, w3, b3, x, y, rate) =
+  let vg = value_and_grad(cnn_loss, 0, 1, 2, 3, 4)(w1, b1, w2, w3, b3, x, y) in
+  let g = vg[1] in
+  (vg[0], w1 - rate * g[0], b1 - rate * g[1], w2 - rate * g[2], w3 - rate * g[3], b3 - rate * g[4])
+"""
+"""A CNN loss and its training step (ONNX export of the gradient graph of conv and pooling)."""
+
+
+def cnn_data(seed: int, batch: int = 4) -> tuple[np.ndarray, ...]:
+    """(w1, b1, w2, w3, b3, x, y) for :data:`CNN`, float32."""
+    data = np.random.default_rng(seed)
+    shapes = [(4, 1, 3, 3), (4,), (6, 4, 3, 3), (12, 3), (3,), (batch, 1, 8, 8), (batch, 3)]
+    scales = [0.5, 0.1, 0.3, 0.3, 0.1, 1.0, 1.0]
+    return tuple((data.normal(size=s) * k).astype(np.float32) for s, k in zip(shapes, scales))

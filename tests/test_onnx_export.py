@@ -48,7 +48,9 @@ from anfir.interop.flat import (  # noqa: E402
 from anfir.interop.onnx_export import RULES, UNSUPPORTED, nest_outputs, onnx_inputs  # noqa: E402
 from anfir.primitives import PRIMITIVES  # noqa: E402
 from cli_harness import run_in_process  # noqa: E402
-from export_samples import A, EXAMPLE_EXPORTS, EXAMPLE_NOT_FIRST_ORDER, S, SAMPLES  # noqa: E402
+from export_samples import (  # noqa: E402
+    CNN, EXAMPLE_EXPORTS, EXAMPLE_NOT_FIRST_ORDER, SAMPLES, A, S, cnn_data,
+)
 
 try:
     import onnxruntime
@@ -210,6 +212,8 @@ def test_each_rule_computes_the_primitive(prim: Any) -> None:
         given = args[-1].attrs if args and isinstance(args[-1], A) else {}
         want = prim.impl(*[_raw(a) for a in args if not isinstance(a, A)], **given)
         for name, run in engines(model):
+            if name == "reference" and _reference_indices_are_wrong(prim, given):
+                continue
             outputs = run(feeds[0])
             where = f"{name}: {prim.name}{tuple(np.shape(_raw(a)) for a in args if not isinstance(a, A))} {given}"
             if isinstance(want, tuple):  # a tuple-valued primitive: an output per item
@@ -222,6 +226,37 @@ def test_each_rule_computes_the_primitive(prim: Any) -> None:
             assert_same(want, got, where)
             assert np.asarray(got).dtype == np.asarray(want).dtype or isinstance(want, float) \
                 or isinstance(want, (bool, int)), (where, np.asarray(got).dtype, np.asarray(want).dtype)
+
+
+def _reference_indices_are_wrong(prim: Any, given: dict[str, Any]) -> bool:
+    """onnx's reference MaxPool gives wrong Indices when every stride and dilation is 1
+    (that case takes its common pooling path: for a 4x4 input and a 2x2 kernel it answers
+    [[4, 5, 4], ...] where the spec, and onnxruntime, give [[5, 6, 6], ...]); the
+    gradients read through those indices are checked on onnxruntime alone there."""
+    if prim.name not in ("max_pool_grad", "max_pool_select") or onnxruntime is None:
+        return False
+    strides = [given.get("stride", given.get("kernel")), given.get("dilation", 1)]
+    return all(v == 1 or (isinstance(v, tuple) and set(v) == {1}) for v in strides)
+
+
+def test_the_reference_maxpool_indices_bug_is_still_there() -> None:
+    """The case above is the reference evaluator's, not the export's: its MaxPool with unit
+    strides disagrees with onnxruntime on a plain 4x4 input (when this fails, onnx fixed it
+    and the exception can go)."""
+    if onnxruntime is None:
+        pytest.skip("needs onnxruntime to compare with")
+    h = onnx.helper
+    node = h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], strides=[1, 1])
+    graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", 1, [1, 1, 4, 4])],
+                         [h.make_tensor_value_info("y", 1, None), h.make_tensor_value_info("i", 7, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+    x = np.random.default_rng(0).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    want = np.argmax(np.lib.stride_tricks.sliding_window_view(x[0, 0], (2, 2)).reshape(3, 3, 4), -1)
+    flat = [[(r + k // 2) * 4 + c + k % 2 for c, k in enumerate(row)] for r, row in enumerate(want)]
+    (_, (_, runtime)), (_, (_, reference)) = [
+        (name, run({"x": x})) for name, run in reversed(engines(model))]
+    assert np.array_equal(runtime[0, 0], flat)
+    assert not np.array_equal(reference[0, 0], flat)
 
 
 # -- the bundled examples -------------------------------------------------------------------
@@ -491,6 +526,97 @@ def test_an_exported_training_step_lowers_the_loss() -> None:
     for expected in losses[:5]:
         loss, a1, a2 = anfir.run(step, a1, a2, x, y, 0.005)
         np.testing.assert_allclose(loss, expected, rtol=1e-9)
+
+
+# -- a CNN loss (conv, pooling, linear): gradients against PyTorch, training in ONNX ----------
+CNN_MODULE = anfir.parse(CNN, filename="cnn.anf")
+
+
+def _cnn_gradient() -> Any:
+    return anfir.value_and_grad(CNN_MODULE["cnn_loss"], wrt=(0, 1, 2, 3, 4))
+
+
+def test_the_cnn_gradient_exports_and_matches_anfir() -> None:
+    model = export_and_compare(_cnn_gradient(), None, list(cnn_data(1)), [cnn_data(1), cnn_data(2)])
+    # conv's weight gradient is a Conv, its input gradient a ConvTranspose; max pooling's
+    # gradient scatters to MaxPool's indices, average pooling's spreads by a ConvTranspose.
+    assert {"Conv", "ConvTranspose", "MaxPool", "ScatterElements", "AveragePool"} <= op_types(model)
+
+
+def test_the_cnn_gradient_matches_pytorch_autograd() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch)")
+    functional = torch.nn.functional
+    args = cnn_data(3)
+    model = checked(anfir.export_onnx(_cnn_gradient(), args=list(args)))
+    params = [torch.tensor(a, requires_grad=True) for a in args[:5]]
+    w1, b1, w2, w3, b3 = params
+    x, y = torch.tensor(args[5]), torch.tensor(args[6])
+    h1 = functional.max_pool2d(torch.relu(functional.conv2d(x, w1, b1, padding=1)), 2)
+    # anfir's padding (1, 1, 0, 0) is begins then ends: torch pads (w, w, h, h) first.
+    h2 = torch.tanh(functional.conv2d(functional.pad(h1, (1, 0, 1, 0)), w2, stride=(1, 2)))
+    p2 = functional.avg_pool2d(h2, 2, padding=(1, 0), count_include_pad=False)
+    loss = ((p2.reshape(p2.shape[0], 12) @ w3 + b3 - y) ** 2).mean()
+    loss.backward()
+    for name, run in engines(model):
+        value, grads = nest_outputs(model, run(onnx_inputs(model, *args)))
+        np.testing.assert_allclose(value, loss.item(), rtol=1e-5, err_msg=name)
+        for k, (got, param) in enumerate(zip(grads, params)):
+            assert param.grad is not None
+            np.testing.assert_allclose(got, param.grad.numpy(), rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{name}: the gradient of parameter {k}")
+
+
+def test_an_exported_cnn_training_step_lowers_the_loss() -> None:
+    data = cnn_data(4, batch=8)
+    # The batch is a dim_param: the convolution gradients need channels and spatial sizes.
+    types = [f"f32{list(a.shape)}".replace(" ", "") for a in data[:5]] + \
+        ["f32[B, 1, 8, 8]", "f32[B, 3]", "f32"]
+    model = checked(anfir.export_onnx(CNN_MODULE, entry="cnn_step", args=types))
+    assert model.graph.input[5].type.tensor_type.shape.dim[0].dim_param == "B"
+    run = engines(model)[-1][1]  # onnxruntime where installed, else the reference evaluator
+    params, x, y = list(data[:5]), data[5], data[6]
+    losses = []
+    for _ in range(40):
+        loss, *params = nest_outputs(model, run(onnx_inputs(model, *params, x, y, np.float32(0.2))))
+        losses.append(float(loss))
+    assert losses[-1] < 0.5 * losses[0], losses[::8]
+    # The same steps in anfir give the same losses.
+    step = anfir.compile(CNN_MODULE, entry="cnn_step", args=types)
+    params = list(data[:5])
+    for expected in losses[:4]:
+        loss, *params = anfir.run(step, *params, x, y, np.float32(0.2))
+        np.testing.assert_allclose(loss, expected, rtol=1e-4)
+
+
+# -- the round trip: anfir -> ONNX -> import_onnx -> run ----------------------------------------
+@pytest.mark.parametrize("name,entry,args,runs", [
+    ("loop", "halvings", [5.0], [(5.0,), (0.5,), (100.0,)]),   # Loop with an If inside
+    ("loop", "newton_sqrt", [2.0], [(2.0,), (9.0,)]),
+    ("closures", "pick", [True, 3], [(True, 3), (False, 3)]),  # If
+])
+def test_an_exported_model_imports_back_and_computes_the_same(
+        name: str, entry: str, args: list[Any], runs: list[tuple[Any, ...]]) -> None:
+    module = anfir.load(str(EXAMPLES / f"{name}.anf"))
+    model = checked(anfir.export_onnx(module, entry=entry, args=args))
+    imported = anfir.import_onnx(model)
+    for values in runs:
+        feed = onnx_inputs(model, *values)
+        got = anfir.run(imported.entry, *[feed[i.name] for i in model.graph.input])
+        want = anfir.run(anfir.compile(module, entry=entry, args=list(values)), *values)
+        assert_same(want, got, f"{entry}{values}")
+
+
+def test_an_exported_gradient_imports_back_and_computes_the_same() -> None:
+    mlp = anfir.parse(spec_examples.MLP)["mlp_loss"]
+    graph = anfir.value_and_grad(mlp, wrt=(0, 1))
+    args = _mlp_data(4)
+    # Concrete shapes: the importer takes Reshape's shape statically.
+    model = checked(anfir.export_onnx(graph, args=list(args)))
+    imported = anfir.import_onnx(model)
+    feed = onnx_inputs(model, *args)
+    got = anfir.run(imported.entry, *[feed[i.name] for i in model.graph.input])
+    value, (g1, g2) = anfir.run(graph, *args)
+    assert_same((value, g1, g2), tuple(got), "the imported mlp gradient")
 
 
 # -- errors, determinism, the command line ---------------------------------------------------

@@ -42,7 +42,7 @@ import logging
 import math
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from anfir.abstract.shapes import dims_equal, is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
 from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
+from anfir.interop import coreml_nn
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     dtype_of_type, shape_of_type,
@@ -59,8 +60,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
-                              structure, tensor)
+from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,12 +135,14 @@ def export_coreml(source: Source, entry: Optional[str] = None,
 
 
 def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None,
-                       feeds: Optional[Sequence[Any]] = None) -> "Program":
+                       feeds: Optional[Sequence[Any]] = None,
+                       evaluators: Optional[Mapping[str, Callable[..., Any]]] = None) -> "Program":
     """The MIL Program of an optimized graph (what ``anfir.compile`` returns).
 
     With ``feeds`` (one anfir-style value per entry parameter), the inputs are
     constants instead: coremltools then computes every op it can at build time
-    (its ops' value inference), which :func:`evaluate` reads back.
+    (its ops' value inference), which :func:`evaluate` reads back; ``evaluators``
+    compute the ops it cannot (see :func:`evaluate`).
     """
     flat = flatten_program(graph)
     props = {"anfir.entry": graph.name}
@@ -153,7 +155,7 @@ def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = No
         [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
     flat.metadata = props
     values = None if feeds is None else _feed_values(flat, feeds)
-    program = MilWriter(require_coremltools(), flat).program(values)
+    program = MilWriter(require_coremltools(), flat, evaluators).program(values)
     _METADATA[program] = props
     return program
 
@@ -195,16 +197,23 @@ def to_mlmodel(program: "Program") -> Any:
     return model
 
 
-def evaluate(source: Source, entry: Optional[str] = None, args: Sequence[Any] = ()) -> Any:
+def evaluate(source: Source, entry: Optional[str] = None, args: Sequence[Any] = (),
+             evaluators: Optional[Mapping[str, Callable[..., Any]]] = None) -> Any:
     """What the exported program computes for ``args``, by coremltools itself: the
     program is built with the arguments as constants, and the outputs are the
     values coremltools' ops infer (each MIL op's reference implementation in
     numpy).  Core ML prediction needs macOS; this checks the MIL ops the
     exporter chose on any machine.  ``while_loop`` has no value inference:
-    a program with a loop gives an :class:`ExportError`."""
+    a program with a loop gives an :class:`ExportError`.
+
+    coremltools infers no value for some ops (``conv``, ``conv_transpose``, the
+    pools, ``scatter``, ``gather_nd``, ``scatter_nd``), and its inference of
+    ``scatter_along_axis`` ignores ``mode="add"``: ``evaluators`` maps an op type
+    to a function of the op's inputs (numpy values, by MIL's input names)
+    computing its value, which then stands for the op (tests pass PyTorch's)."""
     require_coremltools()
     graph = compile_program(source, entry=entry, args=list(args)).graph
-    program = program_from_graph(graph, feeds=args)
+    program = program_from_graph(graph, feeds=args, evaluators=evaluators)
     outputs = program.functions["main"].outputs
     values = []
     for var in outputs:
@@ -1161,15 +1170,11 @@ RULES: dict[Primitive, MilRule] = {
     reduce.cumprod: _cumprod,
     gradient.prod_others: _prod_others,
     DIM: _dim,
+    **coreml_nn.RULES,
 }
 """Primitive object → the rule writing its MIL ops.  A primitive the walker takes
 apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
-
-def _declared_in(module: Any) -> list[Primitive]:
-    """The primitives a module of the op library declares, in declaration order."""
-    return [p for p in vars(module).values() if isinstance(p, Primitive)]
-
 
 UNSUPPORTED: dict[Primitive, str] = {
     elementwise.bitwise_and: "MIL has no bitwise operations",
@@ -1179,11 +1184,7 @@ UNSUPPORTED: dict[Primitive, str] = {
     elementwise.bit_shift: "MIL has no bit shifts",
     **{prim: "Core ML has no complex tensors"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
-    # Not mapped yet (they landed after this exporter; MIL has most of them:
-    # softmax, layer_norm, einsum, concat, gather, pad...): refused with this reason.
-    **{prim: "no MIL rule written for it yet (docs/coreml.md lists the operators exported)"
-       for prim in (*_declared_in(nn), *_declared_in(shaping), *_declared_in(indexing),
-                    *_declared_in(conv))},
+    **coreml_nn.UNSUPPORTED,
 }
 """Primitives that cannot be exported to MIL, with the reason (the error quotes it)."""
 
@@ -1192,8 +1193,10 @@ UNSUPPORTED: dict[Primitive, str] = {
 class MilWriter:
     """Writes a :class:`FlatProgram` as a MIL Program; the helpers rules use are here."""
 
-    def __init__(self, ct: Any, program: FlatProgram) -> None:
-        """A writer for ``program`` (``ct`` is the imported coremltools)."""
+    def __init__(self, ct: Any, program: FlatProgram,
+                 evaluators: Optional[Mapping[str, Callable[..., Any]]] = None) -> None:
+        """A writer for ``program`` (``ct`` is the imported coremltools; ``evaluators``
+        compute the ops coremltools has no value inference for, see :func:`evaluate`)."""
         from coremltools.converters.mil import Builder
         from coremltools.converters.mil.mil import Var, types
 
@@ -1206,6 +1209,7 @@ class MilWriter:
         self.loc: Optional[Location] = None
         self.depth = 0
         self.constant_inputs = False
+        self.evaluators = dict(evaluators or {})
         self._var_class = Var
 
     # -- the program -----------------------------------------------------------------
@@ -1371,6 +1375,8 @@ class MilWriter:
             raise
         except (ValueError, TypeError, NotImplementedError) as error:
             raise ExportError(f"coremltools refused the MIL op {kind}: {error}", self.loc) from None
+        if self.constant_inputs and kind in self.evaluators and isinstance(var, self._var_class):
+            var = self._evaluated(kind, name, var, inputs)
         if self.constant_inputs and isinstance(var, self._var_class) and isinstance(
                 var.val, (bool, int, float)):
             # Some value inferences give a Python scalar that the next op's cannot take
@@ -1378,6 +1384,22 @@ class MilWriter:
             value = np.asarray(var.val, dtype=self.types.nptype_from_builtin(var.dtype))
             var = self.mb.const(val=value, name=self.names.take(f"{name}_value"))
         return var
+
+    def _evaluated(self, kind: str, name: str, var: Any, inputs: dict[str, Any]) -> Any:
+        """The op's value by ``self.evaluators[kind]`` as a const (``var`` itself when an
+        input has no value either)."""
+        values = {}
+        for key, given in inputs.items():
+            value = given.val if isinstance(given, self._var_class) else given
+            if value is None:
+                return var
+            values[key] = np.asarray(value) if isinstance(given, self._var_class) else value
+        result = np.asarray(self.evaluators[kind](**values),
+                            dtype=self.types.nptype_from_builtin(var.dtype))
+        if tuple(result.shape) != tuple(var.shape):
+            raise ExportError(f"the evaluator of {kind} gave shape {result.shape}, the op's "
+                              f"is {var.shape}", self.loc)
+        return self.mb.const(val=result, name=self.names.take(f"{name}_value"))
 
     def bind(self, value: Value, var: Any) -> None:
         """``var`` computes the flat value ``value``."""

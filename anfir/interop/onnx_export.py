@@ -1465,6 +1465,18 @@ def _known_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
+def _geometry(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
+    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
+    dimension known but the batch, which may be symbolic (it counts as 1 there: the
+    nodes written never name it)."""
+    shape = shape_of_type(w.type_of(operand))
+    if shape is None or not shape or any(
+            is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape[1:]):
+        raise ExportError(f"{what} needs a tensor of known channels and spatial sizes", w.loc)
+    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
+    return (int(batch), *(int(d) for d in shape[1:]))
+
+
 def _rank(w: OnnxWriter, operand: Operand, what: str) -> int:
     """The rank of a tensor operand (its dimensions may be symbolic)."""
     shape = shape_of_type(w.type_of(operand))
@@ -1537,9 +1549,9 @@ def _conv_input_grad(w: OnnxWriter, op: Op) -> None:
     """ConvTranspose of dout, its output_padding chosen so the result has x's shape."""
     out = op.results[0]
     d = w.dtype(out)
-    dout_shape = _known_shape(w, op.args[0], "conv's input gradient")
+    dout_shape = _geometry(w, op.args[0], "conv's input gradient")
     w_shape = _known_shape(w, op.args[1], "conv's input gradient")
-    x_shape = _known_shape(w, op.args[2], "conv's input gradient")
+    x_shape = _geometry(w, op.args[2], "conv's input gradient")
     a = op.attrs
     n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
                                          a.get("padding", 0), a.get("dilation", 1),
@@ -1616,9 +1628,111 @@ def _channel_spread(w: OnnxWriter, op: Op) -> None:
     w.node("Expand", [column, w.op("Shape", w.tensor(op.args[1]))], [out.name])
 
 
+def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
+    """A Conv with the roles swapped: the batch axis is the contraction, so x with N and C
+    exchanged is convolved by dout (likewise) with stride and dilation exchanged
+    (dw[o, c, k] = sum over n, p of dout[n, o, p] * x[n, c, p*stride + k*dilation]); the
+    extra kernel positions past the weight's are sliced off.  Groups become a grouped Conv
+    whose input channels are (group, batch)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x_shape = _geometry(w, op.args[0], "conv's weight gradient")
+    dout_shape = _geometry(w, op.args[1], "conv's weight gradient")
+    w_shape = _known_shape(w, op.args[2], "conv's weight gradient")
+    a = op.attrs
+    n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
+                                         a.get("padding", 0), a.get("dilation", 1),
+                                         a.get("groups", 1), "conv")
+    spatial = list(range(2, 2 + n))
+    x = w.tensor(op.args[0], d)
+    if g == 1:
+        xt = w.op("Transpose", x, perm=[1, 0, *spatial])                    # (C, N, S...)
+    else:
+        cin = x_shape[1] // g
+        # (0 copies the batch, -1 is g times it: it may be symbolic)
+        grouped = w.op("Reshape", x, w.ints([0, g, cin, *x_shape[2:]]))
+        xt = w.op("Reshape", w.op("Transpose", grouped, perm=[2, 1, 0, *range(3, 3 + n)]),
+                  w.ints([cin, -1, *x_shape[2:]]))                         # (C/g, g*N, S...)
+    dt = w.op("Transpose", w.tensor(op.args[1], d), perm=[1, 0, *spatial])  # (O, N, P...)
+    full = w.op("Conv", xt, dt, strides=list(dil), dilations=list(st), pads=list(pads), group=g)
+    # The Conv's kernel positions: (S + pads - stride*(P - 1) - 1) // dilation + 1 >= K.
+    reach = [(i + pads[k] + pads[n + k] - s * (p - 1) - 1) // dl + 1 for k, (i, p, s, dl)
+             in enumerate(zip(x_shape[2:], dout_shape[2:], st, dil))]
+    if list(reach) != list(w_shape[2:]):
+        full = w.op("Slice", full, w.ints([0] * n), w.ints(list(w_shape[2:])), w.ints(spatial))
+    w.node("Transpose", [full], [out.name], perm=[1, 0, *spatial])
+
+
+def _max_pool_indices(w: OnnxWriter, op: Op, d: str) -> str:
+    """The flat index (into all of x, row-major) of each window's maximum: MaxPool's
+    second output."""
+    values, indices = w.temp("maxpool"), w.temp("argmax")
+    w.node("MaxPool", [w.tensor(op.args[0], d)], [values, indices],
+           **_pool_attrs(op, _pool_rank(w, op), True))
+    return indices
+
+
+def _max_pool_grad(w: OnnxWriter, op: Op) -> None:
+    """dout scattered (ScatterElements, adding) to the flat indices of the windows'
+    maxima that MaxPool gives, into zeros of x's size, reshaped to x's shape."""
+    out = op.results[0]
+    d = w.dtype(out)
+    indices = _max_pool_indices(w, op, d)
+    x = w.tensor(op.args[0], d)
+    flat_zeros = w.op("ConstantOfShape", w.op("Reshape", w.op("Size", x), w.ints([1])),
+                      value=w.fill_value(0, d))
+    flat = w.op("ScatterElements", flat_zeros, w.op("Reshape", indices, w.ints([-1])),
+                w.op("Reshape", w.tensor(op.args[1], d), w.ints([-1])), axis=0, reduction="add")
+    w.node("Reshape", [flat, w.op("Shape", x)], [out.name])
+
+
+def _max_pool_select(w: OnnxWriter, op: Op) -> None:
+    """g (flattened) gathered at the flat indices of x's windows' maxima (MaxPool's)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    indices = _max_pool_indices(w, op, d)
+    flat_g = w.op("Reshape", w.tensor(op.args[1], d), w.ints([-1]))
+    w.node("Gather", [flat_g, indices], [out.name], axis=0)
+
+
+def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
+    """dout divided by each window's count (a constant: the shapes are known), spread over
+    its window by a ConvTranspose with a kernel of ones per channel, zero-padded at the
+    end to x's size (the cells no window reads)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    x_shape = _geometry(w, op.args[1], "average pooling's gradient")
+    a = op.attrs
+    kernel, stride, padding, ceil = a.get("kernel"), a.get("stride"), a.get("padding", 0), \
+        a.get("ceil_mode", False)
+    shaped = _shaped(x_shape)
+    n, k, st, pads, _, sizes = conv.pool_params(shaped, kernel, stride, padding, 1, ceil, "avg_pool")
+    include = bool(a.get("count_include_pad", True))
+    given = [int(p) for p in conv._pads(padding, n, "avg_pool", strings=False) or ()]
+    divisor = conv.avg_divisor(x_shape, n, k, st, pads, given, sizes, include)
+    scaled = w.op("Div", w.tensor(op.args[0], d), w.const(divisor, d))
+    # Each (image, channel) plane on its own: one input channel, one output channel
+    # (ONNX's reference ConvTranspose has no groups).
+    planes = w.op("Reshape", scaled, w.ints([-1, 1, *sizes]))
+    # The windows reach (o - 1) * s + k padded cells: the begin padding is cropped, then
+    # whatever lies past x's end (end padding) is cropped, or x's cells past the last
+    # window (never read) are zeros padded on.
+    reach = [(o - 1) * s + kk - pads[j] for j, (o, s, kk) in enumerate(zip(sizes, st, k))]
+    ends = [max(r - i, 0) for r, i in zip(reach, x_shape[2:])]
+    extra = [max(i - r, 0) for r, i in zip(reach, x_shape[2:])]
+    spread = w.op("ConvTranspose", planes, w.const(np.ones((1, 1, *k)), d), strides=list(st),
+                  pads=[*pads[:n], *ends])
+    if any(extra):
+        spread = w.op("Pad", spread, w.ints([0] * (n + 2) + [0, 0, *extra]))
+    w.node("Reshape", [spread, w.op("Shape", w.tensor(op.args[1]))], [out.name])
+
+
 def _conv_family_rules() -> dict[Primitive, OnnxRule]:
     return {conv.conv: _conv, conv.conv_core: _conv, conv.conv_transpose: _conv_transpose,
-            conv.conv_input_grad: _conv_input_grad, conv.max_pool: _max_pool, conv.avg_pool: _avg_pool,
+            conv.conv_input_grad: _conv_input_grad, conv.conv_weight_grad: _conv_weight_grad,
+            conv.max_pool: _max_pool, conv.max_pool_grad: _max_pool_grad,
+            conv.max_pool_select: _max_pool_select, conv.avg_pool: _avg_pool,
+            conv.avg_pool_grad: _avg_pool_grad,
             conv.global_avg_pool: _global_pool("GlobalAveragePool"),
             conv.global_max_pool: _global_pool("GlobalMaxPool"), conv.batch_norm: _batch_norm,
             conv.channel_sum: _channel_sum, conv.channel_spread: _channel_spread}
@@ -1768,14 +1882,6 @@ UNSUPPORTED: dict[Primitive, str] = {
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     nn.einsum_grad_spec: "it computes a string from constants, which constant folding does "
                          "before export; ONNX has no string-valued equation input",
-    conv.conv_weight_grad: "ONNX has no operator for a convolution's weight gradient "
-                          "(a training graph; export the forward model)",
-    conv.max_pool_grad: "ONNX has no operator scattering to the maxima of pooling windows "
-                       "(MaxUnpool needs indices from a training graph; export the forward model)",
-    conv.max_pool_select: "ONNX has no operator reading a tensor at another's pooling maxima "
-                         "(a second-order training graph; export the forward model)",
-    conv.avg_pool_grad: "ONNX has no operator for average pooling's gradient (a training graph; "
-                       "export the forward model)",
 }
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 
