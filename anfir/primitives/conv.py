@@ -6,10 +6,11 @@
 ``"same"``/``"valid"``.  Pooling follows PyTorch's ``max_pool*d``/``avg_pool*d``
 (``ceil_mode``, ``count_include_pad``).
 
-Kernels are im2col: ``sliding_window_view`` of the padded input, strided and
-dilated by slicing (views, no copies), contracted with ``tensordot`` (one
-matmul per group); no Python loop runs over pixels (the scatters of gradients
-loop over kernel offsets only).
+Kernels are im2col: the padded input's windows, an ``as_strided`` view,
+copied once into the column layout a single batched ``matmul`` reads in place
+(float32 stays float32, so BLAS's sgemm does the work); the input gradient is
+the transposed matmul and col2im; pooling is one vectorised pass per kernel
+offset. No Python loop runs over pixels or batch elements.
 
 Gradients are graphs of the internal primitives below, each the adjoint of
 another, so every order of differentiation stays in this closed family:
@@ -24,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import sympy
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from anfir.abstract import rules
 from anfir.abstract.shapes import norm_dim
@@ -103,28 +104,44 @@ def _result_dtype(*arrays: Any) -> np.dtype[Any]:
 
 
 # -- kernels ------------------------------------------------------------------------------
+# Every kernel is im2col: the input's windows, a strided view (N, C, K..., OUT...) of the
+# padded input, copied once into the column layout that one batched matmul reads in place
+# (float32 stays float32: BLAS's sgemm). Per spatial offset of the kernel there is at most
+# one vectorised pass (pooling, col2im); nothing loops over pixels or batch elements.
 def _pad(x: np.ndarray, pads: Sequence[int], n: int, value: float = 0.0) -> np.ndarray:
     """x padded (or cropped, for negative pads) on its last n axes."""
     crop = tuple(slice(max(-b, 0), x.shape[2 + i] - max(-e, 0))
                  for i, (b, e) in enumerate(zip(pads[:n], pads[n:])))
     x = x[(slice(None), slice(None)) + crop]
-    widths = [(0, 0), (0, 0)] + [(max(b, 0), max(e, 0)) for b, e in zip(pads[:n], pads[n:])]
-    if any(w != (0, 0) for w in widths):
-        x = np.pad(x, widths, constant_values=value)
-    return x
+    begins = [max(b, 0) for b in pads[:n]]
+    ends = [max(e, 0) for e in pads[n:]]
+    if not any(begins) and not any(ends):
+        return x
+    # One allocation and one copy (np.pad costs far more per call on small maps).
+    padded = np.full((*x.shape[:2], *(s + b + e for s, b, e in zip(x.shape[2:], begins, ends))),
+                     value, x.dtype)
+    padded[(slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(begins, x.shape[2:]))] = x
+    return padded
 
 
-def _windows(xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
-             dilation: Sequence[int], out: Sequence[int]) -> np.ndarray:
-    """The view (N, C, out..., kernel...) of xp's windows: [.., p, k] = xp[.., p*s + k*d]."""
+def _window_view(xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
+                 dilation: Sequence[int], out: Sequence[int]) -> np.ndarray:
+    """The read-only view (N, C, kernel..., out...) of xp: [.., k, p] = xp[.., p*s + k*d]
+    (the caller checks that every window fits: (out-1)*s + d*(k-1) < xp's size)."""
+    strides = xp.strides
     n = len(kernel)
-    extent = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
-    need = [(o - 1) * s + e for o, s, e in zip(out, stride, extent)]
-    xp = xp[(slice(None), slice(None)) + tuple(slice(0, m) for m in need)]
-    view = sliding_window_view(xp, extent, axis=tuple(range(2, 2 + n)))
-    index = (slice(None), slice(None), *(slice(None, None, s) for s in stride),
-             *(slice(None, None, d) for d in dilation))
-    return view[index]
+    return as_strided(xp, (*xp.shape[:2], *kernel, *out),
+                      (*strides[:2], *(strides[2 + a] * dilation[a] for a in range(n)),
+                       *(strides[2 + a] * stride[a] for a in range(n))), writeable=False)
+
+
+def _offsets(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+             out: Sequence[int]) -> list[tuple[slice, ...]]:
+    """Per kernel offset (in flat order), the index of the input cells it reads: xp[index]
+    is the (N, C, out...) map of that offset, a strided view."""
+    return [(slice(None), slice(None)) + tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
+                                               for o, d, m, s in zip(offset, dilation, out, stride))
+            for offset in np.ndindex(*kernel)]
 
 
 def _out_size(i: int, k: int, s: int, d: int, total_pad: int, ceil: bool = False) -> int:
@@ -135,66 +152,102 @@ def _out_size(i: int, k: int, s: int, d: int, total_pad: int, ceil: bool = False
     return (-(-span // s) if ceil else span // s) + 1
 
 
+def _columns(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], pads: Sequence[int],
+             dilation: Sequence[int], out: Sequence[int], groups: int) -> np.ndarray:
+    """im2col: x's windows as (N, groups, C/groups * K, P) columns, contiguous (P = the
+    output's cells). A 1x1 stride-1 unpadded kernel needs no copy: the columns are x."""
+    n = len(kernel)
+    xp = _pad(x, pads, n)
+    size = int(np.prod(out))
+    batch, channels = xp.shape[:2]
+    shape = (batch, groups, channels // groups * int(np.prod(kernel)), size)
+    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and list(xp.shape[2:]) == list(out):
+        return xp.reshape(shape)
+    return np.ascontiguousarray(_window_view(xp, kernel, stride, dilation, out)).reshape(shape)
+
+
+def _col2im(cols: np.ndarray, spatial: Sequence[int], kernel: Sequence[int],
+            stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
+            out: Sequence[int]) -> np.ndarray:
+    """The adjoint of im2col: cols (N, C, kernel..., out...) added back at every window
+    cell of a padded (N, C, spatial + pads) map, returned unpadded."""
+    n = len(kernel)
+    padded = [s + b + e for s, b, e in zip(spatial, pads[:n], pads[n:])]
+    acc = np.zeros((*cols.shape[:2], *padded), cols.dtype)
+    for flat, index in enumerate(_offsets(kernel, stride, dilation, out)):
+        acc[index] += cols[(slice(None), slice(None)) + np.unravel_index(flat, tuple(kernel))]
+    return _pad(acc, [-p for p in pads], n)
+
+
+def _check_groups(channels: int, w: np.ndarray, groups: int, what: str) -> None:
+    if channels != w.shape[1] * groups or w.shape[0] % groups:
+        raise ShapeError(f"{what}: input channels {channels} and weight {w.shape} do not fit "
+                         f"groups={groups}")
+
+
 def _conv_np(x: np.ndarray, w: np.ndarray, stride: Sequence[int], pads: Sequence[int],
              dilation: Sequence[int], groups: int) -> np.ndarray:
-    """The convolution (cross-correlation) of x (N, C, S...) by w (O, C/groups, K...)."""
+    """The convolution (cross-correlation) of x (N, C, S...) by w (O, C/groups, K...):
+    per batch element and group, the (O/groups, C/groups*K) weight matrix times the columns,
+    written straight into the (N, O, OUT...) result."""
     n = w.ndim - 2
     dtype = _result_dtype(x, w)
     x, w = x.astype(dtype, copy=False), w.astype(dtype, copy=False)
-    if x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
-        raise ShapeError(f"conv: input channels {x.shape[1]} and weight {w.shape} do not fit "
-                         f"groups={groups}")
+    _check_groups(x.shape[1], w, groups, "conv")
     kernel = w.shape[2:]
     out = [_out_size(i, k, s, d, b + e) for i, k, s, d, b, e
            in zip(x.shape[2:], kernel, stride, dilation, pads[:n], pads[n:])]
-    win = _windows(_pad(x, pads, n), kernel, stride, dilation, out)
-    cin, cout = w.shape[1], w.shape[0] // groups
-    axes = ([1, *range(2 + n, 2 + 2 * n)], [1, *range(2, 2 + n)])
-    parts = [np.tensordot(win[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout], axes=axes)
-             for g in range(groups)]
-    result = parts[0] if groups == 1 else np.concatenate(parts, axis=-1)
-    return np.ascontiguousarray(np.moveaxis(result, -1, 1))
+    cols = _columns(x, kernel, stride, pads, dilation, out, groups)
+    result = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)
+    return result.reshape(x.shape[0], w.shape[0], *out)
 
 
 def _conv_input_grad_np(dout: np.ndarray, w: np.ndarray, spatial: Sequence[int],
                         stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
                         groups: int) -> np.ndarray:
     """The gradient of conv's input of spatial size ``spatial`` (a transposed convolution):
-    dout dilated by the stride, padded, convolved with the flipped, transposed weight."""
+    the transposed weight matrix times dout gives the columns' gradient, col2im sums it back."""
     n = w.ndim - 2
     dtype = _result_dtype(dout, w)
     dout, w = dout.astype(dtype, copy=False), w.astype(dtype, copy=False)
-    if dout.shape[1] != w.shape[0]:
+    if dout.shape[1] != w.shape[0] or w.shape[0] % groups:
         raise ShapeError(f"conv gradient: {dout.shape[1]} channels for a weight of shape {w.shape}")
-    if any(s > 1 for s in stride):
-        full = [(o - 1) * s + 1 for o, s in zip(dout.shape[2:], stride)]
-        dilated = np.zeros((*dout.shape[:2], *full), dtype)
-        dilated[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)] = dout
-        dout = dilated
-    kernel = w.shape[2:]
-    begins = [d * (k - 1) - b for k, d, b in zip(kernel, dilation, pads[:n])]
-    ends = [i + d * (k - 1) - lo - m for i, k, d, lo, m
-            in zip(spatial, kernel, dilation, begins, dout.shape[2:])]
-    cout, cin = w.shape[0] // groups, w.shape[1]
-    flipped = w.reshape(groups, cout, cin, *kernel).swapaxes(1, 2)
-    flipped = flipped.reshape(groups * cin, cout, *kernel)[(Ellipsis,) + (slice(None, None, -1),) * n]
-    return _conv_np(_pad(dout, [*begins, *ends], n), flipped, (1,) * n, (0,) * (2 * n),
-                    dilation, groups)
+    kernel, out = w.shape[2:], dout.shape[2:]
+    cout = w.shape[0] // groups
+    batch = dout.shape[0]
+    weights = w.reshape(groups, cout, -1).transpose(0, 2, 1)  # BLAS reads the transpose in place
+    cols = np.matmul(weights, dout.reshape(batch, groups, cout, -1))
+    cols = cols.reshape(batch, groups * w.shape[1], *kernel, *out)
+    return _col2im(cols, spatial, kernel, stride, pads, dilation, out)
 
 
 def _conv_weight_grad_np(x: np.ndarray, dout: np.ndarray, kernel: Sequence[int],
                          stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
                          groups: int) -> np.ndarray:
-    """The gradient of conv's weight: dout contracted with the input's windows."""
+    """The gradient of conv's weight: dout times the transposed columns, one matmul per
+    group whose inner dimension runs over the whole batch (the columns are laid out
+    (C*K, N*P) for it)."""
     n = len(kernel)
     dtype = _result_dtype(x, dout)
     x, dout = x.astype(dtype, copy=False), dout.astype(dtype, copy=False)
-    win = _windows(_pad(x, pads, n), kernel, stride, dilation, dout.shape[2:])
-    cin, cout = x.shape[1] // groups, dout.shape[1] // groups
-    spatial = list(range(2, 2 + n))
-    parts = [np.tensordot(dout[:, g * cout:(g + 1) * cout], win[:, g * cin:(g + 1) * cin],
-                          axes=([0, *spatial], [0, *spatial])) for g in range(groups)]
-    return np.ascontiguousarray(parts[0] if groups == 1 else np.concatenate(parts, axis=0))
+    out = dout.shape[2:]
+    batch, channels, cout = x.shape[0], x.shape[1], dout.shape[1]
+    if channels % groups or cout % groups:
+        raise ShapeError(f"conv gradient: {channels} input and {cout} output channels do not "
+                         f"fit groups={groups}")
+    size = int(np.prod(out))
+    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(pads):
+        view = x[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+    else:
+        view = _window_view(_pad(x, pads, n), kernel, stride, dilation, out)
+    # (C, K..., N, OUT...): one copy into the layout whose rows the matmul reads
+    order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n)) if view.ndim == 2 + 2 * n \
+        else (1, 0, *range(2, 2 + n))
+    cols = np.ascontiguousarray(view.transpose(order)).reshape(groups, -1, batch * size)
+    grads = dout.reshape(batch, groups, cout // groups, size).transpose(1, 2, 0, 3)
+    grads = np.ascontiguousarray(grads).reshape(groups, cout // groups, batch * size)
+    result = np.matmul(grads, cols.transpose(0, 2, 1))
+    return result.reshape(cout, channels // groups, *kernel)
 
 
 # -- conv evaluation ------------------------------------------------------------------------
@@ -288,27 +341,45 @@ def pool_params(x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, c
     return n, k, st, pads, dil, out
 
 
+def _fill(x: np.ndarray) -> Any:
+    """The padding value that never wins a maximum."""
+    return -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+
+
 def _max_pool(x: Any, kernel: Any = None, stride: Any = None, padding: Any = 0, dilation: Any = 1,
               ceil_mode: Any = False) -> Any:
-    """The maximum over each window (padding never wins)."""
+    """The maximum over each window (padding never wins): one np.maximum per kernel offset
+    (NaN propagates, as in np.max)."""
     x = np.asarray(x)
     n, k, st, pads, dil, out = pool_params(x, kernel, stride, padding, dilation, ceil_mode,
                                             "max_pool")
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    win = _windows(_pad(x, pads, n, fill), k, st, dil, out)
-    return win.max(axis=tuple(range(2 + n, 2 + 2 * n)))
+    xp = _pad(x, pads, n, _fill(x))
+    index = _offsets(k, st, dil, out)
+    result = xp[index[0]].copy()
+    for i in index[1:]:
+        np.maximum(result, xp[i], out=result)
+    return result
 
 
 def _argmax_windows(x: np.ndarray, kernel: Any, stride: Any, padding: Any, dilation: Any,
                     ceil_mode: Any) -> tuple[int, tuple[int, ...], tuple[int, ...], list[int],
                                              tuple[int, ...], list[int], np.ndarray]:
-    """The pooling parameters and, per output cell, the flat kernel offset of its maximum."""
+    """The pooling parameters and, per output cell, the flat kernel offset of its maximum
+    (the first one, or the first NaN, as np.argmax over the window)."""
     n, k, st, pads, dil, out = pool_params(x, kernel, stride, padding, dilation, ceil_mode,
                                             "max_pool")
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    win = _windows(_pad(x, pads, n, fill), k, st, dil, out)
-    flat = win.reshape(*win.shape[:2 + n], -1)
-    return n, k, st, pads, dil, out, np.argmax(flat, axis=-1)
+    xp = _pad(x, pads, n, _fill(x))
+    index = _offsets(k, st, dil, out)
+    best = xp[index[0]].copy()
+    pick = np.zeros(best.shape, np.intp)
+    for flat, i in enumerate(index[1:], 1):
+        cell = xp[i]
+        better = cell > best
+        if x.dtype.kind in "fc":  # a NaN wins over any number, the first NaN stays
+            better |= np.isnan(cell) & ~np.isnan(best)
+        np.copyto(best, cell, where=better)
+        pick[better] = flat
+    return n, k, st, pads, dil, out, pick
 
 
 def _scatter_windows(values: np.ndarray, shape: Sequence[int], n: int, kernel: Sequence[int],
@@ -318,11 +389,9 @@ def _scatter_windows(values: np.ndarray, shape: Sequence[int], n: int, kernel: S
     (only where ``pick`` equals the offset's flat index, if given), unpadded to ``shape``."""
     padded = [s + b + e for s, b, e in zip(shape[2:], pads[:n], pads[n:])]
     acc = np.zeros((*shape[:2], *padded), values.dtype)
-    for flat, offset in enumerate(np.ndindex(*kernel)):
-        part = values if pick is None else np.where(pick == flat, values, 0)
-        index = tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
-                      for o, d, m, s in zip(offset, dilation, out, stride))
-        acc[(slice(None), slice(None)) + index] += part
+    zero = values.dtype.type(0)
+    for flat, index in enumerate(_offsets(kernel, stride, dilation, out)):
+        acc[index] += values if pick is None else np.where(pick == flat, values, zero)
     return _pad(acc, [-p for p in pads], n)
 
 
@@ -339,9 +408,12 @@ def _max_pool_select(x: Any, g: Any, kernel: Any = None, stride: Any = None, pad
     """g read at each window's maximum of x (the adjoint of max_pool_grad)."""
     x, g = np.asarray(x), np.asarray(g)
     n, k, st, pads, dil, out, pick = _argmax_windows(x, kernel, stride, padding, dilation, ceil_mode)
-    win = _windows(_pad(g, pads, n), k, st, dil, out)
-    flat = win.reshape(*win.shape[:2 + n], -1)
-    return np.take_along_axis(flat, pick[..., None], axis=-1)[..., 0]
+    gp = _pad(g, pads, n)
+    index = _offsets(k, st, dil, out)
+    result = gp[index[0]].copy()
+    for flat, i in enumerate(index[1:], 1):
+        np.copyto(result, gp[i], where=pick == flat)
+    return result
 
 
 def avg_divisor(shape: Sequence[int], n: int, k: Sequence[int], st: Sequence[int],
@@ -379,8 +451,11 @@ def _avg_pool(x: Any, kernel: Any = None, stride: Any = None, padding: Any = 0, 
         x = x.astype(np.float64)
     n, k, st, pads, dil, out, divisor = _avg_setup(x, kernel, stride, padding, ceil_mode,
                                                    count_include_pad)
-    win = _windows(_pad(x, pads, n), k, st, dil, out)
-    total = win.sum(axis=tuple(range(2 + n, 2 + 2 * n)))
+    xp = _pad(x, pads, n)
+    index = _offsets(k, st, dil, out)
+    total = xp[index[0]].copy()
+    for i in index[1:]:  # one add per kernel offset, not a reduction over a strided view
+        total += xp[i]
     return (total / divisor.astype(x.dtype)).astype(x.dtype, copy=False)
 
 
