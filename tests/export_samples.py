@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from example_args import transformer_args
+from example_args import resnet18_args, transformer_args
 from anfir.interop.flat import DIM
 from anfir.primitives import PRIMITIVES, arith, gradient, structure, tensor
 
@@ -271,6 +271,7 @@ SAMPLES.update({
 
 
 # -- the bundled examples -------------------------------------------------------------------
+_RESNET = resnet18_args(dtype=np.float32)
 EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any, ...]], set[str]]] = {
     ("closure", "ms_closure"): ([], [()], set()),
     ("closures", "pick"): ([True, 3], [(True, 3), (False, 3), (True, -2)], {"If"}),
@@ -293,6 +294,10 @@ EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any
                                        {"Softmax", "MatMul"}),
     ("transformer", "block_loss"): (list(transformer_args()), [transformer_args(2)], {"Softmax"}),
     ("transformer", "block_grad"): (list(transformer_args()), [transformer_args(3)], {"Softmax"}),
+    # f32: onnxruntime's Conv and pools are f32 only
+    ("resnet18", "resnet18"): (list(_RESNET[:2]), [resnet18_args(1, dtype=np.float32)[:2]],
+                               {"Conv", "MaxPool", "GlobalAveragePool"}),
+    ("resnet18", "resnet18_loss"): (list(_RESNET), [resnet18_args(2, dtype=np.float32)], {"Conv"}),
 }
 """(file, definition) → (compile args, runs, ONNX ops the model must use)."""
 
@@ -308,5 +313,7 @@ EXAMPLE_NOT_FIRST_ORDER: dict[tuple[str, str], tuple[Optional[list[Any]], str]] 
     ("loop", "dnewton_sqrt"): ([4.0], "a loop whose result is a function"),
     ("loop", "main"): ([], "a loop whose result is a function"),
     ("power", "dpower"): ([2.0], "a loop whose result is a function"),
+    ("resnet18", "resnet18_grad"): (list(_RESNET), "a convolution's weight gradient"),
 }
-"""Definitions that are not first-order after optimization, with what the error says."""
+"""Definitions that do not export (not first-order after optimization, or a training
+graph ONNX has no operator for), with what the error says."""

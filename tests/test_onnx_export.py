@@ -232,6 +232,7 @@ _REASON_TEXT = {
     "takes a function": "first-order",
     "a loop whose result is a function": "a loop that carries or returns a function",
     "not in tail position": "not in tail position",
+    "a convolution's weight gradient": "ONNX has no operator for a convolution's weight gradient",
 }
 
 

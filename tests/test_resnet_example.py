@@ -15,15 +15,16 @@ widths keep it quick; the 224x224 forward is timed in benchmarks/.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
-
-import anfir
 from example_args import resnet18_args
 from gradcheck import assert_close
+
+import anfir
 
 torch = pytest.importorskip("torch", reason="the reference is ResNet-18 in torch.nn.functional "
                             "(pip install torch==2.13.0, or the dev extra)")
@@ -136,3 +137,20 @@ def test_gradient_to_the_image_matches_pytorch(module: anfir.Module) -> None:
     F.cross_entropy(torch_resnet18(tx, _tmap(torch.tensor, p)), torch.tensor(labels)).backward()
     got = anfir.run(anfir.grad(module["resnet18_loss"], 0), x, p, labels)
     assert_close(got, tx.grad.numpy(), 1e-9, 1e-11)
+
+
+def test_the_stem_gradient_jits_in_jax() -> None:
+    """The JAX back end on the example's stem (conv, batch norm, relu, max pool) and its
+    gradient under jax.jit (the whole example is too slow for XLA to compile here:
+    tests/test_jax.py says so); max_pool's rule once had no derivative under jit."""
+    jax = pytest.importorskip("jax", reason="the JAX back end")
+    stem = anfir.parse("""
+def stem(x, w, s) = sum(max_pool(relu(batch_norm(conv(x, w, stride=2, padding=3), s[0], s[1],
+                                                 s[2], s[3])), 3, stride=2, padding=1) ** 2)
+""")["stem"]
+    x, p, _ = resnet18_args(seed=4, batch=2, size=16, widths=WIDTHS, dtype=np.float32)
+    args = (x, *p[0])
+    gradient = anfir.grad(stem, (0, 1, 2))
+    want = anfir.run(gradient, *args)
+    got = jax.jit(anfir.to_jax(gradient))(*args)
+    assert_close(_tmap(np.asarray, tuple(got)), want, 1e-4, 1e-5)

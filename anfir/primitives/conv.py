@@ -198,7 +198,7 @@ def _conv_np(x: np.ndarray, w: np.ndarray, stride: Sequence[int], pads: Sequence
     out = [_out_size(i, k, s, d, b + e) for i, k, s, d, b, e
            in zip(x.shape[2:], kernel, stride, dilation, pads[:n], pads[n:])]
     cols = _columns(x, kernel, stride, pads, dilation, out, groups)
-    result = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)
+    result: np.ndarray = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)
     return result.reshape(x.shape[0], w.shape[0], *out)
 
 
@@ -207,7 +207,6 @@ def _conv_input_grad_np(dout: np.ndarray, w: np.ndarray, spatial: Sequence[int],
                         groups: int) -> np.ndarray:
     """The gradient of conv's input of spatial size ``spatial`` (a transposed convolution):
     the transposed weight matrix times dout gives the columns' gradient, col2im sums it back."""
-    n = w.ndim - 2
     dtype = _result_dtype(dout, w)
     dout, w = dout.astype(dtype, copy=False), w.astype(dtype, copy=False)
     if dout.shape[1] != w.shape[0] or w.shape[0] % groups:
@@ -246,7 +245,7 @@ def _conv_weight_grad_np(x: np.ndarray, dout: np.ndarray, kernel: Sequence[int],
     cols = np.ascontiguousarray(view.transpose(order)).reshape(groups, -1, batch * size)
     grads = dout.reshape(batch, groups, cout // groups, size).transpose(1, 2, 0, 3)
     grads = np.ascontiguousarray(grads).reshape(groups, cout // groups, batch * size)
-    result = np.matmul(grads, cols.transpose(0, 2, 1))
+    result: np.ndarray = np.matmul(grads, cols.transpose(0, 2, 1))
     return result.reshape(cout, channels // groups, *kernel)
 
 
