@@ -30,7 +30,8 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = ["01_writing_ir_by_hand.ipynb", "02_differentiating.ipynb",
-         "03_inspecting_the_pipeline.ipynb", "04_importing_onnx.ipynb"]
+         "03_inspecting_the_pipeline.ipynb", "04_importing_onnx.ipynb",
+         "05_models_in_anf.ipynb"]
 SVG = "image/svg+xml"
 
 
