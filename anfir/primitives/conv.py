@@ -21,6 +21,7 @@ another, so every order of differentiation stays in this closed family:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -136,12 +137,27 @@ def _window_view(xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
 
 
 def _offsets(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
-             out: Sequence[int]) -> list[tuple[slice, ...]]:
+             out: Sequence[int]) -> tuple[tuple[slice, ...], ...]:
     """Per kernel offset (in flat order), the index of the input cells it reads: xp[index]
     is the (N, C, out...) map of that offset, a strided view."""
-    return [(slice(None), slice(None)) + tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
-                                               for o, d, m, s in zip(offset, dilation, out, stride))
-            for offset in np.ndindex(*kernel)]
+    return _offsets_of(tuple(kernel), tuple(stride), tuple(dilation), tuple(out))
+
+
+@functools.lru_cache(maxsize=512)
+def _offsets_of(kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                out: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
+    # Cached: a network calls the same few layer shapes again and again, and building
+    # the slices costs as much as the arithmetic of a small layer.
+    return tuple((slice(None), slice(None)) + tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
+                                                    for o, d, m, s in zip(offset, dilation, out, stride))
+                 for offset in np.ndindex(*kernel))
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_cells(kernel: tuple[int, ...]) -> tuple[tuple[Any, ...], ...]:
+    """Per kernel offset (in flat order), the index of its (N, C, out...) map in columns
+    shaped (N, C, kernel..., out...)."""
+    return tuple((slice(None), slice(None)) + offset for offset in np.ndindex(*kernel))
 
 
 def _out_size(i: int, k: int, s: int, d: int, total_pad: int, ceil: bool = False) -> int:
@@ -154,16 +170,29 @@ def _out_size(i: int, k: int, s: int, d: int, total_pad: int, ceil: bool = False
 
 def _columns(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], pads: Sequence[int],
              dilation: Sequence[int], out: Sequence[int], groups: int) -> np.ndarray:
-    """im2col: x's windows as (N, groups, C/groups * K, P) columns, contiguous (P = the
-    output's cells). A 1x1 stride-1 unpadded kernel needs no copy: the columns are x."""
+    """im2col: x's windows as (groups, C/groups * K, N * P) columns, contiguous (P = the
+    output's cells): one copy of the window view in the order (C, K..., N, OUT...), so
+    that one matmul per group covers the whole batch and reads each weight once (a
+    matmul per batch element is a matrix-vector product on a 1x1 map)."""
     n = len(kernel)
-    xp = _pad(x, pads, n)
-    size = int(np.prod(out))
-    batch, channels = xp.shape[:2]
-    shape = (batch, groups, channels // groups * int(np.prod(kernel)), size)
-    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and list(xp.shape[2:]) == list(out):
-        return xp.reshape(shape)
-    return np.ascontiguousarray(_window_view(xp, kernel, stride, dilation, out)).reshape(shape)
+    batch, channels = x.shape[:2]
+    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(pads):
+        view = x[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+        order: tuple[int, ...] = (1, 0, *range(2, 2 + n))
+    else:
+        view = _window_view(_pad(x, pads, n), kernel, stride, dilation, out)
+        order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n))
+    cols = view.transpose(order)
+    if batch > 1 or not cols.flags.c_contiguous:
+        cols = np.ascontiguousarray(cols)
+    return cols.reshape(groups, channels // groups * int(np.prod(kernel)), batch * int(np.prod(out)))
+
+
+def _batch_last(dout: np.ndarray, groups: int) -> np.ndarray:
+    """dout (N, O, OUT...) as (groups, O/groups, N * P), contiguous (a copy unless N = 1)."""
+    batch, channels = dout.shape[:2]
+    moved = dout.reshape(batch, channels, -1).transpose(1, 0, 2)
+    return np.ascontiguousarray(moved).reshape(groups, channels // groups, -1)
 
 
 def _col2im(cols: np.ndarray, spatial: Sequence[int], kernel: Sequence[int],
@@ -174,8 +203,8 @@ def _col2im(cols: np.ndarray, spatial: Sequence[int], kernel: Sequence[int],
     n = len(kernel)
     padded = [s + b + e for s, b, e in zip(spatial, pads[:n], pads[n:])]
     acc = np.zeros((*cols.shape[:2], *padded), cols.dtype)
-    for flat, index in enumerate(_offsets(kernel, stride, dilation, out)):
-        acc[index] += cols[(slice(None), slice(None)) + np.unravel_index(flat, tuple(kernel))]
+    for index, cell in zip(_offsets(kernel, stride, dilation, out), _kernel_cells(tuple(kernel))):
+        acc[index] += cols[cell]
     return _pad(acc, [-p for p in pads], n)
 
 
@@ -188,8 +217,8 @@ def _check_groups(channels: int, w: np.ndarray, groups: int, what: str) -> None:
 def _conv_np(x: np.ndarray, w: np.ndarray, stride: Sequence[int], pads: Sequence[int],
              dilation: Sequence[int], groups: int) -> np.ndarray:
     """The convolution (cross-correlation) of x (N, C, S...) by w (O, C/groups, K...):
-    per batch element and group, the (O/groups, C/groups*K) weight matrix times the columns,
-    written straight into the (N, O, OUT...) result."""
+    per group, the (O/groups, C/groups*K) weight matrix times the (C/groups*K, N*P)
+    columns, moved to (N, O, OUT...)."""
     n = w.ndim - 2
     dtype = _result_dtype(x, w)
     x, w = x.astype(dtype, copy=False), w.astype(dtype, copy=False)
@@ -198,8 +227,9 @@ def _conv_np(x: np.ndarray, w: np.ndarray, stride: Sequence[int], pads: Sequence
     out = [_out_size(i, k, s, d, b + e) for i, k, s, d, b, e
            in zip(x.shape[2:], kernel, stride, dilation, pads[:n], pads[n:])]
     cols = _columns(x, kernel, stride, pads, dilation, out, groups)
-    result: np.ndarray = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)
-    return result.reshape(x.shape[0], w.shape[0], *out)
+    result = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)
+    moved = result.reshape(w.shape[0], x.shape[0], *out).swapaxes(0, 1)
+    return np.ascontiguousarray(moved)
 
 
 def _conv_input_grad_np(dout: np.ndarray, w: np.ndarray, spatial: Sequence[int],
@@ -207,16 +237,17 @@ def _conv_input_grad_np(dout: np.ndarray, w: np.ndarray, spatial: Sequence[int],
                         groups: int) -> np.ndarray:
     """The gradient of conv's input of spatial size ``spatial`` (a transposed convolution):
     the transposed weight matrix times dout gives the columns' gradient, col2im sums it back."""
+    n = w.ndim - 2
     dtype = _result_dtype(dout, w)
     dout, w = dout.astype(dtype, copy=False), w.astype(dtype, copy=False)
     if dout.shape[1] != w.shape[0] or w.shape[0] % groups:
         raise ShapeError(f"conv gradient: {dout.shape[1]} channels for a weight of shape {w.shape}")
     kernel, out = w.shape[2:], dout.shape[2:]
-    cout = w.shape[0] // groups
-    batch = dout.shape[0]
-    weights = w.reshape(groups, cout, -1).transpose(0, 2, 1)  # BLAS reads the transpose in place
-    cols = np.matmul(weights, dout.reshape(batch, groups, cout, -1))
-    cols = cols.reshape(batch, groups * w.shape[1], *kernel, *out)
+    weights = w.reshape(groups, w.shape[0] // groups, -1).transpose(0, 2, 1)  # BLAS reads it in place
+    cols = np.matmul(weights, _batch_last(dout, groups))  # (groups, C/groups*K, N*P)
+    # (C, K..., N, OUT...) read as (N, C, K..., OUT...): col2im takes the strided view
+    cols = cols.reshape(groups * w.shape[1], *kernel, dout.shape[0], *out)
+    cols = cols.transpose(1 + n, 0, *range(1, 1 + n), *range(2 + n, 2 + 2 * n))
     return _col2im(cols, spatial, kernel, stride, pads, dilation, out)
 
 
@@ -224,28 +255,16 @@ def _conv_weight_grad_np(x: np.ndarray, dout: np.ndarray, kernel: Sequence[int],
                          stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
                          groups: int) -> np.ndarray:
     """The gradient of conv's weight: dout times the transposed columns, one matmul per
-    group whose inner dimension runs over the whole batch (the columns are laid out
-    (C*K, N*P) for it)."""
-    n = len(kernel)
+    group whose inner dimension runs over the whole batch."""
     dtype = _result_dtype(x, dout)
     x, dout = x.astype(dtype, copy=False), dout.astype(dtype, copy=False)
     out = dout.shape[2:]
-    batch, channels, cout = x.shape[0], x.shape[1], dout.shape[1]
+    channels, cout = x.shape[1], dout.shape[1]
     if channels % groups or cout % groups:
         raise ShapeError(f"conv gradient: {channels} input and {cout} output channels do not "
                          f"fit groups={groups}")
-    size = int(np.prod(out))
-    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(pads):
-        view = x[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
-    else:
-        view = _window_view(_pad(x, pads, n), kernel, stride, dilation, out)
-    # (C, K..., N, OUT...): one copy into the layout whose rows the matmul reads
-    order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n)) if view.ndim == 2 + 2 * n \
-        else (1, 0, *range(2, 2 + n))
-    cols = np.ascontiguousarray(view.transpose(order)).reshape(groups, -1, batch * size)
-    grads = dout.reshape(batch, groups, cout // groups, size).transpose(1, 2, 0, 3)
-    grads = np.ascontiguousarray(grads).reshape(groups, cout // groups, batch * size)
-    result: np.ndarray = np.matmul(grads, cols.transpose(0, 2, 1))
+    cols = _columns(x, kernel, stride, pads, dilation, out, groups)
+    result: np.ndarray = np.matmul(_batch_last(dout, groups), cols.transpose(0, 2, 1))
     return result.reshape(cout, channels // groups, *kernel)
 
 
@@ -369,15 +388,25 @@ def _argmax_windows(x: np.ndarray, kernel: Any, stride: Any, padding: Any, dilat
                                             "max_pool")
     xp = _pad(x, pads, n, _fill(x))
     index = _offsets(k, st, dil, out)
-    best = xp[index[0]].copy()
-    pick = np.zeros(best.shape, np.intp)
-    for flat, i in enumerate(index[1:], 1):
-        cell = xp[i]
-        better = cell > best
-        if x.dtype.kind in "fc":  # a NaN wins over any number, the first NaN stays
-            better |= np.isnan(cell) & ~np.isnan(best)
-        np.copyto(best, cell, where=better)
-        pick[better] = flat
+    if x.dtype.kind in "fc" and bool(np.isnan(x).any()):
+        # A NaN wins over any number and the first NaN stays (np.argmax's rule):
+        # compared offset by offset, only when there is one.
+        best = xp[index[0]].copy()
+        pick = np.zeros(best.shape, np.int32)
+        for flat, i in enumerate(index[1:], 1):
+            better = np.greater(xp[i], best) | (np.isnan(xp[i]) & ~np.isnan(best))
+            np.copyto(best, xp[i], where=better)
+            np.copyto(pick, flat, where=better)
+        return n, k, st, pads, dil, out, pick
+    # The maximum first (np.maximum per offset), then each cell's first offset that
+    # holds it: the offsets visited last to first, the earliest written last.
+    top = xp[index[0]].copy()
+    for i in index[1:]:
+        np.maximum(top, xp[i], out=top)
+    pick = np.zeros(top.shape, np.int32)
+    for flat in range(len(index) - 1, 0, -1):
+        np.copyto(pick, flat, where=np.equal(xp[index[flat]], top))
+    np.copyto(pick, 0, where=np.equal(xp[index[0]], top))
     return n, k, st, pads, dil, out, pick
 
 
