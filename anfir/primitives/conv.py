@@ -182,7 +182,7 @@ def _columns(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], pads: 
     else:
         view = _window_view(_pad(x, pads, n), kernel, stride, dilation, out)
         order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n))
-    cols = view.transpose(order)
+    cols: np.ndarray = view.transpose(order)
     if batch > 1 or not cols.flags.c_contiguous:
         cols = np.ascontiguousarray(cols)
     return cols.reshape(groups, channels // groups * int(np.prod(kernel)), batch * int(np.prod(out)))
