@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_harness import run_in_process
 from example_args import resnet18_args
 from gradcheck import assert_close
 
 import anfir
+from anfir.cli import compile_args
 
 torch = pytest.importorskip("torch", reason="the reference is ResNet-18 in torch.nn.functional "
                             "(pip install torch==2.13.0, or the dev extra)")
@@ -154,3 +156,27 @@ def stem(x, w, s) = sum(max_pool(relu(batch_norm(conv(x, w, stride=2, padding=3)
     want = anfir.run(gradient, *args)
     got = jax.jit(anfir.to_jax(gradient))(*args)
     assert_close(_tmap(np.asarray, tuple(got)), want, 1e-4, 1e-5)
+
+
+def _type_text(value: Any) -> str:
+    """The ANF type of nested f32 arrays: ``(f32[4, 3, 7, 7], (f32[4], ...), ...)``."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_type_text(v) for v in value) + ")"
+    assert value.dtype == np.float32
+    return f"f32[{', '.join(map(str, value.shape))}]"
+
+
+def test_compiled_once_for_symbolic_batch_and_image_sizes(module: anfir.Module) -> None:
+    """Types instead of values, as ``anfir compile --args`` takes them: one compiled
+    forward serves every batch and image size, and the command line compiles the
+    gradient the same way."""
+    _, p, _ = resnet18_args(widths=WIDTHS, dtype=np.float32)
+    types = ["f32[N, 3, H, W]", _type_text(p), "i64[N]"]
+    forward = anfir.compile(module, entry="resnet18", args=compile_args(types[:2]))
+    for batch, size in ((1, 16), (3, 40)):
+        x, _, _ = resnet18_args(seed=batch, batch=batch, size=size, widths=WIDTHS, dtype=np.float32)
+        assert_close(anfir.run(forward, x, p), anfir.run(module["resnet18"], x, p), 1e-5, 1e-6)
+    status, out, err = run_in_process(["compile", str(EXAMPLE), "--entry", "resnet18_grad",
+                                       "--args", *types], EXAMPLE.parent)
+    assert status == 0, err
+    assert out.startswith("compiled @resnet18_grad: "), out
