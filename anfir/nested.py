@@ -34,7 +34,11 @@ def fold_nested(root: Any, items_of: Callable[[Any], Optional[Sequence[Any]]],
         if id(t) in done:
             continue
         items = items_of(t)
-        assert items is not None
+        if items is None:
+            # ``items_of`` may turn a tuple into a leaf while the fold runs (map_graphs:
+            # an equal tuple, another object, was folded meanwhile and memoized).
+            done[id(t)] = (t, leaf(t))
+            continue
         if not ready:
             stack.append((t, True))
             stack.extend((i, False) for i in items if items_of(i) is not None and id(i) not in done)

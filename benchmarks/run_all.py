@@ -34,6 +34,7 @@ sys.path.insert(1, str(HERE.parent))    # anfir from the checkout when not insta
 
 import numpy as np  # noqa: E402
 
+import bench_convnet  # noqa: E402
 import bench_jax  # noqa: E402
 import bench_lowlevel  # noqa: E402
 import figures  # noqa: E402
@@ -42,8 +43,10 @@ from harness import format_details, format_table  # noqa: E402
 
 
 def all_figures(quick: bool = False) -> dict:
-    """Every figure by key, in table order: issue 6's, the JAX back end's, the low level's."""
-    return {**figures.all_figures(quick), **bench_jax.all_figures(quick), **bench_lowlevel.all_figures(quick)}
+    """Every figure by key, in table order: issue 6's, the JAX back end's, the low level's,
+    the convolutional networks'."""
+    return {**figures.all_figures(quick), **bench_jax.all_figures(quick), **bench_lowlevel.all_figures(quick),
+            **bench_convnet.all_figures(quick)}
 
 
 KEYS = list(all_figures())

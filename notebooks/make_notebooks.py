@@ -732,11 +732,184 @@ import shutil
 shutil.rmtree(dumps)'''),
 ]
 
+MODELS_IN_ANF: list[Cell] = [
+    ("md", """\
+# A ResNet written in ANF
+
+`examples/resnet18.anf` is torchvision's ResNet-18 (eval mode) in about thirty
+lines of ANF: a 7x7 stem with batch norm, relu and max pool, four stages of
+two BasicBlocks, a global average pool and a linear layer, plus the
+cross-entropy loss and its gradient with respect to every parameter. This
+notebook runs it, checks it against a plain numpy ResNet, differentiates it,
+and looks at the compiled gradient. (`examples/transformer.anf`, a
+transformer encoder block, is built the same way.)"""),
+    ("py", SETUP),
+    ("py", 'print((EXAMPLES / "resnet18.anf").read_text())'),
+    ("md", """\
+## Parameters
+
+The parameters are one nested tuple, as torchvision's state dict nests them:
+`(stem, layer1, layer2, layer3, layer4, fc)`, each batch norm a 4-tuple
+`(weight, bias, running_mean, running_var)`. The widths come from the weights,
+so narrow ones (8, 16, 32, 64 instead of 64 ... 512) make a quick demo."""),
+    ("py", '''\
+import numpy as np
+
+rng = np.random.default_rng(0)
+
+
+def conv_w(out, inp, k):
+    return rng.normal(size=(out, inp, k, k)) * np.sqrt(2.0 / (inp * k * k))
+
+
+def bn(c):
+    return (rng.uniform(0.5, 1.5, c), rng.normal(size=c) * 0.1,
+            rng.normal(size=c) * 0.1, rng.uniform(0.5, 1.5, c))
+
+
+def resnet18_params(widths, classes):
+    stages, inp = [], widths[0]
+    for i, width in enumerate(widths):
+        first = (conv_w(width, inp, 3), bn(width), conv_w(width, width, 3), bn(width))
+        if i > 0:  # stages 2-4 halve the size: a 1x1 projection on the shortcut
+            first += (conv_w(width, inp, 1), bn(width))
+        second = (conv_w(width, width, 3), bn(width), conv_w(width, width, 3), bn(width))
+        stages.append((first, second))
+        inp = width
+    fc = (rng.normal(size=(classes, inp)) / np.sqrt(inp), rng.normal(size=classes) * 0.1)
+    return ((conv_w(widths[0], 3, 7), bn(widths[0])), *stages, fc)
+
+
+params = resnet18_params((8, 16, 32, 64), classes=10)
+x = rng.normal(size=(2, 3, 32, 32))
+labels = np.array([3, 7])
+leaves = []
+stack = [params]
+while stack:
+    item = stack.pop()
+    if isinstance(item, tuple):
+        stack.extend(item)
+    else:
+        leaves.append(item)
+print(len(leaves), "parameter arrays,", sum(a.size for a in leaves), "numbers")'''),
+    ("md", """\
+## Run it, and check it against numpy
+
+`anfir.run` evaluates the parsed definitions directly. The reference below is
+the same network in plain numpy: convolution as an `einsum` over
+`sliding_window_view` windows, written independently of anfir's kernels."""),
+    ("py", '''\
+module = anfir.load(str(EXAMPLES / "resnet18.anf"))
+logits = anfir.run(module["resnet18"], x, params)
+print("logits", logits.shape, logits.dtype)
+print(np.round(logits, 4))'''),
+    ("md", """\
+The parsed definition, drawn (Jupyter shows a FuncGraph as a picture): the
+body of `resnet18` and its three lambdas, `bn`, `block` and `down`, each a
+graph of its own; a call of one (`@bn`, `@block`) points to it with a dotted
+edge."""),
+    ("py", 'module["resnet18"]'),
+    ("py", '''\
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+def np_conv(v, w, stride=1, padding=0):
+    v = np.pad(v, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    windows = sliding_window_view(v, w.shape[2:], axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.einsum("ncijkl,ockl->noij", windows, w)
+
+
+def np_bn(v, s):
+    scale, bias, mean, var = (a.reshape(1, -1, 1, 1) for a in s)
+    return (v - mean) / np.sqrt(var + 1e-5) * scale + bias
+
+
+def np_block(v, b):
+    stride = 1 if len(b) == 4 else 2
+    h = np.maximum(np_bn(np_conv(v, b[0], stride, 1), b[1]), 0)
+    shortcut = v if len(b) == 4 else np_bn(np_conv(v, b[4], 2), b[5])
+    return np.maximum(np_bn(np_conv(h, b[2], 1, 1), b[3]) + shortcut, 0)
+
+
+def np_resnet18(v, p):
+    h = np.maximum(np_bn(np_conv(v, p[0][0], 2, 3), p[0][1]), 0)
+    h = np.pad(h, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    h = sliding_window_view(h, (3, 3), axis=(2, 3))[:, :, ::2, ::2].max(axis=(4, 5))
+    for stage in p[1:5]:
+        h = np_block(np_block(h, stage[0]), stage[1])
+    return h.mean(axis=(2, 3)) @ p[5][0].T + p[5][1]
+
+
+want = np_resnet18(x, params)
+print("largest difference from numpy:", np.abs(logits - want).max())
+assert np.allclose(logits, want, rtol=1e-10, atol=1e-12)'''),
+    ("md", """\
+## Differentiate it
+
+`resnet18_grad` is `grad(resnet18_loss, 1)`: the gradient of the loss with
+respect to the whole parameter tuple, nested the same way. A directional
+derivative checks all of it at once: moving every parameter along a random
+direction `d` changes the loss by `<gradient, d>` per unit step."""),
+    ("py", '''\
+grads = anfir.run(module["resnet18_grad"], x, params, labels)
+print("stem conv gradient:", grads[0][0].shape, "  fc gradient:", grads[5][0].shape)
+
+
+def tmap(fn, *trees):
+    if isinstance(trees[0], tuple):
+        return tuple(tmap(fn, *items) for items in zip(*trees))
+    return fn(*trees)
+
+
+direction = tmap(lambda a: rng.normal(size=a.shape), params)
+loss = module["resnet18_loss"]
+eps = 1e-6
+plus = anfir.run(loss, x, tmap(lambda p, d: p + eps * d, params, direction), labels)
+minus = anfir.run(loss, x, tmap(lambda p, d: p - eps * d, params, direction), labels)
+numeric = (plus - minus) / (2 * eps)
+flat = []
+tmap(lambda g, d: flat.append(np.sum(g * d)), grads, direction)
+analytic = sum(flat)
+print(f"<gradient, d> = {analytic:.6f}   finite difference = {numeric:.6f}")
+assert abs(analytic - numeric) < 1e-5 * max(1.0, abs(numeric))'''),
+    ("md", """\
+## Compile it
+
+`anfir.compile` specializes the gradient for these argument types, expands
+`grad`, inlines and optimizes; the compiled graph computes the same thing.
+Its dump (`anfir.dump_ir`: the text `anfir.compile(..., dump_dir=...)` writes
+after each phase, see `03_inspecting_the_pipeline`) is readable: here the
+lines of the optimized gradient that call the convolution's gradient kernels,
+with their attributes."""),
+    ("py", '''\
+compiled = anfir.compile(module, entry="resnet18_grad", args=[x, params, labels])
+again = anfir.run(compiled, x, params, labels)
+flat_again, flat_run = [], []
+tmap(flat_again.append, again)
+tmap(flat_run.append, grads)
+print("compiled == run:", all(np.allclose(a, b, rtol=1e-10, atol=1e-12)
+                              for a, b in zip(flat_again, flat_run)))
+dump = anfir.dump_ir(compiled).split("\\n")
+calls = [line for line in dump if "conv_weight_grad(" in line or "conv_input_grad(" in line]
+print(len(dump), "lines in the dump;", len(calls), "calls of the convolution's gradients, e.g.:")
+for line in calls[:6]:
+    print(line if len(line) <= 110 else line[:107] + "...")'''),
+    ("md", """\
+## At full size
+
+The widths come from the weights: with torchvision's (64, 128, 256, 512) and
+a 224x224 image the same definitions run ResNet-18 itself, 1.8 billion
+multiply-adds a forward, each convolution an im2col and one matmul.
+`python benchmarks/bench_convnet.py` times that forward and a training step
+against PyTorch (the figures are in `benchmarks/README.md`)."""),
+]
+
 NOTEBOOKS: dict[str, list[Cell]] = {
     "01_writing_ir_by_hand.ipynb": WRITING_IR,
     "02_differentiating.ipynb": DIFFERENTIATING,
     "03_inspecting_the_pipeline.ipynb": PIPELINE,
     "04_importing_onnx.ipynb": IMPORTING_ONNX,
+    "05_models_in_anf.ipynb": MODELS_IN_ANF,
     "06_importing_torch.ipynb": IMPORTING_TORCH,
 }
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from example_args import transformer_args
+from example_args import resnet18_args, transformer_args
 from anfir.interop.flat import DIM
 from anfir.primitives import PRIMITIVES, arith, gradient, structure, tensor
 
@@ -299,6 +299,7 @@ SAMPLES.update({
 
 
 # -- the bundled examples -------------------------------------------------------------------
+_RESNET = resnet18_args(dtype=np.float32)
 EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any, ...]], set[str]]] = {
     ("closure", "ms_closure"): ([], [()], set()),
     ("closures", "pick"): ([True, 3], [(True, 3), (False, 3), (True, -2)], {"If"}),
@@ -321,6 +322,12 @@ EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any
                                        {"Softmax", "MatMul"}),
     ("transformer", "block_loss"): (list(transformer_args()), [transformer_args(2)], {"Softmax"}),
     ("transformer", "block_grad"): (list(transformer_args()), [transformer_args(3)], {"Softmax"}),
+    # f32: onnxruntime's Conv and pools are f32 only
+    ("resnet18", "resnet18"): (list(_RESNET[:2]), [resnet18_args(1, dtype=np.float32)[:2]],
+                               {"Conv", "MaxPool", "GlobalAveragePool"}),
+    ("resnet18", "resnet18_loss"): (list(_RESNET), [resnet18_args(2, dtype=np.float32)], {"Conv"}),
+    ("resnet18", "resnet18_grad"): (list(_RESNET), [resnet18_args(2, dtype=np.float32)],
+                                    {"Conv", "ScatterElements"}),
 }
 """(file, definition) → (compile args, runs, ONNX ops the model must use)."""
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 NAMES = ["01_writing_ir_by_hand.ipynb", "02_differentiating.ipynb",
          "03_inspecting_the_pipeline.ipynb", "04_importing_onnx.ipynb",
-         "06_importing_torch.ipynb"]
+         "05_models_in_anf.ipynb", "06_importing_torch.ipynb"]
 REQUIRES = {"04_importing_onnx.ipynb": ("onnx", "anfir[onnx]"),
             "06_importing_torch.ipynb": ("torch", "anfir[torch]")}
 """The optional package a notebook imports, and the extra that installs it: without

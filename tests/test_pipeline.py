@@ -23,7 +23,7 @@ from anfir.passes.pipeline import PHASES, Phase, Program, compile_program, sanit
 from anfir.passes.validate import validate
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES as P
 from anfir.values import Symbol
-from example_args import transformer_args
+from example_args import resnet18_args, transformer_args
 from spec_examples import PAPER as MINDIR, HOF, FIBONACCI, CLOSURE, POWER, MLP
 
 PHASE_NAMES = ["parse", "resolve", "specialize", "ad", "inline", "optimize", "validate"]
@@ -156,6 +156,7 @@ EXAMPLE_FILE_CASES: list[tuple[str, Any, tuple, Any]] = [
     ("power.anf", "dpower", (2.0,), 12.0),
     ("transformer.anf", "encoder_block", transformer_args()[:2], None),
     ("transformer.anf", "block_grad", transformer_args(), None),
+    ("resnet18.anf", "resnet18", resnet18_args()[:2], None),
 ]
 
 

@@ -428,6 +428,10 @@ class _IRBuilder(Transformer):
         if not items:
             return NO_ATTRS
         prim = callee.value if isinstance(callee, _Const) else None
+        if isinstance(prim, Symbol):
+            # A parse-phase dump keeps the global names of a lambda's body unresolved:
+            # its attributes are those of the primitive the name stands for.
+            prim = lookup(prim.name)
         if not isinstance(prim, Primitive):
             raise self._error(f"{token} has primitive_attrs, but its callee is not a primitive",
                               items[0][0], AnfirTypeError)

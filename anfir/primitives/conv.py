@@ -6,10 +6,11 @@
 ``"same"``/``"valid"``.  Pooling follows PyTorch's ``max_pool*d``/``avg_pool*d``
 (``ceil_mode``, ``count_include_pad``).
 
-Kernels are im2col: ``sliding_window_view`` of the padded input, strided and
-dilated by slicing (views, no copies), contracted with ``tensordot`` (one
-matmul per group); no Python loop runs over pixels (the scatters of gradients
-loop over kernel offsets only).
+Kernels are im2col: the padded input's windows, an ``as_strided`` view,
+copied once into the column layout a single batched ``matmul`` reads in place
+(float32 stays float32, so BLAS's sgemm does the work); the input gradient is
+the transposed matmul and col2im; pooling is one vectorised pass per kernel
+offset. No Python loop runs over pixels or batch elements.
 
 Gradients are graphs of the internal primitives below, each the adjoint of
 another, so every order of differentiation stays in this closed family:
@@ -20,11 +21,12 @@ another, so every order of differentiation stays in this closed family:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import sympy
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from anfir.abstract import rules
 from anfir.abstract.shapes import norm_dim
@@ -103,28 +105,59 @@ def _result_dtype(*arrays: Any) -> np.dtype[Any]:
 
 
 # -- kernels ------------------------------------------------------------------------------
+# Every kernel is im2col: the input's windows, a strided view (N, C, K..., OUT...) of the
+# padded input, copied once into the column layout that one batched matmul reads in place
+# (float32 stays float32: BLAS's sgemm). Per spatial offset of the kernel there is at most
+# one vectorised pass (pooling, col2im); nothing loops over pixels or batch elements.
 def _pad(x: np.ndarray, pads: Sequence[int], n: int, value: float = 0.0) -> np.ndarray:
     """x padded (or cropped, for negative pads) on its last n axes."""
     crop = tuple(slice(max(-b, 0), x.shape[2 + i] - max(-e, 0))
                  for i, (b, e) in enumerate(zip(pads[:n], pads[n:])))
     x = x[(slice(None), slice(None)) + crop]
-    widths = [(0, 0), (0, 0)] + [(max(b, 0), max(e, 0)) for b, e in zip(pads[:n], pads[n:])]
-    if any(w != (0, 0) for w in widths):
-        x = np.pad(x, widths, constant_values=value)
-    return x
+    begins = [max(b, 0) for b in pads[:n]]
+    ends = [max(e, 0) for e in pads[n:]]
+    if not any(begins) and not any(ends):
+        return x
+    # One allocation and one copy (np.pad costs far more per call on small maps).
+    padded = np.full((*x.shape[:2], *(s + b + e for s, b, e in zip(x.shape[2:], begins, ends))),
+                     value, x.dtype)
+    padded[(slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(begins, x.shape[2:]))] = x
+    return padded
 
 
-def _windows(xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
-             dilation: Sequence[int], out: Sequence[int]) -> np.ndarray:
-    """The view (N, C, out..., kernel...) of xp's windows: [.., p, k] = xp[.., p*s + k*d]."""
+def _window_view(xp: np.ndarray, kernel: Sequence[int], stride: Sequence[int],
+                 dilation: Sequence[int], out: Sequence[int]) -> np.ndarray:
+    """The read-only view (N, C, kernel..., out...) of xp: [.., k, p] = xp[.., p*s + k*d]
+    (the caller checks that every window fits: (out-1)*s + d*(k-1) < xp's size)."""
+    strides = xp.strides
     n = len(kernel)
-    extent = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
-    need = [(o - 1) * s + e for o, s, e in zip(out, stride, extent)]
-    xp = xp[(slice(None), slice(None)) + tuple(slice(0, m) for m in need)]
-    view = sliding_window_view(xp, extent, axis=tuple(range(2, 2 + n)))
-    index = (slice(None), slice(None), *(slice(None, None, s) for s in stride),
-             *(slice(None, None, d) for d in dilation))
-    return view[index]
+    return as_strided(xp, (*xp.shape[:2], *kernel, *out),
+                      (*strides[:2], *(strides[2 + a] * dilation[a] for a in range(n)),
+                       *(strides[2 + a] * stride[a] for a in range(n))), writeable=False)
+
+
+def _offsets(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+             out: Sequence[int]) -> tuple[tuple[slice, ...], ...]:
+    """Per kernel offset (in flat order), the index of the input cells it reads: xp[index]
+    is the (N, C, out...) map of that offset, a strided view."""
+    return _offsets_of(tuple(kernel), tuple(stride), tuple(dilation), tuple(out))
+
+
+@functools.lru_cache(maxsize=512)
+def _offsets_of(kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                out: tuple[int, ...]) -> tuple[tuple[slice, ...], ...]:
+    # Cached: a network calls the same few layer shapes again and again, and building
+    # the slices costs as much as the arithmetic of a small layer.
+    return tuple((slice(None), slice(None)) + tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
+                                                    for o, d, m, s in zip(offset, dilation, out, stride))
+                 for offset in np.ndindex(*kernel))
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_cells(kernel: tuple[int, ...]) -> tuple[tuple[Any, ...], ...]:
+    """Per kernel offset (in flat order), the index of its (N, C, out...) map in columns
+    shaped (N, C, kernel..., out...)."""
+    return tuple((slice(None), slice(None)) + offset for offset in np.ndindex(*kernel))
 
 
 def _out_size(i: int, k: int, s: int, d: int, total_pad: int, ceil: bool = False) -> int:
@@ -135,66 +168,104 @@ def _out_size(i: int, k: int, s: int, d: int, total_pad: int, ceil: bool = False
     return (-(-span // s) if ceil else span // s) + 1
 
 
+def _columns(x: np.ndarray, kernel: Sequence[int], stride: Sequence[int], pads: Sequence[int],
+             dilation: Sequence[int], out: Sequence[int], groups: int) -> np.ndarray:
+    """im2col: x's windows as (groups, C/groups * K, N * P) columns, contiguous (P = the
+    output's cells): one copy of the window view in the order (C, K..., N, OUT...), so
+    that one matmul per group covers the whole batch and reads each weight once (a
+    matmul per batch element is a matrix-vector product on a 1x1 map)."""
+    n = len(kernel)
+    batch, channels = x.shape[:2]
+    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(pads):
+        view = x[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+        order: tuple[int, ...] = (1, 0, *range(2, 2 + n))
+    else:
+        view = _window_view(_pad(x, pads, n), kernel, stride, dilation, out)
+        order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n))
+    cols: np.ndarray = view.transpose(order)
+    if batch > 1 or not cols.flags.c_contiguous:
+        cols = np.ascontiguousarray(cols)
+    return cols.reshape(groups, channels // groups * int(np.prod(kernel)), batch * int(np.prod(out)))
+
+
+def _batch_last(dout: np.ndarray, groups: int) -> np.ndarray:
+    """dout (N, O, OUT...) as (groups, O/groups, N * P), contiguous (a copy unless N = 1)."""
+    batch, channels = dout.shape[:2]
+    moved = dout.reshape(batch, channels, -1).transpose(1, 0, 2)
+    return np.ascontiguousarray(moved).reshape(groups, channels // groups, -1)
+
+
+def _col2im(cols: np.ndarray, spatial: Sequence[int], kernel: Sequence[int],
+            stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
+            out: Sequence[int]) -> np.ndarray:
+    """The adjoint of im2col: cols (N, C, kernel..., out...) added back at every window
+    cell of a padded (N, C, spatial + pads) map, returned unpadded."""
+    n = len(kernel)
+    padded = [s + b + e for s, b, e in zip(spatial, pads[:n], pads[n:])]
+    acc = np.zeros((*cols.shape[:2], *padded), cols.dtype)
+    for index, cell in zip(_offsets(kernel, stride, dilation, out), _kernel_cells(tuple(kernel))):
+        acc[index] += cols[cell]
+    return _pad(acc, [-p for p in pads], n)
+
+
+def _check_groups(channels: int, w: np.ndarray, groups: int, what: str) -> None:
+    if channels != w.shape[1] * groups or w.shape[0] % groups:
+        raise ShapeError(f"{what}: input channels {channels} and weight {w.shape} do not fit "
+                         f"groups={groups}")
+
+
 def _conv_np(x: np.ndarray, w: np.ndarray, stride: Sequence[int], pads: Sequence[int],
              dilation: Sequence[int], groups: int) -> np.ndarray:
-    """The convolution (cross-correlation) of x (N, C, S...) by w (O, C/groups, K...)."""
+    """The convolution (cross-correlation) of x (N, C, S...) by w (O, C/groups, K...):
+    per group, the (O/groups, C/groups*K) weight matrix times the (C/groups*K, N*P)
+    columns, moved to (N, O, OUT...)."""
     n = w.ndim - 2
     dtype = _result_dtype(x, w)
     x, w = x.astype(dtype, copy=False), w.astype(dtype, copy=False)
-    if x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
-        raise ShapeError(f"conv: input channels {x.shape[1]} and weight {w.shape} do not fit "
-                         f"groups={groups}")
+    _check_groups(x.shape[1], w, groups, "conv")
     kernel = w.shape[2:]
     out = [_out_size(i, k, s, d, b + e) for i, k, s, d, b, e
            in zip(x.shape[2:], kernel, stride, dilation, pads[:n], pads[n:])]
-    win = _windows(_pad(x, pads, n), kernel, stride, dilation, out)
-    cin, cout = w.shape[1], w.shape[0] // groups
-    axes = ([1, *range(2 + n, 2 + 2 * n)], [1, *range(2, 2 + n)])
-    parts = [np.tensordot(win[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout], axes=axes)
-             for g in range(groups)]
-    result = parts[0] if groups == 1 else np.concatenate(parts, axis=-1)
-    return np.ascontiguousarray(np.moveaxis(result, -1, 1))
+    cols = _columns(x, kernel, stride, pads, dilation, out, groups)
+    result = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)
+    moved = result.reshape(w.shape[0], x.shape[0], *out).swapaxes(0, 1)
+    return np.ascontiguousarray(moved)
 
 
 def _conv_input_grad_np(dout: np.ndarray, w: np.ndarray, spatial: Sequence[int],
                         stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
                         groups: int) -> np.ndarray:
     """The gradient of conv's input of spatial size ``spatial`` (a transposed convolution):
-    dout dilated by the stride, padded, convolved with the flipped, transposed weight."""
+    the transposed weight matrix times dout gives the columns' gradient, col2im sums it back."""
     n = w.ndim - 2
     dtype = _result_dtype(dout, w)
     dout, w = dout.astype(dtype, copy=False), w.astype(dtype, copy=False)
-    if dout.shape[1] != w.shape[0]:
+    if dout.shape[1] != w.shape[0] or w.shape[0] % groups:
         raise ShapeError(f"conv gradient: {dout.shape[1]} channels for a weight of shape {w.shape}")
-    if any(s > 1 for s in stride):
-        full = [(o - 1) * s + 1 for o, s in zip(dout.shape[2:], stride)]
-        dilated = np.zeros((*dout.shape[:2], *full), dtype)
-        dilated[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)] = dout
-        dout = dilated
-    kernel = w.shape[2:]
-    begins = [d * (k - 1) - b for k, d, b in zip(kernel, dilation, pads[:n])]
-    ends = [i + d * (k - 1) - lo - m for i, k, d, lo, m
-            in zip(spatial, kernel, dilation, begins, dout.shape[2:])]
-    cout, cin = w.shape[0] // groups, w.shape[1]
-    flipped = w.reshape(groups, cout, cin, *kernel).swapaxes(1, 2)
-    flipped = flipped.reshape(groups * cin, cout, *kernel)[(Ellipsis,) + (slice(None, None, -1),) * n]
-    return _conv_np(_pad(dout, [*begins, *ends], n), flipped, (1,) * n, (0,) * (2 * n),
-                    dilation, groups)
+    kernel, out = w.shape[2:], dout.shape[2:]
+    weights = w.reshape(groups, w.shape[0] // groups, -1).transpose(0, 2, 1)  # BLAS reads it in place
+    cols = np.matmul(weights, _batch_last(dout, groups))  # (groups, C/groups*K, N*P)
+    # (C, K..., N, OUT...) read as (N, C, K..., OUT...): col2im takes the strided view
+    cols = cols.reshape(groups * w.shape[1], *kernel, dout.shape[0], *out)
+    cols = cols.transpose(1 + n, 0, *range(1, 1 + n), *range(2 + n, 2 + 2 * n))
+    return _col2im(cols, spatial, kernel, stride, pads, dilation, out)
 
 
 def _conv_weight_grad_np(x: np.ndarray, dout: np.ndarray, kernel: Sequence[int],
                          stride: Sequence[int], pads: Sequence[int], dilation: Sequence[int],
                          groups: int) -> np.ndarray:
-    """The gradient of conv's weight: dout contracted with the input's windows."""
-    n = len(kernel)
+    """The gradient of conv's weight: dout times the transposed columns, one matmul per
+    group whose inner dimension runs over the whole batch."""
     dtype = _result_dtype(x, dout)
     x, dout = x.astype(dtype, copy=False), dout.astype(dtype, copy=False)
-    win = _windows(_pad(x, pads, n), kernel, stride, dilation, dout.shape[2:])
-    cin, cout = x.shape[1] // groups, dout.shape[1] // groups
-    spatial = list(range(2, 2 + n))
-    parts = [np.tensordot(dout[:, g * cout:(g + 1) * cout], win[:, g * cin:(g + 1) * cin],
-                          axes=([0, *spatial], [0, *spatial])) for g in range(groups)]
-    return np.ascontiguousarray(parts[0] if groups == 1 else np.concatenate(parts, axis=0))
+    out = dout.shape[2:]
+    channels, cout = x.shape[1], dout.shape[1]
+    if channels % groups or cout % groups:
+        raise ShapeError(f"conv gradient: {channels} input and {cout} output channels do not "
+                         f"fit groups={groups}")
+    cols = _columns(x, kernel, stride, pads, dilation, out, groups)
+    result: np.ndarray = np.matmul(_batch_last(dout, groups), cols.transpose(0, 2, 1))
+    return result.reshape(cout, channels // groups, *kernel)
 
 
 # -- conv evaluation ------------------------------------------------------------------------
@@ -288,27 +359,55 @@ def pool_params(x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, c
     return n, k, st, pads, dil, out
 
 
+def _fill(x: np.ndarray) -> Any:
+    """The padding value that never wins a maximum."""
+    return -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+
+
 def _max_pool(x: Any, kernel: Any = None, stride: Any = None, padding: Any = 0, dilation: Any = 1,
               ceil_mode: Any = False) -> Any:
-    """The maximum over each window (padding never wins)."""
+    """The maximum over each window (padding never wins): one np.maximum per kernel offset
+    (NaN propagates, as in np.max)."""
     x = np.asarray(x)
     n, k, st, pads, dil, out = pool_params(x, kernel, stride, padding, dilation, ceil_mode,
                                             "max_pool")
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    win = _windows(_pad(x, pads, n, fill), k, st, dil, out)
-    return win.max(axis=tuple(range(2 + n, 2 + 2 * n)))
+    xp = _pad(x, pads, n, _fill(x))
+    index = _offsets(k, st, dil, out)
+    result = xp[index[0]].copy()
+    for i in index[1:]:
+        np.maximum(result, xp[i], out=result)
+    return result
 
 
 def _argmax_windows(x: np.ndarray, kernel: Any, stride: Any, padding: Any, dilation: Any,
                     ceil_mode: Any) -> tuple[int, tuple[int, ...], tuple[int, ...], list[int],
                                              tuple[int, ...], list[int], np.ndarray]:
-    """The pooling parameters and, per output cell, the flat kernel offset of its maximum."""
+    """The pooling parameters and, per output cell, the flat kernel offset of its maximum
+    (the first one, or the first NaN, as np.argmax over the window)."""
     n, k, st, pads, dil, out = pool_params(x, kernel, stride, padding, dilation, ceil_mode,
                                             "max_pool")
-    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    win = _windows(_pad(x, pads, n, fill), k, st, dil, out)
-    flat = win.reshape(*win.shape[:2 + n], -1)
-    return n, k, st, pads, dil, out, np.argmax(flat, axis=-1)
+    xp = _pad(x, pads, n, _fill(x))
+    index = _offsets(k, st, dil, out)
+    if x.dtype.kind in "fc" and bool(np.isnan(x).any()):
+        # A NaN wins over any number and the first NaN stays (np.argmax's rule):
+        # compared offset by offset, only when there is one.
+        best = xp[index[0]].copy()
+        pick = np.zeros(best.shape, np.int32)
+        for flat, i in enumerate(index[1:], 1):
+            better = np.greater(xp[i], best) | (np.isnan(xp[i]) & ~np.isnan(best))
+            np.copyto(best, xp[i], where=better)
+            np.copyto(pick, flat, where=better)
+        return n, k, st, pads, dil, out, pick
+    # The maximum first (np.maximum per offset), then each cell's first offset that
+    # holds it: the offsets visited last to first, the earliest written last.
+    top = xp[index[0]].copy()
+    for i in index[1:]:
+        np.maximum(top, xp[i], out=top)
+    pick = np.zeros(top.shape, np.int32)
+    for flat in range(len(index) - 1, 0, -1):
+        np.copyto(pick, flat, where=np.equal(xp[index[flat]], top))
+    np.copyto(pick, 0, where=np.equal(xp[index[0]], top))
+    return n, k, st, pads, dil, out, pick
 
 
 def _scatter_windows(values: np.ndarray, shape: Sequence[int], n: int, kernel: Sequence[int],
@@ -318,11 +417,9 @@ def _scatter_windows(values: np.ndarray, shape: Sequence[int], n: int, kernel: S
     (only where ``pick`` equals the offset's flat index, if given), unpadded to ``shape``."""
     padded = [s + b + e for s, b, e in zip(shape[2:], pads[:n], pads[n:])]
     acc = np.zeros((*shape[:2], *padded), values.dtype)
-    for flat, offset in enumerate(np.ndindex(*kernel)):
-        part = values if pick is None else np.where(pick == flat, values, 0)
-        index = tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
-                      for o, d, m, s in zip(offset, dilation, out, stride))
-        acc[(slice(None), slice(None)) + index] += part
+    zero = values.dtype.type(0)
+    for flat, index in enumerate(_offsets(kernel, stride, dilation, out)):
+        acc[index] += values if pick is None else np.where(pick == flat, values, zero)
     return _pad(acc, [-p for p in pads], n)
 
 
@@ -339,9 +436,12 @@ def _max_pool_select(x: Any, g: Any, kernel: Any = None, stride: Any = None, pad
     """g read at each window's maximum of x (the adjoint of max_pool_grad)."""
     x, g = np.asarray(x), np.asarray(g)
     n, k, st, pads, dil, out, pick = _argmax_windows(x, kernel, stride, padding, dilation, ceil_mode)
-    win = _windows(_pad(g, pads, n), k, st, dil, out)
-    flat = win.reshape(*win.shape[:2 + n], -1)
-    return np.take_along_axis(flat, pick[..., None], axis=-1)[..., 0]
+    gp = _pad(g, pads, n)
+    index = _offsets(k, st, dil, out)
+    result = gp[index[0]].copy()
+    for flat, i in enumerate(index[1:], 1):
+        np.copyto(result, gp[i], where=pick == flat)
+    return result
 
 
 def avg_divisor(shape: Sequence[int], n: int, k: Sequence[int], st: Sequence[int],
@@ -379,8 +479,11 @@ def _avg_pool(x: Any, kernel: Any = None, stride: Any = None, padding: Any = 0, 
         x = x.astype(np.float64)
     n, k, st, pads, dil, out, divisor = _avg_setup(x, kernel, stride, padding, ceil_mode,
                                                    count_include_pad)
-    win = _windows(_pad(x, pads, n), k, st, dil, out)
-    total = win.sum(axis=tuple(range(2 + n, 2 + 2 * n)))
+    xp = _pad(x, pads, n)
+    index = _offsets(k, st, dil, out)
+    total = xp[index[0]].copy()
+    for i in index[1:]:  # one add per kernel offset, not a reduction over a strided view
+        total += xp[i]
     return (total / divisor.astype(x.dtype)).astype(x.dtype, copy=False)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from anfir.primitives import conv as nn
@@ -101,7 +102,9 @@ def _max_pool(x: Any, kernel: Any = None, stride: Any = None, padding: Any = 0, 
               ceil_mode: Any = False) -> Any:
     x = jnp.asarray(x)
     low = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    return _pool(x, kernel, stride, padding, dilation, ceil_mode, jnp.asarray(low, x.dtype),
+    # A numpy scalar, not a jnp array: under jit a jnp constant is a tracer, and lax then
+    # cannot see that (-inf, max) is a monoid, so reduce_window has no derivative.
+    return _pool(x, kernel, stride, padding, dilation, ceil_mode, np.array(low, x.dtype),
                  lax.max)
 
 
