@@ -48,6 +48,45 @@ def two_layers(w1: f64[6, 6], w2: f64[6, 2], x: f64[4, 6]) -> f64 =
 """
 
 
+# A small CNN (conv with bias, batch norm, max and average pooling, a linear head) and a
+# ResNet-style network (a stem, a residual block with an identity shortcut, a downsampling
+# block with a 1x1 projection shortcut), at 2 x 3 x 8 x 8.  Batch norm's variance is
+# exp(lv) so that every drawn argument is valid.
+NETS = """
+def cnn(w1, b1, s1, o1, m1, lv1, w2, wf, x, y) =
+  let h = relu(batch_norm(conv(x, w1, b1, padding=1), s1, o1, m1, exp(lv1))) in
+  let p = max_pool(h, 2) in
+  let h2 = relu(conv(p, w2, padding=1)) in
+  let q = avg_pool(h2, 3, 1, padding=1) in
+  let g = reshape(global_avg_pool(q), (2, 6)) in
+  let z = g @ wf in
+  sum((z - y) * (z - y)) / 2.0
+
+def bn(x, s, o, m, lv) = batch_norm(x, s, o, m, exp(lv))
+
+def resnet(w0, s0, o0, m0, lv0, wa, sa, oa, ma, lva, wb, sb, ob, mb, lvb,
+           wc, sc, oc, mc, lvc, wd, sd, od, md, lvd, wp, wf, x, y) =
+  let h0 = max_pool(relu(bn(conv(x, w0, padding=1), s0, o0, m0, lv0)), 3, 2, padding=1) in
+  let ha = relu(bn(conv(h0, wa, padding=1), sa, oa, ma, lva)) in
+  let h1 = relu(bn(conv(ha, wb, padding=1), sb, ob, mb, lvb) + h0) in
+  let hc = relu(bn(conv(h1, wc, stride=2, padding=1), sc, oc, mc, lvc)) in
+  let h2 = relu(bn(conv(hc, wd, padding=1), sd, od, md, lvd) + conv(h1, wp, stride=2)) in
+  let z = reshape(global_avg_pool(h2), (2, 8)) @ wf in
+  sum((z - y) * (z - y)) / 2.0
+"""
+
+
+def _bn_types(c: int) -> list[str]:
+    return [f"f64[{c}]"] * 4
+
+
+CNN_TYPES = ["f64[4, 3, 3, 3]", "f64[4]", *_bn_types(4), "f64[6, 4, 3, 3]", "f64[6, 5]", "f64[2, 3, 8, 8]",
+             "f64[2, 5]"]
+RESNET_TYPES = ["f64[4, 3, 3, 3]", *_bn_types(4), "f64[4, 4, 3, 3]", *_bn_types(4), "f64[4, 4, 3, 3]",
+                *_bn_types(4), "f64[8, 4, 3, 3]", *_bn_types(8), "f64[8, 8, 3, 3]", *_bn_types(8),
+                "f64[8, 4, 1, 1]", "f64[8, 5]", "f64[2, 3, 8, 8]", "f64[2, 5]"]
+
+
 def _values(types: list[str], seed: int = 0) -> list[Any]:
     rng = np.random.default_rng(seed)
     out = []
@@ -62,6 +101,8 @@ def _cases() -> list[tuple[str, Any, list[str], bool]]:
     mlp = anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"]
     mlp2 = anfir.load(str(EXAMPLES / "mlp2.anf"))
     inline = anfir.parse(INLINE)
+    nets = anfir.parse(NETS, "nets.anf")
+    weights = tuple(range(len(RESNET_TYPES) - 2))  # every parameter but x and y
     return [
         ("mlp", mlp, MLP_TYPES, False),
         ("mlp_grad", anfir.grad(mlp, (0, 1)), MLP_TYPES, True),
@@ -75,6 +116,11 @@ def _cases() -> list[tuple[str, Any, list[str], bool]]:
         ("two_layers", inline["two_layers"], ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"], False),
         ("two_layers_grad", anfir.grad(inline["two_layers"], (0, 1)), ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"],
          True),
+        # the CNN and ResNet-style networks: conv, pooling, batch norm and their gradients
+        ("cnn", nets["cnn"], CNN_TYPES, False),
+        ("cnn_grad", anfir.grad(nets["cnn"], tuple(range(len(CNN_TYPES) - 2))), CNN_TYPES, True),
+        ("resnet", nets["resnet"], RESNET_TYPES, False),
+        ("resnet_grad", anfir.grad(nets["resnet"], weights), RESNET_TYPES, True),
     ]
 
 
@@ -99,7 +145,7 @@ def check_arena(text: str) -> tuple[int, int]:
     computed from the text; asserts the header states the same."""
     allocs: dict[str, tuple[int, int]] = {}
     live: dict[str, tuple[int, int]] = {}
-    declared = set(re.findall(r"^  %(\S+) = (?:input|output|constant) ", text, re.M))
+    declared = set(re.findall(r"^  %(\S+) = (?:input|output|constant) ", text, re.MULTILINE))
     peak = arena = 0
     body = text.split("program {", 1)[1]
     for line in body.splitlines():
@@ -214,8 +260,8 @@ BAD_LIR = [
      6, "unknown primitive"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %v = copy @out %o, @in %zz\n}\n",
      6, "not a buffer"),
-    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<>\n  dealloc %a\n"
-     "  %v = copy @out %o, @in %a\n}\n", 8, "outside its life"),
+    (("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<>\n  dealloc %a\n"
+     "  %v = copy @out %o, @in %a\n}\n"), 8, "outside its life"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<>\n  %o = output f64<>\n}\nprogram {\n}\n",
      4, "defined twice"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<3 x>\n}\n", 3, "unexpected"),
@@ -223,8 +269,8 @@ BAD_LIR = [
      3, "elements"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<99999999 x 99999999>\n}\nprogram {\n}\n",
      3, "limit"),
-    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<> @ 0\n"
-     "  %b = alloc f64<> @ 0\n  %v = add @out %o, @in %a, @in %b\n}\n", 1, "share bytes"),
+    (("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<> @ 0\n"
+     "  %b = alloc f64<> @ 0\n  %v = add @out %o, @in %a, @in %b\n}\n"), 1, "share bytes"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n", 5, "end of file"),
 ]
 
@@ -283,7 +329,7 @@ def test_compile_cli_lower(tmp_path: Path) -> None:
 # Every case of tests/ops_table.py as a program and (where differentiable) the gradient of
 # sum(sin(op)), lowered, printed, loaded back and run against the evaluator: each rule's kernel
 # (or its evaluation) and its statics' round trip.
-from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY  # noqa: E402
+from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY
 
 _OPS = [*UNARY, *BINARY, *PREDICATES, *INTEGER]
 
