@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,40 @@ def test_the_executor_allocates_nothing_per_instruction() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 4096, f"{peak} bytes allocated while running {len(executor.steps)} instructions"
+    # A whole run, its results let go of by the caller and its arguments the same arrays: the
+    # outputs (256 KiB of gradients) are written again, nothing is bound again.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for _ in range(3):
+            executor.run(*values)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < 4096, f"{peak} bytes allocated by a run"
+
+
+def test_results_the_caller_holds_are_never_written_again() -> None:
+    # The executor writes an output array again only once the caller has let it go, and binds
+    # the instructions reading an argument again only when the argument is another array.
+    grad = anfir.grad(anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"], (0, 1))
+    compiled = anfir.compile(grad, args=MLP_TYPES)
+    executor = Executor(anfir.lower(grad, args=MLP_TYPES))
+    first, second = _values(MLP_TYPES, 1), _values(MLP_TYPES, 2)
+    kept = executor.run(*first)
+    snapshot = [a.copy() for a in kept]
+    again = executor.run(*second)
+    assert _same(again, anfir.run(compiled, *second))
+    assert all(k is not a for k, a in zip(kept, again))
+    assert _same(kept, tuple(snapshot))  # untouched by the second run
+    let_go = weakref.ref(again[0])
+    del again
+    first[2] *= 3.0  # the same argument array, changed in place: read again, not cached
+    third = executor.run(*first)
+    assert third[0] is let_go()  # the array the caller let go of, written again
+    assert _same(third, anfir.run(compiled, *first))
+    assert _same(kept, tuple(snapshot))
 
 
 def test_lowering_refuses_control_flow_with_a_location() -> None:

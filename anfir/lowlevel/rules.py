@@ -22,6 +22,7 @@ neither).  A :class:`LowRule` says
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, NamedTuple, Optional
@@ -66,8 +67,12 @@ class LowRule:
 def _floats(out: np.ndarray, args: list[Any]) -> bool:
     """Whether the output and every array argument are floating point (where the
     numpy ufuncs compute what anfir's evaluation does)."""
-    return out.dtype.kind == "f" and all(
-        a.dtype.kind == "f" for a in args if isinstance(a, np.ndarray))
+    if out.dtype.kind != "f":
+        return False
+    for a in args:
+        if isinstance(a, np.ndarray) and a.dtype.kind != "f":
+            return False
+    return True
 
 
 def ufunc(fn: Any) -> LowRule:
@@ -89,13 +94,15 @@ def _relu(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional
 
 def _matmul(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
     a, b = args
-    if not (_floats(out, args) and np.ndim(a) == 2 and np.ndim(b) == 2):
+    if not (_floats(out, args) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+            and a.ndim == 2 and b.ndim == 2):
         return None
     return partial(np.matmul, a, b, out=out)
 
 
 def _matrices(out: np.ndarray, args: list[Any], other: Any) -> bool:
-    return _floats(out, args) and all(np.ndim(a) == 2 for a in args) and len(other.shape) == 2
+    return (_floats(out, args) and all(isinstance(a, np.ndarray) and a.ndim == 2 for a in args)
+            and len(other.shape) == 2)
 
 
 def _matmul_dx(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
@@ -196,7 +203,7 @@ def _sum_to(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Option
     if g.shape == out.shape:
         return partial(np.copyto, out, g)
     kept = tuple(d for i, d in enumerate(g.shape) if i not in axes)
-    if int(np.prod(kept, dtype=np.int64)) != out.size:
+    if math.prod(kept) != out.size:
         return None
     return partial(np.sum, g, axis=axes, out=out.reshape(kept))  # a view of the buffer, made once
 
