@@ -438,3 +438,72 @@ def test_library_reduction_lowers_with_its_gradient(red: Any) -> None:
     x = np.random.default_rng(3).uniform(red.low, red.high, size=(2, 3, 4))
     for name in module.graphs:
         lower_and_compare(module, name, [x])
+
+
+# -- convolution, pooling and batch norm: the out= kernels of anfir/lowlevel/kernels.py -------------
+# Each case and the gradient of sum(sin(case)) for every argument, lowered and run by the arena
+# executor against the evaluator; `kernel` says whether every instruction must take the out= path
+# (grouped convolutions run the primitive's evaluation).
+CONV_CASES = [
+    ("conv(x, w, b, stride=2, padding=1)", [(2, 3, 7, 6), (4, 3, 3, 3), (4,)], True),
+    ("conv(x, w, dilation=2, padding=(1, 2))", [(1, 2, 8, 7), (3, 2, 3, 2)], True),
+    ("conv(x, w, padding=(1, 0, 0, 2), stride=(1, 2))", [(2, 2, 5, 6), (3, 2, 2, 3)], True),
+    ("conv(x, w, padding=\"same\")", [(1, 2, 6, 6), (2, 2, 4, 4)], True),
+    ("conv(x, w, stride=2, padding=1)", [(2, 2, 9), (3, 2, 3)], True),  # 1-d
+    ("conv(x, w, padding=1)", [(1, 2, 4, 3, 4), (2, 2, 3, 3, 2)], True),  # 3-d
+    ("conv(x, w, groups=2, padding=1)", [(1, 4, 5, 5), (4, 2, 3, 3)], False),
+    ("max_pool(x, 3, 2, padding=1, ceil_mode=true)", [(2, 3, 7, 8)], True),
+    ("max_pool(x, 2, dilation=2)", [(1, 2, 7, 7)], True),
+    ("max_pool(x, 3, 2)", [(2, 2, 9)], True),
+    ("avg_pool(x, 3, 2, padding=1, ceil_mode=true, count_include_pad=false)", [(2, 3, 7, 8)], True),
+    ("avg_pool(x, (2, 3), (1, 2), padding=(1, 1))", [(1, 2, 5, 7)], True),
+    ("global_max_pool(x) + global_avg_pool(x)", [(2, 3, 4, 5)], True),
+    ("batch_norm(x, s, b, m, exp(v), eps=0.001)", [(2, 3, 4, 4), (3,), (3,), (3,), (3,)], True),
+]
+
+
+@pytest.mark.parametrize("call,shapes,kernel", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_pool_and_batch_norm_kernels_compute_the_evaluators_values(call: str, shapes: list[Any],
+                                                                         kernel: bool) -> None:
+    names = "xwbmv" if len(shapes) < 5 else "xsbmv"
+    params = ", ".join(names[:len(shapes)])
+    text = (f"def f({params}) = {call}\n"
+            f"def g({params}) = grad(lambda ({params}) sum(sin({call})) end, "
+            f"{', '.join(str(i) for i in range(len(shapes)))})({params})\n")
+    module = anfir.parse(text, "conv_case.anf")
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(shape) for shape in shapes]
+    for entry in ("f", "g"):
+        want = anfir.run(module[entry], *args)
+        low = anfir.lower(module, entry=entry, args=args)
+        check_arena(print_program(low))
+        executor = Executor(load_lir_text(print_program(low), f"{entry}.lir"))
+        assert _same(executor.run(*args), want), entry
+        evaluated = [i.prim.name for i, step in zip(executor.instructions, executor.steps)
+                     if step.__class__.__name__ == "_Evaluate"]
+        assert not evaluated if kernel else evaluated, evaluated
+
+
+def test_the_cnn_training_step_allocates_nothing_per_instruction() -> None:
+    # The ResNet-style network's gradient at batch 4, 16 x 16: its smallest activation is
+    # 4 x 8 x 4 x 4 f64 (4 KiB); an instruction writing through a temporary, or a numpy ufunc
+    # buffering a strided or broadcast operand, would allocate at least that much.
+    nets = anfir.parse(NETS.replace("(2, 8)", "(4, 8)"), "nets.anf")
+    types = [t.replace("f64[2, 3, 8, 8]", "f64[4, 3, 16, 16]").replace("f64[2, 5]", "f64[4, 5]")
+             for t in RESNET_TYPES]
+    grad = anfir.grad(nets["resnet"], tuple(range(len(types) - 2)))
+    executor = Executor(anfir.lower(grad, args=types))
+    assert executor.fast == len(executor.steps), "every instruction has an out= kernel"
+    values = _values(types)
+    assert _same(executor.run(*values), anfir.run(anfir.compile(grad, args=types), *values))
+    tracemalloc.start()
+    try:
+        worst = (0, "")
+        for step, instr in zip(executor.steps, executor.instructions):
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            step()
+            worst = max(worst, (tracemalloc.get_traced_memory()[1] - before, instr.prim.name))
+    finally:
+        tracemalloc.stop()
+    assert worst[0] < 4096, f"{worst[1]} allocated {worst[0]} bytes"

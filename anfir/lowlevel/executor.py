@@ -23,7 +23,8 @@ from anfir.dtypes import numpy_dtype
 from anfir.errors import AnfirError, AnfirRuntimeError, UsageError
 from anfir.lowlevel.plan import plan
 from anfir.lowlevel.program import ALIGN, Buffer, Instr, LowProgram
-from anfir.lowlevel.rules import RULES, KernelFactory, TensorType
+from anfir.lowlevel.kernels import Workspace
+from anfir.lowlevel.rules import RULES, LowRule, TensorType
 from anfir.values import DType
 
 
@@ -64,7 +65,13 @@ class Executor:
         self.instructions = program.instructions()
         self._operands = [self._prepare(i) for i in self.instructions]
         """Per instruction, what binding it needs that does not change between runs."""
+        self.workspace = Workspace()
+        """Scratch memory of the kernels that need some (shared: instructions run one at a time)."""
         self.steps: list[Callable[[], Any]] = [self.bind(i) for i in range(len(self.instructions))]
+        if self.workspace.grown:  # bind again the kernels bound before the workspace reached its size
+            for index, (rule, _, _, _) in enumerate(self._operands):
+                if rule.scratch is not None:
+                    self.steps[index] = self.bind(index)
         # (each bind is checked: a hand-written .lir may give an instruction operands that do not fit)
         self.inputs = _leaves(program.params)
         self.outputs = [b for b in program.declares if b.kind == "output"]
@@ -82,21 +89,25 @@ class Executor:
         """How many instructions run a kernel with ``out=`` (the rest evaluate and copy)."""
 
     @staticmethod
-    def _prepare(instr: Instr) -> tuple[Optional[KernelFactory], Buffer, list[Buffer], dict[str, Any]]:
-        """(kernel factory, output buffer, data buffers, statics): fixed for the program's life."""
+    def _prepare(instr: Instr) -> tuple[LowRule, Buffer, list[Buffer], dict[str, Any]]:
+        """(rule, output buffer, data buffers, statics): fixed for the program's life."""
         statics = {k: (DType(v.name) if isinstance(v, DType) else v) for k, v in instr.statics.items()}
-        return RULES[instr.prim].kernel, instr.output, instr.inputs, statics
+        return RULES[instr.prim], instr.output, instr.inputs, statics
 
     def bind(self, index: int) -> Callable[[], Any]:
         """Instruction ``index`` as a function of no arguments writing its output view
         (an AnfirRuntimeError at the instruction when its operands do not fit)."""
-        factory, output, inputs, statics = self._operands[index]
+        rule, output, inputs, statics = self._operands[index]
         views = self.views
         out = views[output]
         args = [views[b] for b in inputs]
         try:
-            if factory is not None:
-                kernel = factory(out, args, statics)
+            if rule.scratch is not None:
+                kernel = rule.scratch(out, args, statics, self.workspace)
+                if kernel is not None:
+                    return kernel
+            if rule.kernel is not None:
+                kernel = rule.kernel(out, args, statics)
                 if kernel is not None:
                     return kernel
             return _Evaluate(self.instructions[index], out, args, statics)

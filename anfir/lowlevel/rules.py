@@ -31,6 +31,8 @@ import numpy as np
 
 from anfir.interop.flat import DIM
 from anfir.ir.primitive import Primitive
+from anfir.lowlevel import kernels
+from anfir.lowlevel.kernels import ScratchFactory
 from anfir.lowlevel.program import COPY
 from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
@@ -62,6 +64,8 @@ class LowRule:
     """Positions of arguments that are static (printed ``argN=...``), whatever they hold."""
     shape_only: tuple[int, ...] = ()
     """Positions of arguments read only for their shape and dtype."""
+    scratch: Optional[ScratchFactory] = None
+    """A fast path that needs scratch memory (the executor's workspace); tried before ``kernel``."""
 
 
 def _floats(out: np.ndarray, args: list[Any]) -> bool:
@@ -303,13 +307,23 @@ RULES: dict[Primitive, LowRule] = {
     indexing.gather_nd: EVALUATED, indexing.gather_nd_grad: EVALUATED,
     indexing.scatter_nd: EVALUATED, indexing.one_hot: EVALUATED, indexing.arange: EVALUATED,
     indexing.full: EVALUATED, indexing.eye: EVALUATED,
-    # convolution, pooling, batch norm (their im2col kernels, into the arena)
-    conv.conv: EVALUATED, conv.conv_core: EVALUATED, conv.conv_transpose: EVALUATED,
-    conv.conv_input_grad: EVALUATED, conv.conv_weight_grad: EVALUATED,
-    conv.max_pool: EVALUATED, conv.max_pool_grad: EVALUATED, conv.max_pool_select: EVALUATED,
-    conv.avg_pool: EVALUATED, conv.avg_pool_grad: EVALUATED, conv.global_avg_pool: EVALUATED,
-    conv.global_max_pool: EVALUATED, conv.batch_norm: EVALUATED, conv.channel_sum: EVALUATED,
-    conv.channel_spread: EVALUATED,
+    # convolution, pooling, batch norm: out= kernels on the executor's scratch workspace
+    # (anfir/lowlevel/kernels.py); the gradients' type-only arguments are statics
+    conv.conv: LowRule(scratch=kernels.conv_kernel),
+    conv.conv_core: LowRule(scratch=kernels.conv_kernel),
+    conv.conv_transpose: EVALUATED,
+    conv.conv_input_grad: LowRule(scratch=kernels.conv_input_grad_kernel, shape_only=(2,)),
+    conv.conv_weight_grad: LowRule(scratch=kernels.conv_weight_grad_kernel, shape_only=(2,)),
+    conv.max_pool: LowRule(scratch=kernels.max_pool_kernel),
+    conv.max_pool_grad: LowRule(scratch=kernels.max_pool_grad_kernel),
+    conv.max_pool_select: EVALUATED,
+    conv.avg_pool: LowRule(scratch=kernels.avg_pool_kernel),
+    conv.avg_pool_grad: LowRule(scratch=kernels.avg_pool_grad_kernel, shape_only=(1,)),
+    conv.global_avg_pool: LowRule(kernels.global_pool_kernel(np.mean)),
+    conv.global_max_pool: LowRule(kernels.global_pool_kernel(np.max)),
+    conv.batch_norm: LowRule(scratch=kernels.batch_norm_kernel),
+    conv.channel_sum: LowRule(kernels.channel_sum_kernel),
+    conv.channel_spread: LowRule(kernels.channel_spread_kernel, shape_only=(1,)),
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),
