@@ -507,3 +507,27 @@ def test_the_cnn_training_step_allocates_nothing_per_instruction() -> None:
     finally:
         tracemalloc.stop()
     assert worst[0] < 4096, f"{worst[1]} allocated {worst[0]} bytes"
+
+
+def test_instructions_writing_outputs_move_up_and_free_their_arguments(monkeypatch: Any) -> None:
+    # share_buffers moves each instruction that writes a declared output to right after the
+    # instructions it reads from: the weight gradients, which the optimized graph computes last,
+    # then free the activations and output gradients they read early.
+    import anfir.lowlevel.share as share
+    from anfir.lowlevel import lower_graph, plan_memory
+
+    grad = anfir.grad(anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"], (0, 1))
+    graph = anfir.compile(grad, args=MLP_TYPES)
+    moved = plan_memory(share.share_buffers(lower_graph(graph)))
+    instrs = moved.instructions()
+    for index, instr in enumerate(instrs):
+        if instr.output.kind == "output":
+            writers = [i for i, other in enumerate(instrs[:index]) if other.output in instr.inputs]
+            # nothing between its last argument's writer and it but other moved instructions
+            start = max(writers, default=-1) + 1
+            assert all(other.output.kind == "output" for other in instrs[start:index]), instr.name
+    monkeypatch.setattr(share, "schedule_outputs", lambda instrs: instrs)
+    kept = plan_memory(share.share_buffers(lower_graph(graph)))
+    assert moved.max_live_bytes < kept.max_live_bytes
+    values = _values(MLP_TYPES)
+    assert _same(anfir.run(moved, *values), anfir.run(kept, *values))
