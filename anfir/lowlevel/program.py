@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-
 from anfir.dtypes import numpy_dtype
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
