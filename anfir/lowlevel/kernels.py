@@ -72,14 +72,12 @@ def _windows(xp: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...],
              dilation: tuple[int, ...], sizes: tuple[int, ...], kernel_first: bool) -> np.ndarray:
     """The view of xp's windows, ``[n, c, k..., p...]`` (or ``[n, c, p..., k...]``) =
     ``xp[n, c, p * stride + k * dilation]``; every index stays inside xp by the output-size rule."""
-    n = len(kernel)
     spatial = xp.strides[2:]
     ks = tuple(d * s for d, s in zip(dilation, spatial))
     ps = tuple(st * s for st, s in zip(stride, spatial))
     if kernel_first:
         return as_strided(xp, (*xp.shape[:2], *kernel, *sizes), (*xp.strides[:2], *ks, *ps),
                           writeable=False)
-    assert len(sizes) == n
     return as_strided(xp, (*xp.shape[:2], *sizes, *kernel), (*xp.strides[:2], *ps, *ks), writeable=False)
 
 
