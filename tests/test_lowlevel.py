@@ -531,3 +531,17 @@ def test_instructions_writing_outputs_move_up_and_free_their_arguments(monkeypat
     assert moved.max_live_bytes < kept.max_live_bytes
     values = _values(MLP_TYPES)
     assert _same(anfir.run(moved, *values), anfir.run(kept, *values))
+
+
+def test_scratch_beyond_the_memory_limit_is_an_error_at_the_instruction(monkeypatch: Any) -> None:
+    import anfir.lowlevel.executor as executor_module
+
+    module = anfir.parse("def f(x, w) =\n  conv(x, w, padding=1)\n", "big.anf")
+    args = [np.ones((1, 2, 16, 16)), np.ones((4, 2, 3, 3))]
+    low = anfir.lower(module, args=args)
+    assert _same(Executor(low).run(*args), anfir.run(module["f"], *args))
+    # the declared buffers take ~13 KB, the conv's im2col matrix 36 KB
+    monkeypatch.setattr(executor_module, "MAX_MEMORY_BYTES", 30_000)
+    with pytest.raises(AnfirError, match="scratch workspace") as info:
+        Executor(low)
+    assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line) == ("big.anf", 2)

@@ -29,7 +29,8 @@ from anfir.values import DType
 
 
 MAX_MEMORY_BYTES = 8 * 1024 ** 3
-"""The most memory one executor allocates (arena plus declared buffers), checked before allocating."""
+"""The most memory one executor allocates (arena, declared buffers and the kernels' scratch workspace),
+checked before allocating."""
 
 
 class Executor:
@@ -65,7 +66,7 @@ class Executor:
         self.instructions = program.instructions()
         self._operands = [self._prepare(i) for i in self.instructions]
         """Per instruction, what binding it needs that does not change between runs."""
-        self.workspace = Workspace()
+        self.workspace = Workspace(MAX_MEMORY_BYTES - arena_bytes - declared)
         """Scratch memory of the kernels that need some (shared: instructions run one at a time)."""
         self.steps: list[Callable[[], Any]] = [self.bind(i) for i in range(len(self.instructions))]
         if self.workspace.grown:  # bind again the kernels bound before the workspace reached its size

@@ -36,8 +36,9 @@ Kernel = Callable[[], Any]
 class Workspace:
     """Scratch memory of one executor: a growing buffer per slot number."""
 
-    def __init__(self) -> None:
-        """No memory until a kernel asks."""
+    def __init__(self, limit: int = 1 << 62) -> None:
+        """No memory until a kernel asks; never more than ``limit`` bytes in all."""
+        self.limit = limit
         self.slots: dict[int, np.ndarray] = {}
         self.grown = False
         """Set when a request needed a bigger buffer (kernels bound before hold the smaller one)."""
@@ -47,6 +48,10 @@ class Workspace:
         nbytes = max(math.prod(shape) * dtype.itemsize, 1)
         buffer = self.slots.get(slot)
         if buffer is None or buffer.nbytes < nbytes:
+            total = self.nbytes - (buffer.nbytes if buffer is not None else 0) + nbytes
+            if total > self.limit:  # (the executor turns it into an error at the instruction)
+                raise MemoryError(f"the scratch workspace would take {total} bytes, beyond the "
+                                  f"executor's limit ({self.limit} bytes left)")
             buffer = np.empty(nbytes, dtype=np.uint8)
             self.slots[slot] = buffer
             self.grown = True
