@@ -545,3 +545,17 @@ def test_scratch_beyond_the_memory_limit_is_an_error_at_the_instruction(monkeypa
     with pytest.raises(AnfirError, match="scratch workspace") as info:
         Executor(low)
     assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line) == ("big.anf", 2)
+
+
+def test_max_pool_ties_and_nans_pick_the_evaluators_cell() -> None:
+    # The kernels find each window's maximum offset by offset; ties go to the first offset and
+    # a NaN wins (the first NaN), as np.max and np.argmax over the whole window decide.
+    module = anfir.parse("def f(x) = max_pool(x, 3, 1, padding=1)\n"
+                         "def g(x) = grad(lambda (y) sum(max_pool(y, 3, 1, padding=1) * 2.0) end)(x)\n",
+                         "ties.anf")
+    x = np.random.default_rng(5).integers(0, 3, size=(2, 2, 6, 6)).astype(float)  # many ties
+    x[0, 0, 2, 3] = x[1, 1, 0, 0] = x[1, 1, 0, 1] = np.nan
+    for entry in ("f", "g"):
+        want = anfir.run(module[entry], x)
+        got = Executor(anfir.lower(module, entry=entry, args=[x])).run(x)
+        assert np.array_equal(got, want, equal_nan=True), entry

@@ -321,8 +321,9 @@ def _pool_setup(x: np.ndarray, statics: dict[str, Any], dilated: bool, what: str
 
 def max_pool_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any],
                     ws: Workspace) -> Optional[Kernel]:
-    """``max_pool(x)``: the windows copied into contiguous scratch, the maximum of each
-    (padding is -inf: it never wins)."""
+    """``max_pool(x)``: the running maximum over the kernel offsets, each offset's cells
+    copied into contiguous scratch first (a ufunc on a strided operand would buffer).
+    Padding is -inf: it never wins; a NaN wins, as in ``np.max``."""
     if len(args) != 1 or not _same_floats(out, args):
         return None
     (x,) = args
@@ -330,22 +331,59 @@ def max_pool_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any],
     if min(pads) < 0 or out.shape != (*x.shape[:2], *sizes):
         return None
     padded = _Padded(x, pads, -np.inf, 0, ws)
-    windows = _windows(padded.array, kernel, stride, dilation, sizes, kernel_first=False)
-    flat = ws.array(2, (*x.shape[:2], *sizes, math.prod(kernel)), x.dtype)
-    shaped = flat.reshape(windows.shape)
+    first, *rest = _offset_views(padded.array, kernel, stride, dilation, sizes)
+    cells = ws.array(2, out.shape, out.dtype)
 
     def run() -> None:
         padded.write()
-        np.copyto(shaped, windows)  # contiguous: a reduction over strided axes would buffer
-        np.max(flat, axis=-1, out=out)
+        np.copyto(out, first)
+        for view in rest:
+            np.copyto(cells, view)
+            np.maximum(out, cells, out=out)
 
     return run
 
 
+class _FirstMaximum:
+    """Each window's first maximum, kernel offset by kernel offset, as ``np.argmax`` over
+    the window picks it: a cell replaces the best so far when it is greater, or when it is
+    NaN and the best is not (the first NaN then stays).  Output-sized scratch only, where
+    a copy of every window would take the kernel's size times more."""
+
+    def __init__(self, xp: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...],
+                 dilation: tuple[int, ...], sizes: tuple[int, ...], ws: Workspace) -> None:
+        self.views = _offset_views(xp, kernel, stride, dilation, sizes)
+        shape = (*xp.shape[:2], *sizes)
+        self.best = ws.array(2, shape, xp.dtype)
+        self.cells = ws.array(7, shape, xp.dtype)
+        self.pick = ws.array(3, shape, np.dtype(np.intp))
+        self.wins = ws.array(4, shape, np.dtype(np.bool_))
+        self.nan_cells = ws.array(8, shape, np.dtype(np.bool_))
+        self.nan_best = ws.array(10, shape, np.dtype(np.bool_))
+
+    def find(self) -> np.ndarray:
+        """The flat kernel offset of each window's first maximum (C order of the offsets)."""
+        best, cells, pick, wins = self.best, self.cells, self.pick, self.wins
+        nan_cells, nan_best = self.nan_cells, self.nan_best
+        np.copyto(best, self.views[0])
+        pick.fill(0)
+        for k, view in enumerate(self.views[1:], start=1):
+            np.copyto(cells, view)
+            np.greater(cells, best, out=wins)
+            np.isnan(cells, out=nan_cells)
+            np.isnan(best, out=nan_best)
+            np.logical_not(nan_best, out=nan_best)
+            np.logical_and(nan_cells, nan_best, out=nan_cells)
+            np.logical_or(wins, nan_cells, out=wins)
+            np.copyto(best, cells, where=wins)
+            np.copyto(pick, k, where=wins)
+        return pick
+
+
 def max_pool_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any],
                          ws: Workspace) -> Optional[Kernel]:
-    """``max_pool_grad(x, dout)``: each window's (first) maximum found with argmax over a
-    scratch copy of the windows, and dout added at that kernel offset."""
+    """``max_pool_grad(x, dout)``: each window's (first) maximum found offset by offset,
+    and dout added at that kernel offset."""
     if len(args) != 2 or not _same_floats(out, args):
         return None
     x, dout = args
@@ -353,19 +391,14 @@ def max_pool_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str, An
     if min(pads) < 0 or dout.shape != (*x.shape[:2], *sizes) or out.shape != x.shape:
         return None
     padded = _Padded(x, pads, -np.inf, 1, ws)
-    count = math.prod(kernel)
-    windows = _windows(padded.array, kernel, stride, dilation, sizes, kernel_first=False)
-    flat = ws.array(2, (*x.shape[:2], *sizes, count), x.dtype)
-    shaped = flat.reshape(windows.shape)
-    pick = ws.array(3, dout.shape, np.dtype(np.intp))
-    hit = ws.array(4, dout.shape, np.dtype(np.bool_))
+    maximum = _FirstMaximum(padded.array, kernel, stride, dilation, sizes, ws)
+    hit = maximum.wins  # free once the maxima are found
     part = ws.array(5, dout.shape, out.dtype)
     scatter = _Scatter(out, pads, kernel, stride, dilation, sizes, ws)
 
     def run() -> None:
         padded.write()
-        np.copyto(shaped, windows)
-        np.argmax(flat, axis=-1, out=pick)
+        pick = maximum.find()
         scatter.start()
         for k in range(len(scatter.targets)):
             np.equal(pick, k, out=hit)
