@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,45 @@ def two_layers(w1: f64[6, 6], w2: f64[6, 2], x: f64[4, 6]) -> f64 =
 """
 
 
+# A small CNN (conv with bias, batch norm, max and average pooling, a linear head) and a
+# ResNet-style network (a stem, a residual block with an identity shortcut, a downsampling
+# block with a 1x1 projection shortcut), at 2 x 3 x 8 x 8.  Batch norm's variance is
+# exp(lv) so that every drawn argument is valid.
+NETS = """
+def cnn(w1, b1, s1, o1, m1, lv1, w2, wf, x, y) =
+  let h = relu(batch_norm(conv(x, w1, b1, padding=1), s1, o1, m1, exp(lv1))) in
+  let p = max_pool(h, 2) in
+  let h2 = relu(conv(p, w2, padding=1)) in
+  let q = avg_pool(h2, 3, 1, padding=1) in
+  let g = reshape(global_avg_pool(q), (2, 6)) in
+  let z = g @ wf in
+  sum((z - y) * (z - y)) / 2.0
+
+def bn(x, s, o, m, lv) = batch_norm(x, s, o, m, exp(lv))
+
+def resnet(w0, s0, o0, m0, lv0, wa, sa, oa, ma, lva, wb, sb, ob, mb, lvb,
+           wc, sc, oc, mc, lvc, wd, sd, od, md, lvd, wp, wf, x, y) =
+  let h0 = max_pool(relu(bn(conv(x, w0, padding=1), s0, o0, m0, lv0)), 3, 2, padding=1) in
+  let ha = relu(bn(conv(h0, wa, padding=1), sa, oa, ma, lva)) in
+  let h1 = relu(bn(conv(ha, wb, padding=1), sb, ob, mb, lvb) + h0) in
+  let hc = relu(bn(conv(h1, wc, stride=2, padding=1), sc, oc, mc, lvc)) in
+  let h2 = relu(bn(conv(hc, wd, padding=1), sd, od, md, lvd) + conv(h1, wp, stride=2)) in
+  let z = reshape(global_avg_pool(h2), (2, 8)) @ wf in
+  sum((z - y) * (z - y)) / 2.0
+"""
+
+
+def _bn_types(c: int) -> list[str]:
+    return [f"f64[{c}]"] * 4
+
+
+CNN_TYPES = ["f64[4, 3, 3, 3]", "f64[4]", *_bn_types(4), "f64[6, 4, 3, 3]", "f64[6, 5]", "f64[2, 3, 8, 8]",
+             "f64[2, 5]"]
+RESNET_TYPES = ["f64[4, 3, 3, 3]", *_bn_types(4), "f64[4, 4, 3, 3]", *_bn_types(4), "f64[4, 4, 3, 3]",
+                *_bn_types(4), "f64[8, 4, 3, 3]", *_bn_types(8), "f64[8, 8, 3, 3]", *_bn_types(8),
+                "f64[8, 4, 1, 1]", "f64[8, 5]", "f64[2, 3, 8, 8]", "f64[2, 5]"]
+
+
 def _values(types: list[str], seed: int = 0) -> list[Any]:
     rng = np.random.default_rng(seed)
     out = []
@@ -62,6 +102,8 @@ def _cases() -> list[tuple[str, Any, list[str], bool]]:
     mlp = anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"]
     mlp2 = anfir.load(str(EXAMPLES / "mlp2.anf"))
     inline = anfir.parse(INLINE)
+    nets = anfir.parse(NETS, "nets.anf")
+    weights = tuple(range(len(RESNET_TYPES) - 2))  # every parameter but x and y
     return [
         ("mlp", mlp, MLP_TYPES, False),
         ("mlp_grad", anfir.grad(mlp, (0, 1)), MLP_TYPES, True),
@@ -75,6 +117,11 @@ def _cases() -> list[tuple[str, Any, list[str], bool]]:
         ("two_layers", inline["two_layers"], ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"], False),
         ("two_layers_grad", anfir.grad(inline["two_layers"], (0, 1)), ["f64[6, 6]", "f64[6, 2]", "f64[4, 6]"],
          True),
+        # the CNN and ResNet-style networks: conv, pooling, batch norm and their gradients
+        ("cnn", nets["cnn"], CNN_TYPES, False),
+        ("cnn_grad", anfir.grad(nets["cnn"], tuple(range(len(CNN_TYPES) - 2))), CNN_TYPES, True),
+        ("resnet", nets["resnet"], RESNET_TYPES, False),
+        ("resnet_grad", anfir.grad(nets["resnet"], weights), RESNET_TYPES, True),
     ]
 
 
@@ -99,7 +146,7 @@ def check_arena(text: str) -> tuple[int, int]:
     computed from the text; asserts the header states the same."""
     allocs: dict[str, tuple[int, int]] = {}
     live: dict[str, tuple[int, int]] = {}
-    declared = set(re.findall(r"^  %(\S+) = (?:input|output|constant) ", text, re.M))
+    declared = set(re.findall(r"^  %(\S+) = (?:input|output|constant) ", text, re.MULTILINE))
     peak = arena = 0
     body = text.split("program {", 1)[1]
     for line in body.splitlines():
@@ -194,6 +241,40 @@ def test_the_executor_allocates_nothing_per_instruction() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 4096, f"{peak} bytes allocated while running {len(executor.steps)} instructions"
+    # A whole run, its results let go of by the caller and its arguments the same arrays: the
+    # outputs (256 KiB of gradients) are written again, nothing is bound again.
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for _ in range(3):
+            executor.run(*values)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < 4096, f"{peak} bytes allocated by a run"
+
+
+def test_results_the_caller_holds_are_never_written_again() -> None:
+    # The executor writes an output array again only once the caller has let it go, and binds
+    # the instructions reading an argument again only when the argument is another array.
+    grad = anfir.grad(anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"], (0, 1))
+    compiled = anfir.compile(grad, args=MLP_TYPES)
+    executor = Executor(anfir.lower(grad, args=MLP_TYPES))
+    first, second = _values(MLP_TYPES, 1), _values(MLP_TYPES, 2)
+    kept = executor.run(*first)
+    snapshot = [a.copy() for a in kept]
+    again = executor.run(*second)
+    assert _same(again, anfir.run(compiled, *second))
+    assert all(k is not a for k, a in zip(kept, again))
+    assert _same(kept, tuple(snapshot))  # untouched by the second run
+    let_go = weakref.ref(again[0])
+    del again
+    first[2] *= 3.0  # the same argument array, changed in place: read again, not cached
+    third = executor.run(*first)
+    assert third[0] is let_go()  # the array the caller let go of, written again
+    assert _same(third, anfir.run(compiled, *first))
+    assert _same(kept, tuple(snapshot))
 
 
 def test_lowering_refuses_control_flow_with_a_location() -> None:
@@ -214,8 +295,8 @@ BAD_LIR = [
      6, "unknown primitive"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %v = copy @out %o, @in %zz\n}\n",
      6, "not a buffer"),
-    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<>\n  dealloc %a\n"
-     "  %v = copy @out %o, @in %a\n}\n", 8, "outside its life"),
+    (("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<>\n  dealloc %a\n"
+     "  %v = copy @out %o, @in %a\n}\n"), 8, "outside its life"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<>\n  %o = output f64<>\n}\nprogram {\n}\n",
      4, "defined twice"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<3 x>\n}\n", 3, "unexpected"),
@@ -223,8 +304,8 @@ BAD_LIR = [
      3, "elements"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<99999999 x 99999999>\n}\nprogram {\n}\n",
      3, "limit"),
-    ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<> @ 0\n"
-     "  %b = alloc f64<> @ 0\n  %v = add @out %o, @in %a, @in %b\n}\n", 1, "share bytes"),
+    (("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n  %a = alloc f64<> @ 0\n"
+     "  %b = alloc f64<> @ 0\n  %v = add @out %o, @in %a, @in %b\n}\n"), 1, "share bytes"),
     ("signature () -> %o\ndeclare {\n  %o = output f64<>\n}\nprogram {\n", 5, "end of file"),
 ]
 
@@ -283,7 +364,7 @@ def test_compile_cli_lower(tmp_path: Path) -> None:
 # Every case of tests/ops_table.py as a program and (where differentiable) the gradient of
 # sum(sin(op)), lowered, printed, loaded back and run against the evaluator: each rule's kernel
 # (or its evaluation) and its statics' round trip.
-from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY  # noqa: E402
+from ops_table import BINARY, INTEGER, PREDICATES, REDUCTIONS, UNARY
 
 _OPS = [*UNARY, *BINARY, *PREDICATES, *INTEGER]
 
@@ -357,3 +438,124 @@ def test_library_reduction_lowers_with_its_gradient(red: Any) -> None:
     x = np.random.default_rng(3).uniform(red.low, red.high, size=(2, 3, 4))
     for name in module.graphs:
         lower_and_compare(module, name, [x])
+
+
+# -- convolution, pooling and batch norm: the out= kernels of anfir/lowlevel/kernels.py -------------
+# Each case and the gradient of sum(sin(case)) for every argument, lowered and run by the arena
+# executor against the evaluator; `kernel` says whether every instruction must take the out= path
+# (grouped convolutions run the primitive's evaluation).
+CONV_CASES = [
+    ("conv(x, w, b, stride=2, padding=1)", [(2, 3, 7, 6), (4, 3, 3, 3), (4,)], True),
+    ("conv(x, w, dilation=2, padding=(1, 2))", [(1, 2, 8, 7), (3, 2, 3, 2)], True),
+    ("conv(x, w, padding=(1, 0, 0, 2), stride=(1, 2))", [(2, 2, 5, 6), (3, 2, 2, 3)], True),
+    ("conv(x, w, padding=\"same\")", [(1, 2, 6, 6), (2, 2, 4, 4)], True),
+    ("conv(x, w, stride=2, padding=1)", [(2, 2, 9), (3, 2, 3)], True),  # 1-d
+    ("conv(x, w, padding=1)", [(1, 2, 4, 3, 4), (2, 2, 3, 3, 2)], True),  # 3-d
+    ("conv(x, w, groups=2, padding=1)", [(1, 4, 5, 5), (4, 2, 3, 3)], False),
+    ("max_pool(x, 3, 2, padding=1, ceil_mode=true)", [(2, 3, 7, 8)], True),
+    ("max_pool(x, 2, dilation=2)", [(1, 2, 7, 7)], True),
+    ("max_pool(x, 3, 2)", [(2, 2, 9)], True),
+    ("avg_pool(x, 3, 2, padding=1, ceil_mode=true, count_include_pad=false)", [(2, 3, 7, 8)], True),
+    ("avg_pool(x, (2, 3), (1, 2), padding=(1, 1))", [(1, 2, 5, 7)], True),
+    ("global_max_pool(x) + global_avg_pool(x)", [(2, 3, 4, 5)], True),
+    ("batch_norm(x, s, b, m, exp(v), eps=0.001)", [(2, 3, 4, 4), (3,), (3,), (3,), (3,)], True),
+]
+
+
+@pytest.mark.parametrize("call,shapes,kernel", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_pool_and_batch_norm_kernels_compute_the_evaluators_values(call: str, shapes: list[Any],
+                                                                         kernel: bool) -> None:
+    names = "xwbmv" if len(shapes) < 5 else "xsbmv"
+    params = ", ".join(names[:len(shapes)])
+    text = (f"def f({params}) = {call}\n"
+            f"def g({params}) = grad(lambda ({params}) sum(sin({call})) end, "
+            f"{', '.join(str(i) for i in range(len(shapes)))})({params})\n")
+    module = anfir.parse(text, "conv_case.anf")
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal(shape) for shape in shapes]
+    for entry in ("f", "g"):
+        want = anfir.run(module[entry], *args)
+        low = anfir.lower(module, entry=entry, args=args)
+        check_arena(print_program(low))
+        executor = Executor(load_lir_text(print_program(low), f"{entry}.lir"))
+        assert _same(executor.run(*args), want), entry
+        evaluated = [i.prim.name for i, step in zip(executor.instructions, executor.steps)
+                     if step.__class__.__name__ == "_Evaluate"]
+        assert not evaluated if kernel else evaluated, evaluated
+
+
+def test_the_cnn_training_step_allocates_nothing_per_instruction() -> None:
+    # The ResNet-style network's gradient at batch 4, 16 x 16: its smallest activation is
+    # 4 x 8 x 4 x 4 f64 (4 KiB); an instruction writing through a temporary, or a numpy ufunc
+    # buffering a strided or broadcast operand, would allocate at least that much.
+    nets = anfir.parse(NETS.replace("(2, 8)", "(4, 8)"), "nets.anf")
+    types = [t.replace("f64[2, 3, 8, 8]", "f64[4, 3, 16, 16]").replace("f64[2, 5]", "f64[4, 5]")
+             for t in RESNET_TYPES]
+    grad = anfir.grad(nets["resnet"], tuple(range(len(types) - 2)))
+    executor = Executor(anfir.lower(grad, args=types))
+    assert executor.fast == len(executor.steps), "every instruction has an out= kernel"
+    values = _values(types)
+    assert _same(executor.run(*values), anfir.run(anfir.compile(grad, args=types), *values))
+    tracemalloc.start()
+    try:
+        worst = (0, "")
+        for step, instr in zip(executor.steps, executor.instructions):
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            step()
+            worst = max(worst, (tracemalloc.get_traced_memory()[1] - before, instr.prim.name))
+    finally:
+        tracemalloc.stop()
+    assert worst[0] < 4096, f"{worst[1]} allocated {worst[0]} bytes"
+
+
+def test_instructions_writing_outputs_move_up_and_free_their_arguments(monkeypatch: Any) -> None:
+    # share_buffers moves each instruction that writes a declared output to right after the
+    # instructions it reads from: the weight gradients, which the optimized graph computes last,
+    # then free the activations and output gradients they read early.
+    import anfir.lowlevel.share as share
+    from anfir.lowlevel import lower_graph, plan_memory
+
+    grad = anfir.grad(anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"], (0, 1))
+    graph = anfir.compile(grad, args=MLP_TYPES)
+    moved = plan_memory(share.share_buffers(lower_graph(graph)))
+    instrs = moved.instructions()
+    for index, instr in enumerate(instrs):
+        if instr.output.kind == "output":
+            writers = [i for i, other in enumerate(instrs[:index]) if other.output in instr.inputs]
+            # nothing between its last argument's writer and it but other moved instructions
+            start = max(writers, default=-1) + 1
+            assert all(other.output.kind == "output" for other in instrs[start:index]), instr.name
+    monkeypatch.setattr(share, "schedule_outputs", lambda instrs: instrs)
+    kept = plan_memory(share.share_buffers(lower_graph(graph)))
+    assert moved.max_live_bytes < kept.max_live_bytes
+    values = _values(MLP_TYPES)
+    assert _same(anfir.run(moved, *values), anfir.run(kept, *values))
+
+
+def test_scratch_beyond_the_memory_limit_is_an_error_at_the_instruction(monkeypatch: Any) -> None:
+    import anfir.lowlevel.executor as executor_module
+
+    module = anfir.parse("def f(x, w) =\n  conv(x, w, padding=1)\n", "big.anf")
+    args = [np.ones((1, 2, 16, 16)), np.ones((4, 2, 3, 3))]
+    low = anfir.lower(module, args=args)
+    assert _same(Executor(low).run(*args), anfir.run(module["f"], *args))
+    # the declared buffers take ~13 KB, the conv's im2col matrix 36 KB
+    monkeypatch.setattr(executor_module, "MAX_MEMORY_BYTES", 30_000)
+    with pytest.raises(AnfirError, match="scratch workspace") as info:
+        Executor(low)
+    assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line) == ("big.anf", 2)
+
+
+def test_max_pool_ties_and_nans_pick_the_evaluators_cell() -> None:
+    # The kernels find each window's maximum offset by offset; ties go to the first offset and
+    # a NaN wins (the first NaN), as np.max and np.argmax over the whole window decide.
+    module = anfir.parse("def f(x) = max_pool(x, 3, 1, padding=1)\n"
+                         "def g(x) = grad(lambda (y) sum(max_pool(y, 3, 1, padding=1) * 2.0) end)(x)\n",
+                         "ties.anf")
+    x = np.random.default_rng(5).integers(0, 3, size=(2, 2, 6, 6)).astype(float)  # many ties
+    x[0, 0, 2, 3] = x[1, 1, 0, 0] = x[1, 1, 0, 1] = np.nan
+    for entry in ("f", "g"):
+        want = anfir.run(module[entry], x)
+        got = Executor(anfir.lower(module, entry=entry, args=[x])).run(x)
+        assert np.array_equal(got, want, equal_nan=True), entry

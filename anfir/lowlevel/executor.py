@@ -13,6 +13,7 @@ reads the arguments where they are and returns new output arrays.
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -22,12 +23,14 @@ from anfir.dtypes import numpy_dtype
 from anfir.errors import AnfirError, AnfirRuntimeError, UsageError
 from anfir.lowlevel.plan import plan
 from anfir.lowlevel.program import ALIGN, Buffer, Instr, LowProgram
-from anfir.lowlevel.rules import RULES, TensorType
+from anfir.lowlevel.kernels import Workspace
+from anfir.lowlevel.rules import RULES, LowRule, TensorType
 from anfir.values import DType
 
 
 MAX_MEMORY_BYTES = 8 * 1024 ** 3
-"""The most memory one executor allocates (arena plus declared buffers), checked before allocating."""
+"""The most memory one executor allocates (arena, declared buffers and the kernels' scratch workspace),
+checked before allocating."""
 
 
 class Executor:
@@ -61,63 +64,104 @@ class Executor:
             view = self.arena[offset:offset + buffer.nbytes].view(dtype)
             self.views[buffer] = view.reshape(buffer.shape)
         self.instructions = program.instructions()
-        self.steps: list[Callable[[], Any]] = [self.bind(i) for i in self.instructions]
+        self._operands = [self._prepare(i) for i in self.instructions]
+        """Per instruction, what binding it needs that does not change between runs."""
+        self.workspace = Workspace(MAX_MEMORY_BYTES - arena_bytes - declared)
+        """Scratch memory of the kernels that need some (shared: instructions run one at a time)."""
+        self.steps: list[Callable[[], Any]] = [self.bind(i) for i in range(len(self.instructions))]
+        if self.workspace.grown:  # bind again the kernels bound before the workspace reached its size
+            for index, (rule, _, _, _) in enumerate(self._operands):
+                if rule.scratch is not None:
+                    self.steps[index] = self.bind(index)
         # (each bind is checked: a hand-written .lir may give an instruction operands that do not fit)
         self.inputs = _leaves(program.params)
         self.outputs = [b for b in program.declares if b.kind == "output"]
-        self.per_run = [index for index, instr in enumerate(self.instructions)
-                        if any(b.kind in ("input", "output") for _, b in instr.operands)]
-        """The instructions bound again at each run (they touch its arguments or outputs)."""
+        self.users: dict[Buffer, list[int]] = {b: [] for b in (*self.inputs, *self.outputs)}
+        """The instructions that touch each input and output: bound again when its array changes."""
+        for index, instr in enumerate(self.instructions):
+            for buffer in dict.fromkeys(b for _, b in instr.operands):
+                if buffer in self.users:
+                    self.users[buffer].append(index)
+        self._dtypes = [numpy_dtype(b.dtype) for b in self.inputs]
+        self._out_types = [(b, b.shape, numpy_dtype(b.dtype)) for b in self.outputs]
+        self._held = {b: _references(self.views, b) for b in self.outputs}
+        """Each output array's references when the executor alone holds it (see :meth:`run`)."""
         self.fast = sum(1 for step in self.steps if not isinstance(step, _Evaluate))
         """How many instructions run a kernel with ``out=`` (the rest evaluate and copy)."""
 
-    def bind(self, instr: Instr) -> Callable[[], Any]:
-        """The instruction as a function of no arguments writing its output view
+    @staticmethod
+    def _prepare(instr: Instr) -> tuple[LowRule, Buffer, list[Buffer], dict[str, Any]]:
+        """(rule, output buffer, data buffers, statics): fixed for the program's life."""
+        statics = {k: (DType(v.name) if isinstance(v, DType) else v) for k, v in instr.statics.items()}
+        return RULES[instr.prim], instr.output, instr.inputs, statics
+
+    def bind(self, index: int) -> Callable[[], Any]:
+        """Instruction ``index`` as a function of no arguments writing its output view
         (an AnfirRuntimeError at the instruction when its operands do not fit)."""
+        rule, output, inputs, statics = self._operands[index]
+        views = self.views
+        out = views[output]
+        args = [views[b] for b in inputs]
         try:
-            return self._bind(instr)
+            if rule.scratch is not None:
+                kernel = rule.scratch(out, args, statics, self.workspace)
+                if kernel is not None:
+                    return kernel
+            if rule.kernel is not None:
+                kernel = rule.kernel(out, args, statics)
+                if kernel is not None:
+                    return kernel
+            return _Evaluate(self.instructions[index], out, args, statics)
         except AnfirError:
             raise
         except Exception as error:  # a kernel factory or the evaluation's binding refused the operands
+            instr = self.instructions[index]
             raise AnfirRuntimeError(f"{instr.prim.name}: cannot bind %{instr.name}: {error!r}",
                                     instr.loc) from None
-
-    def _bind(self, instr: Instr) -> Callable[[], Any]:
-        out = self.views[instr.output]
-        args = [self.views[b] for b in instr.inputs]
-        rule = RULES[instr.prim]
-        statics = {k: (DType(v.name) if isinstance(v, DType) else v) for k, v in instr.statics.items()}
-        if rule.kernel is not None:
-            kernel = rule.kernel(out, args, statics)
-            if kernel is not None:
-                return kernel
-        return _Evaluate(instr, out, args, statics)
 
     def run(self, *args: Any) -> Any:
         """The program's result for ``args`` (numpy arrays and Python numbers, nested as the entry's).
 
         The arguments are read where they are (converted only when their dtype
-        or layout differs: instructions never write an input), and the outputs
-        are new arrays each run, returned as they are: the instructions that
-        touch them are bound again (a few Python objects each); the others,
-        bound to the arena once, allocate nothing.
+        or layout differs: instructions never write an input); the instructions
+        that read an argument are bound again (a few Python objects each) only
+        when it is not the array the previous run read.  The outputs are
+        returned as they are, never written again while anyone else holds
+        them: an output array the caller has let go of (CPython's reference
+        count says the executor is its only holder) is written again by the
+        next run, otherwise a new one is allocated and the instructions that
+        write it bound again.  The rest, bound to the arena once, allocate
+        nothing.
         """
         if len(args) != len(self.program.params):
             raise UsageError(f"@{self.program.name} takes {len(self.program.params)} arguments, "
                              f"not {len(args)}")
         flat_args = _flatten_args(self.program.params, args)
-        for buffer, value in zip(self.inputs, flat_args):
-            if np.shape(value) != buffer.shape:
-                raise UsageError(f"argument %{buffer.name} has the shape {np.shape(value)}, "
-                                 f"not {buffer.shape}")
-            dtype = numpy_dtype(buffer.dtype)
-            if not np.can_cast(np.asarray(value).dtype, dtype, casting="same_kind"):
-                raise UsageError(f"argument %{buffer.name} is {np.asarray(value).dtype}, not {dtype}")
-            self.views[buffer] = np.ascontiguousarray(value, dtype=dtype)
-        for buffer in self.outputs:
-            self.views[buffer] = np.empty(buffer.shape, dtype=numpy_dtype(buffer.dtype))
-        for index in self.per_run:
-            self.steps[index] = self.bind(self.instructions[index])
+        views, users = self.views, self.users
+        stale: set[int] = set()
+        for buffer, dtype, value in zip(self.inputs, self._dtypes, flat_args):
+            if not (type(value) is np.ndarray and value.dtype == dtype and value.shape == buffer.shape
+                    and value.flags.c_contiguous):  # else the common case: read where it is
+                if np.shape(value) != buffer.shape:
+                    raise UsageError(f"argument %{buffer.name} has the shape {np.shape(value)}, "
+                                     f"not {buffer.shape}")
+                if not np.can_cast(np.asarray(value).dtype, dtype, casting="same_kind"):
+                    raise UsageError(f"argument %{buffer.name} is {np.asarray(value).dtype}, not {dtype}")
+                value = np.ascontiguousarray(value, dtype=dtype)
+            if views[buffer] is not value:
+                views[buffer] = value
+                stale.update(users[buffer])
+        held = self._held
+        for buffer, shape, dtype in self._out_types:
+            if _references(views, buffer) != held[buffer]:  # the caller still has the last one
+                views[buffer] = np.empty(shape, dtype=dtype)
+                stale.update(users[buffer])
+        if stale:
+            steps, bind = self.steps, self.bind
+            for index in stale:
+                steps[index] = bind(index)
+            for buffer in self.outputs:
+                held[buffer] = _references(views, buffer)
         index = 0
         try:
             for index, step in enumerate(self.steps):
@@ -134,6 +178,12 @@ class Executor:
         """Run the instructions once on the values already in the input buffers (for measuring)."""
         for step in self.steps:
             step()
+
+
+def _references(views: dict[Buffer, Any], buffer: Buffer) -> int:
+    """How many references ``views[buffer]`` has (the same count whenever the same
+    holders hold it: the executor's dict, its bound instructions, this call's argument)."""
+    return sys.getrefcount(views[buffer])
 
 
 class _Evaluate:

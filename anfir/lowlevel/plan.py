@@ -33,22 +33,23 @@ def _max_live_first(buffers: list[Buffer], life: Lives) -> list[Buffer]:
         return []
     count = max(end for _, end in life.values()) + 1
     live = [0] * count
+    size = {b: b.size for b in buffers}
     for b in buffers:
         start, end = life[b]
         for t in range(start, end + 1):
-            live[t] += b.size
+            live[t] += size[b]
     order: list[Buffer] = []
     position = {b: i for i, b in enumerate(buffers)}
     left = dict.fromkeys(buffers)  # ordered, with O(1) removal
     while left:
         peak = max(range(count), key=lambda t: (live[t], -t))
         here = [b for b in left if life[b][0] <= peak <= life[b][1]]
-        chosen = max(here, key=lambda b: (b.size, -position[b])) if here else next(iter(left))
+        chosen = max(here, key=lambda b: (size[b], -position[b])) if here else next(iter(left))
         order.append(chosen)
         del left[chosen]
         start, end = life[chosen]
         for t in range(start, end + 1):
-            live[t] -= chosen.size
+            live[t] -= size[chosen]
     return order
 
 

@@ -27,10 +27,9 @@ the alignment of every offset, in all three.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
-
-import numpy as np
 
 from anfir.dtypes import numpy_dtype
 from anfir.ir.primitive import Primitive
@@ -68,7 +67,7 @@ class Buffer:
     @property
     def nbytes(self) -> int:
         """The bytes the buffer's elements take."""
-        return int(np.prod(self.shape, dtype=np.int64)) * numpy_dtype(self.dtype).itemsize
+        return math.prod(self.shape) * numpy_dtype(self.dtype).itemsize  # (Python ints: no overflow)
 
     @property
     def size(self) -> int:

@@ -22,6 +22,7 @@ neither).  A :class:`LowRule` says
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, NamedTuple, Optional
@@ -30,6 +31,8 @@ import numpy as np
 
 from anfir.interop.flat import DIM
 from anfir.ir.primitive import Primitive
+from anfir.lowlevel import kernels
+from anfir.lowlevel.kernels import ScratchFactory
 from anfir.lowlevel.program import COPY
 from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
@@ -61,13 +64,19 @@ class LowRule:
     """Positions of arguments that are static (printed ``argN=...``), whatever they hold."""
     shape_only: tuple[int, ...] = ()
     """Positions of arguments read only for their shape and dtype."""
+    scratch: Optional[ScratchFactory] = None
+    """A fast path that needs scratch memory (the executor's workspace); tried before ``kernel``."""
 
 
 def _floats(out: np.ndarray, args: list[Any]) -> bool:
     """Whether the output and every array argument are floating point (where the
     numpy ufuncs compute what anfir's evaluation does)."""
-    return out.dtype.kind == "f" and all(
-        a.dtype.kind == "f" for a in args if isinstance(a, np.ndarray))
+    if out.dtype.kind != "f":
+        return False
+    for a in args:
+        if isinstance(a, np.ndarray) and a.dtype.kind != "f":
+            return False
+    return True
 
 
 def ufunc(fn: Any) -> LowRule:
@@ -89,13 +98,15 @@ def _relu(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional
 
 def _matmul(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
     a, b = args
-    if not (_floats(out, args) and np.ndim(a) == 2 and np.ndim(b) == 2):
+    if not (_floats(out, args) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+            and a.ndim == 2 and b.ndim == 2):
         return None
     return partial(np.matmul, a, b, out=out)
 
 
 def _matrices(out: np.ndarray, args: list[Any], other: Any) -> bool:
-    return _floats(out, args) and all(np.ndim(a) == 2 for a in args) and len(other.shape) == 2
+    return (_floats(out, args) and all(isinstance(a, np.ndarray) and a.ndim == 2 for a in args)
+            and len(other.shape) == 2)
 
 
 def _matmul_dx(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
@@ -196,7 +207,7 @@ def _sum_to(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Option
     if g.shape == out.shape:
         return partial(np.copyto, out, g)
     kept = tuple(d for i, d in enumerate(g.shape) if i not in axes)
-    if int(np.prod(kept, dtype=np.int64)) != out.size:
+    if math.prod(kept) != out.size:
         return None
     return partial(np.sum, g, axis=axes, out=out.reshape(kept))  # a view of the buffer, made once
 
@@ -296,13 +307,23 @@ RULES: dict[Primitive, LowRule] = {
     indexing.gather_nd: EVALUATED, indexing.gather_nd_grad: EVALUATED,
     indexing.scatter_nd: EVALUATED, indexing.one_hot: EVALUATED, indexing.arange: EVALUATED,
     indexing.full: EVALUATED, indexing.eye: EVALUATED,
-    # convolution, pooling, batch norm (their im2col kernels, into the arena)
-    conv.conv: EVALUATED, conv.conv_core: EVALUATED, conv.conv_transpose: EVALUATED,
-    conv.conv_input_grad: EVALUATED, conv.conv_weight_grad: EVALUATED,
-    conv.max_pool: EVALUATED, conv.max_pool_grad: EVALUATED, conv.max_pool_select: EVALUATED,
-    conv.avg_pool: EVALUATED, conv.avg_pool_grad: EVALUATED, conv.global_avg_pool: EVALUATED,
-    conv.global_max_pool: EVALUATED, conv.batch_norm: EVALUATED, conv.channel_sum: EVALUATED,
-    conv.channel_spread: EVALUATED,
+    # convolution, pooling, batch norm: out= kernels on the executor's scratch workspace
+    # (anfir/lowlevel/kernels.py); the gradients' type-only arguments are statics
+    conv.conv: LowRule(scratch=kernels.conv_kernel),
+    conv.conv_core: LowRule(scratch=kernels.conv_kernel),
+    conv.conv_transpose: EVALUATED,
+    conv.conv_input_grad: LowRule(scratch=kernels.conv_input_grad_kernel, shape_only=(2,)),
+    conv.conv_weight_grad: LowRule(scratch=kernels.conv_weight_grad_kernel, shape_only=(2,)),
+    conv.max_pool: LowRule(scratch=kernels.max_pool_kernel),
+    conv.max_pool_grad: LowRule(scratch=kernels.max_pool_grad_kernel),
+    conv.max_pool_select: EVALUATED,
+    conv.avg_pool: LowRule(scratch=kernels.avg_pool_kernel),
+    conv.avg_pool_grad: LowRule(scratch=kernels.avg_pool_grad_kernel, shape_only=(1,)),
+    conv.global_avg_pool: LowRule(kernels.global_pool_kernel(np.mean)),
+    conv.global_max_pool: LowRule(kernels.global_pool_kernel(np.max)),
+    conv.batch_norm: LowRule(scratch=kernels.batch_norm_kernel),
+    conv.channel_sum: LowRule(kernels.channel_sum_kernel),
+    conv.channel_spread: LowRule(kernels.channel_spread_kernel, shape_only=(1,)),
     # what the gradients use
     gradient.matmul_dx: LowRule(_matmul_dx, shape_only=(2,)),
     gradient.matmul_dy: LowRule(_matmul_dy, shape_only=(2,)),

@@ -1,6 +1,8 @@
 """``share_buffers``: Glow's IR optimizer on a lowered program.
 
-Three steps, in one walk over the instructions:
+First each instruction that writes a declared output moves up to right after
+the instructions it reads from (:func:`schedule_outputs`).  Then three steps,
+in one walk over the instructions:
 
 1. **dealloc after last use** — each buffer's life ends right after the last
    instruction that reads or writes it (``lower`` put every dealloc at the end);
@@ -21,9 +23,45 @@ from anfir.lowlevel.program import Alloc, Buffer, Dealloc, Instr, Line, LowProgr
 from anfir.lowlevel.rules import RULES
 
 
+def schedule_outputs(instrs: list[Instr]) -> list[Instr]:
+    """The instructions with each one that writes a declared output moved up to right
+    after the last instruction it reads from.
+
+    Such an instruction needs no arena memory for its result, and its arguments may
+    die sooner: the optimized gradient graph computes, for instance, every weight
+    gradient at the end of the backward pass, which keeps each layer's input and
+    output gradient alive until then.  In ``lower``'s program every value has a buffer
+    of its own, written once, so an instruction can run as soon as its arguments exist.
+    Linear: each moved instruction is attached to the one it must follow, and the
+    list is written out in one walk (attached instructions in their original order)."""
+    writer: dict[int, int] = {}
+    """id of a buffer → the index of the instruction that writes it."""
+    attached: dict[int, list[int]] = {}
+    """index of an instruction (-1: the start) → the moved instructions that follow it."""
+    kept: list[int] = []
+    for index, instr in enumerate(instrs):
+        if instr.output.kind == "output":
+            after = max((writer.get(id(b), -1) for b in instr.inputs), default=-1)
+            attached.setdefault(after, []).append(index)
+        else:
+            kept.append(index)
+        writer[id(instr.output)] = index
+    order: list[int] = []
+    stack = list(reversed(attached.get(-1, [])))
+    for index in [*kept, -1]:  # -1: the end (what is attached to the start is written first)
+        while stack:
+            moved = stack.pop()
+            order.append(moved)
+            stack.extend(reversed(attached.get(moved, [])))
+        if index >= 0:
+            order.append(index)
+            stack.extend(reversed(attached.get(index, [])))
+    return [instrs[i] for i in order]
+
+
 def share_buffers(program: LowProgram) -> LowProgram:
     """A new program with fewer, shorter-lived buffers and the same results."""
-    instrs = program.instructions()
+    instrs = schedule_outputs(program.instructions())
     last_use: dict[Buffer, int] = {}
     for index, instr in enumerate(instrs):
         for _, buffer in instr.operands:
