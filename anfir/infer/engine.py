@@ -654,6 +654,12 @@ def _fold(prim: Any, args: tuple, dtype: str, attrs: Attrs = NO_ATTRS) -> Any:
 
 
 # -- typing new graphs in place -------------------------------------------------------
+GENERIC = "generic"
+"""The flag of a graph built after specialization that is typed for unknown arguments
+wherever it is called, as the specializer types a function value called with several
+signatures (the J-transform of such a graph, ``▸g`` and ``◂g``)."""
+
+
 class InPlaceProvider(Provider):
     """Specs are the graphs themselves (no cloning): for graphs built after specialization.
 
@@ -674,7 +680,10 @@ class InPlaceProvider(Provider):
         return None
 
     def spec_for(self, graph: FuncGraph, sig: tuple, site: Optional[CNode]) -> Spec:
-        """The graph itself, typed for its first signature."""
+        """The graph itself, typed for its first signature (for unknown arguments if it
+        is flagged :data:`GENERIC`, whatever the signature)."""
+        if graph.flags.get(GENERIC):
+            sig = tuple(AAny() for _ in graph.parameters)
         spec = self.by_graph.get(graph)
         if spec is not None:
             if spec.sig != sig:
