@@ -3,7 +3,8 @@
 ``J(g)`` is a graph ``▸g`` with ``g``'s parameters that returns
 ``(value, ◂g)``, where the closure ``◂g(dout)`` returns
 ``(env, dx1, ..., dxn)``: ``env`` (a :class:`~anfir.values.GradEnv`) holds the
-gradients of ``g``'s free variables keyed by node, the ``dx`` the gradients
+gradients of the values ``g`` captures, one entry per name of a captured use
+(:meth:`_ScopeTransform.captures`, :func:`use_key`), the ``dx`` the gradients
 of the inputs (Pearlmutter–Siskind; Myia's ``grad.py``, MindSpore's DFunctor).
 
 How each CNode ``y = f(x1, ..., xk)`` of ``g`` is transformed:
@@ -26,8 +27,14 @@ transform ``▸h`` has exactly ``h``'s free variables and run-time
 ``J(Closure(h, env)) = Closure(▸h, env)``.
 
 A closure value ``ValueNode(h)`` made in ``g`` receives a GradEnv as its
-gradient; ``◂g`` reads the entries of the nodes it captured
-(``env_getitem``).  ``◂g`` itself is built only from primitives that have
+gradient; ``◂g`` reads the entries of the uses it captured (``env_getitem``),
+adding each to the node of ``g`` it names, or passing it on under the same
+name when ``g`` captures that value too.  The names live on the uses
+(:mod:`anfir.ir.capture_names`) and follow cloning and replacement: a compiled
+program may transform a closure of a compiled graph at run time, and its
+GradEnv must have the names the ``ad`` phase's readers use, even once inlining
+has replaced the node it captured (a parameter by the argument) or merged two
+captured values into one node (``grad(lambda (y) y * x end)(x)``).  ``◂g`` itself is built only from primitives that have
 gradient rules (env ops, ``gadd``, ``tuple_getitem``...), so it can be
 transformed again: grad of grad of grad, through closures, ``if`` and
 recursion.
@@ -345,7 +352,7 @@ class _ScopeTransform:
             if value in self.in_scope:
                 result = ValueNode(self.forward[value], node.loc, node.name)
             elif _needs_env(node, self.manager):
-                key = (g, node)
+                key: tuple[FuncGraph, Node, Optional[SymbolicKey]] = (g, node, None)
                 cached = self.jcache.get(key)
                 if cached is None:
                     cached = CNode(self.forward[g], [ValueNode(gradient.J), node],

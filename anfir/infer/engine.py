@@ -666,7 +666,8 @@ class InPlaceProvider(Provider):
     A graph that already has a :class:`GraphSig` is trusted (its output type is
     returned without re-inference); a new graph is typed for the first
     signature it is called with; a second, different signature is an error
-    (clone the graph first).
+    (clone the graph first) — except for a graph flagged :data:`GENERIC`, typed
+    once for unknown arguments and serving every call.
     """
 
     def __init__(self) -> None:

@@ -79,7 +79,7 @@ def follow_replace(old: Node, new: Node, uses: Iterable[tuple[User, int]]) -> No
     table = _names.get(old)
     if not table or not isinstance(old, CNode):
         return
-    by_input = {}
+    by_input: dict[Node, Any] = {}
     for index, name in table.items():
         if 0 <= index < len(old.inputs):
             by_input.setdefault(old.inputs[index], name)
