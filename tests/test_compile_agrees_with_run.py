@@ -597,7 +597,8 @@ def test_partial_of_a_closure_over_the_variable_it_binds_differentiated_compiles
 # compiled program (a partial value, a function passed as an argument, a tuple of
 # closures), and one that inlining makes capture the same node twice under two names
 # (``y`` and ``x`` in ``captured_twice``: the two gradients differ); a closure and a
-# partial called with an integer, then a float (``two_types``).
+# partial called with an integer, then a float (``two_types``); closures whose captured
+# node the optimizer replaces (``w`` by ``x``, ``b`` by ``a``), and one captured in a loop.
 CAPTURED = """
 def bound2(x) = grad(partial(lambda (a, b, z) a * b * z * z * x end, x, 2.0))(x)
 def passed(x) = let ap = lambda (h, y) grad(h)(y) end in
@@ -608,6 +609,11 @@ def pair(x) = let t = (lambda (z) z * x end, lambda (z) z * z * x end) in grad(t
 def twice_bound(x) = grad(partial(partial(lambda (a, b, z) a * b * z * x end, x), x))(x)
 def two_types(x) = let v = lambda (h, z) h(h(z)) end in v(lambda (q) q * x end, 3)
 def two_types_bound(x) = let v = lambda (h, z) h(h(z)) end in v(partial(lambda (c, q) q * c * x end, x), 2)
+def ap(h, y) = grad(h)(y)
+def replaced(x) = let w = x * 1.0 in ap(lambda (z) z * z * w end, x)
+def merged(x) = let a = sin(x) in let b = sin(x) in ap(lambda (z) z * a * b * z end, x)
+def looped(x) = let l = lambda (i, acc) if i < 2 then l(i + 1, acc + ap(lambda (z) z * z * x * acc end, x))
+  else acc end in l(0, 1.0)
 """
 
 
@@ -617,6 +623,13 @@ def _captured_reference(entry: str, order: int, x: float) -> float:
     import jax.numpy as jnp
 
     g = jax.grad
+
+    def _looped(x: Any) -> Any:
+        acc = 1.0
+        for _ in range(2):
+            acc = acc + g(lambda z, acc=acc: z * z * x * acc)(x)
+        return acc
+
     functions: dict[str, Callable[[Any], Any]] = {
         "bound2": lambda x: g(lambda z: x * 2.0 * z * z * x)(x),
         "passed": lambda x: g(lambda z: jnp.sin(x * z) * x)(x),
@@ -626,6 +639,9 @@ def _captured_reference(entry: str, order: int, x: float) -> float:
         "twice_bound": lambda x: g(lambda z: x * x * z * x)(x),
         "two_types": lambda x: 3 * x * x,
         "two_types_bound": lambda x: 2 * x ** 4,
+        "replaced": lambda x: g(lambda z: z * z * x)(x),
+        "merged": lambda x: g(lambda z: z * jnp.sin(x) * jnp.sin(x) * z)(x),
+        "looped": _looped,
     }
     f = functions[entry]
     for _ in range(order):
@@ -638,7 +654,8 @@ def _captured_reference(entry: str, order: int, x: float) -> float:
     ("bound2", 1), ("bound2", 3), ("passed", 1), ("passed", 2), ("passed_closure", 1),
     ("passed_closure", 3), ("captured_twice", 0), ("captured_twice", 1), ("pair", 1), ("pair", 2),
     ("twice_bound", 1), ("twice_bound", 2), ("two_types", 1), ("two_types", 3),
-    ("two_types_bound", 1), ("two_types_bound", 3)])
+    ("two_types_bound", 1), ("two_types_bound", 3), ("replaced", 1), ("replaced", 2),
+    ("merged", 1), ("merged", 2), ("looped", 1), ("looped", 2)])
 def test_closures_over_the_variable_transformed_at_run_time_agree_with_jax(entry: str, order: int) -> None:
     x = 0.7
     src = CAPTURED + f"def d(x) = {'grad(' * order}{entry}{')' * order}(x)\n"
