@@ -494,7 +494,9 @@ class _ScopeTransform:
                     s = CNode(bwd, [ValueNode(gradient.gadd), s, part], self._note(fv, g, BACKWARD))
                 env = CNode(bwd, [ValueNode(gradient.env_setitem), env, ValueNode(name), s],
                             self._note(fv, g, BACKWARD))
-        assert not named, f"internal: ◂{g.name} has gradients for values it does not capture"
+        if named:  # pragma: no cover - would be a bug in captures()
+            raise GradientError(f"internal: ◂{g.name} has gradients for values it does not capture "
+                                f"({', '.join(map(str, named))})", g.loc)
         outs: list[Node] = [env]
         for p in g.parameters:
             s = total(p)
