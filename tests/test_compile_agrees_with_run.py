@@ -10,11 +10,10 @@ The generator also makes a function bound by ``partial`` inside a
 differentiated function close over the differentiated parameter (under grad of
 grad when nested), and one function bound by two ``partial`` nodes called with
 different argument types.  A partial value's gradient is a GradEnv, so partial
-at any order works (issue 11).  Known gaps it tolerates: a function passed as a
-value and called with an integer and then a float inside a differentiated
-function (``@▸lambda is called with two different signatures``;
-:func:`test_a_function_value_called_at_two_types_under_grad`) — never a wrong
-value.  ``anfir.grad`` of a program whose own ``grad`` differentiates a closure
+at any order works (issue 11).  A function passed as a value and called with an
+integer and then a float inside a differentiated function compiles too (its
+transforms are typed for unknown arguments, as the specializer types it:
+:func:`test_a_function_value_called_at_two_types_under_grad`).  ``anfir.grad`` of a program whose own ``grad`` differentiates a closure
 compiles as the same gradient written as a ``grad`` call
 (:func:`anfir.autodiff.api.in_program_form`).  The programs come from tests/programs.py (grammars ``COMPILE``
 and ``HIGHER``).
@@ -214,22 +213,16 @@ PROGRAMS = programs.modules(programs.COMPILE, [
 _STATIC_ONLY = ("different types", "branches")
 
 
-def _known_gap(error: AnfirError) -> bool:
-    """The J-world typing of a function value called at two types (see below)."""
-    text = str(error)
-    return "is called with two different signatures" in text and "@▸" in text
-
-
 TWO_TYPES = ("def main(x, y) = grad(lambda (p) (let v = lambda (g, z) g(g(z)) end in "
              "v(lambda (q) q * p end, y)) end)(x)\n")
 
 
-@pytest.mark.xfail(strict=True, raises=AnfirError,
-                   reason="known gap: the J transform of a function value is typed for one signature")
 def test_a_function_value_called_at_two_types_under_grad() -> None:
-    """``g(g(z))`` calls the lambda with the integer y, then with a float: run
-    gives 12.0; compile stops in the ad phase (``@▸lambda is called with two
-    different signatures``).  Local closures called at two types are fine."""
+    """``g(g(z))`` calls the lambda with the integer y, then with a float: the
+    specializer types it for unknown arguments, and so the ``ad`` phase types its
+    transforms ``▸lambda``/``◂lambda`` (and a J-world partial of it) — they used
+    to be typed in place for the first signature (``@▸lambda is called with two
+    different signatures``).  d/dp of p * (y * p) at p = 2, y = 3."""
     assert _both(TWO_TYPES, "main", 2.0, 3) == (12.0, 12.0)
 
 
@@ -248,7 +241,7 @@ def test_generated_programs_compute_the_same_value_compiled(program: programs.Pr
     try:
         graph = anfir.compile(anfir.parse(src, "gen.anf"), entry="main", args=[x, y])
     except AnfirError as exc:
-        if any(text in str(exc) for text in _STATIC_ONLY) or _known_gap(exc):
+        if any(text in str(exc) for text in _STATIC_ONLY):
             return
         raise
     got = anfir.run(graph, x, y)
@@ -588,17 +581,88 @@ def d2(x) = grad(f2)(x)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: compile reads the gradient environment of a "
-                   "closure J-transformed at run time under keys of nodes that inlining replaced")
 def test_partial_of_a_closure_over_the_variable_it_binds_differentiated_compiles() -> None:
-    """``f2(x) = x * x`` through a partial binding ``x`` of a lambda capturing ``x``:
-    ``anfir.run`` of its gradient gives 2x (it gave a GradEnv before); compiled, the
-    run-time ``J`` of the J-world partial transforms the compiled closure, whose
-    environment is keyed by the inlined program's nodes while the statically built
-    readers use ``f2``'s, so the captured contribution is lost (1.7, not 3.4)."""
+    """``f2(x) = x * x`` through a partial binding ``x`` of a lambda capturing ``x``.
+    Compiled, the run-time ``J`` of the J-world partial transforms the *compiled*
+    closure, whose captured ``x`` inlining had replaced by another node: its
+    GradEnv used to be keyed by that node while the readers built in the ``ad``
+    phase used ``f2``'s, and the captured contribution was lost (1.7, not 3.4).
+    The names of captured uses now follow the graphs (anfir/ir/capture_names.py)."""
     ran, compiled = _both(CAPTURED_AND_BOUND, "d2", 1.7)
     assert math.isclose(ran, 3.4, rel_tol=1e-12)
     assert math.isclose(compiled, 3.4, rel_tol=1e-12)
+
+
+# Closures capturing the differentiated variable, J-transformed at run time in the
+# compiled program (a partial value, a function passed as an argument, a tuple of
+# closures), and one that inlining makes capture the same node twice under two names
+# (``y`` and ``x`` in ``captured_twice``: the two gradients differ); a closure and a
+# partial called with an integer, then a float (``two_types``); closures whose captured
+# node the optimizer replaces (``w`` by ``x``, ``b`` by ``a``), and one captured in a loop.
+CAPTURED = """
+def bound2(x) = grad(partial(lambda (a, b, z) a * b * z * z * x end, x, 2.0))(x)
+def passed(x) = let ap = lambda (h, y) grad(h)(y) end in
+  ap(partial(lambda (c, z) sin(c * z) * x end, x), x)
+def passed_closure(x) = let ap = lambda (h, y) grad(h)(y) end in ap(lambda (z) z * z * x end, x)
+def captured_twice(x) = grad(lambda (y) grad(partial(lambda (c, p) c * y * p * x end, y))(1.0) end)(x)
+def pair(x) = let t = (lambda (z) z * x end, lambda (z) z * z * x end) in grad(t[0])(x) + grad(t[1])(x)
+def twice_bound(x) = grad(partial(partial(lambda (a, b, z) a * b * z * x end, x), x))(x)
+def two_types(x) = let v = lambda (h, z) h(h(z)) end in v(lambda (q) q * x end, 3)
+def two_types_bound(x) = let v = lambda (h, z) h(h(z)) end in v(partial(lambda (c, q) q * c * x end, x), 2)
+def ap(h, y) = grad(h)(y)
+def replaced(x) = let w = x * 1.0 in ap(lambda (z) z * z * w end, x)
+def merged(x) = let a = sin(x) in let b = sin(x) in ap(lambda (z) z * a * b * z end, x)
+def looped(x) = let l = lambda (i, acc) if i < 2 then l(i + 1, acc + ap(lambda (z) z * z * x * acc end, x))
+  else acc end in l(0, 1.0)
+"""
+
+
+def _captured_reference(entry: str, order: int, x: float) -> float:
+    jax = pytest.importorskip("jax", reason="JAX is the reference for these derivatives")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    g = jax.grad
+
+    def _looped(x: Any) -> Any:
+        acc = 1.0
+        for _ in range(2):
+            acc = acc + g(lambda z, acc=acc: z * z * x * acc)(x)
+        return acc
+
+    functions: dict[str, Callable[[Any], Any]] = {
+        "bound2": lambda x: g(lambda z: x * 2.0 * z * z * x)(x),
+        "passed": lambda x: g(lambda z: jnp.sin(x * z) * x)(x),
+        "passed_closure": lambda x: g(lambda z: z * z * x)(x),
+        "captured_twice": lambda x: g(lambda y: g(lambda p: y * y * p * x)(1.0))(x),
+        "pair": lambda x: g(lambda z: z * x)(x) + g(lambda z: z * z * x)(x),
+        "twice_bound": lambda x: g(lambda z: x * x * z * x)(x),
+        "two_types": lambda x: 3 * x * x,
+        "two_types_bound": lambda x: 2 * x ** 4,
+        "replaced": lambda x: g(lambda z: z * z * x)(x),
+        "merged": lambda x: g(lambda z: z * jnp.sin(x) * jnp.sin(x) * z)(x),
+        "looped": _looped,
+    }
+    f = functions[entry]
+    for _ in range(order):
+        f = g(f)
+    return float(f(x))
+
+
+# Each at order 1 and at one higher order (3 where compiling it is cheap: the budget).
+@pytest.mark.parametrize("entry, order", [
+    ("bound2", 1), ("bound2", 3), ("passed", 1), ("passed", 2), ("passed_closure", 1),
+    ("passed_closure", 3), ("captured_twice", 0), ("captured_twice", 1), ("pair", 1), ("pair", 2),
+    ("twice_bound", 1), ("twice_bound", 2), ("two_types", 1), ("two_types", 3),
+    ("two_types_bound", 1), ("two_types_bound", 3), ("replaced", 1), ("replaced", 2),
+    ("merged", 1), ("merged", 2), ("looped", 1), ("looped", 2)])
+def test_closures_over_the_variable_transformed_at_run_time_agree_with_jax(entry: str, order: int) -> None:
+    x = 0.7
+    src = CAPTURED + f"def d(x) = {'grad(' * order}{entry}{')' * order}(x)\n"
+    want = _captured_reference(entry, order, x)
+    ran, compiled = _both(src, "d", x)
+    assert math.isclose(ran, want, rel_tol=1e-9, abs_tol=1e-12), (ran, want)
+    assert math.isclose(compiled, want, rel_tol=1e-9, abs_tol=1e-12), (compiled, want)
 
 
 # -- function values that are not graphs, differentiated and compiled -----------------------

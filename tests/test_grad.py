@@ -114,6 +114,35 @@ def test_dpower_closed_form_and_higher_orders():
     assert anfir.run(anfir.grad(mod["dpower"]), 2.0) == pytest.approx(12.0)
 
 
+POWERS = """
+def poly(x) = x ** 5 - 2.0 * x ** 3 + x ** 2
+def d3(x) = grad(grad(grad(poly)))(x)
+def d4(x) = grad(grad(grad(grad(poly))))(x)
+"""
+
+
+@pytest.mark.parametrize("entry, x", [("d4", -0.8), ("d3", 0.0)])
+def test_high_derivatives_of_powers_at_and_below_zero_agree_with_jax(entry, x):
+    # ``**``'s exponent gradient is ``dout * out * log(x)``: nan for x <= 0, and a
+    # 0 * nan once leaked into higher orders (issue 11: the fourth derivative at -0.8
+    # was nan, the third at 0 nan when run and 6.0 compiled).
+    jax = pytest.importorskip("jax", reason="JAX is the reference for these derivatives")
+    jax.config.update("jax_enable_x64", True)
+
+    order = int(entry[1:])
+    reference = lambda x: x ** 5 - 2.0 * x ** 3 + x ** 2  # noqa: E731
+    for _ in range(order):
+        reference = jax.grad(reference)
+    want = float(reference(x))
+    ran = anfir.run(f_of(POWERS, entry), x)
+    compiled = anfir.run(anfir.compile(anfir.parse(POWERS), entry=entry, args=[x]), x)
+    api = f_of(POWERS, "poly")
+    for _ in range(order):
+        api = anfir.grad(api)
+    for got in (ran, compiled, anfir.run(api, x)):
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
 def test_mlp_loss_gradients_match_numpy():
     mod = anfir.parse("""
 def mlp_loss(w1: f64[D, H], w2: f64[H, K], x: f64[B, D], y: f64[B, K]) -> f64 =

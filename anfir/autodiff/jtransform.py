@@ -3,7 +3,8 @@
 ``J(g)`` is a graph ``▸g`` with ``g``'s parameters that returns
 ``(value, ◂g)``, where the closure ``◂g(dout)`` returns
 ``(env, dx1, ..., dxn)``: ``env`` (a :class:`~anfir.values.GradEnv`) holds the
-gradients of ``g``'s free variables keyed by node, the ``dx`` the gradients
+gradients of the values ``g`` captures, one entry per name of a captured use
+(:meth:`_ScopeTransform.captures`, :func:`use_key`), the ``dx`` the gradients
 of the inputs (Pearlmutter–Siskind; Myia's ``grad.py``, MindSpore's DFunctor).
 
 How each CNode ``y = f(x1, ..., xk)`` of ``g`` is transformed:
@@ -26,8 +27,14 @@ transform ``▸h`` has exactly ``h``'s free variables and run-time
 ``J(Closure(h, env)) = Closure(▸h, env)``.
 
 A closure value ``ValueNode(h)`` made in ``g`` receives a GradEnv as its
-gradient; ``◂g`` reads the entries of the nodes it captured
-(``env_getitem``).  ``◂g`` itself is built only from primitives that have
+gradient; ``◂g`` reads the entries of the uses it captured (``env_getitem``),
+adding each to the node of ``g`` it names, or passing it on under the same
+name when ``g`` captures that value too.  The names live on the uses
+(:mod:`anfir.ir.capture_names`) and follow cloning and replacement: a compiled
+program may transform a closure of a compiled graph at run time, and its
+GradEnv must have the names the ``ad`` phase's readers use, even once inlining
+has replaced the node it captured (a parameter by the argument) or merged two
+captured values into one node (``grad(lambda (y) y * x end)(x)``).  ``◂g`` itself is built only from primitives that have
 gradient rules (env ops, ``gadd``, ``tuple_getitem``...), so it can be
 transformed again: grad of grad of grad, through closures, ``if`` and
 recursion.
@@ -43,11 +50,14 @@ import weakref
 from typing import Any, Optional, TypeGuard, Union
 
 from anfir.errors import GradientError
+from anfir.infer.engine import GENERIC
+from anfir.ir import capture_names
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.autodiff.gradgraphs import grad_graph_for_types
-from anfir.autodiff.partials import bound_gradient, bound_key, j_partial_maker, note_j_of_maker
+from anfir.autodiff.partials import (bound_gradient, bound_key, is_generic, j_partial_maker,
+                                     note_j_of_maker)
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import gradient, meta as metas, structure
@@ -190,6 +200,20 @@ def node_key(node: Node, manager: Manager, positions: Optional[Positions] = None
     return key
 
 
+def use_key(user: Union[CNode, FuncGraph], index: int, node: Node, manager: Manager,
+            positions: Optional[Positions] = None) -> SymbolicKey:
+    """The GradEnv key of the captured value ``node`` read at input ``index`` of
+    ``user``: the name that use was given when first asked for (kept through
+    cloning and replacement: :mod:`anfir.ir.capture_names`), else :func:`node_key`,
+    recorded now."""
+    key = capture_names.name_of(user, index)
+    if key is None:
+        key = node_key(node, manager, positions)
+        capture_names.set_name(user, index, key)
+    assert isinstance(key, SymbolicKey)
+    return key
+
+
 def _needs_env(value_node: Node, manager: Manager) -> TypeGuard[ValueNode]:
     return (isinstance(value_node, ValueNode) and isinstance(value_node.value, FuncGraph)
             and bool(manager.free_variables_total(value_node.value)))
@@ -215,7 +239,9 @@ class _ScopeTransform:
         self.backward: dict[FuncGraph, FuncGraph] = {}
         self.value: dict[Node, Node] = {}      # original node -> its forward value
         self.bprop: dict[CNode, Node] = {}     # original CNode -> bprop closure (generic calls)
-        self.jcache: dict[tuple[FuncGraph, Node], Node] = {}
+        self.jcache: dict[tuple[FuncGraph, Node, Optional[SymbolicKey]], Node] = {}
+        self.jfirst: dict[tuple[FuncGraph, Node], Node] = {}  # any J(node) made in ▸g
+        self.captured: dict[FuncGraph, list[tuple[SymbolicKey, Node]]] = {}  # captures()
         self.positions: Positions = {}  # node_key's cache, for this transform
         for g in self.scope:
             if g is not root:
@@ -223,6 +249,11 @@ class _ScopeTransform:
                 self.forward[g].flags["ad_of"] = g.name
             self.backward[g] = FuncGraph(BACKWARD + g.name, g.loc)
             self.backward[g].flags["ad_of"] = g.name
+            if is_generic(g):
+                # g is typed for unknown arguments (a function value called with several
+                # signatures): so are its transforms, wherever they are typed in place.
+                self.forward[g].flags[GENERIC] = True
+                self.backward[g].flags[GENERIC] = True
 
     # -- forward --------------------------------------------------------------
     def build(self) -> None:
@@ -242,21 +273,78 @@ class _ScopeTransform:
         loc = node.loc or graph.loc
         return loc.derive(f"ad: {direction}{graph.name}") if loc is not None else None
 
-    def fmap(self, node: Node, g: FuncGraph) -> Node:
-        """The forward (J-world) node standing for ``node`` inside ``▸g``."""
+    def fmap(self, node: Node, g: FuncGraph, name: Optional[SymbolicKey] = None) -> Node:
+        """The forward (J-world) node standing for ``node`` inside ``▸g``.
+
+        ``name``: the name of the captured use being mapped (see :meth:`captures`);
+        a node outside the transformed scope is brought in by a ``J(node)`` per
+        name, whose input keeps it, so ``▸g`` captures what ``g`` does under the
+        same names."""
         mapped = self.value.get(node)
         if mapped is not None:
             return mapped
         if isinstance(node, ValueNode):
             return self._map_constant(node, g)
         # A node outside the transformed scope: bring it in with J at run time.
-        key = (g, node)
+        if name is None:
+            first = self.jfirst.get((g, node))
+            if first is not None:
+                return first
+        key = (g, node, name)
         cached = self.jcache.get(key)
         if cached is None:
             fwd = self.forward[g]
             cached = CNode(fwd, [ValueNode(gradient.J), node], self._note(node, g, FORWARD), node.name)
+            if name is not None:
+                capture_names.set_name(cached, 1, name)
             self.jcache[key] = cached
+            self.jfirst.setdefault((g, node), cached)
         return cached
+
+    def use_name(self, user: Union[CNode, FuncGraph], index: int, node: Node) -> Optional[SymbolicKey]:
+        """The name of the use ``(user, index)`` of ``node`` if it is a captured use
+        (``node`` computed in another graph than the user's), else None."""
+        graph = user if isinstance(user, FuncGraph) else user.graph
+        if isinstance(node, ValueNode) or node.graph is graph:
+            return None
+        return use_key(user, index, node, self.manager, self.positions)
+
+    def captures(self, graph: FuncGraph) -> list[tuple[SymbolicKey, Node]]:
+        """What a closure of ``graph`` captures, as (name, node) pairs, one per name:
+        the captured uses in ``graph``'s scope and in the scopes of the closures made
+        there from graphs outside it (whose own captures it must capture), of nodes
+        outside ``graph``'s scope.  Its gradient is a GradEnv with these names."""
+        cached = self.captured.get(graph)
+        if cached is not None:
+            return cached
+        mng = self.manager
+        outside_of = set(mng.scope(graph))
+        found: dict[SymbolicKey, Node] = {}
+        seen = {graph}
+        todo = [graph]
+        while todo:
+            h = todo.pop(0)
+            scope = mng.scope(h)
+            own = set(scope)
+            for k in scope:
+                uses: list[tuple[Union[CNode, FuncGraph], int, Node]] = []
+                for node in toposort(k, mng):
+                    if isinstance(node, CNode) and node.graph is k:
+                        uses.extend((node, i, inp) for i, inp in enumerate(node.inputs))
+                if k.has_output:
+                    uses.append((k, capture_names.OUTPUT, k.output))
+                for user, index, inp in uses:
+                    if isinstance(inp, ValueNode):
+                        other = inp.value
+                        if isinstance(other, FuncGraph) and other not in own and other not in seen \
+                                and mng.free_variables_total(other):
+                            seen.add(other)
+                            todo.append(other)
+                    elif inp.graph not in own and inp.graph not in outside_of:
+                        found.setdefault(use_key(user, index, inp, mng, self.positions), inp)
+        result = list(found.items())
+        self.captured[graph] = result
+        return result
 
     def _map_constant(self, node: ValueNode, g: FuncGraph) -> Node:
         value = node.value
@@ -264,7 +352,7 @@ class _ScopeTransform:
             if value in self.in_scope:
                 result = ValueNode(self.forward[value], node.loc, node.name)
             elif _needs_env(node, self.manager):
-                key = (g, node)
+                key: tuple[FuncGraph, Node, Optional[SymbolicKey]] = (g, node, None)
                 cached = self.jcache.get(key)
                 if cached is None:
                     cached = CNode(self.forward[g], [ValueNode(gradient.J), node],
@@ -289,26 +377,42 @@ class _ScopeTransform:
                 continue
             loc = self._note(node, g, FORWARD)
             callee = node.inputs[0]
-            args = [self.fmap(a, g) for a in node.inputs[1:]]
+            names = [self.use_name(node, i, a) for i, a in enumerate(node.inputs)]
+            args = [self.fmap(a, g, names[i + 1]) for i, a in enumerate(node.inputs[1:])]
             prim = callee.value if isinstance(callee, ValueNode) else None
             if isinstance(prim, Primitive) and prim is not structure.partial:
                 y = CNode(fwd, [callee, *args], loc, node.name, node.attrs)
+                self._name_uses(y, names)
             elif prim is structure.partial:
                 # The J-world partial calls a wrapper that regroups gradients.
                 maker = j_partial_maker(node.inputs[1], len(args) - 1, self.context.static,
                                         self.context.partial_makers)
                 y = CNode(fwd, [callee, maker, *args], loc, node.name)
+                self._name_uses(y, names[:1] + [None] + names[1:])
             else:
-                f = self.fmap(callee, g)
+                f = self.fmap(callee, g, names[0])
                 t = CNode(fwd, [f, *args], loc)
+                self._name_uses(t, names)
                 y = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(0)], loc, node.name)
                 self.bprop[node] = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(1)], loc)
             y.abstract = None
             self.value[node] = y
             _key_origin[y] = node
-        out = self.fmap(g.output, g)
+        out_name = self.use_name(g, capture_names.OUTPUT, g.output)
+        out = self.fmap(g.output, g, out_name)
         fwd.output = CNode(fwd, [ValueNode(structure.make_tuple), out, ValueNode(self.backward[g])],
                            self._note(g.output, g, FORWARD))
+        self._name_uses(fwd.output, [None, out_name])
+
+    @staticmethod
+    def _name_uses(user: CNode, names: list[Optional[SymbolicKey]]) -> None:
+        """Give the captured inputs of a forward call the names of the uses they copy
+        (an input brought in by ``J`` is not captured: the ``J`` call holds the name)."""
+        for index, name in enumerate(names):
+            if name is not None:
+                inp = user.inputs[index]
+                if not isinstance(inp, ValueNode) and inp.graph is not user.graph:
+                    capture_names.set_name(user, index, name)
 
     # -- backward -------------------------------------------------------------
     def _backward_body(self, g: FuncGraph) -> None:
@@ -317,8 +421,23 @@ class _ScopeTransform:
         dout = bwd.add_parameter("dout", g.loc)
         sens: dict[Node, list[Node]] = {}
 
+        named: dict[SymbolicKey, list[Node]] = {}  # gradients of captured values, by name
+
         def add(node: Node, contribution: Node) -> None:
             sens.setdefault(node, []).append(contribution)
+
+        def add_use(user: Union[CNode, FuncGraph], index: int, node: Node, contribution: Node) -> None:
+            name = self.use_name(user, index, node)
+            if name is None:
+                add(node, contribution)
+            else:
+                named.setdefault(name, []).append(contribution)
+
+        def add_named(name: SymbolicKey, node: Node, contribution: Node) -> None:
+            if node.graph is g:
+                add(node, contribution)
+            else:  # captured by g too: passed on under the same name
+                named.setdefault(name, []).append(contribution)
 
         def total(node: Node) -> Optional[Node]:
             parts = sens.get(node)
@@ -330,10 +449,10 @@ class _ScopeTransform:
             return acc
 
         order = self._reverse_order(g)
-        add(g.output, dout)
+        add_use(g, capture_names.OUTPUT, g.output, dout)
         for item in order:
             if isinstance(item, ValueNode):
-                self._closure_gradient(g, bwd, item, total(item), add)
+                self._closure_gradient(g, bwd, item, total(item), add_named)
                 continue
             node = item
             s = total(node)
@@ -348,9 +467,9 @@ class _ScopeTransform:
                 args = [self.value_in(a, g) for a in node.inputs[1:]]
                 grads = instantiate_bprop(prim, bwd, args, self.value_in(node, g), s, node.loc,
                                           node.attrs)
-                for arg, grad in zip(node.inputs[1:], grads):
+                for index, (arg, grad) in enumerate(zip(node.inputs[1:], grads)):
                     if _can_receive(arg, mng):
-                        add(arg, grad)
+                        add_use(node, index + 1, arg, grad)
             elif prim is structure.partial:
                 # The gradient of a partial value is a GradEnv of d_fn, d_arg1, ...
                 # (the keys of the user's partial at every level: see bound_key).
@@ -358,20 +477,26 @@ class _ScopeTransform:
                 for i, arg in enumerate(node.inputs[1:]):
                     key = bound_key(fn, i)
                     if key is not None and _can_receive(arg, mng):
-                        add(arg, bound_gradient(bwd, s, key, self.value_in(arg, g), loc))
+                        add_use(node, i + 1, arg, bound_gradient(bwd, s, key, self.value_in(arg, g), loc))
             else:
                 all_grads = CNode(bwd, [self.bprop[node], s], loc)
                 for i, inp in enumerate(node.inputs):
                     if _can_receive(inp, mng):
-                        add(inp, CNode(bwd, [ValueNode(structure.tuple_getitem), all_grads, ValueNode(i)], loc))
+                        add_use(node, i, inp,
+                                CNode(bwd, [ValueNode(structure.tuple_getitem), all_grads, ValueNode(i)], loc))
         # Output: (env of free-variable gradients, d param 1, ...).
         env: Node = CNode(bwd, [ValueNode(gradient.newenv)], self._note(g.output, g, BACKWARD))
-        for fv in mng.free_variables_total(g):
-            s = total(fv)
-            if s is not None:
-                env = CNode(bwd, [ValueNode(gradient.env_setitem), env,
-                                  ValueNode(node_key(fv, mng, self.positions)), s],
+        for name, fv in self.captures(g):  # (in a fixed order: the dumps are deterministic)
+            parts = named.pop(name, None)
+            if parts:
+                s = parts[0]
+                for part in parts[1:]:
+                    s = CNode(bwd, [ValueNode(gradient.gadd), s, part], self._note(fv, g, BACKWARD))
+                env = CNode(bwd, [ValueNode(gradient.env_setitem), env, ValueNode(name), s],
                             self._note(fv, g, BACKWARD))
+        if named:  # pragma: no cover - would be a bug in captures()
+            raise GradientError(f"internal: ◂{g.name} has gradients for values it does not capture "
+                                f"({', '.join(map(str, named))})", g.loc)
         outs: list[Node] = [env]
         for p in g.parameters:
             s = total(p)
@@ -389,12 +514,10 @@ class _ScopeTransform:
         """Send a closure's GradEnv entries to the nodes it captured."""
         if s is None:
             return
-        mng = self.manager
         loc = self._note(closure, g, BACKWARD)
-        for fv in mng.free_variables_total(closure.value):
+        for name, fv in self.captures(closure.value):
             zero = CNode(bwd, [ValueNode(structure.zeros_like), self.value_in(fv, g)], loc)
-            add(fv, CNode(bwd, [ValueNode(gradient.env_getitem), s,
-                                ValueNode(node_key(fv, mng, self.positions)), zero], loc))
+            add(name, fv, CNode(bwd, [ValueNode(gradient.env_getitem), s, ValueNode(name), zero], loc))
 
     def _reverse_order(self, g: FuncGraph) -> list[Union[CNode, ValueNode]]:
         """``g``'s CNodes (and the closures it makes) in reverse dependency order.

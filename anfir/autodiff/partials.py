@@ -30,10 +30,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from anfir.abstract.values import AFunction, GradFn, GraphFn, JFn, PartialFn, PrimFn
+from anfir.abstract.values import AAny, AFunction, GradFn, GraphFn, JFn, PartialFn, PrimFn
+from anfir.infer.engine import GENERIC
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
+from anfir.ir.walk import toposort
 from anfir.primitives import gradient, structure
 from anfir.values import SymbolicKey
 
@@ -171,10 +173,34 @@ def j_partial_maker(fn: Node, nbound: int, static: bool,
             maker = shared.get(key) if shared is not None and isinstance(graph, FuncGraph) else None
             if maker is None:
                 maker = partial_call_graph(nbound, nparams - nbound, skip)
+                if isinstance(graph, FuncGraph) and is_generic(graph):
+                    # The partial is called with several signatures, as its function is.
+                    maker.flags[GENERIC] = True
+                    for inner in _graph_constants(maker):
+                        inner.flags[GENERIC] = True
                 if shared is not None and isinstance(graph, FuncGraph):
                     shared[key] = maker
             return ValueNode(maker, fn.loc)
     return ValueNode(j_partial_call(nbound, skip))
+
+
+def is_generic(graph: FuncGraph) -> bool:
+    """Whether the specializer typed ``graph`` for unknown arguments (every parameter
+    ``Any``): one spec serving calls with different signatures."""
+    params = graph.parameters
+    return bool(params) and all(isinstance(p.abstract, AAny) for p in params)
+
+
+def _graph_constants(graph: FuncGraph) -> list[FuncGraph]:
+    """The graphs ``graph``'s own calls and output name as constants (the regrouping
+    graph's backward closure)."""
+    found = []
+    nodes = [n for n in toposort(graph) if isinstance(n, CNode)]
+    for node in nodes:
+        for inp in node.inputs:
+            if isinstance(inp, ValueNode) and isinstance(inp.value, FuncGraph):
+                found.append(inp.value)
+    return found
 
 
 def constant_arity(node: Node) -> Optional[int]:
@@ -259,6 +285,6 @@ def item_node(graph: FuncGraph, t: Node, i: int, loc: Any = None) -> CNode:
     return CNode(graph, [ValueNode(structure.tuple_getitem), t, ValueNode(i)], loc)
 
 
-__all__ = ["atom_arity", "bound_gradient", "bound_key", "j_skip", "maker_skip", "note_j_of_maker",
+__all__ = ["atom_arity", "is_generic", "bound_gradient", "bound_key", "j_skip", "maker_skip", "note_j_of_maker",
            "regroups", "constant_arity", "call_node", "item_node", "j_partial_call",
            "j_partial_maker", "partial_call_graph", "partial_gradient", "partial_key", "static_arity"]

@@ -654,13 +654,20 @@ def _fold(prim: Any, args: tuple, dtype: str, attrs: Attrs = NO_ATTRS) -> Any:
 
 
 # -- typing new graphs in place -------------------------------------------------------
+GENERIC = "generic"
+"""The flag of a graph built after specialization that is typed for unknown arguments
+wherever it is called, as the specializer types a function value called with several
+signatures (the J-transform of such a graph, ``▸g`` and ``◂g``)."""
+
+
 class InPlaceProvider(Provider):
     """Specs are the graphs themselves (no cloning): for graphs built after specialization.
 
     A graph that already has a :class:`GraphSig` is trusted (its output type is
     returned without re-inference); a new graph is typed for the first
     signature it is called with; a second, different signature is an error
-    (clone the graph first).
+    (clone the graph first) — except for a graph flagged :data:`GENERIC`, typed
+    once for unknown arguments and serving every call.
     """
 
     def __init__(self) -> None:
@@ -674,7 +681,10 @@ class InPlaceProvider(Provider):
         return None
 
     def spec_for(self, graph: FuncGraph, sig: tuple, site: Optional[CNode]) -> Spec:
-        """The graph itself, typed for its first signature."""
+        """The graph itself, typed for its first signature (for unknown arguments if it
+        is flagged :data:`GENERIC`, whatever the signature)."""
+        if graph.flags.get(GENERIC):
+            sig = tuple(AAny() for _ in graph.parameters)
         spec = self.by_graph.get(graph)
         if spec is not None:
             if spec.sig != sig:

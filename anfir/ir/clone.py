@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
 
+from anfir.ir import capture_names
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
@@ -100,6 +101,9 @@ class Cloner:
         for g in self.graphs:
             if g not in self.inline_into and g.has_output:
                 self.graph_map[g].output = self.map(g.output)
+        # The names of captured uses follow the copies (the autodiff's GradEnv
+        # keys: see capture_names).
+        capture_names.follow_clone(pending, self.graph_map)
 
     def map(self, node: Node) -> Node:
         """The copy of ``node`` (or ``node`` itself if it is outside the cloned set)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Optional, Sequence, Union
 
+from anfir.ir import capture_names
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 
@@ -343,6 +344,7 @@ class Manager:
         if old is new:
             return
         uses = list(self.users.get(old, {}))
+        capture_names.follow_replace(old, new, uses)
         # A user may hold ``old`` at thousands of positions (a wide tuple of one
         # value): rebuild each user's input tuple once, then record the edges
         # in the order of the uses, exactly as one set_edge per use would.
