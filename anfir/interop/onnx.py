@@ -46,7 +46,22 @@ class AnfirRep:
                        for n in self.needs)
         found = self._specialized.get(key)
         if found is None:
-            found = import_onnx(self.model, bind={n: np.asarray(feed[n]) for n in self.needs})
+            needs = list(self.needs)
+            while True:
+                try:
+                    found = import_onnx(self.model, bind={n: np.asarray(feed[n]) for n in needs})
+                    break
+                except OnnxImportError as e:
+                    # A node may need several inputs' values (a Slice's starts and
+                    # ends): each import names those it reached; bind them too.
+                    more = [n for n in e.needs_values if n not in needs and n in feed]
+                    if not more:
+                        raise
+                    needs.extend(more)
+            if needs != list(self.needs):
+                self.needs = tuple(needs)
+                key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
+                               for n in self.needs)
             self._specialized[key] = found
         return found
 

@@ -361,8 +361,15 @@ def _listed_axes(ctx: Ctx, since_input: int) -> Optional[tuple[int, ...]]:
 
 @op("Squeeze")
 def _squeeze(ctx: Ctx) -> Sequence[Optional[Node]]:
-    shape = _input_shape(ctx, 0)
     axes = _listed_axes(ctx, 13)
+    try:
+        shape = _input_shape(ctx, 0)
+    except NodeError:
+        # Only the rank is known (a symbolic dimension): the squeeze primitive, which
+        # checks the lengths when it runs.
+        rank = ctx.rank(0)
+        axis = None if axes is None else tuple(sorted({a % rank for a in axes}))
+        return [ctx.call(P("squeeze"), ctx.need(0), axis=axis)]
     rank = len(shape)
     drop = {a % rank for a in axes} if axes is not None else {i for i, d in enumerate(shape) if d == 1}
     if any(shape[a] != 1 for a in drop):
@@ -372,10 +379,14 @@ def _squeeze(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 @op("Unsqueeze")
 def _unsqueeze(ctx: Ctx) -> Sequence[Optional[Node]]:
-    shape = _input_shape(ctx, 0)
     axes = _listed_axes(ctx, 13)
     if axes is None:
         raise NodeError("Unsqueeze without axes")
+    try:
+        shape = _input_shape(ctx, 0)
+    except NodeError:
+        rank = ctx.rank(0) + len(axes)
+        return [ctx.call(P("unsqueeze"), ctx.need(0), axis=tuple(sorted(a % rank for a in axes)))]
     rank = len(shape) + len(axes)
     inserted = {a % rank for a in axes}
     dims = iter(shape)
@@ -789,7 +800,8 @@ def _loss_reduction(ctx: Ctx) -> str:
 @op("NegativeLogLikelihoodLoss", 12)
 def _nll_loss(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
-        raise NodeError("class weights and ignore_index (anfir's nll_loss has neither)")
+        # The schema's function body computes those (with gathers and a where).
+        raise MissingPrimitive("class weights and ignore_index (anfir's nll_loss has neither)")
     return [ctx.call(P("nll_loss"), ctx.need(0), ctx.need(1), axis=1,
                      reduction=_loss_reduction(ctx))]
 
@@ -797,7 +809,7 @@ def _nll_loss(ctx: Ctx) -> Sequence[Optional[Node]]:
 @op("SoftmaxCrossEntropyLoss", 12)
 def _cross_entropy(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
-        raise NodeError("class weights and ignore_index (anfir's cross_entropy has neither)")
+        raise MissingPrimitive("class weights and ignore_index (anfir's cross_entropy has neither)")
     x, t = ctx.need(0), ctx.need(1)
     out: list[Optional[Node]] = [ctx.call(P("cross_entropy"), x, t, axis=1,
                                           reduction=_loss_reduction(ctx))]
@@ -989,3 +1001,199 @@ def _batch_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
         raise NodeError("training mode (anfir's batch_norm is the inference form)")
     return [call_named(ctx, "batch_norm", [ctx.need(0), ctx.need(1), ctx.need(2), ctx.need(3),
                                            ctx.need(4)], {"eps": float(ctx.attr("epsilon", 1e-5))})]
+
+
+# -- more operators, written over the library's primitives -----------------------------------------
+def _scalar(ctx: Ctx, node: Node) -> Node:
+    # A one-element tensor as a number (anfir's arange takes numbers): its sum.
+    return ctx.call(P("sum"), node)
+
+
+@op("Range", 11)
+def _range(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # The length depends on the values: start and limit may be computed, the step
+    # is taken statically (a graph input step specializes the model, see ``bind=``).
+    raw = ctx.static(2, "the step")
+    assert raw is not None
+    step = raw.reshape(-1)[0].item()
+    return [ctx.call(P("arange"), _scalar(ctx, ctx.need(0)), _scalar(ctx, ctx.need(1)), step=step,
+                     dtype=ctx.dtype(0))]
+
+
+for _onnx, _formula in (("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh")):
+    def _inverse_hyperbolic(ctx: Ctx, formula: str = _formula) -> Sequence[Optional[Node]]:
+        # No primitive: the logarithmic forms (exact to a few ulps away from the poles).
+        x = ctx.need(0)
+        d = ctx.dtype(0)
+        one = ctx.const(1, d)
+        if formula == "atanh":
+            ratio = ctx.call(P("div"), ctx.call(P("add"), one, x), ctx.call(P("sub"), one, x))
+            return [ctx.call(P("mul"), ctx.const(0.5, d), ctx.call(P("log"), ratio))]
+        sq = ctx.call(P("add" if formula == "asinh" else "sub"), ctx.call(P("mul"), x, x), one)
+        return [ctx.call(P("log"), ctx.call(P("add"), x, ctx.call(P("sqrt"), sq)))]
+    op(_onnx)(_inverse_hyperbolic)
+
+
+@op("CumProd", 26)
+def _cumprod(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "the axis")
+    assert raw is not None
+    out = ctx.call(P("cumprod"), ctx.need(0), axis=int(raw.reshape(-1)[0]),
+                   exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
+    return [ctx.call(P("cast"), out, ctx.dtype(0))]
+
+
+@op("EyeLike", 9)
+def _eye_like(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    if len(shape) != 2:
+        raise NodeError(f"EyeLike of a tensor of shape {shape} (it takes a matrix)")
+    to = ctx.attr("dtype")
+    d = DTYPE_OF_ELEM.get(to) if to is not None else ctx.dtype(0)
+    if d is None:
+        raise NodeError(f"EyeLike of element type {to}, which anfir has no dtype for")
+    return [ctx.const(np.eye(shape[0], shape[1], k=int(ctx.attr("k", 0)), dtype=BY_NAME[d].numpy))]
+
+
+def _along(ctx: Ctx, values: np.ndarray, rank: int, axis: int) -> ValueNode:
+    """A constant 1-D ``values`` laid along ``axis`` of a rank-``rank`` tensor (for broadcasting)."""
+    return ctx.const(values.reshape([-1 if i == axis else 1 for i in range(rank)]))
+
+
+@op("OneHot", 9)
+def _one_hot(ctx: Ctx) -> Sequence[Optional[Node]]:
+    raw = ctx.static(1, "the depth")
+    assert raw is not None
+    depth = int(raw.reshape(-1)[0])
+    values = ctx.need(2)
+    rank = ctx.rank(0) + 1
+    axis = int(ctx.attr("axis", -1)) % rank
+    index = ctx.call(P("cast"), ctx.need(0), "i64")
+    # Negative indices count from the end of the depth.
+    negative = ctx.call(P("lt"), index, ctx.const(0, "i64"))
+    index = ctx.call(P("where"), negative, ctx.call(P("add"), index, ctx.const(depth, "i64")), index)
+    index = ctx.call(P("unsqueeze"), index, axis=axis)
+    hot = ctx.call(P("eq"), index, _along(ctx, np.arange(depth, dtype=np.int64), rank, axis))
+    off = ctx.call(P("gather"), values, ctx.const(0, "i64"), axis=0)
+    on = ctx.call(P("gather"), values, ctx.const(1, "i64"), axis=0)
+    return [ctx.call(P("where"), hot, on, off)]
+
+
+@op("Hardmax")
+def _hardmax(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    d = ctx.dtype(0)
+    if ctx.opset >= 13:
+        rank = ctx.rank(0)
+        axis = int(ctx.attr("axis", -1)) % rank
+        length = _input_shape(ctx, 0)[axis]
+        flat, shape = x, None
+    else:
+        # Before opset 13 the input is seen as 2-d, as Softmax.
+        shape = _input_shape(ctx, 0)
+        cut = int(ctx.attr("axis", 1)) % max(len(shape), 1)
+        rows, length = int(np.prod(shape[:cut])), int(np.prod(shape[cut:]))
+        flat, rank, axis = ctx.call(P("reshape"), x, (rows, length)), 2, 1
+    # The first largest element along the axis (ties: the lowest index, as ONNX).
+    top = ctx.call(P("argmax"), flat, axis=axis, keepdims=True)
+    hot = ctx.call(P("eq"), top, _along(ctx, np.arange(length, dtype=np.int64), rank, axis))
+    out = ctx.call(P("cast"), hot, d)
+    return [out if shape is None else ctx.call(P("reshape"), out, shape)]
+
+
+@op("LpNormalization")
+def _lp_normalization(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x = ctx.need(0)
+    p = int(ctx.attr("p", 2))
+    axis = int(ctx.attr("axis", -1))
+    if p == 1:
+        norm = ctx.call(P("sum"), ctx.call(P("abs"), x), axis=axis, keepdims=True)
+    elif p == 2:
+        norm = ctx.call(P("sqrt"), ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axis, keepdims=True))
+    else:
+        raise NodeError(f"LpNormalization with p={p} (ONNX allows 1 and 2)")
+    return [ctx.call(P("div"), x, norm)]
+
+
+@op("LRN")
+def _lrn(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # x / (bias + alpha/size * sum of squares over a window of channels) ** beta;
+    # the window sum as the sum of `size` shifted slices of the zero-padded squares.
+    x = ctx.need(0)
+    d = ctx.dtype(0)
+    rank = ctx.rank(0)
+    size = int(ctx.attr("size"))
+    alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channels = _input_shape(ctx, 0)[1]
+    pads = [0] * (2 * rank)
+    pads[1], pads[rank + 1] = before, after
+    padded = ctx.call(P("pad"), ctx.call(P("mul"), x, x), pads=tuple(pads), mode="constant", value=0)
+    total: Optional[Node] = None
+    for k in range(size):
+        piece = ctx.call(P("slice"), padded, starts=(k,), ends=(k + channels,), axes=(1,))
+        total = piece if total is None else ctx.call(P("add"), total, piece)
+    assert total is not None
+    base = ctx.call(P("add"), ctx.const(bias, d), ctx.call(P("mul"), ctx.const(alpha / size, d), total))
+    return [ctx.call(P("div"), x, ctx.call(P("pow"), base, ctx.const(beta, d)))]
+
+
+def _positive_indices(ctx: Ctx, index: Node, length: Node) -> Node:
+    negative = ctx.call(P("lt"), index, ctx.const(0, "i64"))
+    return ctx.call(P("where"), negative, ctx.call(P("add"), index, length), index)
+
+
+def _scatter_elements(ctx: Ctx, axis: int, reduction: str) -> Node:
+    x, updates = ctx.need(0), ctx.need(2)
+    rank = ctx.rank(0)
+    axis %= rank
+    index = ctx.call(P("cast"), ctx.need(1), "i64")
+    length = ctx.call(P("gather"), ctx.call(P("array"), ctx.call(P("shape"), x)), ctx.const(axis, "i64"), axis=0)
+    index = _positive_indices(ctx, index, ctx.call(P("cast"), length, "i64"))
+    if reduction == "add":
+        return ctx.call(P("scatter_add"), x, index, updates, axis=axis)
+    if reduction != "none":
+        raise MissingPrimitive(f"ScatterElements with reduction {reduction!r}")
+    # Replacing: the updates summed into zeros where the indices point, the rest of x
+    # kept (ONNX leaves repeated indices undefined without a reduction).
+    zeros = ctx.call(P("zeros_like"), x)
+    placed = ctx.call(P("scatter_add"), zeros, index, updates, axis=axis)
+    marks = ctx.call(P("scatter_add"), ctx.call(P("cast"), zeros, "i64"), index,
+                     ctx.call(P("ones_like"), ctx.call(P("cast"), updates, "i64")), axis=axis)
+    return ctx.call(P("where"), ctx.call(P("gt"), marks, ctx.const(0, "i64")), placed, x)
+
+
+@op("ScatterElements", 11)
+def _scatter_elements_rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [_scatter_elements(ctx, int(ctx.attr("axis", 0)), str(ctx.attr("reduction", "none")))]
+
+
+@op("Scatter", 9)
+def _scatter_rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [_scatter_elements(ctx, int(ctx.attr("axis", 0)), "none")]
+
+
+@op("ScatterND", 11)
+def _scatter_nd_rule(ctx: Ctx) -> Sequence[Optional[Node]]:
+    x, index, updates = ctx.need(0), ctx.need(1), ctx.need(2)
+    reduction = str(ctx.attr("reduction", "none"))
+    if reduction == "none":
+        return [ctx.call(P("scatter_nd"), x, index, updates)]
+    if reduction == "add":
+        # gather_nd's gradient is the scatter-add of its cotangent into zeros of x.
+        return [ctx.call(P("add"), x, ctx.call(P("gather_nd_grad"), updates, x, index))]
+    raise MissingPrimitive(f"ScatterND with reduction {reduction!r}")
+
+
+@op("Compress", 9)
+def _compress(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # The result's length is the number of true conditions: taken statically.
+    raw = ctx.static(1, "the condition")
+    assert raw is not None
+    picked = np.nonzero(raw.reshape(-1).astype(bool))[0].astype(np.int64)
+    x = ctx.need(0)
+    axis = ctx.attr("axis")
+    if axis is None:
+        x = ctx.call(P("reshape"), x, (-1,))
+        axis = 0
+    return [ctx.call(P("gather"), x, ctx.const(picked), axis=int(axis))]
