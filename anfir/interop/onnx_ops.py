@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.dtypes import BY_NAME, is_float
+from anfir.dtypes import BY_NAME, dtype_name, is_float
 from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
@@ -259,11 +259,29 @@ def _constant(ctx: Ctx) -> Sequence[Optional[Node]]:
     raise NodeError("a Constant with a sparse value (anfir has no sparse tensors)")
 
 
+def computed_shape(ctx: Ctx, index: int) -> Optional[Node]:
+    """A shape computed at run time (input ``index``, a 1-D i64 tensor of known length)
+    as a tuple of numbers, which anfir's shape arguments take; None when the input is
+    a constant or its length is unknown."""
+    node = ctx.input(index)
+    if node is None or isinstance(node, ValueNode):
+        return None
+    length = ctx.type_of(index).static_shape
+    if length is None or len(length) != 1:
+        return None
+    items = [_scalar(ctx, ctx.call(P("gather"), node, ctx.const(k, "i64"), axis=0))
+             for k in range(length[0])]
+    return ctx.call(structure.make_tuple, *items)
+
+
 @op("ConstantOfShape")
 def _constant_of_shape(ctx: Ctx) -> Sequence[Optional[Node]]:
-    shape = ctx.static(0, "the shape")
     value = ctx.attr("value")
     fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(())
+    dynamic = computed_shape(ctx, 0)
+    if dynamic is not None:
+        return [ctx.call(P("full"), dynamic, ctx.const(fill), dtype=dtype_name(fill.dtype))]
+    shape = ctx.static(0, "the shape")
     assert shape is not None
     dims = tuple(int(d) for d in shape.reshape(-1))
     return [ctx.const(np.full(dims, fill, dtype=fill.dtype))]
@@ -311,14 +329,41 @@ def _reshape(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.opset < 5:
         target = _ints(ctx.attr("shape", []))
     else:
+        dynamic = computed_shape(ctx, 1)
+        if dynamic is not None:
+            return [_reshape_computed(ctx, x, dynamic)]
         raw = ctx.static(1, "the shape")
         assert raw is not None
         target = _ints(raw)
     allowzero = ctx.attr("allowzero", 0)
     if not allowzero and 0 in target:
-        dims = _input_shape(ctx, 0)
+        try:
+            dims = _input_shape(ctx, 0)
+        except NodeError:
+            # A symbolic dimension copied: read from x's shape when it runs.
+            known = ctx.call(P("shape"), x)
+            items = [ctx.call(structure.tuple_getitem, known, i) if t == 0 else t
+                     for i, t in enumerate(target)]
+            return [ctx.call(P("reshape"), x, ctx.call(structure.make_tuple, *items))]
         target = tuple(dims[i] if t == 0 else t for i, t in enumerate(target))
     return [ctx.call(P("reshape"), x, target)]
+
+
+def _reshape_computed(ctx: Ctx, x: Node, target: Node) -> Node:
+    # A 0 in a computed shape copies x's dimension (unless allowzero): chosen per item.
+    if ctx.attr("allowzero", 0):
+        return ctx.call(P("reshape"), x, target)
+    rank = ctx.rank(0)
+    dims = ctx.call(P("shape"), x)
+    n = (ctx.type_of(1).static_shape or (0,))[0]
+    items = []
+    for k in range(n):
+        item = ctx.call(structure.tuple_getitem, target, k)
+        if k < rank:
+            zero = ctx.call(P("eq"), item, ctx.const(0, "i64"))
+            item = _scalar(ctx, ctx.call(P("where"), zero, ctx.call(structure.tuple_getitem, dims, k), item))
+        items.append(item)
+    return ctx.call(P("reshape"), x, ctx.call(structure.make_tuple, *items))
 
 
 @op("Transpose")
@@ -331,6 +376,9 @@ def _transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 @op("Expand")
 def _expand(ctx: Ctx) -> Sequence[Optional[Node]]:
+    dynamic = computed_shape(ctx, 1)
+    if dynamic is not None:
+        return [ctx.call(P("expand"), ctx.need(0), dynamic)]
     raw = ctx.static(1, "the shape")
     assert raw is not None
     target = _ints(raw)
@@ -969,6 +1017,38 @@ def _conv(ctx: Ctx) -> Sequence[Optional[Node]]:
     return [call_named(ctx, "conv", [ctx.need(0), ctx.need(1)],
                        {"b": ctx.input(2), "stride": strides, "padding": pads,
                         "dilation": dilations, "groups": int(ctx.attr("group", 1))})]
+
+
+@op("ConvTranspose")
+def _conv_transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
+    w_shape = _input_shape(ctx, 1)
+    n = len(w_shape) - 2
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w_shape[2:]))
+    strides = tuple(int(s) for s in ctx.attr("strides", [1] * n))
+    dilations = tuple(int(d) for d in ctx.attr("dilations", [1] * n))
+    out_pad = [int(p) for p in ctx.attr("output_padding", [0] * n)]
+    auto = str(ctx.attr("auto_pad", "NOTSET"))
+    wanted = ctx.attr("output_shape")
+    pads = [int(p) for p in ctx.attr("pads", [0] * (2 * n))]
+    if wanted is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        # ONNX's rule: the padding that gives the output shape (input * stride for SAME).
+        dims = _input_shape(ctx, 0)[2:]
+        target = [int(v) for v in wanted][-n:] if wanted is not None else [d * s for d, s in zip(dims, strides)]
+        pads = [0] * (2 * n)
+        for i in range(n):
+            total = strides[i] * (dims[i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1 - target[i]
+            if total < 0:
+                # A bigger output than the kernel reaches: the rest is output padding.
+                out_pad[i] -= total
+                total = 0
+            small, big = total // 2, total - total // 2
+            pads[i], pads[n + i] = (small, big) if auto == "SAME_UPPER" else (big, small)
+    elif auto == "VALID":
+        pads = [0] * (2 * n)
+    return [call_named(ctx, "conv_transpose", [ctx.need(0), ctx.need(1)],
+                       {"b": ctx.input(2), "stride": strides, "padding": tuple(pads),
+                        "output_padding": tuple(out_pad), "dilation": dilations,
+                        "groups": int(ctx.attr("group", 1))})]
 
 
 def _pool(name: str) -> OpRule:
