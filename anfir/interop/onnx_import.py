@@ -378,6 +378,14 @@ class Importer:
             return body_node
         given = {a.name: a for a in caller.attribute}
         defaults = {a.name: a for a in getattr(fn, "attribute_proto", [])}
+        try:
+            # A schema's function body leaves the defaults to the schema's attributes.
+            schema = self.onnx.defs.get_schema(caller.op_type, caller.domain or "")
+            for name, spec in schema.attributes.items():
+                if name not in defaults and spec.default_value.name:
+                    defaults[name] = spec.default_value
+        except Exception:  # onnx raises SchemaError (not exported under one name)
+            pass
         copy = self.onnx.NodeProto()
         copy.CopyFrom(body_node)
         del copy.attribute[:]

@@ -487,8 +487,38 @@ def _reduction(build: Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Nod
         keepdims = bool(ctx.attr("keepdims", 1))
         if axes is None and ctx.attr("noop_with_empty_axes", 0):
             return [ctx.call(P("identity"), x)]
+        empty = _empty_reduction(ctx, axes, keepdims)
+        if empty is not None:
+            return [empty]
         return [build(ctx, x, axes, keepdims)]
     return rule
+
+
+_EMPTY_REDUCTION = {"ReduceMax": -np.inf, "ReduceMin": np.inf, "ReduceProd": 1, "ReduceLogSum": -np.inf,
+                    "ReduceLogSumExp": -np.inf}
+
+
+def _empty_reduction(ctx: Ctx, axes: Optional[tuple[int, ...]], keepdims: bool) -> Optional[Node]:
+    """The result of reducing over no elements (ONNX: the reduction's identity; the
+    smallest or largest value of an integer type for max and min), or None."""
+    try:
+        shape = _input_shape(ctx, 0)
+    except NodeError:
+        return None
+    rank = len(shape)
+    reduced = set(range(rank)) if axes is None else {a % rank for a in axes}
+    if not any(shape[a] == 0 for a in reduced):
+        return None
+    d = ctx.dtype(0)
+    fill = _EMPTY_REDUCTION.get(ctx.node.op_type, 0)
+    numpy = BY_NAME[d].numpy
+    if d == "bool":
+        fill = bool(fill < 0) if ctx.node.op_type == "ReduceMin" else False if ctx.node.op_type == "ReduceMax" else fill
+    elif not is_float(d) and fill in (np.inf, -np.inf):
+        info = np.iinfo(numpy)
+        fill = info.min if fill < 0 else info.max
+    out = tuple(1 if i in reduced else n for i, n in enumerate(shape) if keepdims or i not in reduced)
+    return ctx.const(np.full(out, fill, dtype=numpy))
 
 
 def _reduce_with(name: str) -> Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Node]:
@@ -557,7 +587,9 @@ def _cumsum(ctx: Ctx) -> Sequence[Optional[Node]]:
 def _dropout(ctx: Ctx) -> Sequence[Optional[Node]]:
     # Inference: the identity (a training_mode input that is a true constant is refused).
     training = ctx.static(2, "training_mode") if ctx.opset >= 12 else None
-    if training is not None and bool(training):
+    ratio = ctx.static(1, "the ratio") if ctx.opset >= 12 else None
+    if training is not None and bool(training) and not (ratio is not None and float(ratio) == 0.0):
+        # (A zero ratio drops nothing: the identity, as at inference.)
         raise NodeError("Dropout in training mode (anfir imports inference graphs)")
     x = ctx.need(0)
     out: list[Optional[Node]] = [ctx.call(P("identity"), x)]
@@ -764,17 +796,27 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 
 # -- neural-network operators ---------------------------------------------------------------------
+def _wide(ctx: Ctx, node: Node, d: str) -> Node:
+    # bf16 operands of the primitives that compute in f32 or wider (softmax, einsum).
+    return ctx.call(P("cast"), node, "f32") if d == "bf16" else node
+
+
+def _narrow(ctx: Ctx, node: Node, d: str) -> Node:
+    return ctx.call(P("cast"), node, d) if d == "bf16" else node
+
+
 def _softmax_rule(name: str) -> OpRule:
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
-        x = ctx.need(0)
+        d = ctx.dtype(0)
+        x = _wide(ctx, ctx.need(0), d)
         if ctx.opset >= 13:
-            return [ctx.call(P(name), x, axis=int(ctx.attr("axis", -1)))]
+            return [_narrow(ctx, ctx.call(P(name), x, axis=int(ctx.attr("axis", -1))), d)]
         # Before opset 13 the input is seen as 2-d: the axes before `axis`, and the rest.
         shape = _input_shape(ctx, 0)
         axis = int(ctx.attr("axis", 1)) % max(len(shape), 1)
         flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
         y = ctx.call(P(name), ctx.call(P("reshape"), x, flat), axis=-1)
-        return [ctx.call(P("reshape"), y, shape)]
+        return [_narrow(ctx, ctx.call(P("reshape"), y, shape), d)]
     return rule
 
 
@@ -835,7 +877,9 @@ def explicit_einsum(equation: str) -> str:
 @op("Einsum", 12)
 def _einsum(ctx: Ctx) -> Sequence[Optional[Node]]:
     spec = explicit_einsum(str(ctx.attr("equation")))
-    return [ctx.call(P("einsum"), spec, *[a for a in ctx.inputs() if a is not None])]
+    d = ctx.dtype(0)
+    args = [_wide(ctx, a, d) for a in ctx.inputs() if a is not None]
+    return [_narrow(ctx, ctx.call(P("einsum"), spec, *args), d)]
 
 
 def _loss_reduction(ctx: Ctx) -> str:
@@ -1067,6 +1111,24 @@ def _pool(name: str) -> OpRule:
             named["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
         return [call_named(ctx, name, [ctx.need(0)], named)]
     return rule
+
+
+@op("LpPool", 11)
+def _lp_pool(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # (sum over the window of |x|^p)^(1/p): the window sum as an average including
+    # the zero padding, times the window's size.
+    p = float(ctx.attr("p", 2))
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
+    strides, dilations, pads = _spatial(ctx, kernel)
+    if any(d != 1 for d in dilations):
+        raise NodeError("dilated LpPool")
+    d = ctx.dtype(0)
+    powered = ctx.call(P("pow"), ctx.call(P("abs"), ctx.need(0)), ctx.const(p, d))
+    mean = call_named(ctx, "avg_pool", [powered], {"kernel": kernel, "stride": strides, "padding": pads,
+                                                   "ceil_mode": bool(ctx.attr("ceil_mode", 0)),
+                                                   "count_include_pad": True})
+    total = ctx.call(P("mul"), mean, ctx.const(float(np.prod(kernel)), d))
+    return [ctx.call(P("pow"), total, ctx.const(1.0 / p, d))]
 
 
 op("MaxPool")(_pool("max_pool"))
