@@ -1339,3 +1339,178 @@ def _compress(ctx: Ctx) -> Sequence[Optional[Node]]:
         x = ctx.call(P("reshape"), x, (-1,))
         axis = 0
     return [ctx.call(P("gather"), x, ctx.const(picked), axis=int(axis))]
+
+
+# -- Resize: one interpolation matrix per resized axis ---------------------------------------------
+def _resize_taps(mode: str, ratio: float, scale: float, antialias: bool, a: float, nearest: str) -> np.ndarray:
+    """The weights of the neighbouring input elements of one output element.
+
+    ``ratio`` is the source coordinate's distance past its lower neighbour, in
+    (0, 1] (1 when the coordinate is an integer); the taps then start at the
+    ``len // 2`` - 1 input elements before it (ONNX's neighbour rule)."""
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        upper = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                 "floor": False, "ceil": True}.get(nearest)
+        if upper is None:
+            raise NodeError(f"nearest_mode {nearest!r}")
+        return np.array([0.0, 1.0]) if upper else np.array([1.0, 0.0])
+    if mode == "linear":
+        if not antialias:
+            return np.array([1.0 - ratio, ratio])
+        # A triangle filter widened by 1/scale when shrinking.
+        s = min(scale, 1.0)
+        start = int(np.floor(-1 / s) + 1)
+        taps = np.clip(1 - np.abs((np.arange(start, 2 - start) - ratio) * s), 0, 1)
+        return taps / taps.sum()
+    if mode == "cubic":
+        def keys(t: float) -> float:
+            # Keys' cubic convolution kernel with parameter a.
+            t = abs(t)
+            if t <= 1:
+                return (a + 2) * t ** 3 - (a + 3) * t ** 2 + 1
+            if t < 2:
+                return a * t ** 3 - 5 * a * t ** 2 + 8 * a * t - 4 * a
+            return 0.0
+        if not antialias:
+            return np.array([keys(ratio + 1), keys(ratio), keys(1 - ratio), keys(2 - ratio)])
+        s = min(scale, 1.0)
+        start = int(np.floor(-2 / s) + 1)
+        taps = np.array([keys(s * (i - ratio)) for i in range(start, 2 - start)])
+        return taps / taps.sum()
+    raise NodeError(f"Resize mode {mode!r}")
+
+
+def resize_matrix(n_in: int, n_out: int, scale: float, mode: str, coords: str,
+                  roi: tuple[float, float], antialias: bool = False, cubic_a: float = -0.75,
+                  nearest: str = "round_prefer_floor", exclude_outside: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The (n_out, n_in) matrix that resizes one axis as ONNX's Resize does, and which
+    output positions fall outside the input (``tf_crop_and_resize`` extrapolates them)."""
+    width = scale * n_in  # ONNX divides by the unrounded output length
+    y = np.arange(n_out, dtype=np.float64)
+    if coords == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif coords == "asymmetric":
+        x = y / scale
+    elif coords == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+    elif coords == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif coords == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif coords == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:
+        raise NodeError(f"coordinate_transformation_mode {coords!r}")
+    outside = (x < 0) | (x > n_in - 1) if coords == "tf_crop_and_resize" else np.zeros(n_out, bool)
+    matrix = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        low = int(np.floor(x[i]))
+        ratio = 1.0 if x[i] == low else float(x[i] - low)
+        taps = _resize_taps(mode, ratio, scale, antialias, cubic_a, nearest)
+        n = len(taps)
+        frac = x[i] - low
+        if n % 2 == 0:
+            first = low - n // 2 + (0 if frac == 0 else 1)
+        else:
+            first = low - (n - 1) // 2 + (0 if frac <= 0.5 else 1)
+        where = np.arange(first, first + n)
+        if exclude_outside:
+            taps = np.where((where < 0) | (where >= n_in), 0.0, taps)
+            total = taps.sum()
+            taps = taps / (total if total != 0 else 1.0)
+        # Positions past the ends read the edge element (ONNX pads by repeating it).
+        np.add.at(matrix[i], np.clip(where, 0, n_in - 1), taps)
+    return matrix, outside
+
+
+def _resize_plan(ctx: Ctx, shape: tuple[int, ...]) -> tuple[list[float], list[int], list[float]]:
+    """Per axis: the scale, the output length and the roi (starts then ends)."""
+    rank = len(shape)
+    if ctx.node.op_type == "Upsample" or ctx.opset < 11:
+        raw = ctx.attr("scales") if ctx.opset < 9 else ctx.static(1, "the scales")
+        scales = [float(s) for s in np.asarray(raw).reshape(-1)]
+        return scales, [int(np.floor(s * n)) for s, n in zip(scales, shape)], [0.0] * rank + [1.0] * rank
+    listed = ctx.attr("axes")
+    axes = list(range(rank)) if listed is None else [int(a) % rank for a in listed]
+    raw_roi = ctx.static(1, "the roi")
+    roi = [0.0] * rank + [1.0] * rank
+    if raw_roi is not None and raw_roi.size:
+        flat = [float(v) for v in raw_roi.reshape(-1)]
+        for k, a in enumerate(axes):
+            roi[a], roi[rank + a] = flat[k], flat[len(axes) + k]
+    raw_scales = ctx.static(2, "the scales")
+    raw_sizes = ctx.static(3, "the sizes")
+    scales = [1.0] * rank
+    sizes = list(shape)
+    if raw_sizes is not None and raw_sizes.size:
+        for k, a in enumerate(axes):
+            sizes[a] = int(raw_sizes.reshape(-1)[k])
+        scales = [sizes[i] / shape[i] for i in range(rank)]
+        policy = str(ctx.attr("keep_aspect_ratio_policy", "stretch"))
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            common = pick(scales[a] for a in axes)
+            scales = [common if i in axes else 1.0 for i in range(rank)]
+            sizes = [int(common * shape[i] + 0.5) if i in axes else shape[i] for i in range(rank)]
+    elif raw_scales is not None and raw_scales.size:
+        for k, a in enumerate(axes):
+            scales[a] = float(raw_scales.reshape(-1)[k])
+        sizes = [int(np.floor(s * n)) for s, n in zip(scales, shape)]
+    else:
+        raise NodeError("Resize needs scales or sizes")
+    return scales, sizes, roi
+
+
+def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
+    shape = _input_shape(ctx, 0)
+    rank = len(shape)
+    d = ctx.dtype(0)
+    scales, sizes, roi = _resize_plan(ctx, shape)
+    mode = str(ctx.attr("mode", "nearest"))
+    old = ctx.node.op_type == "Upsample" or ctx.opset < 11
+    coords = "asymmetric" if old else str(ctx.attr("coordinate_transformation_mode", "half_pixel"))
+    nearest = "floor" if old else str(ctx.attr("nearest_mode", "round_prefer_floor"))
+    extrapolation = float(ctx.attr("extrapolation_value", 0.0))
+    x = ctx.need(0)
+    wide = mode != "nearest" or coords == "tf_crop_and_resize"
+    if wide:
+        x = ctx.call(P("cast"), x, "f64")  # ONNX interpolates in double precision
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for axis in range(rank):
+        if scales[axis] == 1.0 and sizes[axis] == shape[axis] and roi[axis] == 0.0 and roi[rank + axis] == 1.0:
+            continue
+        if sizes[axis] == 0:
+            raise NodeError("Resize to an empty axis")
+        matrix, outside = resize_matrix(
+            shape[axis], sizes[axis], scales[axis], "linear" if mode == "bilinear" else mode, coords,
+            (roi[axis], roi[rank + axis]), bool(ctx.attr("antialias", 0)),
+            float(ctx.attr("cubic_coeff_a", -0.75)), nearest, bool(ctx.attr("exclude_outside", 0)))
+        if not wide:
+            # Nearest: each output element copies one input element (any dtype, exactly).
+            x = ctx.call(P("gather"), x, ctx.const(np.argmax(matrix, axis=1).astype(np.int64)), axis=axis)
+            continue
+        src = letters[:rank]
+        dst = src[:axis] + "z" + src[axis + 1:]
+        x = ctx.call(P("einsum"), f"{src},z{src[axis]}->{dst}", x, ctx.const(matrix))
+        if outside.any():
+            x = ctx.call(P("where"), _along(ctx, outside, rank, axis), ctx.const(extrapolation, "f64"), x)
+    if wide:
+        if not is_float(d):
+            # Back to an integer type as ONNX does: rounded, then saturated.
+            info = np.iinfo(BY_NAME[d].numpy)
+            x = ctx.call(P("clip"), ctx.call(P("round"), x), float(info.min), float(info.max)) \
+                if "clip" in PRIMITIVES else ctx.call(P("round"), x)
+        x = ctx.call(P("cast"), x, d)
+    elif x is ctx.input(0):
+        x = ctx.call(P("identity"), x)
+    return [x]
+
+
+op("Resize", 10)(_resize)
+op("Upsample", 7)(_resize)
