@@ -1514,3 +1514,70 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 op("Resize", 10)(_resize)
 op("Upsample", 7)(_resize)
+
+
+# -- quantization ------------------------------------------------------------------------------------
+def _quant_param(ctx: Ctx, index: int, axis: int, block: int) -> Optional[Node]:
+    """A scale or zero point laid out to broadcast against x: as it is (one per
+    tensor), along ``axis`` (one per slice), or repeated over blocks of ``block``."""
+    node = ctx.input(index)
+    if node is None:
+        return None
+    rank = ctx.rank(0)
+    if block > 0:
+        length = _input_shape(ctx, 0)[axis]
+        return ctx.call(P("gather"), node, ctx.const(np.arange(length, dtype=np.int64) // block), axis=axis)
+    if ctx.rank(index) == 1 and rank > 1:
+        return ctx.call(P("unsqueeze"), node, axis=tuple(i for i in range(rank) if i != axis))
+    return node
+
+
+def _quant_axis(ctx: Ctx) -> tuple[int, int]:
+    rank = max(ctx.rank(0), 1)
+    return int(ctx.attr("axis", 1)) % rank, int(ctx.attr("block_size", 0))
+
+
+@op("QuantizeLinear", 10)
+def _quantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # saturate(round_half_even(x / scale) + zero_point) in the zero point's type.
+    axis, block = _quant_axis(ctx)
+    scale = _quant_param(ctx, 1, axis, block)
+    zero = _quant_param(ctx, 2, axis, block)
+    to = ctx.attr("output_dtype", 0)
+    if ctx.input(2) is not None:
+        d = ctx.dtype(2)
+    elif to:
+        if to not in DTYPE_OF_ELEM:
+            raise NodeError(f"QuantizeLinear to element type {to}, which anfir has no dtype for")
+        d = DTYPE_OF_ELEM[to]
+    else:
+        d = "u8"
+    if is_float(d):
+        raise NodeError(f"QuantizeLinear to {d} (anfir quantizes to integers)")
+    x = ctx.need(0)
+    xd = ctx.dtype(0)
+    assert scale is not None
+    q = ctx.call(P("round"), ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd)))
+    if zero is not None:
+        q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
+    info = np.iinfo(BY_NAME[d].numpy)
+    q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(info.min, xd)), ctx.const(info.max, xd))
+    return [ctx.call(P("cast"), q, d)]
+
+
+@op("DequantizeLinear", 10)
+def _dequantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # (x - zero_point) * scale, in the scale's type.
+    axis, block = _quant_axis(ctx)
+    scale = _quant_param(ctx, 1, axis, block)
+    zero = _quant_param(ctx, 2, axis, block)
+    assert scale is not None
+    d = ctx.dtype(1)
+    to = ctx.attr("output_dtype", 0)
+    x = ctx.call(P("cast"), ctx.need(0), "f32")
+    if zero is not None:
+        x = ctx.call(P("sub"), x, ctx.call(P("cast"), zero, "f32"))
+    out = ctx.call(P("mul"), x, ctx.call(P("cast"), scale, "f32"))
+    if to and DTYPE_OF_ELEM.get(to) is not None:
+        d = DTYPE_OF_ELEM[to]
+    return [ctx.call(P("cast"), out, d)]
