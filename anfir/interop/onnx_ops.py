@@ -961,6 +961,9 @@ def _slice(ctx: Ctx) -> Sequence[Optional[Node]]:
         axes = None if listed is None else tuple(int(a) for a in listed)
         steps = None
     else:
+        computed = [i for i in (1, 2) if not isinstance(ctx.input(i), ValueNode)]
+        if computed and ctx.type_of(computed[0]).static_shape is not None:
+            return [_slice_computed(ctx)]
         starts = _ints(ctx.static(1, "the starts"))
         ends = _ints(ctx.static(2, "the ends"))
         raw_axes, raw_steps = ctx.static(3, "the axes"), ctx.static(4, "the steps")
@@ -968,6 +971,39 @@ def _slice(ctx: Ctx) -> Sequence[Optional[Node]]:
         steps = None if raw_steps is None else _ints(raw_steps)
     return [call_named(ctx, "slice", [ctx.need(0)],
                        {"starts": starts, "ends": ends, "axes": axes, "steps": steps})]
+
+
+def _slice_computed(ctx: Ctx) -> Node:
+    """A Slice whose starts or ends are computed at run time: per axis, a gather of
+    the indices ``arange(start, end, step)``, the bounds clamped as ONNX clamps them
+    (the axes and steps are constants)."""
+    x, starts, ends = ctx.need(0), ctx.need(1), ctx.need(2)
+    count = (ctx.type_of(1).static_shape or ctx.type_of(2).static_shape or (0,))[0]
+    rank = ctx.rank(0)
+    raw_axes, raw_steps = ctx.static(3, "the axes"), ctx.static(4, "the steps")
+    axes = list(range(count)) if raw_axes is None else [a % rank for a in _ints(raw_axes)]
+    steps = [1] * count if raw_steps is None else list(_ints(raw_steps))
+    dims = ctx.call(P("shape"), x)
+    zero = ctx.const(0, "i64")
+
+    def bound(values: Node, k: int, n: Node, lo: Node, hi: Node) -> Node:
+        v = ctx.call(P("cast"), ctx.call(P("gather"), values, ctx.const(k, "i64"), axis=0), "i64")
+        v = ctx.call(P("where"), ctx.call(P("lt"), v, zero), ctx.call(P("add"), v, n), v)
+        return _scalar(ctx, ctx.call(P("minimum"), ctx.call(P("maximum"), v, lo), hi))
+
+    for k, (axis, step) in enumerate(zip(axes, steps)):
+        if step == 0:
+            raise NodeError("a Slice step of 0")
+        n = ctx.call(P("array"), ctx.call(structure.tuple_getitem, dims, axis))
+        last = ctx.call(P("sub"), n, ctx.const(1, "i64"))
+        if step > 0:
+            start, end = bound(starts, k, n, zero, n), bound(ends, k, n, zero, n)
+        else:
+            minus = ctx.const(-1, "i64")
+            start, end = bound(starts, k, n, zero, last), bound(ends, k, n, minus, last)
+        index = ctx.call(P("arange"), start, end, step=step, dtype="i64")
+        x = ctx.call(P("gather"), x, index, axis=axis)
+    return x
 
 
 @op("Pad")
