@@ -755,18 +755,27 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
     in_dirs = [int(a) for a in ctx.attr("scan_input_directions", [0] * m)]
     out_axes = [int(a) for a in ctx.attr("scan_output_axes", [0] * n_scan)]
     out_dirs = [int(a) for a in ctx.attr("scan_output_directions", [0] * n_scan)]
-    shapes = [_input_shape(ctx, n_state + k) for k in range(m)]
-    axes = [a % len(shapes[k]) for k, a in enumerate(in_axes)]
-    lengths = {shapes[k][axes[k]] for k in range(m)}
-    if len(lengths) != 1:
-        raise NodeError(f"the scan inputs have different lengths {sorted(lengths)}")
-    length = lengths.pop()
+    axes = [a % ctx.rank(n_state + k) for k, a in enumerate(in_axes)]
+    try:
+        shapes = [_input_shape(ctx, n_state + k) for k in range(m)]
+    except NodeError:
+        # A symbolic length: read from the first scan input when the loop runs.
+        shapes = []
+    length_node: Node
+    if shapes:
+        lengths = {shapes[k][axes[k]] for k in range(m)}
+        if len(lengths) != 1:
+            raise NodeError(f"the scan inputs have different lengths {sorted(lengths)}")
+        length_node = ctx.const(lengths.pop(), "i64")
+    else:
+        length_node = ctx.call(P("array"), ctx.call(structure.tuple_getitem,
+                                                    ctx.call(P("shape"), inputs[n_state]), axes[0]))
     scan_types = [_static_elem_shape(ctx, body.output[n_state + k].name, "scan output")
                   for k in range(n_scan)]
     scanned = inputs[n_state:]
 
     def counter(loop: FuncGraph, i: Node) -> Node:
-        return ctx.importer.call(loop, P("lt"), [i, np.array(length, dtype=np.int64)], {}, None)
+        return ctx.importer.call(loop, P("lt"), [i, length_node], {}, None)
 
     def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
         imp = ctx.importer
@@ -774,7 +783,8 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
         bound: dict[str, Node] = {names[k]: state[k] for k in range(n_state)}
         for k in range(m):
             index = i if not in_dirs[k] else imp.call(
-                step, P("sub"), [np.array(length - 1, dtype=np.int64), i], {}, None)
+                step, P("sub"), [imp.call(step, P("sub"), [length_node, np.array(1, dtype=np.int64)], {}, None), i],
+                {}, None)
             bound[names[n_state + k]] = imp.call(step, P("gather"), [scanned[k], index],
                                                  {"axis": axes[k]}, None)
         return bound
