@@ -58,6 +58,7 @@ from anfir.interop.onnx_common import (
 )
 from anfir.interop.onnx_ops import OPS
 from anfir.primitives import structure
+from anfir.primitives.registry import PRIMITIVES
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
            "require_onnx"]
@@ -69,6 +70,8 @@ def _fold_ok(prim: Any, values: Sequence[Any]) -> bool:
         return False
     return not any(isinstance(v, FuncGraph) for v in values)
 
+
+BF16_CAST = PRIMITIVES["cast"]
 
 FOLD_LIMIT = 1 << 20
 """Folded constants up to this many elements are kept; bigger ones stay calls."""
@@ -294,6 +297,11 @@ class Importer:
                     self.error(node, f"output {i} ({name!r}) is not produced by anfir's rule")
                     poisoned.add(name)
                     continue
+                info = self.types.get(name)
+                if info is not None and info.dtype == "bf16" and isinstance(value, CNode):
+                    # Some primitives compute bf16 in f32 (numpy has no bf16 kernels):
+                    # ONNX says the value is bf16, so it is cast back (a no-op when it is).
+                    value = self.call(scope.graph, BF16_CAST, [value, "bf16"], {}, None)
                 scope.values[name] = value
                 if isinstance(value, CNode) and value.name is None:
                     value.name = name
