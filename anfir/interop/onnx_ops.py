@@ -608,6 +608,27 @@ def _sequence_empty(ctx: Ctx) -> Sequence[Optional[Node]]:
     return [ctx.call(structure.make_tuple)]
 
 
+def _items(ctx: Ctx, index: int) -> Optional[list[Node]]:
+    """The items of a sequence built in this graph (a tuple node or constant), or None."""
+    node = ctx.need(index)
+    if isinstance(node, ValueNode) and isinstance(node.value, tuple):
+        return [ValueNode(v) for v in node.value]
+    inputs = getattr(node, "inputs", None)
+    if inputs and isinstance(inputs[0], ValueNode) and inputs[0].value is structure.make_tuple:
+        return list(inputs[1:])
+    return None
+
+
+@op("SequenceInsert", 11)
+def _sequence_insert(ctx: Ctx) -> Sequence[Optional[Node]]:
+    items = _items(ctx, 0)
+    if items is None:
+        raise NodeError("SequenceInsert into a sequence of a length unknown when importing")
+    raw = ctx.static(2, "the position")
+    at = len(items) if raw is None else int(raw.reshape(-1)[0]) % (len(items) + 1)
+    return [ctx.call(structure.make_tuple, *items[:at], ctx.need(1), *items[at:])]
+
+
 @op("SequenceLength")
 def _sequence_length(ctx: Ctx) -> Sequence[Optional[Node]]:
     return [ctx.call(P("array"), ctx.call(P("len"), ctx.need(0)))]
@@ -1153,7 +1174,7 @@ def _pool(name: str) -> OpRule:
             named["dilation"] = dilations
         else:
             if any(d != 1 for d in dilations):
-                raise NodeError("dilated average pooling")
+                return [_dilated_avg_pool(ctx, kernel, strides, dilations, pads)]
             named["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
         return [call_named(ctx, name, [ctx.need(0)], named)]
     return rule
@@ -1175,6 +1196,41 @@ def _lp_pool(ctx: Ctx) -> Sequence[Optional[Node]]:
                                                    "count_include_pad": True})
     total = ctx.call(P("mul"), mean, ctx.const(float(np.prod(kernel)), d))
     return [ctx.call(P("pow"), total, ctx.const(1.0 / p, d))]
+
+
+def _dilated_avg_pool(ctx: Ctx, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                      pads: Sequence[int]) -> Node:
+    """A dilated average pool (anfir's avg_pool has no dilation): the window sums as a
+    depthwise convolution with a kernel of ones, divided by the count of the elements
+    each window covers (the same convolution of ones over the input or padded region)."""
+    shape = _input_shape(ctx, 0)
+    n = len(kernel)
+    spatial = shape[2:]
+    d = ctx.dtype(0)
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    begins, ends = list(pads[:n]), list(pads[n:])
+    extra = [0] * n
+    for i in range(n):
+        reach = (kernel[i] - 1) * dilations[i] + 1
+        span = spatial[i] + begins[i] + ends[i] - reach
+        count = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        if ceil and (count - 1) * strides[i] >= spatial[i] + begins[i]:
+            count -= 1  # a last window that starts in the end padding is dropped
+        extra[i] = max((count - 1) * strides[i] + reach - (spatial[i] + begins[i] + ends[i]), 0)
+    numpy = BY_NAME[d].numpy
+    conv = {"stride": tuple(strides), "dilation": tuple(dilations)}
+    ones_kernel = ctx.const(np.ones((shape[1], 1, *kernel), dtype=numpy))
+    padding = tuple(begins + [e + x for e, x in zip(ends, extra)])
+    total = call_named(ctx, "conv", [ctx.need(0), ones_kernel], {**conv, "padding": padding, "groups": shape[1]})
+    single = ctx.const(np.ones((1, 1, *kernel), dtype=numpy))
+    if ctx.attr("count_include_pad", 0):
+        # The explicit padding counts, the extension for ceil_mode does not.
+        region = ctx.const(np.ones((1, 1, *[s + b + e for s, b, e in zip(spatial, begins, ends)]), dtype=numpy))
+        count = call_named(ctx, "conv", [region, single], {**conv, "padding": tuple([0] * n + extra)})
+    else:
+        region = ctx.const(np.ones((1, 1, *spatial), dtype=numpy))
+        count = call_named(ctx, "conv", [region, single], {**conv, "padding": padding})
+    return ctx.call(P("div"), total, count)
 
 
 op("MaxPool")(_pool("max_pool"))
