@@ -791,6 +791,51 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
     else:
         length_node = ctx.call(P("array"), ctx.call(structure.tuple_getitem,
                                                     ctx.call(P("shape"), inputs[n_state]), axes[0]))
+    result, scan_types = _scan_loop(ctx, body, inputs, n_state, axes, length_node, in_dirs, out_dirs)
+    outs: list[Optional[Node]] = [ctx.graph.apply(structure.tuple_getitem, result, k)
+                                  for k in range(n_state + n_scan)]
+    for k in range(n_scan):
+        rank = len(scan_types[k][1]) + 1
+        axis = out_axes[k] % rank
+        if axis:
+            perm = list(range(1, rank))
+            perm.insert(axis, 0)
+            outs[n_state + k] = ctx.call(P("transpose"), outs[n_state + k], tuple(perm))
+    return outs
+
+
+@op("Scan", 8)
+def _scan8(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # Opset 8's Scan has a batch axis first (and optional sequence lengths): one
+    # scan per batch element, the results stacked.
+    if ctx.input(0) is not None:
+        raise NodeError("Scan (opset 8) with sequence_lens")
+    body = ctx.attr("body")
+    m = int(ctx.attr("num_scan_inputs"))
+    inputs = [ctx.need(i) for i in range(1, len(ctx.node.input))]
+    n_state = len(inputs) - m
+    n_scan = len(body.output) - n_state
+    dirs = [int(a) for a in ctx.attr("directions", [0] * m)]
+    shapes = [_input_shape(ctx, 1 + n_state + k) for k in range(m)]
+    lengths = {shape[1] for shape in shapes}
+    if len(lengths) != 1:
+        raise NodeError(f"the scan inputs have different lengths {sorted(lengths)}")
+    length = ctx.const(lengths.pop(), "i64")
+    per_batch: list[list[Node]] = []
+    for b in range(shapes[0][0]):
+        row = [ctx.call(P("gather"), x, ctx.const(b, "i64"), axis=0) for x in inputs]
+        result, _ = _scan_loop(ctx, body, row, n_state, [0] * m, length, dirs, [0] * n_scan)
+        per_batch.append([ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_state + n_scan)])
+    return [ctx.call(P("stack"), ctx.call(structure.make_tuple, *[r[k] for r in per_batch]), axis=0)
+            for k in range(n_state + n_scan)]
+
+
+def _scan_loop(ctx: Ctx, body: Any, inputs: list[Node], n_state: int, axes: list[int], length_node: Node,
+               in_dirs: list[int], out_dirs: list[int]) -> tuple[Node, list[tuple[str, tuple[int, ...]]]]:
+    """The loop of a Scan: the final states and the stacked scan outputs (a tuple),
+    and each scan output's element type."""
+    m = len(inputs) - n_state
+    n_scan = len(body.output) - n_state
     scan_types = [_static_elem_shape(ctx, body.output[n_state + k].name, "scan output")
                   for k in range(n_scan)]
     scanned = inputs[n_state:]
@@ -814,16 +859,7 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
     start = [ctx.const(np.array(True)), *inputs[:n_state], *empty]
     result = _build_loop(ctx, ctx.node.name or "scan", n_state, n_scan, counter, bind, body, start,
                          scan_types, [bool(d) for d in out_dirs], False)
-    outs: list[Optional[Node]] = [ctx.graph.apply(structure.tuple_getitem, result, k)
-                                  for k in range(n_state + n_scan)]
-    for k in range(n_scan):
-        rank = len(scan_types[k][1]) + 1
-        axis = out_axes[k] % rank
-        if axis:
-            perm = list(range(1, rank))
-            perm.insert(axis, 0)
-            outs[n_state + k] = ctx.call(P("transpose"), outs[n_state + k], tuple(perm))
-    return outs
+    return result, scan_types
 
 
 # -- neural-network operators ---------------------------------------------------------------------
