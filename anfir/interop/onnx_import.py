@@ -388,12 +388,12 @@ class Importer:
         defaults = {a.name: a for a in getattr(fn, "attribute_proto", [])}
         try:
             # A schema's function body leaves the defaults to the schema's attributes.
-            schema = self.onnx.defs.get_schema(caller.op_type, caller.domain or "")
-            for name, spec in schema.attributes.items():
-                if name not in defaults and spec.default_value.name:
-                    defaults[name] = spec.default_value
+            specs = dict(self.onnx.defs.get_schema(caller.op_type, caller.domain or "").attributes)
         except Exception:  # onnx raises SchemaError (not exported under one name)
-            pass
+            specs = {}
+        for name, spec in specs.items():
+            if name not in defaults and spec.default_value.name:
+                defaults[name] = spec.default_value
         copy = self.onnx.NodeProto()
         copy.CopyFrom(body_node)
         del copy.attribute[:]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.dtypes import BY_NAME, dtype_name, is_float
+from anfir.dtypes import BY_NAME, dtype_name, is_float, numpy_dtype
 from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
@@ -515,7 +515,7 @@ def _empty_reduction(ctx: Ctx, axes: Optional[tuple[int, ...]], keepdims: bool) 
     if d == "bool":
         fill = bool(fill < 0) if ctx.node.op_type == "ReduceMin" else False if ctx.node.op_type == "ReduceMax" else fill
     elif not is_float(d) and fill in (np.inf, -np.inf):
-        info = np.iinfo(numpy)
+        info = np.iinfo(numpy_dtype(d))
         fill = info.min if fill < 0 else info.max
     out = tuple(1 if i in reduced else n for i, n in enumerate(shape) if keepdims or i not in reduced)
     return ctx.const(np.full(out, fill, dtype=numpy))
@@ -1262,11 +1262,11 @@ def _dilated_avg_pool(ctx: Ctx, kernel: Sequence[int], strides: Sequence[int], d
     if ctx.attr("count_include_pad", 0):
         # The explicit padding counts, the extension for ceil_mode does not.
         region = ctx.const(np.ones((1, 1, *[s + b + e for s, b, e in zip(spatial, begins, ends)]), dtype=numpy))
-        count = call_named(ctx, "conv", [region, single], {**conv, "padding": tuple([0] * n + extra)})
+        covered = call_named(ctx, "conv", [region, single], {**conv, "padding": tuple([0] * n + extra)})
     else:
         region = ctx.const(np.ones((1, 1, *spatial), dtype=numpy))
-        count = call_named(ctx, "conv", [region, single], {**conv, "padding": padding})
-    return ctx.call(P("div"), total, count)
+        covered = call_named(ctx, "conv", [region, single], {**conv, "padding": padding})
+    return ctx.call(P("div"), total, covered)
 
 
 op("MaxPool")(_pool("max_pool"))
@@ -1641,9 +1641,9 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
     if wide:
         if not is_float(d):
             # Back to an integer type as ONNX does: rounded, then saturated.
-            info = np.iinfo(BY_NAME[d].numpy)
-            x = ctx.call(P("clip"), ctx.call(P("round"), x), float(info.min), float(info.max)) \
-                if "clip" in PRIMITIVES else ctx.call(P("round"), x)
+            info = np.iinfo(numpy_dtype(d))
+            x = ctx.call(P("clip"), ctx.call(P("round"), x), ctx.const(float(info.min), "f64"),
+                         ctx.const(float(info.max), "f64"))
         x = ctx.call(P("cast"), x, d)
     elif x is ctx.input(0):
         x = ctx.call(P("identity"), x)
@@ -1698,7 +1698,7 @@ def _quantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
     q = ctx.call(P("round"), ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd)))
     if zero is not None:
         q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
-    info = np.iinfo(BY_NAME[d].numpy)
+    info = np.iinfo(numpy_dtype(d))
     q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(info.min, xd)), ctx.const(info.max, xd))
     return [ctx.call(P("cast"), q, d)]
 
