@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from anfir.eval import run as _run
-from anfir.interop.onnx_import import OnnxImportError, import_onnx, require_onnx
+from anfir.interop.onnx_import import OnnxImportError, import_onnx, require_onnx, with_input_shapes
 from anfir.ir.graph import Module
 
 
@@ -28,12 +28,19 @@ class AnfirRep:
     A model that feeds a value anfir takes statically (ReduceSum's axes, a
     Reshape's shape) as a graph input is imported again for each distinct value
     of those inputs when it runs, as a specializing compiler would; every other
-    input stays a parameter."""
+    input stays a parameter.
 
-    def __init__(self, model: Any, module: Optional[Module], needs: tuple[str, ...] = ()) -> None:
+    With ``static_shapes`` (``Backend.prepare(model, static_shapes=True)``), a model
+    that does not import with its declared shapes (a rank that depends on a branch
+    chosen by shape, as exported RNNs do) is imported again for each set of input
+    shapes it is run with, those shapes made static."""
+
+    def __init__(self, model: Any, module: Optional[Module], needs: tuple[str, ...] = (),
+                 static_shapes: bool = False) -> None:
         self.model = model
         self.module = module
         self.needs = needs
+        self.static_shapes = static_shapes
         self.input_names = [i.name for i in model.graph.input
                             if i.name not in {t.name for t in model.graph.initializer}]
         self.output_names = [o.name for o in model.graph.output]
@@ -44,12 +51,17 @@ class AnfirRep:
             return self.module
         key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
                        for n in self.needs)
+        shapes = {n: tuple(np.shape(v)) for n, v in feed.items() if not isinstance(v, list)}
+        model = self.model
+        if self.static_shapes:
+            key += repr(sorted(shapes.items())).encode()
+            model = with_input_shapes(self.model, shapes)
         found = self._specialized.get(key)
         if found is None:
             needs = list(self.needs)
             while True:
                 try:
-                    found = import_onnx(self.model, bind={n: np.asarray(feed[n]) for n in needs})
+                    found = import_onnx(model, bind={n: np.asarray(feed[n]) for n in needs})
                     break
                 except OnnxImportError as e:
                     # A node may need several inputs' values (a Slice's starts and
@@ -62,6 +74,8 @@ class AnfirRep:
                 self.needs = tuple(needs)
                 key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
                                for n in self.needs)
+                if self.static_shapes:
+                    key += repr(sorted(shapes.items())).encode()
             self._specialized[key] = found
         return found
 
@@ -111,12 +125,15 @@ def _make_backend() -> type:
 
         @classmethod
         def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> Any:
+            """Import ``model`` (``static_shapes=True``: if it does not import with
+            its declared shapes, import it for the shapes it is run with)."""
+            static = bool(kwargs.get("static_shapes", False))
             try:
                 return AnfirRep(model, import_onnx(model))
             except OnnxImportError as e:
-                if not e.needs_values:
+                if not e.needs_values and not static:
                     raise
-                return AnfirRep(model, None, e.needs_values)
+                return AnfirRep(model, None, e.needs_values, static)
 
         @classmethod
         def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> Any:

@@ -48,6 +48,10 @@ from anfir import limits
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError
 from anfir.interop.onnx_export import _ONNX_TYPES
+from anfir.abstract.lattice import abstract_of_value
+from anfir.abstract.rules import static_of_abstract
+from anfir.abstract.typeann import abstract_from_annotation
+from anfir.abstract.values import AbstractValue, AScalar, ATensor
 from anfir.ir.annotations import TensorAnn, TypeAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
@@ -61,7 +65,7 @@ from anfir.primitives import structure
 from anfir.primitives.registry import PRIMITIVES
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
-           "require_onnx"]
+           "require_onnx", "with_input_shapes"]
 
 
 def _fold_ok(prim: Any, values: Sequence[Any]) -> bool:
@@ -95,6 +99,8 @@ class Importer:
         self.module = Module(filename=filename)
         self._fresh = itertools.count()
         self._graph_names: set[str] = set()
+        # anfir's own abstract value of nodes built (kept with the node: ids stay unique).
+        self._abstracts: dict[int, tuple[Node, Optional[AbstractValue]]] = {}
 
     # -- names -----------------------------------------------------------------------------
     def graph_name(self, base: str) -> str:
@@ -243,6 +249,29 @@ class Importer:
         attr_obj = prim.canonical_attrs(attrs) if attrs and isinstance(prim, Primitive) else NO_ATTRS
         return CNode(graph, [ValueNode(prim), *nodes], None, name, attr_obj)
 
+    def node_abstract(self, root: Node) -> Optional[AbstractValue]:
+        """anfir's abstract value of a node built by the importer, from its primitive's
+        inference rule over its inputs' (None when some input's is unknown, or the
+        callee is a graph): iteratively, each node once."""
+        memo = self._abstracts
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            if id(node) in memo:
+                stack.pop()
+                continue
+            if isinstance(node, CNode):
+                args = list(node.inputs[1:])
+                missing = [a for a in args if id(a) not in memo]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                memo[id(node)] = (node, _apply_rule(node, [memo[id(a)][1] for a in args]))
+            else:
+                memo[id(node)] = (node, _leaf_abstract(node))
+            stack.pop()
+        return memo[id(root)][1]
+
     # -- the rule of an op -----------------------------------------------------------------
     def rule_for(self, node: Any, opset: int) -> Optional[Callable[[Ctx], Sequence[Optional[Node]]]]:
         """The import rule of ``node`` at ``opset`` (None when there is none)."""
@@ -298,6 +327,10 @@ class Importer:
                     poisoned.add(name)
                     continue
                 info = self.types.get(name)
+                if isinstance(value, CNode) and (info is None or info.static_shape is None or info.dtype is None):
+                    # ONNX's inference lost the type (a shape computed from data):
+                    # anfir's rules, which see the folded constants, may know it.
+                    info = self.types[name] = _refined(info, self.node_abstract(value))
                 if info is not None and info.dtype == "bf16" and isinstance(value, CNode):
                     # Some primitives compute bf16 in f32 (numpy has no bf16 kernels):
                     # ONNX says the value is bf16, so it is cast back (a no-op when it is).
@@ -556,6 +589,62 @@ class Importer:
         return outs
 
 
+def _leaf_abstract(node: Node) -> Optional[AbstractValue]:
+    """The abstract value of a constant or an annotated parameter (None otherwise)."""
+    if isinstance(node, ValueNode):
+        if isinstance(node.value, (FuncGraph, Primitive)):
+            return None
+        try:
+            return abstract_of_value(node.value)
+        except AnfirError:
+            return None
+    ann = getattr(node, "annotation", None)
+    if ann is not None:
+        try:
+            return abstract_from_annotation(ann)
+        except AnfirError:
+            return None
+    return None
+
+
+def _apply_rule(node: CNode, args: list[Optional[AbstractValue]]) -> Optional[AbstractValue]:
+    """A primitive call's abstract value by the primitive's rule (None when unknown)."""
+    callee = node.inputs[0]
+    prim = callee.value if isinstance(callee, ValueNode) else None
+    if not isinstance(prim, Primitive) or prim.infer is None or prim is structure.switch:
+        return None
+    if any(a is None for a in args) or not prim.accepts(len(args)):
+        return None
+    known = [a for a in args if a is not None]
+    try:
+        if prim.attrs:
+            inputs = prim.input_count(len(known))
+            positional = [static_of_abstract(a, name) for name, a in zip(prim.positional_attrs, known[inputs:])]
+            result = prim.infer(*known[:inputs], **prim.bound_attrs(node.attrs, positional))
+        else:
+            result = prim.infer(*known)
+    except Exception:  # a rule that rejects its inputs: the type stays unknown
+        return None
+    return result if isinstance(result, AbstractValue) else None
+
+
+def _refined(info: Optional[TypeInfo], abstract: Optional[AbstractValue]) -> Optional[TypeInfo]:
+    """``info`` completed by an abstract value: its dtype, and its static dims."""
+    if isinstance(abstract, AScalar):
+        abstract = ATensor(abstract.dtype, ())
+    if not isinstance(abstract, ATensor):
+        return info
+    dtype = info.dtype if info is not None and info.dtype is not None else abstract.dtype
+    dims = info.dims if info is not None else None
+    if abstract.shape is not None:
+        found = tuple(d if isinstance(d, int) else None for d in abstract.shape)
+        if dims is None or len(dims) != len(found):
+            dims = found
+        else:
+            dims = tuple(f if isinstance(f, int) else d for d, f in zip(dims, found))
+    return TypeInfo(dtype, dims)
+
+
 def _domain(name: str) -> str:
     """The key of a domain: ``""`` for the default one (also spelled ``ai.onnx``)."""
     return "" if name in ("", "ai.onnx") else name
@@ -582,6 +671,25 @@ def _metadata(model: Any) -> dict[str, Any]:
     if model.functions:
         meta["functions"] = [f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions]
     return meta
+
+
+def with_input_shapes(model: Any, shapes: dict[str, tuple[int, ...]]) -> Any:
+    """A copy of ``model`` whose graph inputs named in ``shapes`` have those static
+    shapes (symbolic or unknown dimensions made concrete), for a model that imports
+    only once its shapes are known (branches chosen by shape, ranks that depend on
+    them): a specializing import, as ``AnfirRep`` does with ``static_shapes=True``."""
+    onnx = require_onnx()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for inp in copy.graph.input:
+        shape = shapes.get(inp.name)
+        if shape is None or not inp.type.HasField("tensor_type"):
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        del dims[:]
+        for n in shape:
+            dims.add().dim_value = int(n)
+    return copy
 
 
 def read_model(model_or_path: Any) -> tuple[Any, str]:
@@ -622,7 +730,7 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
         raise OnnxImportError(f"the model imports ai.onnx opset {default}; anfir reads opset "
                               f"{MIN_OPSET} and later")
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # inference is a help: a model it rejects may still import
         inferred = model
     importer.collect_types(inferred.graph)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from anfir.dtypes import BY_NAME, dtype_name, is_float, numpy_dtype
-from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule
+from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule, TypeInfo
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.primitives import structure
@@ -672,6 +672,16 @@ def _truth(ctx: Ctx, node: Node) -> Node:
 def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
     imp = ctx.importer
     cond = _truth(ctx, ctx.need(0))
+    if isinstance(cond, ValueNode):
+        # A condition known when importing (shapes are often tested): only the branch
+        # taken is built, in line (the other may not even import for these shapes).
+        body = ctx.attr("then_branch" if bool(np.asarray(cond.value)) else "else_branch")
+        outs = imp.convert_subgraph(body, ctx.graph, ctx.scope, _opsets(ctx), {})
+        for name, produced in zip(ctx.node.output, body.output):
+            known = imp.types.get(name)
+            if name and produced.name in imp.types and (known is None or known.rank is None):
+                imp.types[name] = imp.types[produced.name]
+        return [o if isinstance(o, ValueNode) else ctx.call(P("identity"), o) for o in outs]
     branches = []
     for attr, mark in (("then_branch", "✓"), ("else_branch", "✗")):
         body = ctx.attr(attr)
@@ -679,12 +689,29 @@ def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
         outs = imp.convert_subgraph(body, g, ctx.scope, _opsets(ctx), {})
         g.output = outs[0] if len(outs) == 1 else g.apply(structure.make_tuple, *outs)
         branches.append(g)
+    _merge_branch_types(ctx)
     chosen = ctx.call(structure.switch, cond, branches[0], branches[1])
     result = ctx.graph.apply(chosen)
     n = len(ctx.node.output)
     if n == 1:
         return [result]
     return [ctx.graph.apply(structure.tuple_getitem, result, i) for i in range(n)]
+
+
+def _merge_branch_types(ctx: Ctx) -> None:
+    """What ONNX leaves unknown of an If's outputs (branches of different shapes), from
+    the two branches' outputs: the rank when they agree, the dims where they agree."""
+    types = ctx.importer.types
+    then_body, else_body = ctx.attr("then_branch"), ctx.attr("else_branch")
+    for i, name in enumerate(ctx.node.output):
+        known = types.get(name)
+        if not name or (known is not None and known.rank is not None) or i >= len(then_body.output):
+            continue
+        a, b = types.get(then_body.output[i].name), types.get(else_body.output[i].name)
+        if a is None or b is None or a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
+            continue
+        dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims))
+        types[name] = TypeInfo(a.dtype if a.dtype == b.dtype else None, dims)
 
 
 def _opsets(ctx: Ctx) -> dict[str, int]:
