@@ -1746,3 +1746,145 @@ def _dequantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
     if to and DTYPE_OF_ELEM.get(to) is not None:
         d = DTYPE_OF_ELEM[to]
     return [ctx.call(P("cast"), out, d)]
+
+
+# -- recurrent networks (RNN, GRU, LSTM), unrolled over a static sequence length -------------------
+def _activation(ctx: Ctx, name: str, alpha: Optional[float], beta: Optional[float]) -> Callable[[Node], Node]:
+    """One of the activation functions the recurrent ops name."""
+    d = ctx.dtype(0)
+    if name == "Sigmoid":
+        return lambda v: ctx.call(P("sigmoid"), v)
+    if name == "Tanh":
+        return lambda v: ctx.call(P("tanh"), v)
+    if name == "Relu":
+        return lambda v: ctx.call(P("relu"), v)
+    if name == "HardSigmoid":
+        a, b = 0.2 if alpha is None else alpha, 0.5 if beta is None else beta
+        return lambda v: ctx.call(P("hard_sigmoid"), v, alpha=a, beta=b)
+    if name == "LeakyRelu":
+        a = 0.01 if alpha is None else alpha
+        return lambda v: ctx.call(P("leaky_relu"), v, alpha=a)
+    if name == "ScaledTanh":
+        a, b = 1.0 if alpha is None else alpha, 1.0 if beta is None else beta
+        return lambda v: ctx.call(P("mul"), ctx.const(a, d), ctx.call(P("tanh"), ctx.call(P("mul"), ctx.const(b, d), v)))
+    if name == "Affine":
+        a, b = 1.0 if alpha is None else alpha, 0.0 if beta is None else beta
+        return lambda v: ctx.call(P("add"), ctx.call(P("mul"), ctx.const(a, d), v), ctx.const(b, d))
+    raise NodeError(f"the activation {name!r}")
+
+
+def _recurrent(ctx: Ctx, gates: int, defaults: Sequence[str]) -> list[Optional[Node]]:
+    """RNN (1 gate), GRU (3) and LSTM (4): each time step built in line, per direction."""
+    layout = int(ctx.attr("layout", 0))
+    x = ctx.need(0)
+    if layout:
+        x = ctx.call(P("transpose"), x, (1, 0, 2))
+    shape = _input_shape(ctx, 0)
+    steps, batch = (shape[1], shape[0]) if layout else (shape[0], shape[1])
+    hidden = int(ctx.attr("hidden_size"))
+    direction = str(ctx.attr("direction", "forward"))
+    dirs = 2 if direction == "bidirectional" else 1
+    d = ctx.dtype(0)
+    raw_lens = ctx.static(4, "the sequence lengths") if ctx.input(4) is not None else None
+    if raw_lens is not None and not np.all(raw_lens == steps):
+        raise NodeError("sequences of different lengths (sequence_lens)")
+    names = [str(a) for a in ctx.attr("activations", [])] or list(defaults) * dirs
+    alphas, betas = ctx.attr("activation_alpha", []), ctx.attr("activation_beta", [])
+    per = len(defaults)
+    acts = [_activation(ctx, n, alphas[k] if k < len(alphas) else None, betas[k] if k < len(betas) else None)
+            for k, n in enumerate(names)]
+    clip = ctx.attr("clip")
+    ys: list[list[Node]] = []
+    finals_h: list[Node] = []
+    finals_c: list[Node] = []
+    for k in range(dirs):
+        pick = ctx.const(k, "i64")
+        w = ctx.call(P("transpose"), ctx.call(P("gather"), ctx.need(1), pick, axis=0))
+        r = ctx.call(P("transpose"), ctx.call(P("gather"), ctx.need(2), pick, axis=0))
+        bias = ctx.input(3)
+        if bias is not None:
+            both = ctx.call(P("gather"), bias, pick, axis=0)
+            halves = call_named(ctx, "split", [both], {"sizes": 2, "axis": 0})
+            wb, rb = (ctx.call(structure.tuple_getitem, halves, i) for i in range(2))
+        else:
+            wb = rb = ctx.const(np.zeros(gates * hidden, dtype=BY_NAME[d].numpy))
+        zeros = ctx.const(np.zeros((batch, hidden), dtype=BY_NAME[d].numpy))
+        h = zeros if ctx.input(5) is None else ctx.call(P("gather"), ctx.need(5), pick, axis=0)
+        c = zeros if ctx.input(6) is None else ctx.call(P("gather"), ctx.need(6), pick, axis=0)
+        peep = None if ctx.input(7) is None or gates != 4 else ctx.call(P("gather"), ctx.need(7), pick, axis=0)
+        f, g = acts[per * k], acts[per * k + 1] if per > 1 else acts[per * k]
+        act_h = acts[per * k + 2] if per > 2 else g
+        reverse = direction == "reverse" or k == 1
+        outs: list[Node] = [zeros] * steps
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            xt = ctx.call(P("gather"), x, ctx.const(t, "i64"), axis=0)
+            xw = ctx.call(P("add"), ctx.call(P("matmul"), xt, w), wb)
+
+            def part(v: Node, i: int) -> Node:
+                return ctx.call(P("slice"), v, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(1,))
+
+            def clipped(v: Node) -> Node:
+                if clip is None:
+                    return v
+                return ctx.call(P("clip"), v, ctx.const(-float(clip), d), ctx.const(float(clip), d))
+
+            if gates == 1:
+                hr = ctx.call(P("add"), ctx.call(P("matmul"), h, r), rb)
+                h = f(clipped(ctx.call(P("add"), xw, hr)))
+            elif gates == 3:
+                hr = ctx.call(P("add"), ctx.call(P("matmul"), h, r), rb)
+                z = f(clipped(ctx.call(P("add"), part(xw, 0), part(hr, 0))))
+                rt = f(clipped(ctx.call(P("add"), part(xw, 1), part(hr, 1))))
+                if ctx.attr("linear_before_reset", 0):
+                    cand = ctx.call(P("mul"), rt, part(hr, 2))
+                else:
+                    rh = ctx.call(P("matmul"), ctx.call(P("mul"), rt, h), part_w(ctx, r, 2, hidden))
+                    cand = ctx.call(P("add"), rh, part(rb_row(ctx, rb), 2))
+                hh = g(clipped(ctx.call(P("add"), part(xw, 2), cand)))
+                one = ctx.const(1, d)
+                h = ctx.call(P("add"), ctx.call(P("mul"), ctx.call(P("sub"), one, z), hh), ctx.call(P("mul"), z, h))
+            else:
+                hr = ctx.call(P("add"), ctx.call(P("matmul"), h, r), rb)
+                pre = ctx.call(P("add"), xw, hr)
+                gi, go, gf, gc = (part(pre, i) for i in range(4))
+                if peep is not None:
+                    pi, po, pf = (ctx.call(P("slice"), peep, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(0,))
+                                  for i in range(3))
+                    gi = ctx.call(P("add"), gi, ctx.call(P("mul"), pi, c))
+                    gf = ctx.call(P("add"), gf, ctx.call(P("mul"), pf, c))
+                it = f(clipped(gi))
+                ft = ctx.call(P("sub"), ctx.const(1, d), it) if ctx.attr("input_forget", 0) else f(clipped(gf))
+                c = ctx.call(P("add"), ctx.call(P("mul"), ft, c), ctx.call(P("mul"), it, g(clipped(gc))))
+                if peep is not None:
+                    go = ctx.call(P("add"), go, ctx.call(P("mul"), po, c))
+                h = ctx.call(P("mul"), f(clipped(go)), act_h(c))
+            outs[t] = h
+        ys.append(outs)
+        finals_h.append(h)
+        finals_c.append(c)
+    # Y: (steps, directions, batch, hidden); Y_h, Y_c: (directions, batch, hidden).
+    per_step = [ctx.call(P("stack"), ctx.call(structure.make_tuple, *[ys[k][t] for k in range(dirs)]), axis=0)
+                for t in range(steps)]
+    y = ctx.call(P("stack"), ctx.call(structure.make_tuple, *per_step), axis=0)
+    y_h = ctx.call(P("stack"), ctx.call(structure.make_tuple, *finals_h), axis=0)
+    y_c = ctx.call(P("stack"), ctx.call(structure.make_tuple, *finals_c), axis=0)
+    if layout:
+        y = ctx.call(P("transpose"), y, (2, 0, 1, 3))
+        y_h = ctx.call(P("transpose"), y_h, (1, 0, 2))
+        y_c = ctx.call(P("transpose"), y_c, (1, 0, 2))
+    return [y, y_h, y_c][:max(len(ctx.node.output), 1)]
+
+
+def part_w(ctx: Ctx, r: Node, i: int, hidden: int) -> Node:
+    """Columns ``i*hidden ... (i+1)*hidden`` of a transposed recurrence weight."""
+    return ctx.call(P("slice"), r, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(1,))
+
+
+def rb_row(ctx: Ctx, rb: Node) -> Node:
+    """A bias vector as one row (its gates then slice along axis 1)."""
+    return ctx.call(P("unsqueeze"), rb, axis=0)
+
+
+op("RNN", 7)(lambda ctx: _recurrent(ctx, 1, ("Tanh",)))
+op("GRU", 7)(lambda ctx: _recurrent(ctx, 3, ("Sigmoid", "Tanh")))
+op("LSTM", 7)(lambda ctx: _recurrent(ctx, 4, ("Sigmoid", "Tanh", "Tanh")))
