@@ -51,6 +51,7 @@ from anfir.interop.onnx_export import _ONNX_TYPES
 from anfir.abstract.lattice import abstract_of_value
 from anfir.abstract.rules import static_of_abstract
 from anfir.abstract.typeann import abstract_from_annotation
+from anfir.abstract.shapes import fresh_dim
 from anfir.abstract.values import AbstractValue, AScalar, ATensor
 from anfir.ir.annotations import TensorAnn, TypeAnn
 from anfir.ir.attrs import NO_ATTRS
@@ -266,7 +267,11 @@ class Importer:
                 if missing:
                     stack.extend(missing)
                     continue
-                memo[id(node)] = (node, _apply_rule(node, [memo[id(a)][1] for a in args]))
+                found = _apply_rule(node, [memo[id(a)][1] for a in args])
+                if found is None and node.name:
+                    # A graph's call (an If, a loop): what the import learnt of its value.
+                    found = _typeinfo_abstract(self.types.get(node.name))
+                memo[id(node)] = (node, found)
             else:
                 memo[id(node)] = (node, _leaf_abstract(node))
             stack.pop()
@@ -626,6 +631,13 @@ def _apply_rule(node: CNode, args: list[Optional[AbstractValue]]) -> Optional[Ab
     except Exception:  # a rule that rejects its inputs: the type stays unknown
         return None
     return result if isinstance(result, AbstractValue) else None
+
+
+def _typeinfo_abstract(info: Optional[TypeInfo]) -> Optional[AbstractValue]:
+    """A TypeInfo of known dtype and rank as an abstract tensor (unknown dims fresh)."""
+    if info is None or info.dtype is None or info.dims is None:
+        return None
+    return ATensor(info.dtype, tuple(d if isinstance(d, int) else fresh_dim() for d in info.dims))
 
 
 def _refined(info: Optional[TypeInfo], abstract: Optional[AbstractValue]) -> Optional[TypeInfo]:

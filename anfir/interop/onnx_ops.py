@@ -683,13 +683,15 @@ def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
                 imp.types[name] = imp.types[produced.name]
         return [o if isinstance(o, ValueNode) else ctx.call(P("identity"), o) for o in outs]
     branches = []
+    produced: list[list[Node]] = []
     for attr, mark in (("then_branch", "✓"), ("else_branch", "✗")):
         body = ctx.attr(attr)
         g = FuncGraph(imp.graph_name(f"{mark}{ctx.node.name or 'if'}"))
         outs = imp.convert_subgraph(body, g, ctx.scope, _opsets(ctx), {})
         g.output = outs[0] if len(outs) == 1 else g.apply(structure.make_tuple, *outs)
         branches.append(g)
-    _merge_branch_types(ctx)
+        produced.append(outs)
+    _merge_branch_types(ctx, produced)
     chosen = ctx.call(structure.switch, cond, branches[0], branches[1])
     result = ctx.graph.apply(chosen)
     n = len(ctx.node.output)
@@ -698,16 +700,29 @@ def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
     return [ctx.graph.apply(structure.tuple_getitem, result, i) for i in range(n)]
 
 
-def _merge_branch_types(ctx: Ctx) -> None:
+def _merge_branch_types(ctx: Ctx, produced: list[list[Node]]) -> None:
     """What ONNX leaves unknown of an If's outputs (branches of different shapes), from
-    the two branches' outputs: the rank when they agree, the dims where they agree."""
-    types = ctx.importer.types
-    then_body, else_body = ctx.attr("then_branch"), ctx.attr("else_branch")
+    the two branches' outputs (their ONNX types, else anfir's): the rank when they
+    agree, the dims where they agree."""
+    imp = ctx.importer
+    types = imp.types
+    bodies = (ctx.attr("then_branch"), ctx.attr("else_branch"))
+
+    def branch_type(k: int, i: int) -> Optional[TypeInfo]:
+        found = types.get(bodies[k].output[i].name)
+        if found is not None and found.dims is not None:
+            return found
+        abstract = imp.node_abstract(produced[k][i])
+        shape = getattr(abstract, "shape", None)
+        if abstract is None or shape is None:
+            return found
+        return TypeInfo(getattr(abstract, "dtype", None), tuple(d if isinstance(d, int) else None for d in shape))
+
     for i, name in enumerate(ctx.node.output):
         known = types.get(name)
-        if not name or (known is not None and known.rank is not None) or i >= len(then_body.output):
+        if not name or (known is not None and known.rank is not None) or i >= len(bodies[0].output):
             continue
-        a, b = types.get(then_body.output[i].name), types.get(else_body.output[i].name)
+        a, b = branch_type(0, i), branch_type(1, i)
         if a is None or b is None or a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
             continue
         dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims))
