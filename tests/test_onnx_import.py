@@ -84,6 +84,45 @@ def test_light_model_zoo_graphs_match_their_outputs(name: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-7)  # ONNX's tolerances for them
 
 
+def test_silero_vad_matches_the_reference_evaluator() -> None:
+    # A real control-flow model: Silero VAD (25 If nodes, nested four deep, two LSTMs,
+    # an STFT as a convolution), run on three chunks of audio with its state carried
+    # from one to the next, against onnx.reference.  Its branches are chosen by the
+    # sample rate (an input: bound to 16 kHz) and by shapes (the chunk's, made static).
+    silero_vad = pytest.importorskip("silero_vad", reason="the model ships in the silero-vad wheel")
+    import os
+
+    from onnx.reference import ReferenceEvaluator
+
+    from anfir.interop.onnx_import import with_input_shapes
+
+    path = os.path.join(os.path.dirname(silero_vad.__file__), "data", "silero_vad.onnx")
+    model = onnx.load(path)
+    assert sum(n.op_type == "If" for n in _all_nodes(model.graph)) >= 20
+    rate = np.array(16000)
+    mod = import_onnx(with_input_shapes(model, {"input": (1, 512), "state": (2, 1, 128)}), bind={"sr": rate})
+    reference = ReferenceEvaluator(model)
+    rng = np.random.default_rng(7)
+    state = want_state = np.zeros((2, 1, 128), np.float32)
+    for _ in range(3):
+        chunk = (rng.standard_normal((1, 512)) * 0.3).astype(np.float32)
+        prob, state = anfir.run(mod.entry, chunk, state)
+        want_prob, want_state = reference.run(None, {"input": chunk, "state": want_state, "sr": rate})
+        np.testing.assert_allclose(prob, want_prob, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(state, want_state, rtol=1e-4, atol=1e-5)
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list:
+    """Every node of a graph and of its subgraphs."""
+    found, stack = [], [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.node:
+            found.append(node)
+            stack.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+    return found
+
+
 def test_resize_matches_the_reference_on_odd_sizes() -> None:
     # Every interpolation mode and coordinate mapping at once, against onnx.reference,
     # on sizes the node cases do not use (7x5 to 4x9: shrinking one axis, growing the other).
