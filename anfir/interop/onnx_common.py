@@ -151,7 +151,14 @@ class Ctx:
         names = self.node.input
         if index >= len(names):
             return TypeInfo()
-        return self.importer.types.get(names[index], TypeInfo())
+        found = self.importer.types.get(names[index], TypeInfo())
+        if names[index] and (found.dtype is None or found.static_shape is None):
+            # ONNX says too little (a subgraph's value, a shape computed from data):
+            # anfir's inference of the node built for it may say more.
+            node = self.scope.lookup(names[index])
+            if node is not None:
+                return self.importer.refined_type(found, node)
+        return found
 
     def out_type(self, index: int = 0) -> TypeInfo:
         """What ONNX shape inference says of output ``index``."""

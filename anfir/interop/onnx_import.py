@@ -250,6 +250,10 @@ class Importer:
         attr_obj = prim.canonical_attrs(attrs) if attrs and isinstance(prim, Primitive) else NO_ATTRS
         return CNode(graph, [ValueNode(prim), *nodes], None, name, attr_obj)
 
+    def refined_type(self, info: TypeInfo, node: Node) -> TypeInfo:
+        """``info`` completed by anfir's abstract value of ``node``."""
+        return _refined(info, self.node_abstract(node)) or info
+
     def node_abstract(self, root: Node) -> Optional[AbstractValue]:
         """anfir's abstract value of a node built by the importer, from its primitive's
         inference rule over its inputs' (None when some input's is unknown, or the
@@ -335,7 +339,9 @@ class Importer:
                 if isinstance(value, CNode) and (info is None or info.static_shape is None or info.dtype is None):
                     # ONNX's inference lost the type (a shape computed from data):
                     # anfir's rules, which see the folded constants, may know it.
-                    info = self.types[name] = _refined(info, self.node_abstract(value))
+                    info = _refined(info, self.node_abstract(value))
+                    if info is not None:
+                        self.types[name] = info
                 if info is not None and info.dtype == "bf16" and isinstance(value, CNode):
                     # Some primitives compute bf16 in f32 (numpy has no bf16 kernels):
                     # ONNX says the value is bf16, so it is cast back (a no-op when it is).
@@ -487,12 +493,34 @@ class Importer:
             for i, name in enumerate(copy.input):
                 if name and name not in formals:
                     copy.input[i] = mapping.get(name, name)
+            self.rename_captures(copy, mapping)
             for i, name in enumerate(copy.output):
                 if name:
                     mapping[name] = f"{prefix}{name}#{tag}"
                     copy.output[i] = mapping[name]
             renamed.append(copy)
         return renamed, mapping
+
+    def rename_captures(self, node: Any, mapping: dict[str, str]) -> None:
+        """Rename, inside ``node``'s subgraphs (any depth), the outer values they read
+        by name that the body renamed (a Scan body in a function body reads the
+        function's values)."""
+        A = self.onnx.AttributeProto
+        stack = [a.g for a in node.attribute if a.type == A.GRAPH]
+        stack += [g for a in node.attribute if a.type == A.GRAPHS for g in a.graphs]
+        while stack:
+            g = stack.pop()
+            own = {v.name for v in g.input} | {t.name for t in g.initializer}
+            own |= {o for n in g.node for o in n.output}
+            for n in g.node:
+                for i, name in enumerate(n.input):
+                    if name and name not in own and name in mapping:
+                        n.input[i] = mapping[name]
+                stack.extend(a.g for a in n.attribute if a.type == A.GRAPH)
+                stack.extend(sub for a in n.attribute if a.type == A.GRAPHS for sub in a.graphs)
+            for o in g.output:
+                if o.name not in own and o.name in mapping:
+                    o.name = mapping[o.name]
 
     def infer_body_types(self, nodes: Sequence[Any], scope: Scope, opsets: dict[str, int]) -> None:
         """Types of a function body's values, by ONNX shape inference on a small model."""

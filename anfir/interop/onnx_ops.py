@@ -677,10 +677,10 @@ def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
         # taken is built, in line (the other may not even import for these shapes).
         body = ctx.attr("then_branch" if bool(np.asarray(cond.value)) else "else_branch")
         outs = imp.convert_subgraph(body, ctx.graph, ctx.scope, _opsets(ctx), {})
-        for name, produced in zip(ctx.node.output, body.output):
+        for name, result in zip(ctx.node.output, body.output):
             known = imp.types.get(name)
-            if name and produced.name in imp.types and (known is None or known.rank is None):
-                imp.types[name] = imp.types[produced.name]
+            if name and result.name in imp.types and (known is None or known.rank is None):
+                imp.types[name] = imp.types[result.name]
         return [o if isinstance(o, ValueNode) else ctx.call(P("identity"), o) for o in outs]
     branches = []
     produced: list[list[Node]] = []
@@ -733,29 +733,39 @@ def _opsets(ctx: Ctx) -> dict[str, int]:
     return ctx.importer.opsets
 
 
-def _static_elem_shape(ctx: Ctx, name: str, what: str) -> tuple[str, tuple[int, ...]]:
-    # The dtype and shape of one step's scan output: the stacked result starts empty.
+ElemType = tuple[str, tuple[int, ...]]
+
+
+def _known_elem_shape(ctx: Ctx, name: str) -> Optional[ElemType]:
+    # The dtype and shape of one step's scan output, when ONNX says.
     info = ctx.importer.types.get(name)
     if info is None or info.dtype is None or info.static_shape is None:
-        raise NodeError(f"the type of {what} {name!r} is not static (the stacked result "
-                        "starts as an empty tensor of that shape)")
+        return None
     return info.dtype, info.static_shape
 
 
 def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
                 counter: Callable[[FuncGraph, Node], Node],
                 bind: Callable[[FuncGraph, Node, Node, list[Node]], dict[str, Node]],
-                body: Any, start: list[Node], scan_types: list[tuple[str, tuple[int, ...]]],
-                reverse_out: Sequence[bool], body_cond: bool) -> Node:
+                body: Any, start: list[Node], scan_names: list[str],
+                reverse_out: Sequence[bool], body_cond: bool) -> tuple[Node, list[ElemType]]:
     """A tail-recursive graph ``loop(i, cond, state..., stacked...)``: while
     ``counter(loop, i) and cond`` it runs the body (``bind`` names the body's inputs)
-    and calls itself with the new state, each scan output stacked on its result."""
+    and calls itself with the new state, each scan output stacked on its result
+    (which starts empty: the element types, from ONNX or from anfir's inference of
+    the body, are returned too).  ``start`` is the condition and the states."""
     imp = ctx.importer
     loop = FuncGraph(imp.graph_name(name))
     i = loop.add_parameter("i")
     c = loop.add_parameter("cond")
     state: list[Node] = [loop.add_parameter(f"state{k}") for k in range(n_state)]
     stacked = [loop.add_parameter(f"stacked{k}") for k in range(n_scan)]
+    # What anfir knows of the loop's parameters, from their first values (a Scan's
+    # state keeps its type; a Loop's may not, and then its scan outputs need ONNX's).
+    imp._abstracts[id(i)] = (i, imp.node_abstract(ValueNode(np.array(0, dtype=np.int64))))
+    if body_cond or ctx.node.op_type == "Scan":
+        for param, first in zip([c, *state], start):
+            imp._abstracts[id(param)] = (param, imp.node_abstract(first))
     go = imp.call(loop, P("all"), [imp.call(loop, P("logical_and"), [counter(loop, i), c], {}, None)],
                   {}, None)
     step = FuncGraph(imp.graph_name(f"✓{name}"))
@@ -765,9 +775,17 @@ def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
     next_cond = outs[0] if body_cond else c
     new_state = outs[offset:offset + n_state]
     new_stacked: list[Node] = []
+    scan_types: list[ElemType] = []
     for k in range(n_scan):
-        dtype, shape = scan_types[k]
-        item = imp.call(step, P("reshape"), [outs[offset + n_state + k], (1, *shape)], {}, None)
+        known = _known_elem_shape(ctx, scan_names[k])
+        if known is None:
+            found = _refined_type(imp.node_abstract(outs[offset + n_state + k]))
+            if found is None:
+                raise NodeError(f"the type of scan output {scan_names[k]!r} is not static (the stacked "
+                                "result starts as an empty tensor of that shape)")
+            known = found
+        scan_types.append(known)
+        item = imp.call(step, P("unsqueeze"), [outs[offset + n_state + k]], {"axis": 0}, None)
         pair = (item, stacked[k]) if reverse_out[k] else (stacked[k], item)
         new_stacked.append(imp.call(step, P("concat"), [imp.call(step, structure.make_tuple, list(pair), {}, None)],
                                     {"axis": 0}, None))
@@ -776,7 +794,17 @@ def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
     done = FuncGraph(imp.graph_name(f"✗{name}"))
     done.output = done.apply(structure.make_tuple, *state, *stacked)
     loop.output = loop.apply(loop.apply(structure.switch, go, step, done))
-    return ctx.graph.apply(loop, np.array(0, dtype=np.int64), *start)
+    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
+    return ctx.graph.apply(loop, np.array(0, dtype=np.int64), *start, *empty), scan_types
+
+
+def _refined_type(abstract: Any) -> Optional[ElemType]:
+    """(dtype, static shape) of an abstract tensor or scalar, or None."""
+    shape = getattr(abstract, "shape", ())
+    dtype = getattr(abstract, "dtype", None)
+    if dtype is None or shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return str(dtype), tuple(int(d) for d in shape)
 
 
 @op("Loop")
@@ -786,8 +814,6 @@ def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
     carried = [ctx.need(i) for i in range(2, len(ctx.node.input))]
     n_state = len(carried)
     n_scan = len(body.output) - 1 - n_state
-    scan_types = [_static_elem_shape(ctx, body.output[1 + n_state + k].name, "scan output")
-                  for k in range(n_scan)]
 
     def counter(loop: FuncGraph, i: Node) -> Node:
         if trip is None:
@@ -800,10 +826,9 @@ def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
         bound.update({names[2 + k]: state[k] for k in range(n_state)})
         return bound
 
-    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
-    start = [cond0 if cond0 is not None else ctx.const(np.array(True)), *carried, *empty]
-    result = _build_loop(ctx, ctx.node.name or "loop", n_state, n_scan, counter, bind, body, start,
-                         scan_types, [False] * n_scan, True)
+    start = [cond0 if cond0 is not None else ctx.const(np.array(True)), *carried]
+    result, _ = _build_loop(ctx, ctx.node.name or "loop", n_state, n_scan, counter, bind, body, start,
+                            [body.output[1 + n_state + k].name for k in range(n_scan)], [False] * n_scan, True)
     return [ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_state + n_scan)]
 
 
@@ -873,13 +898,11 @@ def _scan8(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 
 def _scan_loop(ctx: Ctx, body: Any, inputs: list[Node], n_state: int, axes: list[int], length_node: Node,
-               in_dirs: list[int], out_dirs: list[int]) -> tuple[Node, list[tuple[str, tuple[int, ...]]]]:
+               in_dirs: list[int], out_dirs: list[int]) -> tuple[Node, list[ElemType]]:
     """The loop of a Scan: the final states and the stacked scan outputs (a tuple),
     and each scan output's element type."""
     m = len(inputs) - n_state
     n_scan = len(body.output) - n_state
-    scan_types = [_static_elem_shape(ctx, body.output[n_state + k].name, "scan output")
-                  for k in range(n_scan)]
     scanned = inputs[n_state:]
 
     def counter(loop: FuncGraph, i: Node) -> Node:
@@ -897,11 +920,9 @@ def _scan_loop(ctx: Ctx, body: Any, inputs: list[Node], n_state: int, axes: list
                                                  {"axis": axes[k]}, None)
         return bound
 
-    empty = [ctx.const(np.zeros((0, *shape), dtype=BY_NAME[dtype].numpy)) for dtype, shape in scan_types]
-    start = [ctx.const(np.array(True)), *inputs[:n_state], *empty]
-    result = _build_loop(ctx, ctx.node.name or "scan", n_state, n_scan, counter, bind, body, start,
-                         scan_types, [bool(d) for d in out_dirs], False)
-    return result, scan_types
+    start = [ctx.const(np.array(True)), *inputs[:n_state]]
+    return _build_loop(ctx, ctx.node.name or "scan", n_state, n_scan, counter, bind, body, start,
+                       [body.output[n_state + k].name for k in range(n_scan)], [bool(d) for d in out_dirs], False)
 
 
 # -- neural-network operators ---------------------------------------------------------------------
@@ -1887,7 +1908,8 @@ def _recurrent(ctx: Ctx, gates: int, defaults: Sequence[str]) -> list[Optional[N
         y = ctx.call(P("transpose"), y, (2, 0, 1, 3))
         y_h = ctx.call(P("transpose"), y_h, (1, 0, 2))
         y_c = ctx.call(P("transpose"), y_c, (1, 0, 2))
-    return [y, y_h, y_c][:max(len(ctx.node.output), 1)]
+    results: list[Optional[Node]] = [y, y_h, y_c]
+    return results[:max(len(ctx.node.output), 1)]
 
 
 def part_w(ctx: Ctx, r: Node, i: int, hidden: int) -> Node:
