@@ -302,6 +302,36 @@ def _input_shape(ctx: Ctx, index: int) -> tuple[int, ...]:
     return shape
 
 
+def _dim(ctx: Ctx, index: int, axis: int) -> int:
+    """The static length of one axis of input ``index`` (the others may be symbolic)."""
+    node = ctx.input(index)
+    if isinstance(node, ValueNode) and isinstance(node.value, np.ndarray):
+        return int(node.value.shape[axis])
+    dims = ctx.type_of(index).dims
+    if dims is None:
+        raise NodeError(f"the rank of input {index} is unknown")
+    found = dims[axis]
+    if not isinstance(found, int):
+        raise NodeError(f"axis {axis % len(dims)} of input {index} has no static length")
+    return found
+
+
+def _known_dims(ctx: Ctx, index: int) -> tuple[Optional[int], ...]:
+    """Each axis's static length, None where symbolic (the rank must be known)."""
+    node = ctx.input(index)
+    if isinstance(node, ValueNode) and isinstance(node.value, np.ndarray):
+        return tuple(int(d) for d in node.value.shape)
+    dims = ctx.type_of(index).dims
+    if dims is None:
+        raise NodeError(f"the rank of input {index} is unknown")
+    return tuple(d if isinstance(d, int) else None for d in dims)
+
+
+def _dims(ctx: Ctx, index: int, axes: Sequence[int]) -> tuple[int, ...]:
+    """The static lengths of some axes of input ``index``."""
+    return tuple(_dim(ctx, index, a) for a in axes)
+
+
 @op("Shape")
 def _shape(ctx: Ctx) -> Sequence[Optional[Node]]:
     node = ctx.need(0)
@@ -319,7 +349,10 @@ def _shape(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 @op("Size")
 def _size(ctx: Ctx) -> Sequence[Optional[Node]]:
-    dims = _input_shape(ctx, 0)
+    try:
+        dims = _input_shape(ctx, 0)
+    except NodeError:
+        return [ctx.call(P("cast"), ctx.call(P("array"), ctx.call(P("size"), ctx.need(0))), "i64")]
     return [ctx.const(np.array(int(np.prod(dims)), dtype=np.int64))]
 
 
@@ -389,12 +422,26 @@ def _expand(ctx: Ctx) -> Sequence[Optional[Node]]:
     return [ctx.call(P("broadcast_to"), ctx.need(0), out)]
 
 
+def _product(dims: Sequence[Optional[int]]) -> int:
+    return int(np.prod([int(d) for d in dims if d is not None]))
+
+
 @op("Flatten")
 def _flatten(ctx: Ctx) -> Sequence[Optional[Node]]:
-    shape = _input_shape(ctx, 0)
+    rank = ctx.rank(0)
     axis = int(ctx.attr("axis", 1))
-    axis = axis % len(shape) if shape and axis < 0 else axis
-    flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+    axis = axis % rank if rank and axis < 0 else axis
+    dims = _known_dims(ctx, 0)
+    lead, trail = dims[:axis], dims[axis:]
+    if all(isinstance(d, int) for d in lead):
+        flat = (_product(lead), -1) if not all(isinstance(d, int) for d in trail) or 0 in lead \
+            else (_product(lead), _product(trail))
+    elif all(isinstance(d, int) for d in trail) and 0 not in trail:
+        flat = (-1, _product(trail))  # a symbolic leading dimension (a batch)
+    else:
+        raise NodeError("Flatten of symbolic dimensions on both sides of the axis")
+    if -1 in flat and 0 in dims:
+        raise NodeError("Flatten of an empty tensor with symbolic dimensions")
     return [ctx.call(P("reshape"), ctx.need(0), flat)]
 
 
@@ -1169,7 +1216,7 @@ def _split(ctx: Ctx) -> Sequence[Optional[Node]]:
         sizes = _ints(raw) if raw is not None else count
     if isinstance(sizes, int) and ctx.opset >= 18 and ctx.attr("num_outputs") is not None:
         # num_outputs pieces of ceil(n / num_outputs), the last one smaller.
-        length = _input_shape(ctx, 0)[axis]
+        length = _dim(ctx, 0, axis)
         piece = -(-length // sizes)
         sizes = tuple(min(piece, length - piece * k) for k in range(sizes))
     parts = call_named(ctx, "split", [ctx.need(0)], {"sizes": sizes, "axis": axis})
@@ -1207,7 +1254,7 @@ def _spatial(ctx: Ctx, kernel: Sequence[int]) -> tuple[tuple[int, ...], tuple[in
     if auto == "VALID":
         return strides, dilations, tuple([0] * (2 * n))
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        dims = _input_shape(ctx, 0)[2:]
+        dims = _dims(ctx, 0, range(2, ctx.rank(0)))
         begins, ends = [], []
         for size, k, s, d in zip(dims, kernel, strides, dilations):
             total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
@@ -1242,7 +1289,7 @@ def _conv_transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
     pads = [int(p) for p in ctx.attr("pads", [0] * (2 * n))]
     if wanted is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         # ONNX's rule: the padding that gives the output shape (input * stride for SAME).
-        dims = _input_shape(ctx, 0)[2:]
+        dims = _dims(ctx, 0, range(2, ctx.rank(0)))
         target = [int(v) for v in wanted][-n:] if wanted is not None else [d * s for d, s in zip(dims, strides)]
         pads = [0] * (2 * n)
         for i in range(n):
@@ -1302,9 +1349,9 @@ def _dilated_avg_pool(ctx: Ctx, kernel: Sequence[int], strides: Sequence[int], d
     """A dilated average pool (anfir's avg_pool has no dilation): the window sums as a
     depthwise convolution with a kernel of ones, divided by the count of the elements
     each window covers (the same convolution of ones over the input or padded region)."""
-    shape = _input_shape(ctx, 0)
     n = len(kernel)
-    spatial = shape[2:]
+    spatial = _dims(ctx, 0, range(2, 2 + n))
+    shape = (None, _dim(ctx, 0, 1), *spatial)
     d = ctx.dtype(0)
     ceil = bool(ctx.attr("ceil_mode", 0))
     begins, ends = list(pads[:n]), list(pads[n:])
@@ -1429,7 +1476,7 @@ def _hardmax(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.opset >= 13:
         rank = ctx.rank(0)
         axis = int(ctx.attr("axis", -1)) % rank
-        length = _input_shape(ctx, 0)[axis]
+        length = _dim(ctx, 0, axis)
         flat, shape = x, None
     else:
         # Before opset 13 the input is seen as 2-d, as Softmax.
@@ -1468,7 +1515,7 @@ def _lrn(ctx: Ctx) -> Sequence[Optional[Node]]:
     size = int(ctx.attr("size"))
     alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
-    channels = _input_shape(ctx, 0)[1]
+    channels = _dim(ctx, 0, 1)
     pads = [0] * (2 * rank)
     pads[1], pads[rank + 1] = before, after
     padded = ctx.call(P("pad"), ctx.call(P("mul"), x, x), pads=tuple(pads), mode="constant", value=0)
@@ -1630,13 +1677,23 @@ def resize_matrix(n_in: int, n_out: int, scale: float, mode: str, coords: str,
     return matrix, outside
 
 
-def _resize_plan(ctx: Ctx, shape: tuple[int, ...]) -> tuple[list[float], list[int], list[float]]:
+def _scaled(scale: float, n: Optional[int]) -> Optional[int]:
+    # The output length of an axis: floor(scale * n); a symbolic axis only unscaled.
+    if n is None:
+        if scale != 1.0:
+            raise NodeError("resizing an axis of symbolic length")
+        return None
+    return int(np.floor(scale * n))
+
+
+def _resize_plan(ctx: Ctx, shape: tuple[Optional[int], ...]
+                 ) -> tuple[list[float], list[Optional[int]], list[float]]:
     """Per axis: the scale, the output length and the roi (starts then ends)."""
     rank = len(shape)
     if ctx.node.op_type == "Upsample" or ctx.opset < 11:
         raw = ctx.attr("scales") if ctx.opset < 9 else ctx.static(1, "the scales")
         scales = [float(s) for s in np.asarray(raw).reshape(-1)]
-        return scales, [int(np.floor(s * n)) for s, n in zip(scales, shape)], [0.0] * rank + [1.0] * rank
+        return scales, [_scaled(s, n) for s, n in zip(scales, shape)], [0.0] * rank + [1.0] * rank
     listed = ctx.attr("axes")
     axes = list(range(rank)) if listed is None else [int(a) % rank for a in listed]
     raw_roi = ctx.static(1, "the roi")
@@ -1648,28 +1705,31 @@ def _resize_plan(ctx: Ctx, shape: tuple[int, ...]) -> tuple[list[float], list[in
     raw_scales = ctx.static(2, "the scales")
     raw_sizes = ctx.static(3, "the sizes")
     scales = [1.0] * rank
-    sizes = list(shape)
+    sizes: list[Optional[int]] = list(shape)
     if raw_sizes is not None and raw_sizes.size:
         for k, a in enumerate(axes):
             sizes[a] = int(raw_sizes.reshape(-1)[k])
-        scales = [sizes[i] / shape[i] for i in range(rank)]
+        if any(shape[a] is None for a in axes):
+            raise NodeError("Resize to given sizes of an axis of symbolic length")
+        scales = [1.0 if shape[i] is None else sizes[i] / shape[i] for i in range(rank)]  # type: ignore[operator]
         policy = str(ctx.attr("keep_aspect_ratio_policy", "stretch"))
         if policy != "stretch":
             pick = min if policy == "not_larger" else max
             common = pick(scales[a] for a in axes)
             scales = [common if i in axes else 1.0 for i in range(rank)]
-            sizes = [int(common * shape[i] + 0.5) if i in axes else shape[i] for i in range(rank)]
+            sizes = [int(common * shape[i] + 0.5) if i in axes else shape[i] for i in range(rank)]  # type: ignore[operator]
     elif raw_scales is not None and raw_scales.size:
         for k, a in enumerate(axes):
             scales[a] = float(raw_scales.reshape(-1)[k])
-        sizes = [int(np.floor(s * n)) for s, n in zip(scales, shape)]
+        sizes = [_scaled(s, n) for s, n in zip(scales, shape)]
     else:
         raise NodeError("Resize needs scales or sizes")
     return scales, sizes, roi
 
 
 def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
-    shape = _input_shape(ctx, 0)
+    # The axes not resized may be symbolic (a batch); the resized ones are static.
+    shape = _known_dims(ctx, 0)
     rank = len(shape)
     d = ctx.dtype(0)
     scales, sizes, roi = _resize_plan(ctx, shape)
@@ -1686,10 +1746,13 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
     for axis in range(rank):
         if scales[axis] == 1.0 and sizes[axis] == shape[axis] and roi[axis] == 0.0 and roi[rank + axis] == 1.0:
             continue
-        if sizes[axis] == 0:
+        n_in, n_out = shape[axis], sizes[axis]
+        if n_in is None or n_out is None:
+            raise NodeError("resizing an axis of symbolic length")
+        if n_out == 0:
             raise NodeError("Resize to an empty axis")
         matrix, outside = resize_matrix(
-            shape[axis], sizes[axis], scales[axis], "linear" if mode == "bilinear" else mode, coords,
+            n_in, n_out, scales[axis], "linear" if mode == "bilinear" else mode, coords,
             (roi[axis], roi[rank + axis]), bool(ctx.attr("antialias", 0)),
             float(ctx.attr("cubic_coeff_a", -0.75)), nearest, bool(ctx.attr("exclude_outside", 0)))
         if not wide:
@@ -1726,7 +1789,7 @@ def _quant_param(ctx: Ctx, index: int, axis: int, block: int) -> Optional[Node]:
         return None
     rank = ctx.rank(0)
     if block > 0:
-        length = _input_shape(ctx, 0)[axis]
+        length = _dim(ctx, 0, axis)
         return ctx.call(P("gather"), node, ctx.const(np.arange(length, dtype=np.int64) // block), axis=axis)
     if ctx.rank(index) == 1 and rank > 1:
         return ctx.call(P("unsqueeze"), node, axis=tuple(i for i in range(rank) if i != axis))
