@@ -1268,8 +1268,8 @@ def _spatial(ctx: Ctx, kernel: Sequence[int]) -> tuple[tuple[int, ...], tuple[in
 
 @op("Conv")
 def _conv(ctx: Ctx) -> Sequence[Optional[Node]]:
-    w_shape = _input_shape(ctx, 1)
-    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w_shape[2:]))
+    listed = ctx.attr("kernel_shape")
+    kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 1, range(2, ctx.rank(1)))
     strides, dilations, pads = _spatial(ctx, kernel)
     return [call_named(ctx, "conv", [ctx.need(0), ctx.need(1)],
                        {"b": ctx.input(2), "stride": strides, "padding": pads,
@@ -1278,9 +1278,9 @@ def _conv(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 @op("ConvTranspose")
 def _conv_transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
-    w_shape = _input_shape(ctx, 1)
-    n = len(w_shape) - 2
-    kernel = tuple(int(k) for k in ctx.attr("kernel_shape", w_shape[2:]))
+    n = ctx.rank(1) - 2
+    listed = ctx.attr("kernel_shape")
+    kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 1, range(2, n + 2))
     strides = tuple(int(s) for s in ctx.attr("strides", [1] * n))
     dilations = tuple(int(d) for d in ctx.attr("dilations", [1] * n))
     out_pad = [int(p) for p in ctx.attr("output_padding", [0] * n)]
