@@ -53,9 +53,10 @@ class NeedsValue(NodeError):
     """A graph input is used where anfir takes a constant (axes, a shape): importing
     with that input's value bound (``bind=``) would succeed."""
 
-    def __init__(self, message: str, input_name: str) -> None:
+    def __init__(self, message: str, input_name: str, input_names: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.input_name = input_name
+        self.input_names = tuple(input_names) or (input_name,)
 
 
 def require_onnx() -> Any:
@@ -203,6 +204,11 @@ class Ctx:
                    "anfir takes it statically")
         if isinstance(node, ParameterNode) and node.graph is self.importer.entry:
             raise NeedsValue(message, node.name or "")
+        names = self.importer.entry_inputs_of(node)
+        if names:
+            # Computed from graph inputs only (a shape given as an input, then
+            # arithmetic): binding those inputs makes it a constant.
+            raise NeedsValue(message, names[0], names)
         raise NodeError(message)
 
     # -- attributes ------------------------------------------------------------------------

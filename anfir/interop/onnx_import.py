@@ -56,7 +56,7 @@ from anfir.abstract.values import AbstractValue, AScalar, ATensor
 from anfir.ir.annotations import TensorAnn, TypeAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.onnx_common import (
     DTYPE_OF_ELEM, MIN_OPSET, Ctx, MissingPrimitive, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, require_onnx,
@@ -250,6 +250,30 @@ class Importer:
         attr_obj = prim.canonical_attrs(attrs) if attrs and isinstance(prim, Primitive) else NO_ATTRS
         return CNode(graph, [ValueNode(prim), *nodes], None, name, attr_obj)
 
+    def entry_inputs_of(self, root: Node) -> list[str]:
+        """The entry graph's parameters ``root`` is computed from, when it is computed
+        from those and constants only (through primitives); else ``[]``."""
+        found: list[str] = []
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, ParameterNode):
+                if node.graph is not self.entry or not node.name:
+                    return []
+                found.append(node.name)
+            elif isinstance(node, CNode):
+                callee = node.inputs[0]
+                if not (isinstance(callee, ValueNode) and isinstance(callee.value, Primitive)):
+                    return []
+                stack.extend(node.inputs[1:])
+            elif isinstance(node, ValueNode) and isinstance(node.value, FuncGraph):
+                return []
+        return sorted(set(found))
+
     def refined_type(self, info: TypeInfo, node: Node) -> TypeInfo:
         """``info`` completed by anfir's abstract value of ``node``."""
         return _refined(info, self.node_abstract(node)) or info
@@ -310,8 +334,9 @@ class Importer:
                 outputs = self.convert_node(node, scope, opsets)
             except NeedsValue as e:
                 self.error(node, str(e))
-                if e.input_name not in self.needs_values:
-                    self.needs_values.append(e.input_name)
+                for needed in e.input_names:
+                    if needed not in self.needs_values:
+                        self.needs_values.append(needed)
                 poisoned.update(node.output)
                 continue
             except NodeError as e:
