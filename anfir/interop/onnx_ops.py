@@ -1988,3 +1988,45 @@ def rb_row(ctx: Ctx, rb: Node) -> Node:
 op("RNN", 7)(lambda ctx: _recurrent(ctx, 1, ("Tanh",)))
 op("GRU", 7)(lambda ctx: _recurrent(ctx, 3, ("Sigmoid", "Tanh")))
 op("LSTM", 7)(lambda ctx: _recurrent(ctx, 4, ("Sigmoid", "Tanh", "Tanh")))
+
+
+@op("SplitToSequence", 11)
+def _split_to_sequence(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # A tuple of the pieces: by the given sizes, or (none given) pieces of 1, each
+    # squeezed unless keepdims.
+    rank = ctx.rank(0)
+    axis = int(ctx.attr("axis", 0)) % rank
+    raw = ctx.static(1, "the sizes")
+    length = _dim(ctx, 0, axis)
+    if raw is None:
+        sizes: tuple[int, ...] = (1,) * length
+    elif raw.ndim == 0:
+        piece = int(raw)
+        sizes = tuple(min(piece, length - k) for k in range(0, length, piece))
+    else:
+        sizes = _ints(raw)
+    parts = call_named(ctx, "split", [ctx.need(0)], {"sizes": sizes, "axis": axis})
+    items = [ctx.call(structure.tuple_getitem, parts, k) for k in range(len(sizes))]
+    if raw is None and not ctx.attr("keepdims", 1):
+        items = [ctx.call(P("squeeze"), item, axis=axis) for item in items]
+    return [ctx.call(structure.make_tuple, *items)]
+
+
+@op("ReverseSequence", 10)
+def _reverse_sequence(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # Each batch element's first length steps reversed: a gather_elements by
+    # indices computed from the (static) lengths.
+    shape = _input_shape(ctx, 0)
+    time_axis, batch_axis = int(ctx.attr("time_axis", 0)), int(ctx.attr("batch_axis", 1))
+    raw = ctx.static(1, "the sequence lengths")
+    assert raw is not None
+    steps = np.arange(shape[time_axis])
+    index = np.zeros(shape, dtype=np.int64)
+    for b, n in enumerate(_ints(raw)):
+        order = np.where(steps < n, n - 1 - steps, steps)
+        view = [1] * len(shape)
+        view[time_axis] = shape[time_axis]
+        where = [slice(None)] * len(shape)
+        where[batch_axis] = slice(b, b + 1)
+        index[tuple(where)] = np.broadcast_to(order.reshape(view), index[tuple(where)].shape)
+    return [ctx.call(P("gather_elements"), ctx.need(0), ctx.const(index), axis=time_axis)]
