@@ -2030,3 +2030,94 @@ def _reverse_sequence(ctx: Ctx) -> Sequence[Optional[Node]]:
         where[batch_axis] = slice(b, b + 1)
         index[tuple(where)] = np.broadcast_to(order.reshape(view), index[tuple(where)].shape)
     return [ctx.call(P("gather_elements"), ctx.need(0), ctx.const(index), axis=time_axis)]
+
+
+def _inverse_real_dft(ctx: Ctx, x: Node, axis: int, n: int, length: int, d: str) -> Node:
+    """x_j = (X_0 + 2 sum_k (Re X_k cos - Im X_k sin)(2 pi j k / L) [+ X_L/2]) / L, the
+    imaginary parts of X_0 and of the Nyquist term ignored, as numpy's irfft."""
+    rank = ctx.rank(0)
+    inner = rank - 1
+    used = min(n, length // 2 + 1)
+    re = ctx.call(P("gather"), x, ctx.const(0, "i64"), axis=rank - 1)
+    im = ctx.call(P("gather"), x, ctx.const(1, "i64"), axis=rank - 1) if _dim(ctx, 0, rank - 1) == 2 else None
+    if used < n:
+        re = ctx.call(P("slice"), re, starts=(0,), ends=(used,), axes=(axis,))
+        im = None if im is None else ctx.call(P("slice"), im, starts=(0,), ends=(used,), axes=(axis,))
+    j = np.arange(length).reshape(-1, 1)
+    k = np.arange(used).reshape(1, -1)
+    weight = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+    angle = 2 * np.pi * ((j * k) % length) / length
+    letters = "abcdefghijklmnopqrstuvwxy"[:inner]
+    spec = f"{letters},z{letters[axis]}->{letters[:axis]}z{letters[axis + 1:]}"
+    out = ctx.call(P("einsum"), spec, re, ctx.const(weight * np.cos(angle)))
+    if im is not None:
+        sine = np.where((k == 0) | (2 * k == length), 0.0, weight * np.sin(angle))
+        out = ctx.call(P("sub"), out, ctx.call(P("einsum"), spec, im, ctx.const(sine)))
+    return ctx.call(P("cast"), ctx.call(P("unsqueeze"), out, axis=rank - 1), d)
+
+
+@op("DFT", 17)
+def _dft(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # The transform along one axis as two products with cosine and sine matrices
+    # (a static length), in f64 as ONNX's reference computes it; the last axis of
+    # input and output holds (real, imaginary).
+    rank = ctx.rank(0)
+    if ctx.opset >= 20:
+        raw_axis = ctx.static(2, "the axis")
+        axis = -2 if raw_axis is None else int(raw_axis.reshape(-1)[0])
+    else:
+        axis = int(ctx.attr("axis", 1))
+    axis %= rank
+    if axis == rank - 1:
+        raise NodeError("DFT along the last axis (it holds the real and imaginary parts)")
+    inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
+    d = ctx.dtype(0)
+    x = ctx.call(P("cast"), ctx.need(0), "f64")
+    n = _dim(ctx, 0, axis)
+    raw_length = ctx.static(1, "the DFT length")
+    given = raw_length is not None and raw_length.size > 0
+    if inverse and onesided:
+        # A one-sided spectrum back to a real signal (numpy's irfft).
+        length = int(raw_length.reshape(-1)[0]) if given else 2 * (n - 1)  # type: ignore[union-attr]
+        return [_inverse_real_dft(ctx, x, axis, n, length, d)]
+    length = n if not given else int(raw_length.reshape(-1)[0])  # type: ignore[union-attr]
+    parts = _dim(ctx, 0, rank - 1)
+    re = ctx.call(P("gather"), x, ctx.const(0, "i64"), axis=rank - 1)
+    im = ctx.call(P("gather"), x, ctx.const(1, "i64"), axis=rank - 1) if parts == 2 else None
+    inner = rank - 1
+
+    def fit(v: Node) -> Node:
+        # Truncated or zero-padded to the transform's length.
+        if length < n:
+            return ctx.call(P("slice"), v, starts=(0,), ends=(length,), axes=(axis,))
+        if length > n:
+            pads = [0] * (2 * inner)
+            pads[inner + axis] = length - n
+            return ctx.call(P("pad"), v, pads=tuple(pads), mode="constant", value=0)
+        return v
+
+    re = fit(re)
+    im = None if im is None else fit(im)
+    outputs = length // 2 + 1 if onesided else length
+    k = np.arange(outputs).reshape(-1, 1)
+    j = np.arange(length).reshape(1, -1)
+    angle = 2 * np.pi * ((k * j) % length) / length
+    cos, sin = np.cos(angle), np.sin(angle)
+    letters = "abcdefghijklmnopqrstuvwxy"[:inner]
+    spec = f"{letters},z{letters[axis]}->{letters[:axis]}z{letters[axis + 1:]}"
+
+    def times(v: Node, m: np.ndarray) -> Node:
+        return ctx.call(P("einsum"), spec, v, ctx.const(m))
+
+    sign = 1.0 if inverse else -1.0
+    # (a + ib)(cos + i*sign*sin) = a cos - sign b sin + i (b cos + sign a sin)
+    out_re = times(re, cos)
+    out_im = times(re, sign * sin)
+    if im is not None:
+        out_re = ctx.call(P("sub"), out_re, times(im, sign * sin))
+        out_im = ctx.call(P("add"), out_im, times(im, cos))
+    if inverse:
+        scale = ctx.const(1.0 / length, "f64")
+        out_re, out_im = ctx.call(P("mul"), out_re, scale), ctx.call(P("mul"), out_im, scale)
+    out = ctx.call(P("stack"), ctx.call(structure.make_tuple, out_re, out_im), axis=-1)
+    return [ctx.call(P("cast"), out, d)]
