@@ -16,6 +16,7 @@ a rule, ``Celu``, ``Range``...) is expanded through that function body by
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -2121,3 +2122,126 @@ def _dft(ctx: Ctx) -> Sequence[Optional[Node]]:
         out_re, out_im = ctx.call(P("mul"), out_re, scale), ctx.call(P("mul"), out_im, scale)
     out = ctx.call(P("stack"), ctx.call(structure.make_tuple, out_re, out_im), axis=-1)
     return [ctx.call(P("cast"), out, d)]
+
+
+# -- GridSample: taps gathered from the flattened image ----------------------------------------------
+def _keys_taps(ctx: Ctx, t: Node, d: str) -> list[Node]:
+    """The four cubic (Keys, a = -0.75) weights of the taps at -1, 0, 1, 2 from floor(x)."""
+    a = -0.75
+
+    def c(v: float) -> Node:
+        return ctx.const(v, d)
+
+    def near(u: Node) -> Node:  # |u| <= 1: (a+2)u^3 - (a+3)u^2 + 1
+        return ctx.call(P("add"), ctx.call(P("mul"), ctx.call(P("mul"), u, u),
+                                           ctx.call(P("sub"), ctx.call(P("mul"), c(a + 2), u), c(a + 3))), c(1.0))
+
+    def far(u: Node) -> Node:  # 1 < |u| < 2: ((a u - 5a) u + 8a) u - 4a
+        inner = ctx.call(P("add"), ctx.call(P("mul"), ctx.call(P("sub"), ctx.call(P("mul"), c(a), u), c(5 * a)), u),
+                         c(8 * a))
+        return ctx.call(P("sub"), ctx.call(P("mul"), inner, u), c(4 * a))
+
+    one = c(1.0)
+    return [far(ctx.call(P("add"), t, one)), near(t), near(ctx.call(P("sub"), one, t)),
+            far(ctx.call(P("sub"), c(2.0), t))]
+
+
+def _reflect(ctx: Ctx, v: Node, lo: float, hi: float, d: str) -> Node:
+    """ONNX's reflection of a coordinate into [lo, hi] (repeatedly, as a mirror)."""
+    span = ctx.const(hi - lo, d)
+    below = ctx.call(P("sub"), ctx.const(lo, d), v)
+    above = ctx.call(P("sub"), v, ctx.const(hi, d))
+
+    def fold(dist: Node, near_end: float, far_end: float) -> Node:
+        turns = ctx.call(P("floor"), ctx.call(P("div"), dist, span))
+        rest = ctx.call(P("sub"), dist, ctx.call(P("mul"), turns, span))
+        even = ctx.call(P("eq"), ctx.call(P("mod"), turns, ctx.const(2.0, d)), ctx.const(0.0, d))
+        return ctx.call(P("where"), even, ctx.call(P("add"), ctx.const(near_end, d), rest) if near_end == lo
+                        else ctx.call(P("sub"), ctx.const(near_end, d), rest),
+                        ctx.call(P("sub"), ctx.const(far_end, d), rest) if far_end == hi
+                        else ctx.call(P("add"), ctx.const(far_end, d), rest))
+
+    low = ctx.call(P("lt"), v, ctx.const(lo, d))
+    high = ctx.call(P("gt"), v, ctx.const(hi, d))
+    return ctx.call(P("where"), low, fold(below, lo, hi),
+                    ctx.call(P("where"), high, fold(above, hi, lo), v))
+
+
+@op("GridSample", 16)
+def _grid_sample(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # Each output element: the weighted taps around its source position, fetched
+    # from the image flattened per (batch, channel) with gather_elements; taps
+    # outside the image read 0 (zeros), the edge (border) or a mirror (reflection).
+    shape = _input_shape(ctx, 0)
+    n, ch, spatial = shape[0], shape[1], shape[2:]
+    grid_shape = _input_shape(ctx, 1)
+    out_spatial = grid_shape[1:-1]
+    r = len(spatial)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(str(ctx.attr("mode", "linear")),
+                                                          str(ctx.attr("mode", "linear")))
+    padding = str(ctx.attr("padding_mode", "zeros"))
+    aligned = bool(ctx.attr("align_corners", 0))
+    d, gd = ctx.dtype(0), ctx.dtype(1)
+    grid = ctx.need(1)
+    count = int(np.prod(out_spatial))
+    per_axis: list[list[tuple[Node, Node, Node]]] = []  # (index, weight, valid) per tap
+    for a in range(r):
+        size = spatial[a]
+        g = ctx.call(P("reshape"), ctx.call(P("gather"), grid, ctx.const(r - 1 - a, "i64"), axis=-1), (n, count))
+        one = ctx.const(1.0, gd)
+        if aligned:
+            x = ctx.call(P("mul"), ctx.call(P("div"), ctx.call(P("add"), g, one), ctx.const(2.0, gd)),
+                         ctx.const(float(size - 1), gd))
+            lo, hi = 0.0, float(size - 1)
+        else:
+            x = ctx.call(P("div"), ctx.call(P("sub"), ctx.call(P("mul"), ctx.call(P("add"), g, one),
+                                                               ctx.const(float(size), gd)), one), ctx.const(2.0, gd))
+            lo, hi = -0.5, size - 0.5
+        if mode == "nearest":
+            x = ctx.call(P("round"), x)
+        if padding == "border":
+            x = ctx.call(P("minimum"), ctx.call(P("maximum"), x, ctx.const(0.0, gd)), ctx.const(float(size - 1), gd))
+        elif padding == "reflection":
+            x = _reflect(ctx, x, lo, hi, gd)
+        base = ctx.call(P("floor"), x)
+        t = ctx.call(P("cast"), ctx.call(P("sub"), x, base), d)
+        if mode == "nearest":
+            offsets, weights = [0], [ctx.const(1.0, d)]
+        elif mode == "linear":
+            offsets, weights = [0, 1], [ctx.call(P("sub"), ctx.const(1.0, d), t), t]
+        elif mode == "cubic":
+            offsets, weights = [-1, 0, 1, 2], _keys_taps(ctx, t, d)
+        else:
+            raise NodeError(f"GridSample mode {mode!r}")
+        start = ctx.call(P("cast"), base, "i64")
+        taps = []
+        for off, w in zip(offsets, weights):
+            i = ctx.call(P("add"), start, ctx.const(off, "i64"))
+            if padding == "reflection":
+                i = ctx.call(P("cast"), _reflect(ctx, ctx.call(P("cast"), i, gd), lo, hi, gd), "i64")
+            inside = ctx.call(P("logical_and"), ctx.call(P("ge"), i, ctx.const(0, "i64")),
+                              ctx.call(P("lt"), i, ctx.const(size, "i64")))
+            i = ctx.call(P("minimum"), ctx.call(P("maximum"), i, ctx.const(0, "i64")), ctx.const(size - 1, "i64"))
+            taps.append((i, w, inside))
+        per_axis.append(taps)
+    flat = ctx.call(P("reshape"), ctx.need(0), (n, ch, int(np.prod(spatial))))
+    strides = [int(np.prod(spatial[a + 1:])) for a in range(r)]
+    total: Optional[Node] = None
+    for combo in itertools.product(*per_axis):
+        index: Optional[Node] = None
+        weight: Optional[Node] = None
+        valid: Optional[Node] = None
+        for a, (i, w, inside) in enumerate(combo):
+            part = ctx.call(P("mul"), i, ctx.const(strides[a], "i64"))
+            index = part if index is None else ctx.call(P("add"), index, part)
+            weight = w if weight is None else ctx.call(P("mul"), weight, w)
+            valid = inside if valid is None else ctx.call(P("logical_and"), valid, inside)
+        assert index is not None and weight is not None and valid is not None
+        if padding == "zeros":
+            weight = ctx.call(P("where"), valid, weight, ctx.const(0.0, d))
+        spread = ctx.call(P("broadcast_to"), ctx.call(P("unsqueeze"), index, axis=1), (n, ch, count))
+        picked = ctx.call(P("gather_elements"), flat, spread, axis=2)
+        term = ctx.call(P("mul"), picked, ctx.call(P("unsqueeze"), weight, axis=1))
+        total = term if total is None else ctx.call(P("add"), total, term)
+    assert total is not None
+    return [ctx.call(P("reshape"), total, (n, ch, *out_spatial))]
