@@ -2205,6 +2205,7 @@ def _grid_sample(ctx: Ctx) -> Sequence[Optional[Node]]:
             x = _reflect(ctx, x, lo, hi, gd)
         base = ctx.call(P("floor"), x)
         t = ctx.call(P("cast"), ctx.call(P("sub"), x, base), d)
+        weights: list[Node]
         if mode == "nearest":
             offsets, weights = [0], [ctx.const(1.0, d)]
         elif mode == "linear":
@@ -2214,7 +2215,7 @@ def _grid_sample(ctx: Ctx) -> Sequence[Optional[Node]]:
         else:
             raise NodeError(f"GridSample mode {mode!r}")
         start = ctx.call(P("cast"), base, "i64")
-        taps = []
+        taps: list[tuple[Node, Node, Node]] = []
         for off, w in zip(offsets, weights):
             i = ctx.call(P("add"), start, ctx.const(off, "i64"))
             if padding == "reflection":
