@@ -39,16 +39,18 @@ def test_node_case_pass_rates(node_results: dict[str, object]) -> None:
     # The floors of what passes today: they only go up as the operator library grows.
     rates = runner.rates(node_results)  # type: ignore[arg-type]
     passed, total = rates["all"]
-    assert total > 1500 and passed / total >= 0.75
+    assert total > 1500 and passed / total >= 0.80
     passed, total = rates["common"]
     assert passed / total >= 0.89
 
 
 def test_control_flow_cases_pass(node_results: dict[str, object]) -> None:
-    # If, Loop (a slice by the counter: test_loop11), Scan of opsets 8 and 9; the two
-    # Loops that grow a sequence of unknown length are the manifest's.
-    for name in ("test_if", "test_if_seq", "test_if_opt", "test_loop11", "test_scan_sum",
-                 "test_scan9_sum", "test_scan9_multi_state", "test_scan9_scalar"):
+    # Every If, Loop and Scan case: a slice by the loop counter (test_loop11), a
+    # sequence grown by a loop (unrolled for its trip count: test_loop13_seq), Scan
+    # of opsets 8 and 9.
+    names = [n for n in node_results if runner.is_control_flow(n)]
+    assert len(names) >= 10
+    for name in names:
         assert node_results[name] is None, (name, node_results[name])
 
 

@@ -49,8 +49,7 @@ class AnfirRep:
     def _module_for(self, feed: dict[str, Any]) -> Module:
         if self.module is not None:
             return self.module
-        key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
-                       for n in self.needs)
+        key = _key(feed, self.needs)
         shapes = {n: tuple(np.shape(v)) for n, v in feed.items() if not isinstance(v, list)}
         model = self.model
         if self.static_shapes:
@@ -61,7 +60,8 @@ class AnfirRep:
             needs = list(self.needs)
             while True:
                 try:
-                    found = import_onnx(model, bind={n: np.asarray(feed[n]) for n in needs})
+                    found = import_onnx(model, bind={n: feed[n] if isinstance(feed[n], list) else np.asarray(feed[n])
+                                                     for n in needs})
                     break
                 except OnnxImportError as e:
                     # A node may need several inputs' values (a Slice's starts and
@@ -72,8 +72,7 @@ class AnfirRep:
                     needs.extend(more)
             if needs != list(self.needs):
                 self.needs = tuple(needs)
-                key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
-                               for n in self.needs)
+                key = _key(feed, self.needs)
                 if self.static_shapes:
                     key += repr(sorted(shapes.items())).encode()
             self._specialized[key] = found
@@ -94,6 +93,16 @@ class AnfirRep:
         if len(self.output_names) > 1:
             return tuple(_onnx_value(r) for r in result)
         return (_onnx_value(result),)
+
+
+def _key(feed: dict[str, Any], names: Sequence[str]) -> bytes:
+    """The bytes that tell apart the values of the inputs ``names`` (tensors or lists)."""
+    parts = []
+    for n in names:
+        for item in feed[n] if isinstance(feed[n], list) else [feed[n]]:
+            parts.append(np.ascontiguousarray(item).tobytes() + repr(np.shape(item)).encode())
+        parts.append(b"|list" if isinstance(feed[n], list) else b"|")
+    return b"".join(parts)
 
 
 def _anfir_value(value: Any) -> Any:

@@ -779,7 +779,7 @@ def read_model(model_or_path: Any) -> tuple[Any, str]:
 
 
 def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
-                bind: Optional[dict[str, np.ndarray]] = None) -> Module:
+                bind: Optional[dict[str, Any]] = None) -> Module:
     """Read an ONNX model (a ``ModelProto`` or a ``.onnx`` path) into a Module whose
     entry is the ONNX graph's name.  See the module documentation.
 
@@ -826,7 +826,10 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
         if inp.name in initializers:
             continue
         if bind and inp.name in bind:
-            scope.values[inp.name] = ValueNode(np.asarray(bind[inp.name]))
+            given = bind[inp.name]
+            # A sequence (a list) is a tuple of tensors; anything else a tensor.
+            scope.values[inp.name] = ValueNode(tuple(np.asarray(v) for v in given) if isinstance(given, (list, tuple))
+                                               else np.asarray(given))
             continue
         try:
             ann = importer.annotation(inp.type, f"input {inp.name!r}")

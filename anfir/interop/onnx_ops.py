@@ -17,12 +17,12 @@ a rule, ``Celu``, ``Range``...) is expanded through that function body by
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from anfir.dtypes import BY_NAME, dtype_name, is_float, numpy_dtype
-from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NodeError, OpRule, TypeInfo
+from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NeedsValue, NodeError, OpRule, TypeInfo
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.primitives import structure
@@ -667,10 +667,28 @@ def _items(ctx: Ctx, index: int) -> Optional[list[Node]]:
     return None
 
 
+def _need_entry_input(ctx: Ctx, indices: Union[int, tuple[int, ...]], what: str) -> None:
+    """A NeedsValue when inputs ``indices`` are (computed from) graph inputs only
+    (those that are not constants already): the Backend then imports the model again
+    with their values bound."""
+    names: list[str] = []
+    for index in (indices,) if isinstance(indices, int) else indices:
+        node = ctx.input(index)
+        if node is None or isinstance(node, ValueNode):
+            continue
+        found = ctx.importer.entry_inputs_of(node)
+        if not found:
+            return
+        names.extend(n for n in found if n not in names)
+    if names:
+        raise NeedsValue(f"{what} must be known when importing", names[0], names)
+
+
 @op("SequenceInsert", 11)
 def _sequence_insert(ctx: Ctx) -> Sequence[Optional[Node]]:
     items = _items(ctx, 0)
     if items is None:
+        _need_entry_input(ctx, 0, "the sequence (its length)")
         raise NodeError("SequenceInsert into a sequence of a length unknown when importing")
     raw = ctx.static(2, "the position")
     at = len(items) if raw is None else int(raw.reshape(-1)[0]) % (len(items) + 1)
@@ -875,9 +893,54 @@ def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
         return bound
 
     start = [cond0 if cond0 is not None else ctx.const(np.array(True)), *carried]
-    result, _ = _build_loop(ctx, ctx.node.name or "loop", n_state, n_scan, counter, bind, body, start,
-                            [body.output[1 + n_state + k].name for k in range(n_scan)], [False] * n_scan, True)
+    try:
+        result, _ = _build_loop(ctx, ctx.node.name or "loop", n_state, n_scan, counter, bind, body, start,
+                                [body.output[1 + n_state + k].name for k in range(n_scan)], [False] * n_scan,
+                                True)
+    except NodeError as failed:
+        # A body that needs what only a finished iteration knows (a sequence that
+        # grows: its length): with a trip count known when importing, the loop is
+        # unrolled, each iteration's values then known; a trip count computed from
+        # graph inputs asks the Backend to bind them.
+        if isinstance(trip, ValueNode) and (cond0 is None or isinstance(cond0, ValueNode)):
+            try:
+                return _unrolled_loop(ctx, body, int(np.asarray(trip.value).reshape(-1)[0]), start, n_state, n_scan)
+            except NodeError:
+                raise failed from None
+        _need_entry_input(ctx, (0, 1), "the trip count and condition of a loop that is unrolled")
+        raise
     return [ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_state + n_scan)]
+
+
+UNROLL_LIMIT = 1024
+"""The most iterations of a Loop the importer unrolls."""
+
+
+def _unrolled_loop(ctx: Ctx, body: Any, trips: int, start: list[Node], n_state: int,
+                   n_scan: int) -> list[Optional[Node]]:
+    """A Loop of a known trip count built iteration by iteration in the graph, while
+    its condition stays a known true."""
+    if trips > UNROLL_LIMIT:
+        raise NodeError(f"a loop of {trips} iterations is too long to unroll")
+    imp = ctx.importer
+    names = [v.name for v in body.input]
+    cond, state = start[0], list(start[1:])
+    scans: list[list[Node]] = [[] for _ in range(n_scan)]
+    for k in range(trips):
+        if not isinstance(cond, ValueNode):
+            raise NodeError("the loop's condition is computed when it runs")
+        if not bool(np.all(np.asarray(cond.value))):
+            break
+        bound: dict[str, Node] = {names[0]: ctx.const(np.array(k, dtype=np.int64)), names[1]: cond}
+        bound.update({names[2 + j]: state[j] for j in range(n_state)})
+        outs = imp.convert_subgraph(body, ctx.graph, ctx.scope, _opsets(ctx), bound)
+        cond, state = outs[0], list(outs[1:1 + n_state])
+        for j in range(n_scan):
+            scans[j].append(ctx.call(P("unsqueeze"), outs[1 + n_state + j], axis=0))
+    if any(not items for items in scans):
+        raise NodeError("a loop with scan outputs that runs no iteration")
+    stacked = [ctx.call(P("concat"), ctx.call(structure.make_tuple, *items), axis=0) for items in scans]
+    return [*[s if not isinstance(s, ValueNode) else s for s in state], *stacked]
 
 
 @op("Scan", 9)
