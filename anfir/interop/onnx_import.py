@@ -431,12 +431,16 @@ class Importer:
                 elif name:
                     # onnx's C++ builders crash on an input of unknown type: no body then.
                     return None
-                    if info is not None and info.dims is not None:
-                        tp.tensor_type.shape.SetInParent()
-                        for d in info.dims:
-                            dim = tp.tensor_type.shape.dim.add()
-                            if isinstance(d, int):
-                                dim.dim_value = d
+                dims = info.dims if info is not None else None
+                if isinstance(node_value, ValueNode) and isinstance(node_value.value, np.ndarray):
+                    dims = tuple(node_value.value.shape)
+                if name and dims is not None:
+                    # Some bodies depend on the rank (RotaryEmbedding's, CausalConvWithState's).
+                    tp.tensor_type.shape.SetInParent()
+                    for d in dims:
+                        dim = tp.tensor_type.shape.dim.add()
+                        if isinstance(d, int):
+                            dim.dim_value = d
                 types.append(tp.SerializeToString())
             try:
                 raw = schema.get_context_dependent_function_with_opset_version(
