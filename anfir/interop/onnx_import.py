@@ -91,6 +91,7 @@ class Importer:
         self.params_as_inputs = params_as_inputs
         self.opsets: dict[str, int] = {_domain(o.domain): int(o.version) for o in model.opset_import}
         self.types: dict[str, TypeInfo] = {}
+        self.sequence_types: dict[str, Any] = {}  # TypeProtos of sequence values, by name
         self.errors: list[str] = []
         self.needs_values: list[str] = []
         self.node_records: list[dict[str, Any]] = []
@@ -192,6 +193,8 @@ class Importer:
         while stack:
             g = stack.pop()
             for vi in itertools.chain(g.input, g.output, g.value_info):
+                if vi.type.HasField("sequence_type"):
+                    self.sequence_types[vi.name] = vi.type
                 info = self.type_info(vi.type)
                 if info.dtype is not None or info.dims is not None:
                     self.types[vi.name] = info
@@ -426,6 +429,9 @@ class Importer:
                 dtype = info.dtype if info else None
                 if dtype is None and isinstance(node_value, ValueNode) and isinstance(node_value.value, np.ndarray):
                     dtype = dtype_name(node_value.value.dtype)
+                if name in self.sequence_types:
+                    types.append(self.sequence_types[name].SerializeToString())
+                    continue
                 if dtype is not None:
                     tp.tensor_type.elem_type = _ONNX_TYPES[dtype]
                 elif name:
