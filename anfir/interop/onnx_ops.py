@@ -2309,3 +2309,52 @@ def _grid_sample(ctx: Ctx) -> Sequence[Optional[Node]]:
         total = term if total is None else ctx.call(P("add"), total, term)
     assert total is not None
     return [ctx.call(P("reshape"), total, (n, ch, *out_spatial))]
+
+
+# -- integer and quantized linear algebra ---------------------------------------------------------
+def _minus_zero(ctx: Ctx, value: int, zero: int) -> Node:
+    """Input ``value`` as i32, less the zero point input ``zero`` when given."""
+    out = ctx.call(P("cast"), ctx.need(value), "i32")
+    point = ctx.input(zero) if zero < len(ctx.node.input) else None
+    if point is not None:
+        out = ctx.call(P("sub"), out, ctx.call(P("cast"), point, "i32"))
+    return out
+
+
+@op("MatMulInteger", 10)
+def _matmul_integer(ctx: Ctx) -> Sequence[Optional[Node]]:
+    return [ctx.call(P("matmul"), _minus_zero(ctx, 0, 2), _minus_zero(ctx, 1, 3))]
+
+
+@op("QLinearMatMul", 10)
+def _qlinear_matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # The integer product, scaled by a_scale * b_scale / y_scale, rounded to even,
+    # shifted by y's zero point and saturated to its type.
+    product = ctx.call(P("matmul"), _minus_zero(ctx, 0, 2), _minus_zero(ctx, 3, 5))
+    ratio = ctx.call(P("div"), ctx.call(P("mul"), ctx.need(1), ctx.need(4)), ctx.need(6))
+    y = ctx.call(P("mul"), ctx.call(P("cast"), product, "f64"), ctx.call(P("cast"), ratio, "f64"))
+    zero = ctx.input(7)
+    d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
+    if zero is not None:
+        y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
+    info = np.iinfo(numpy_dtype(d))
+    y = ctx.call(P("clip"), ctx.call(P("round"), y), ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
+    return [ctx.call(P("cast"), y, d)]
+
+
+@op("ConvInteger", 10)
+def _conv_integer(ctx: Ctx) -> Sequence[Optional[Node]]:
+    listed = ctx.attr("kernel_shape")
+    kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 1, range(2, ctx.rank(1)))
+    strides, dilations, pads = _spatial(ctx, kernel)
+    x = _minus_zero(ctx, 0, 2)
+    w = ctx.call(P("cast"), ctx.need(1), "i32")
+    point = ctx.input(3) if len(ctx.node.input) > 3 else None
+    if point is not None:
+        shift = ctx.call(P("cast"), point, "i32")
+        if ctx.rank(3) == 1:  # one zero point per output channel
+            shift = ctx.call(P("unsqueeze"), shift, axis=tuple(range(1, ctx.rank(1))))
+        w = ctx.call(P("sub"), w, shift)
+    out = call_named(ctx, "conv", [x, w], {"stride": strides, "padding": pads, "dilation": dilations,
+                                          "groups": int(ctx.attr("group", 1))})
+    return [ctx.call(P("cast"), out, "i32")]
