@@ -2358,3 +2358,35 @@ def _conv_integer(ctx: Ctx) -> Sequence[Optional[Node]]:
     out = call_named(ctx, "conv", [x, w], {"stride": strides, "padding": pads, "dilation": dilations,
                                           "groups": int(ctx.attr("group", 1))})
     return [ctx.call(P("cast"), out, "i32")]
+
+
+@op("QLinearConv", 10)
+def _qlinear_conv(ctx: Ctx) -> Sequence[Optional[Node]]:
+    # The integer convolution (plus the i32 bias), scaled by x_scale * w_scale /
+    # y_scale (w_scale per output channel or one), shifted, saturated, rounded.
+    listed = ctx.attr("kernel_shape")
+    kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 3, range(2, ctx.rank(3)))
+    strides, dilations, pads = _spatial(ctx, kernel)
+    x = _minus_zero(ctx, 0, 2)
+    w = ctx.call(P("cast"), ctx.need(3), "i32")
+    spatial = tuple(range(1, ctx.rank(3)))
+    point = ctx.input(5)
+    if point is not None:
+        shift = ctx.call(P("cast"), point, "i32")
+        if ctx.rank(5) == 1:
+            shift = ctx.call(P("unsqueeze"), shift, axis=spatial)
+        w = ctx.call(P("sub"), w, shift)
+    out = call_named(ctx, "conv", [x, w], {"b": ctx.input(8), "stride": strides, "padding": pads,
+                                          "dilation": dilations, "groups": int(ctx.attr("group", 1))})
+    w_scale = ctx.need(4)
+    if ctx.rank(4) == 1:
+        w_scale = ctx.call(P("unsqueeze"), w_scale, axis=(0, *range(2, ctx.rank(3))))
+    ratio = ctx.call(P("div"), ctx.call(P("mul"), ctx.need(1), w_scale), ctx.need(6))
+    y = ctx.call(P("mul"), ctx.call(P("cast"), ctx.call(P("cast"), out, "i32"), "f64"), ctx.call(P("cast"), ratio, "f64"))
+    zero = ctx.input(7)
+    d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
+    if zero is not None:
+        y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
+    info = np.iinfo(numpy_dtype(d))
+    y = ctx.call(P("clip"), y, ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
+    return [ctx.call(P("cast"), ctx.call(P("round"), y), d)]
