@@ -1452,9 +1452,37 @@ op("GlobalMaxPool")(_unary("global_max_pool"))
 @op("BatchNormalization")
 def _batch_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
-        raise NodeError("training mode (anfir's batch_norm is the inference form)")
+        return _batch_norm_training(ctx)
     return [call_named(ctx, "batch_norm", [ctx.need(0), ctx.need(1), ctx.need(2), ctx.need(3),
                                            ctx.need(4)], {"eps": float(ctx.attr("epsilon", 1e-5))})]
+
+
+def _batch_norm_training(ctx: Ctx) -> list[Optional[Node]]:
+    """Training mode: normalized by the batch's own mean and (population) variance over
+    every axis but the channels; the running statistics updated with the momentum."""
+    if ctx.opset < 14:
+        raise NodeError("training-mode BatchNormalization before opset 14 (other outputs)")
+    x = ctx.need(0)
+    rank = ctx.rank(0)
+    d = ctx.dtype(0)
+    axes = tuple(a for a in range(rank) if a != 1)
+    eps, momentum = float(ctx.attr("epsilon", 1e-5)), float(ctx.attr("momentum", 0.9))
+    mean = ctx.call(P("mean"), x, axis=axes, keepdims=True)
+    var = ctx.call(P("var"), x, axis=axes, keepdims=True)
+    along = tuple(a for a in range(rank) if a != 1)
+
+    def channels(node: Node) -> Node:  # a per-channel vector laid along axis 1
+        return ctx.call(P("unsqueeze"), node, axis=along)
+
+    norm = ctx.call(P("div"), ctx.call(P("sub"), x, mean),
+                    ctx.call(P("sqrt"), ctx.call(P("add"), var, ctx.const(eps, d))))
+    y = ctx.call(P("add"), ctx.call(P("mul"), norm, channels(ctx.need(1))), channels(ctx.need(2)))
+    keep, take = ctx.const(momentum, d), ctx.const(1.0 - momentum, d)
+    flat_mean = ctx.call(P("reshape"), mean, (-1,))
+    flat_var = ctx.call(P("reshape"), var, (-1,))
+    running_mean = ctx.call(P("add"), ctx.call(P("mul"), ctx.need(3), keep), ctx.call(P("mul"), flat_mean, take))
+    running_var = ctx.call(P("add"), ctx.call(P("mul"), ctx.need(4), keep), ctx.call(P("mul"), flat_var, take))
+    return [y, running_mean, running_var]
 
 
 # -- more operators, written over the library's primitives -----------------------------------------
