@@ -1635,7 +1635,15 @@ def _scatter_elements(ctx: Ctx, axis: int, reduction: str) -> Node:
     if reduction == "add":
         return ctx.call(P("scatter_add"), x, index, updates, axis=axis)
     if reduction != "none":
-        raise MissingPrimitive(f"ScatterElements with reduction {reduction!r}")
+        # mul, max, min: one element at a time, at positions known when importing.
+        raw = ctx.static(1, "the indices (scattered with a reduction)")
+        assert raw is not None
+        shape = _input_shape(ctx, 0)
+        where = np.indices(raw.shape).reshape(raw.ndim, -1).T.copy()
+        where[:, axis] = np.where(raw.reshape(-1) < 0, raw.reshape(-1) + shape[axis], raw.reshape(-1))
+        flat = ctx.call(P("reshape"), updates, (-1,))
+        return _scatter_in_order(ctx, x, where, lambda k: ctx.call(P("gather"), flat, ctx.const(np.array([k])), axis=0),
+                                 reduction)
     # Replacing: the updates summed into zeros where the indices point, the rest of x
     # kept (ONNX leaves repeated indices undefined without a reduction).
     zeros = ctx.call(P("zeros_like"), x)
@@ -1664,7 +1672,35 @@ def _scatter_nd_rule(ctx: Ctx) -> Sequence[Optional[Node]]:
     if reduction == "add":
         # gather_nd's gradient is the scatter-add of its cotangent into zeros of x.
         return [ctx.call(P("add"), x, ctx.call(P("gather_nd_grad"), updates, x, index))]
-    raise MissingPrimitive(f"ScatterND with reduction {reduction!r}")
+    raw = ctx.static(1, "the indices (scattered with a reduction)")
+    assert raw is not None
+    depth = raw.shape[-1]
+    where = raw.reshape(-1, depth)
+    tail = _input_shape(ctx, 0)[depth:]
+    flat = ctx.call(P("reshape"), updates, (-1, *tail))
+    return [_scatter_in_order(ctx, x, where, lambda k: ctx.call(P("gather"), flat, ctx.const(np.array([k])), axis=0),
+                              reduction)]
+
+
+SCATTER_LIMIT = 4096
+"""The most index tuples a scatter with a mul/max/min reduction is unrolled for."""
+
+
+def _scatter_in_order(ctx: Ctx, x: Node, where: np.ndarray, update: Callable[[int], Node],
+                      reduction: str) -> Node:
+    """x with each ``update(k)`` combined (mul, max, min) into the place ``where[k]``, in
+    order (repeated places combine every update, as ONNX's reductions do)."""
+    combine = {"mul": "mul", "max": "maximum", "min": "minimum"}.get(reduction)
+    if combine is None:
+        raise NodeError(f"scatter reduction {reduction!r}")
+    if len(where) > SCATTER_LIMIT:
+        raise NodeError(f"a scatter with reduction {reduction!r} of {len(where)} places")
+    out = x
+    for k, place in enumerate(where):
+        index = ctx.const(np.asarray(place, dtype=np.int64).reshape(1, -1))
+        old = ctx.call(P("gather_nd"), out, index)
+        out = ctx.call(P("scatter_nd"), out, index, ctx.call(P("cast"), ctx.call(P(combine), old, update(k)), ctx.dtype(0)))
+    return out
 
 
 @op("Compress", 9)
