@@ -2454,3 +2454,84 @@ def _qlinear_conv(ctx: Ctx) -> Sequence[Optional[Node]]:
     info = np.iinfo(numpy_dtype(d))
     y = ctx.call(P("clip"), y, ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
     return [ctx.call(P("cast"), ctx.call(P("round"), y), d)]
+
+
+# -- the training domain's optimizers (ai.onnx.preview.training) --------------------------------------
+TRAINING = "ai.onnx.preview.training"
+
+
+def _optimizer_groups(ctx: Ctx, groups: int) -> tuple[Node, Node, list[list[Node]]]:
+    """R, T and the tensors after them in ``groups`` equal groups (X..., G..., ...)."""
+    rest = [ctx.need(i) for i in range(2, len(ctx.node.input))]
+    if len(rest) % groups:
+        raise NodeError(f"the inputs after R and T are not {groups} groups of one length")
+    n = len(rest) // groups
+    return ctx.need(0), ctx.need(1), [rest[k * n:(k + 1) * n] for k in range(groups)]
+
+
+@op("Adagrad", 1, domain=TRAINING)
+def _adagrad(ctx: Ctx) -> Sequence[Optional[Node]]:
+    rate, step, (xs, gs, hs) = _optimizer_groups(ctx, 3)
+    d = ctx.dtype(2)
+    decay, eps = float(ctx.attr("decay_factor", 0.0)), float(ctx.attr("epsilon", 1e-6))
+    norm = float(ctx.attr("norm_coefficient", 0.0))
+    t = ctx.call(P("cast"), step, d)
+    r = ctx.call(P("div"), ctx.call(P("cast"), rate, d),
+                 ctx.call(P("add"), ctx.const(1.0, d), ctx.call(P("mul"), t, ctx.const(decay, d))))
+    new_x, new_h = [], []
+    for x, g, h in zip(xs, gs, hs):
+        reg = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(norm, d), x), g)
+        h2 = ctx.call(P("add"), h, ctx.call(P("mul"), reg, reg))
+        adaptive = ctx.call(P("add"), ctx.call(P("sqrt"), h2), ctx.const(eps, d))
+        new_x.append(ctx.call(P("sub"), x, ctx.call(P("div"), ctx.call(P("mul"), r, reg), adaptive)))
+        new_h.append(h2)
+    return [*new_x, *new_h]
+
+
+@op("Momentum", 1, domain=TRAINING)
+def _momentum(ctx: Ctx) -> Sequence[Optional[Node]]:
+    rate, step, (xs, gs, vs) = _optimizer_groups(ctx, 3)
+    d = ctx.dtype(2)
+    alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
+    norm = float(ctx.attr("norm_coefficient"))
+    nesterov = str(ctx.attr("mode", "standard")) == "nesterov"
+    r = ctx.call(P("cast"), rate, d)
+    # The first step (T = 0) takes the gradient unscaled by beta.
+    b = ctx.call(P("where"), ctx.call(P("gt"), step, ctx.const(0, ctx.dtype(1))), ctx.const(beta, d), ctx.const(1.0, d))
+    new_x, new_v = [], []
+    for x, g, v in zip(xs, gs, vs):
+        reg = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(norm, d), x), g)
+        v2 = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(alpha, d), v), ctx.call(P("mul"), b, reg))
+        move = ctx.call(P("add"), reg, ctx.call(P("mul"), ctx.const(alpha, d), v2)) if nesterov else v2
+        new_x.append(ctx.call(P("sub"), x, ctx.call(P("mul"), r, move)))
+        new_v.append(v2)
+    return [*new_x, *new_v]
+
+
+@op("Adam", 1, domain=TRAINING)
+def _adam(ctx: Ctx) -> Sequence[Optional[Node]]:
+    rate, step, (xs, gs, vs, hs) = _optimizer_groups(ctx, 4)
+    d = ctx.dtype(2)
+    alpha, beta = float(ctx.attr("alpha", 0.9)), float(ctx.attr("beta", 0.999))
+    eps, norm = float(ctx.attr("epsilon", 1e-6)), float(ctx.attr("norm_coefficient", 0.0))
+    post = float(ctx.attr("norm_coefficient_post", 0.0))
+    t = ctx.call(P("cast"), step, d)
+    r = ctx.call(P("cast"), rate, d)
+    one = ctx.const(1.0, d)
+    # R * sqrt(1 - beta^T) / (1 - alpha^T) once T > 0 (bias correction), else R.
+    corrected = ctx.call(P("div"), ctx.call(P("mul"), r, ctx.call(P("sqrt"), ctx.call(
+        P("sub"), one, ctx.call(P("pow"), ctx.const(beta, d), t)))),
+        ctx.call(P("sub"), one, ctx.call(P("pow"), ctx.const(alpha, d), t)))
+    r = ctx.call(P("where"), ctx.call(P("gt"), step, ctx.const(0, ctx.dtype(1))), corrected, r)
+    new_x, new_v, new_h = [], [], []
+    for x, g, v, h in zip(xs, gs, vs, hs):
+        reg = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(norm, d), x), g)
+        v2 = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(alpha, d), v), ctx.call(P("mul"), ctx.const(1 - alpha, d), reg))
+        h2 = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(beta, d), h),
+                      ctx.call(P("mul"), ctx.const(1 - beta, d), ctx.call(P("mul"), reg, reg)))
+        root = ctx.call(P("add"), ctx.call(P("sqrt"), h2), ctx.const(eps, d))
+        x2 = ctx.call(P("sub"), x, ctx.call(P("div"), ctx.call(P("mul"), r, v2), root))
+        new_x.append(ctx.call(P("mul"), ctx.const(1 - post, d), x2))
+        new_v.append(v2)
+        new_h.append(h2)
+    return [*new_x, *new_v, *new_h]
