@@ -187,7 +187,13 @@ class Ctx:
             return int(node.value.ndim)
         found = self.type_of(index).rank
         if found is None:
-            raise NodeError(f"the rank of input {index} is unknown")
+            message = f"the rank of input {index} is unknown"
+            # Computed from integer graph inputs only (a shape given as an input):
+            # binding their values makes it known.
+            names = self.importer.entry_inputs_of(node) if node is not None else []
+            if names and all((self.importer.types.get(n) or TypeInfo()).dtype in ("i64", "i32") for n in names):
+                raise NeedsValue(message, names[0], names)
+            raise NodeError(message)
         return found
 
     def static(self, index: int, what: str) -> Optional[np.ndarray]:
