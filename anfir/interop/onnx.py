@@ -18,7 +18,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from anfir.eval import run as _run
-from anfir.interop.onnx_import import OnnxImportError, import_onnx, require_onnx, with_input_shapes
+from anfir.interop.onnx_import import (
+    OnnxImportError,
+    import_onnx,
+    require_onnx,
+    with_input_shapes,
+)
 from anfir.ir.graph import Module
 
 

@@ -17,12 +17,20 @@ a rule, ``Celu``, ``Range``...) is expanded through that function body by
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from anfir.dtypes import BY_NAME, dtype_name, is_float, numpy_dtype
-from anfir.interop.onnx_common import DTYPE_OF_ELEM, Ctx, MissingPrimitive, NeedsValue, NodeError, OpRule, TypeInfo
+from anfir.interop.onnx_common import (
+    DTYPE_OF_ELEM,
+    Ctx,
+    MissingPrimitive,
+    NeedsValue,
+    NodeError,
+    OpRule,
+    TypeInfo,
+)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.primitives import structure
@@ -667,7 +675,7 @@ def _items(ctx: Ctx, index: int) -> Optional[list[Node]]:
     return None
 
 
-def _need_entry_input(ctx: Ctx, indices: Union[int, tuple[int, ...]], what: str) -> None:
+def _need_entry_input(ctx: Ctx, indices: int | tuple[int, ...], what: str) -> None:
     """A NeedsValue when inputs ``indices`` are (computed from) graph inputs only
     (those that are not constants already): the Backend then imports the model again
     with their values bound."""
@@ -940,7 +948,7 @@ def _unrolled_loop(ctx: Ctx, body: Any, trips: int, start: list[Node], n_state: 
     if any(not items for items in scans):
         raise NodeError("a loop with scan outputs that runs no iteration")
     stacked = [ctx.call(P("concat"), ctx.call(structure.make_tuple, *items), axis=0) for items in scans]
-    return [*[s if not isinstance(s, ValueNode) else s for s in state], *stacked]
+    return [*state, *stacked]
 
 
 @op("Scan", 9)
