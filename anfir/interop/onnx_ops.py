@@ -1602,7 +1602,10 @@ def _lp_normalization(ctx: Ctx) -> Sequence[Optional[Node]]:
         norm = ctx.call(P("sqrt"), ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axis, keepdims=True))
     else:
         raise NodeError(f"LpNormalization with p={p} (ONNX allows 1 and 2)")
-    return [ctx.call(P("div"), x, norm)]
+    # A zero norm leaves the zeros as they are (ONNX's reference), not 0/0.
+    zero = ctx.call(P("eq"), norm, ctx.const(0, ctx.dtype(0)))
+    safe = ctx.call(P("where"), zero, ctx.const(1, ctx.dtype(0)), norm)
+    return [ctx.call(P("div"), x, safe)]
 
 
 @op("LRN")
