@@ -18,7 +18,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from anfir.eval import run as _run
-from anfir.interop.onnx_import import OnnxImportError, import_onnx, require_onnx
+from anfir.interop.onnx_import import (
+    OnnxImportError,
+    import_onnx,
+    require_onnx,
+    with_input_shapes,
+)
 from anfir.ir.graph import Module
 
 
@@ -28,12 +33,19 @@ class AnfirRep:
     A model that feeds a value anfir takes statically (ReduceSum's axes, a
     Reshape's shape) as a graph input is imported again for each distinct value
     of those inputs when it runs, as a specializing compiler would; every other
-    input stays a parameter."""
+    input stays a parameter.
 
-    def __init__(self, model: Any, module: Optional[Module], needs: tuple[str, ...] = ()) -> None:
+    With ``static_shapes`` (``Backend.prepare(model, static_shapes=True)``), a model
+    that does not import with its declared shapes (a rank that depends on a branch
+    chosen by shape, as exported RNNs do) is imported again for each set of input
+    shapes it is run with, those shapes made static."""
+
+    def __init__(self, model: Any, module: Optional[Module], needs: tuple[str, ...] = (),
+                 static_shapes: bool = False) -> None:
         self.model = model
         self.module = module
         self.needs = needs
+        self.static_shapes = static_shapes
         self.input_names = [i.name for i in model.graph.input
                             if i.name not in {t.name for t in model.graph.initializer}]
         self.output_names = [o.name for o in model.graph.output]
@@ -42,11 +54,32 @@ class AnfirRep:
     def _module_for(self, feed: dict[str, Any]) -> Module:
         if self.module is not None:
             return self.module
-        key = b"".join(np.ascontiguousarray(feed[n]).tobytes() + repr(np.shape(feed[n])).encode()
-                       for n in self.needs)
+        key = _key(feed, self.needs)
+        shapes = {n: tuple(np.shape(v)) for n, v in feed.items() if not isinstance(v, list)}
+        model = self.model
+        if self.static_shapes:
+            key += repr(sorted(shapes.items())).encode()
+            model = with_input_shapes(self.model, shapes)
         found = self._specialized.get(key)
         if found is None:
-            found = import_onnx(self.model, bind={n: np.asarray(feed[n]) for n in self.needs})
+            needs = list(self.needs)
+            while True:
+                try:
+                    found = import_onnx(model, bind={n: feed[n] if isinstance(feed[n], list) else np.asarray(feed[n])
+                                                     for n in needs})
+                    break
+                except OnnxImportError as e:
+                    # A node may need several inputs' values (a Slice's starts and
+                    # ends): each import names those it reached; bind them too.
+                    more = [n for n in e.needs_values if n not in needs and n in feed]
+                    if not more:
+                        raise
+                    needs.extend(more)
+            if needs != list(self.needs):
+                self.needs = tuple(needs)
+                key = _key(feed, self.needs)
+                if self.static_shapes:
+                    key += repr(sorted(shapes.items())).encode()
             self._specialized[key] = found
         return found
 
@@ -65,6 +98,16 @@ class AnfirRep:
         if len(self.output_names) > 1:
             return tuple(_onnx_value(r) for r in result)
         return (_onnx_value(result),)
+
+
+def _key(feed: dict[str, Any], names: Sequence[str]) -> bytes:
+    """The bytes that tell apart the values of the inputs ``names`` (tensors or lists)."""
+    parts = []
+    for n in names:
+        for item in feed[n] if isinstance(feed[n], list) else [feed[n]]:
+            parts.append(np.ascontiguousarray(item).tobytes() + repr(np.shape(item)).encode())
+        parts.append(b"|list" if isinstance(feed[n], list) else b"|")
+    return b"".join(parts)
 
 
 def _anfir_value(value: Any) -> Any:
@@ -96,12 +139,15 @@ def _make_backend() -> type:
 
         @classmethod
         def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> Any:
+            """Import ``model`` (``static_shapes=True``: if it does not import with
+            its declared shapes, import it for the shapes it is run with)."""
+            static = bool(kwargs.get("static_shapes", False))
             try:
                 return AnfirRep(model, import_onnx(model))
             except OnnxImportError as e:
-                if not e.needs_values:
+                if not e.needs_values and not static:
                     raise
-                return AnfirRep(model, None, e.needs_values)
+                return AnfirRep(model, None, e.needs_values, static)
 
         @classmethod
         def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> Any:

@@ -53,9 +53,10 @@ class NeedsValue(NodeError):
     """A graph input is used where anfir takes a constant (axes, a shape): importing
     with that input's value bound (``bind=``) would succeed."""
 
-    def __init__(self, message: str, input_name: str) -> None:
+    def __init__(self, message: str, input_name: str, input_names: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.input_name = input_name
+        self.input_names = tuple(input_names) or (input_name,)
 
 
 def require_onnx() -> Any:
@@ -151,7 +152,14 @@ class Ctx:
         names = self.node.input
         if index >= len(names):
             return TypeInfo()
-        return self.importer.types.get(names[index], TypeInfo())
+        found = self.importer.types.get(names[index], TypeInfo())
+        if names[index] and (found.dtype is None or found.static_shape is None):
+            # ONNX says too little (a subgraph's value, a shape computed from data):
+            # anfir's inference of the node built for it may say more.
+            node = self.scope.lookup(names[index])
+            if node is not None:
+                return self.importer.refined_type(found, node)
+        return found
 
     def out_type(self, index: int = 0) -> TypeInfo:
         """What ONNX shape inference says of output ``index``."""
@@ -179,7 +187,13 @@ class Ctx:
             return int(node.value.ndim)
         found = self.type_of(index).rank
         if found is None:
-            raise NodeError(f"the rank of input {index} is unknown")
+            message = f"the rank of input {index} is unknown"
+            # Computed from integer graph inputs only (a shape given as an input):
+            # binding their values makes it known.
+            names = self.importer.entry_inputs_of(node) if node is not None else []
+            if names and all((self.importer.types.get(n) or TypeInfo()).dtype in ("i64", "i32") for n in names):
+                raise NeedsValue(message, names[0], names)
+            raise NodeError(message)
         return found
 
     def static(self, index: int, what: str) -> Optional[np.ndarray]:
@@ -196,6 +210,11 @@ class Ctx:
                    "anfir takes it statically")
         if isinstance(node, ParameterNode) and node.graph is self.importer.entry:
             raise NeedsValue(message, node.name or "")
+        names = self.importer.entry_inputs_of(node)
+        if names:
+            # Computed from graph inputs only (a shape given as an input, then
+            # arithmetic): binding those inputs makes it a constant.
+            raise NeedsValue(message, names[0], names)
         raise NodeError(message)
 
     # -- attributes ------------------------------------------------------------------------

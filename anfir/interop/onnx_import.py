@@ -51,19 +51,25 @@ from anfir import limits
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError
 from anfir.interop.onnx_export import _ONNX_TYPES
+from anfir.abstract.lattice import abstract_of_value
+from anfir.abstract.rules import static_of_abstract
+from anfir.abstract.typeann import abstract_from_annotation
+from anfir.abstract.shapes import fresh_dim
+from anfir.abstract.values import AbstractValue, AScalar, ATensor
 from anfir.ir.annotations import TensorAnn, TypeAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.onnx_common import (
     DTYPE_OF_ELEM, MIN_OPSET, Ctx, MissingPrimitive, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, require_onnx,
 )
 from anfir.interop.onnx_ops import OPS
 from anfir.primitives import structure
+from anfir.primitives.registry import PRIMITIVES
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
-           "require_onnx"]
+           "require_onnx", "with_input_shapes"]
 
 
 def _fold_ok(prim: Any, values: Sequence[Any]) -> bool:
@@ -72,6 +78,8 @@ def _fold_ok(prim: Any, values: Sequence[Any]) -> bool:
         return False
     return not any(isinstance(v, FuncGraph) for v in values)
 
+
+BF16_CAST = PRIMITIVES["cast"]
 
 FOLD_LIMIT = 1 << 20
 """Folded constants up to this many elements are kept; bigger ones stay calls."""
@@ -86,6 +94,7 @@ class Importer:
         self.params_as_inputs = params_as_inputs
         self.opsets: dict[str, int] = {_domain(o.domain): int(o.version) for o in model.opset_import}
         self.types: dict[str, TypeInfo] = {}
+        self.sequence_types: dict[str, Any] = {}  # TypeProtos of sequence values, by name
         self.errors: list[str] = []
         self.needs_values: list[str] = []
         self.entry: Optional[FuncGraph] = None
@@ -94,6 +103,8 @@ class Importer:
         self.module = Module(filename=filename)
         self._fresh = itertools.count()
         self._graph_names: set[str] = set()
+        # anfir's own abstract value of nodes built (kept with the node: ids stay unique).
+        self._abstracts: dict[int, tuple[Node, Optional[AbstractValue]]] = {}
 
     # -- names -----------------------------------------------------------------------------
     def graph_name(self, base: str) -> str:
@@ -184,6 +195,8 @@ class Importer:
         while stack:
             g = stack.pop()
             for vi in itertools.chain(g.input, g.output, g.value_info):
+                if vi.type.HasField("sequence_type"):
+                    self.sequence_types[vi.name] = vi.type
                 info = self.type_info(vi.type)
                 if info.dtype is not None or info.dims is not None:
                     self.types[vi.name] = info
@@ -242,6 +255,61 @@ class Importer:
         attr_obj = prim.canonical_attrs(attrs) if attrs and isinstance(prim, Primitive) else NO_ATTRS
         return CNode(graph, [ValueNode(prim), *nodes], None, name, attr_obj)
 
+    def entry_inputs_of(self, root: Node) -> list[str]:
+        """The entry graph's parameters ``root`` is computed from, when it is computed
+        from those and constants only (through primitives); else ``[]``."""
+        found: list[str] = []
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, ParameterNode):
+                if node.graph is not self.entry or not node.name:
+                    return []
+                found.append(node.name)
+            elif isinstance(node, CNode):
+                callee = node.inputs[0]
+                if not (isinstance(callee, ValueNode) and isinstance(callee.value, Primitive)):
+                    return []
+                stack.extend(node.inputs[1:])
+            elif isinstance(node, ValueNode) and isinstance(node.value, FuncGraph):
+                return []
+        return sorted(set(found))
+
+    def refined_type(self, info: TypeInfo, node: Node) -> TypeInfo:
+        """``info`` completed by anfir's abstract value of ``node``."""
+        return _refined(info, self.node_abstract(node)) or info
+
+    def node_abstract(self, root: Node) -> Optional[AbstractValue]:
+        """anfir's abstract value of a node built by the importer, from its primitive's
+        inference rule over its inputs' (None when some input's is unknown, or the
+        callee is a graph): iteratively, each node once."""
+        memo = self._abstracts
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            if id(node) in memo:
+                stack.pop()
+                continue
+            if isinstance(node, CNode):
+                args = list(node.inputs[1:])
+                missing = [a for a in args if id(a) not in memo]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                found = _apply_rule(node, [memo[id(a)][1] for a in args])
+                if found is None and node.name:
+                    # A graph's call (an If, a loop): what the import learnt of its value.
+                    found = _typeinfo_abstract(self.types.get(node.name))
+                memo[id(node)] = (node, found)
+            else:
+                memo[id(node)] = (node, _leaf_abstract(node))
+            stack.pop()
+        return memo[id(root)][1]
+
     # -- the rule of an op -----------------------------------------------------------------
     def rule_for(self, node: Any, opset: int) -> Optional[Callable[[Ctx], Sequence[Optional[Node]]]]:
         """The import rule of ``node`` at ``opset`` (None when there is none)."""
@@ -271,8 +339,9 @@ class Importer:
                 outputs = self.convert_node(node, scope, opsets)
             except NeedsValue as e:
                 self.error(node, str(e))
-                if e.input_name not in self.needs_values:
-                    self.needs_values.append(e.input_name)
+                for needed in e.input_names:
+                    if needed not in self.needs_values:
+                        self.needs_values.append(needed)
                 poisoned.update(node.output)
                 continue
             except NodeError as e:
@@ -293,6 +362,17 @@ class Importer:
                     self.error(node, f"output {i} ({name!r}) is not produced by anfir's rule")
                     poisoned.add(name)
                     continue
+                info = self.types.get(name)
+                if isinstance(value, CNode) and (info is None or info.static_shape is None or info.dtype is None):
+                    # ONNX's inference lost the type (a shape computed from data):
+                    # anfir's rules, which see the folded constants, may know it.
+                    info = _refined(info, self.node_abstract(value))
+                    if info is not None:
+                        self.types[name] = info
+                if info is not None and info.dtype == "bf16" and isinstance(value, CNode):
+                    # Some primitives compute bf16 in f32 (numpy has no bf16 kernels):
+                    # ONNX says the value is bf16, so it is cast back (a no-op when it is).
+                    value = self.call(scope.graph, BF16_CAST, [value, "bf16"], {}, None)
                 scope.values[name] = value
                 if isinstance(value, CNode) and value.name is None:
                     value.name = name
@@ -369,17 +449,24 @@ class Importer:
                 dtype = info.dtype if info else None
                 if dtype is None and isinstance(node_value, ValueNode) and isinstance(node_value.value, np.ndarray):
                     dtype = dtype_name(node_value.value.dtype)
+                if name in self.sequence_types:
+                    types.append(self.sequence_types[name].SerializeToString())
+                    continue
                 if dtype is not None:
                     tp.tensor_type.elem_type = _ONNX_TYPES[dtype]
                 elif name:
                     # onnx's C++ builders crash on an input of unknown type: no body then.
                     return None
-                    if info is not None and info.dims is not None:
-                        tp.tensor_type.shape.SetInParent()
-                        for d in info.dims:
-                            dim = tp.tensor_type.shape.dim.add()
-                            if isinstance(d, int):
-                                dim.dim_value = d
+                dims = info.dims if info is not None else None
+                if isinstance(node_value, ValueNode) and isinstance(node_value.value, np.ndarray):
+                    dims = tuple(node_value.value.shape)
+                if name and dims is not None:
+                    # Some bodies depend on the rank (RotaryEmbedding's, CausalConvWithState's).
+                    tp.tensor_type.shape.SetInParent()
+                    for d in dims:
+                        dim = tp.tensor_type.shape.dim.add()
+                        if isinstance(d, int):
+                            dim.dim_value = d
                 types.append(tp.SerializeToString())
             try:
                 raw = schema.get_context_dependent_function_with_opset_version(
@@ -398,6 +485,14 @@ class Importer:
             return body_node
         given = {a.name: a for a in caller.attribute}
         defaults = {a.name: a for a in getattr(fn, "attribute_proto", [])}
+        try:
+            # A schema's function body leaves the defaults to the schema's attributes.
+            specs = dict(self.onnx.defs.get_schema(caller.op_type, caller.domain or "").attributes)
+        except Exception:  # onnx raises SchemaError (not exported under one name)
+            specs = {}
+        for name, spec in specs.items():
+            if name not in defaults and spec.default_value.name:
+                defaults[name] = spec.default_value
         copy = self.onnx.NodeProto()
         copy.CopyFrom(body_node)
         del copy.attribute[:]
@@ -453,12 +548,34 @@ class Importer:
             for i, name in enumerate(copy.input):
                 if name and name not in formals:
                     copy.input[i] = mapping.get(name, name)
+            self.rename_captures(copy, mapping)
             for i, name in enumerate(copy.output):
                 if name:
                     mapping[name] = f"{prefix}{name}#{tag}"
                     copy.output[i] = mapping[name]
             renamed.append(copy)
         return renamed, mapping
+
+    def rename_captures(self, node: Any, mapping: dict[str, str]) -> None:
+        """Rename, inside ``node``'s subgraphs (any depth), the outer values they read
+        by name that the body renamed (a Scan body in a function body reads the
+        function's values)."""
+        A = self.onnx.AttributeProto
+        stack = [a.g for a in node.attribute if a.type == A.GRAPH]
+        stack += [g for a in node.attribute if a.type == A.GRAPHS for g in a.graphs]
+        while stack:
+            g = stack.pop()
+            own = {v.name for v in g.input} | {t.name for t in g.initializer}
+            own |= {o for n in g.node for o in n.output}
+            for n in g.node:
+                for i, name in enumerate(n.input):
+                    if name and name not in own and name in mapping:
+                        n.input[i] = mapping[name]
+                stack.extend(a.g for a in n.attribute if a.type == A.GRAPH)
+                stack.extend(sub for a in n.attribute if a.type == A.GRAPHS for sub in a.graphs)
+            for o in g.output:
+                if o.name not in own and o.name in mapping:
+                    o.name = mapping[o.name]
 
     def infer_body_types(self, nodes: Sequence[Any], scope: Scope, opsets: dict[str, int]) -> None:
         """Types of a function body's values, by ONNX shape inference on a small model."""
@@ -560,6 +677,69 @@ class Importer:
         return outs
 
 
+def _leaf_abstract(node: Node) -> Optional[AbstractValue]:
+    """The abstract value of a constant or an annotated parameter (None otherwise)."""
+    if isinstance(node, ValueNode):
+        if isinstance(node.value, (FuncGraph, Primitive)):
+            return None
+        try:
+            return abstract_of_value(node.value)
+        except AnfirError:
+            return None
+    ann = getattr(node, "annotation", None)
+    if ann is not None:
+        try:
+            return abstract_from_annotation(ann)
+        except AnfirError:
+            return None
+    return None
+
+
+def _apply_rule(node: CNode, args: list[Optional[AbstractValue]]) -> Optional[AbstractValue]:
+    """A primitive call's abstract value by the primitive's rule (None when unknown)."""
+    callee = node.inputs[0]
+    prim = callee.value if isinstance(callee, ValueNode) else None
+    if not isinstance(prim, Primitive) or prim.infer is None or prim is structure.switch:
+        return None
+    if any(a is None for a in args) or not prim.accepts(len(args)):
+        return None
+    known = [a for a in args if a is not None]
+    try:
+        if prim.attrs:
+            inputs = prim.input_count(len(known))
+            positional = [static_of_abstract(a, name) for name, a in zip(prim.positional_attrs, known[inputs:])]
+            result = prim.infer(*known[:inputs], **prim.bound_attrs(node.attrs, positional))
+        else:
+            result = prim.infer(*known)
+    except Exception:  # a rule that rejects its inputs: the type stays unknown
+        return None
+    return result if isinstance(result, AbstractValue) else None
+
+
+def _typeinfo_abstract(info: Optional[TypeInfo]) -> Optional[AbstractValue]:
+    """A TypeInfo of known dtype and rank as an abstract tensor (unknown dims fresh)."""
+    if info is None or info.dtype is None or info.dims is None:
+        return None
+    return ATensor(info.dtype, tuple(d if isinstance(d, int) else fresh_dim() for d in info.dims))
+
+
+def _refined(info: Optional[TypeInfo], abstract: Optional[AbstractValue]) -> Optional[TypeInfo]:
+    """``info`` completed by an abstract value: its dtype, and its static dims."""
+    if isinstance(abstract, AScalar):
+        abstract = ATensor(abstract.dtype, ())
+    if not isinstance(abstract, ATensor):
+        return info
+    dtype = info.dtype if info is not None and info.dtype is not None else abstract.dtype
+    dims = info.dims if info is not None else None
+    if abstract.shape is not None:
+        found = tuple(d if isinstance(d, int) else None for d in abstract.shape)
+        if dims is None or len(dims) != len(found):
+            dims = found
+        else:
+            dims = tuple(f if isinstance(f, int) else d for d, f in zip(dims, found))
+    return TypeInfo(dtype, dims)
+
+
 def _domain(name: str) -> str:
     """The key of a domain: ``""`` for the default one (also spelled ``ai.onnx``)."""
     return "" if name in ("", "ai.onnx") else name
@@ -586,6 +766,25 @@ def _metadata(model: Any) -> dict[str, Any]:
     return meta
 
 
+def with_input_shapes(model: Any, shapes: dict[str, tuple[int, ...]]) -> Any:
+    """A copy of ``model`` whose graph inputs named in ``shapes`` have those static
+    shapes (symbolic or unknown dimensions made concrete), for a model that imports
+    only once its shapes are known (branches chosen by shape, ranks that depend on
+    them): a specializing import, as ``AnfirRep`` does with ``static_shapes=True``."""
+    onnx = require_onnx()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for inp in copy.graph.input:
+        shape = shapes.get(inp.name)
+        if shape is None or not inp.type.HasField("tensor_type"):
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        del dims[:]
+        for n in shape:
+            dims.add().dim_value = int(n)
+    return copy
+
+
 def read_model(model_or_path: Any) -> tuple[Any, str]:
     """An ``onnx.ModelProto`` from a model or a path (read within the size limit)."""
     onnx = require_onnx()
@@ -608,7 +807,7 @@ def read_model(model_or_path: Any) -> tuple[Any, str]:
 
 
 def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
-                bind: Optional[dict[str, np.ndarray]] = None) -> Module:
+                bind: Optional[dict[str, Any]] = None) -> Module:
     """Read an ONNX model (a ``ModelProto`` or a ``.onnx`` path) into a Module whose
     entry is the ONNX graph's name.  See the module documentation.
 
@@ -624,7 +823,7 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
         raise OnnxImportError(f"the model imports ai.onnx opset {default}; anfir reads opset "
                               f"{MIN_OPSET} and later")
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # inference is a help: a model it rejects may still import
         inferred = model
     importer.collect_types(inferred.graph)
@@ -655,7 +854,10 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
         if inp.name in initializers:
             continue
         if bind and inp.name in bind:
-            scope.values[inp.name] = ValueNode(np.asarray(bind[inp.name]))
+            given = bind[inp.name]
+            # A sequence (a list) is a tuple of tensors; anything else a tensor.
+            scope.values[inp.name] = ValueNode(tuple(np.asarray(v) for v in given) if isinstance(given, (list, tuple))
+                                               else np.asarray(given))
             continue
         try:
             ann = importer.annotation(inp.type, f"input {inp.name!r}")
