@@ -17,6 +17,7 @@ import numpy as np
 from anfir.errors import AnfirError, UsageError
 from anfir import limits
 from anfir.limits import int_text
+from anfir.abstract.dimranges import check_argument_ranges
 from anfir.abstract.values import AbstractValue
 from anfir.dtypes import dtype_name
 from anfir.autodiff.api import grad
@@ -260,6 +261,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         print(format_value(lowlevel.run_low(module, *args)))
         return 0
     graph = module[module.entry_name(ns.entry)]
+    check_argument_ranges(graph, args)  # the entry's declared dimension ranges, on both back ends
     if ns.backend == "jax":
         print(format_value(_run_jax(tojax.to_jax(graph), args)))
     else:
@@ -297,7 +299,9 @@ def cmd_grad(ns: argparse.Namespace) -> int:
         with open(ns.output, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(dump_ir(gradient))
     if ns.args or not graph.parameters:
-        print(format_value(run(gradient, *parse_args_list(ns.args))))
+        args = parse_args_list(ns.args)
+        check_argument_ranges(graph, args)  # the gradient takes the entry's arguments
+        print(format_value(run(gradient, *args)))
     elif not ns.output:
         raise UsageError(f"give the arguments of @{graph.name} to evaluate its gradient "
                          f"({len(graph.parameters)} expected), or -o OUT.ir to write the graph")

@@ -79,6 +79,14 @@ class ShapeError(AnfirTypeError):
     kind = "shape error"
 
 
+class DimensionRangeError(ShapeError):
+    """An argument size outside the range a definition declares for its
+    dimension variable (``#@ ranges``, a torch.export ``Dim``'s bounds), or a
+    variable given two sizes by one call."""
+
+    kind = "shape error"
+
+
 class AnfirRuntimeError(AnfirError):
     """An error while evaluating a program (division by zero, bad index...)."""
 

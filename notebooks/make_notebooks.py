@@ -643,7 +643,10 @@ ep = torch.export.export(loss_model, (torch.from_numpy(x), torch.from_numpy(oneh
 
 The entry `forward` takes the lifted parameters (`p_…`) and buffers (`b_…`)
 first, then the inputs `x` and `onehot`, whose batch is the dimension
-variable torch named; `mod.params` holds the weights as numpy arrays. Each
+variable torch named; its range, the `Dim`'s bounds, is the entry's
+`#@ ranges` attribute, and a call with a batch outside it is refused (a
+shape error naming the input, the variable and the range), as torch's own
+guard would. `mod.params` holds the weights as numpy arrays. Each
 ATen call became anfir primitives: `aten.convolution` is `conv`, batch norm
 in eval `batch_norm`, `max_pool2d_with_indices` `max_pool`, `addmm` a matmul
 and an add, `_log_softmax` a shift by the maximum and a `logsumexp`."""),
@@ -652,7 +655,7 @@ mod = anfir.import_torch(ep)
 print(anfir.to_text(mod))
 print({kind: sum(1 for k in mod.metadata["inputs"] if k.startswith(kind))
        for kind in ("parameter", "buffer", "user_input")})
-print("ranges:", mod.metadata["ranges"])'''),
+print("ranges:", mod.entry.flags["meta"]["ranges"])'''),
     ("md", "The imported graph, drawn:"),
     ("py", "mod.entry"),
     ("md", """\

@@ -5,6 +5,7 @@ what the ONNX importer records (docs/language.md, "Doc comments and attributes")
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -297,3 +298,54 @@ def test_onnx_text_with_constants_keeps_metadata_through_normalisation() -> None
     again = anfir.parse(once)
     assert again.metadata == mod.metadata
     assert _node_meta(again["net"]) == _node_meta(mod.entry)
+
+
+RANGED = '''\
+#@ ranges {"n": [2, 3], "m": [1, null]}
+def f(x: f64[n, m], pair: (f64[n], i64)) =
+  sum(x) + sum(pair[0])
+'''
+
+
+def test_a_definitions_ranges_guard_its_entry_in_text_dumps_and_compiles() -> None:
+    """``#@ ranges`` (what the torch importer writes for a Dim) checked at the entry,
+    through a tuple parameter too, on anfir.run, compile with examples or types,
+    and after an .ir round trip; an unbounded side accepts any size."""
+    from anfir.errors import DimensionRangeError
+
+    mod = parse_module(RANGED, "ranged.anf")
+    good = (np.ones((2, 50)), (np.ones(2), 1))
+    assert anfir.run(mod["f"], *good) == 102.0
+    compiled = anfir.compile(mod)  # symbolic: the ranges shown with the graph
+    dump = dump_ir(compiled)
+    assert 'meta ranges = {"n": [2, 3], "m": [1, null]}' in dump and "f64[n, m]" in dump
+    reloaded = load_ir_text(dump, "ranged.ir")
+    outside = "argument 1 (x) of @f, dimension 0 has size 4, outside the range of n [2, 3]"
+    disagree = "argument 2 (pair) of @f, dimension 0 has size 3, but n is 2 in argument 1 (x)"
+    cases = [((np.ones((4, 5)), (np.ones(4), 1)), outside),
+             ((np.ones((2, 5)), (np.ones(3), 1)), disagree)]
+    for args, message in cases:
+        for call in (lambda a=args: anfir.run(mod["f"], *a),
+                     lambda a=args: anfir.run(compiled, *a),
+                     lambda a=args: anfir.run(reloaded.entry, *a),
+                     lambda a=args: anfir.compile(mod, args=list(a))):
+            with pytest.raises(DimensionRangeError) as info:
+                call()
+            assert message in info.value.message
+            assert info.value.loc is not None and info.value.loc.line == 2  # at the annotation
+    with pytest.raises(DimensionRangeError, match="size 1, outside the range of n"):
+        anfir.compile(mod, args=["f64[1, 4]", "(f64[1], i64)"])
+    assert anfir.compile(mod, args=["f64[3, 7]", "(f64[3], i64)"]) is not None
+
+
+@pytest.mark.parametrize("attr, why", [("3", "maps dimension variables"),
+                                       ('{"n": [3]}', "must be [low, high]"),
+                                       ('{"n": [3, 2]}', "is empty"),
+                                       ('{"n": [1.5, 2]}', "must be [low, high]")])
+def test_a_malformed_ranges_attribute_is_a_located_error(attr: str, why: str) -> None:
+    from anfir.errors import DimensionRangeError
+
+    mod = parse_module(f"#@ ranges {attr}\ndef f(x: f64[n]) = sum(x)\n", "bad.anf")
+    with pytest.raises(DimensionRangeError, match=r"the ranges attribute of @f.*" + re.escape(why)) as info:
+        anfir.run(mod["f"], np.ones(2))
+    assert info.value.loc is not None and info.value.loc.file == "bad.anf"

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch importer needs PyTorch (anfir[torch])")
 
 import anfir  # noqa: E402
+from anfir.cli import format_value  # noqa: E402
 from anfir.cli import main as cli_main  # noqa: E402
 from anfir.printers.iso import assert_isomorphic  # noqa: E402
 
@@ -111,9 +112,9 @@ def test_dynamic_dims_are_dimension_variables_with_ranges() -> None:
     batch = torch.export.Dim("batch", min=2, max=64)
     mod = anfir.import_torch(export(MLP(), torch.randn(8, 6), dynamic=({0: batch},)))
     x_param = mod.entry.parameters[-1]
-    (sym,) = mod.metadata["ranges"]
+    (sym,) = mod.entry.flags["meta"]["ranges"]
     assert str(x_param.annotation) == f"f32[{sym}, 6]"
-    assert mod.metadata["ranges"][sym] == [2, 64]
+    assert mod.entry.flags["meta"]["ranges"][sym] == [2, 64]
     compiled = anfir.compile(mod)  # from the annotations alone: the batch stays symbolic
     assert f"f32[{sym}, 3]" in anfir.dump_ir(compiled)
 
@@ -603,3 +604,114 @@ def test_pytorch_export_db_examples(name: str) -> None:
             close(g, w.detach().numpy())
         else:
             assert g == w
+
+
+class TwoInputs(torch.nn.Module):
+    """Two inputs sharing one dynamic batch: the guard binds it once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * y.sum(1, keepdim=True)
+
+
+def _two_inputs(batch: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(batch)
+    return (rng.standard_normal((batch, 3)).astype(np.float32),
+            rng.standard_normal((batch, 3)).astype(np.float32))
+
+
+def _export_two_inputs() -> object:
+    batch = torch.export.Dim("batch", min=2, max=8)
+    return export(TwoInputs(), torch.randn(4, 3), torch.randn(4, 3),
+                  dynamic=({0: batch}, {0: batch}))
+
+
+def _expect_range_error(call: object, sym: str, size: int, param: str = "x") -> anfir.AnfirError:
+    from anfir.errors import DimensionRangeError, ShapeError
+
+    with pytest.raises(DimensionRangeError) as info:
+        call()  # type: ignore[operator]
+    err = info.value
+    assert isinstance(err, ShapeError) and err.loc is not None
+    assert f"({param})" in err.message and f"size {size}" in err.message
+    assert f"range of {sym} [2, 8]" in err.message
+    return err
+
+
+def test_dim_ranges_check_run_and_compile_at_the_entry() -> None:
+    model = TwoInputs()
+    mod = anfir.import_torch(_export_two_inputs())
+    (sym,) = mod.entry.flags["meta"]["ranges"]
+    assert mod.entry.flags["meta"]["ranges"][sym] == [2, 8]
+    params = list(mod.params.values())
+    for n in (4, 2, 8):  # inside the range, the bounds included
+        x, y = _two_inputs(n)
+        want = model(torch.from_numpy(x), torch.from_numpy(y)).detach().numpy()
+        close(anfir.run(mod["forward"], *params, x, y), want)
+        close(anfir.run(anfir.compile(mod, args=[*params, x, y]), *params, x, y), want)
+    symbolic = anfir.compile(mod)  # no arguments: the batch stays s<N>, its range in the dump
+    dump = anfir.dump_ir(symbolic)
+    assert f"f32[{sym}, 3]" in dump and f'meta ranges = {{"{sym}": [2, 8]}}' in dump
+    for n in (9, 1):
+        args = [*params, *_two_inputs(n)]
+        err = _expect_range_error(lambda a=args: anfir.run(mod["forward"], *a), sym, n)
+        assert err.loc.file == __file__  # the user's forward, where x is first read
+        _expect_range_error(lambda a=args: anfir.compile(mod, args=a), sym, n)
+        _expect_range_error(lambda a=args: anfir.run(symbolic, *a), sym, n)
+    # Torch's guard binds the batch once: x and y must agree.
+    x, _ = _two_inputs(4)
+    _, y = _two_inputs(5)
+    for call in (lambda: anfir.run(mod["forward"], *params, x, y),
+                 lambda: anfir.compile(mod, args=[*params, x, y])):
+        with pytest.raises(anfir.AnfirError, match=f"(y).*size 5, but {sym} is 4 .*(x)"):
+            call()
+
+
+def test_dim_ranges_survive_text_dumps_and_the_cli(tmp_path: object) -> None:
+    model = TwoInputs()
+    folder = str(tmp_path)
+    pt2 = os.path.join(folder, "two.pt2")
+    torch.export.save(_export_two_inputs(), pt2)
+    anf = os.path.join(folder, "two.anf")
+    assert cli_main(["import", pt2, "-o", anf]) == 0
+    with open(anf, encoding="utf-8") as handle:
+        text = handle.read()
+    mod = anfir.load(anf)
+    (sym,) = mod.entry.flags["meta"]["ranges"]
+    assert f'#@ ranges {{"{sym}": [2, 8]}}\ndef forward(' in text
+    assert anfir.to_text(mod) == text
+    params = list(anfir.import_torch(torch.export.load(pt2)).params.values())  # not in the text
+    x, y = _two_inputs(9)
+    err = _expect_range_error(lambda: anfir.run(mod["forward"], *params, x, y), sym, 9)
+    assert err.loc.file == anf and f"x: f32[{sym}, 3]" in err.loc.excerpt()  # the annotation
+    # An .ir dump carries the attribute too, and loads back guarded.
+    ir = os.path.join(folder, "two.ir")
+    with open(ir, "w", encoding="utf-8") as handle:
+        handle.write(anfir.dump_ir(anfir.compile(mod)))
+    _expect_range_error(lambda: anfir.run(anfir.load(ir)["forward"], *params, x, y), sym, 9)
+    # The command line: the weights and the inputs as .npy files.
+    names = []
+    for i, value in enumerate([*params, x, y]):
+        names.append(os.path.join(folder, f"a{i}.npy"))
+        np.save(names[-1], value)
+    for command in (["run", anf, *names], ["compile", anf, "--args", *names]):
+        err_text = io.StringIO()
+        with contextlib.redirect_stderr(err_text), contextlib.redirect_stdout(io.StringIO()):
+            assert cli_main(command) != 0
+        assert f"outside the range of {sym} [2, 8]" in err_text.getvalue(), command
+        assert f"{anf}:" in err_text.getvalue()
+    x, y = _two_inputs(3)
+    np.save(names[-2], x)
+    np.save(names[-1], y)
+    want = model(torch.from_numpy(x), torch.from_numpy(y)).detach().numpy()
+    got = anfir.run(anfir.compile(anf, args=[*params, x, y]), *params, x, y)
+    close(got, want)
+    for command, prefix in ((["run", anf, *names], ""), (["compile", anf, "--args", *names], "result: ")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli_main(command) == 0
+        assert prefix + format_value(got) in out.getvalue(), command

@@ -16,8 +16,9 @@ Each ATen call is built by one entry of :data:`anfir.interop.torch_ops`'s
 table, keyed by the ``OpOverload``.  Every call node gets the location of its
 ``stack_trace``: the innermost frame in the user's code (outside torch).
 Dynamic dimensions (``torch.export.Dim``) become dimension variables named
-after their sympy symbols (``f32[s77, 4]``); their ranges are recorded in
-``mod.metadata["ranges"]``.  ``torch.cond`` becomes ``switch`` on two branch
+after their sympy symbols (``f32[s77, 4]``); their ranges are the entry's
+``ranges`` attribute (``#@ ranges {"s77": [2, 64]}`` above ``def forward``),
+which calls are checked against.  ``torch.cond`` becomes ``switch`` on two branch
 graphs that close over what they use; ``while_loop`` a tail-recursive graph.
 
 An op outside the table is an :class:`TorchImportError` listing every
@@ -33,6 +34,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
 from anfir.interop.torch_ops import aten_table, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
@@ -107,6 +109,18 @@ def location_of(fx_node: Any, torch_dir: str) -> Optional[Location]:
             break
     file, line, text = chosen
     return Location(file, int(line), 1, text.rstrip())
+
+
+def _placeholder_location(ph: Any, torch_dir: str) -> Optional[Location]:
+    """An input's location: its own trace (placeholders rarely have one), else
+    that of its first use — the line of the user's ``forward`` that reads it, where
+    an error about the argument (a size outside its ``Dim``'s range) points."""
+    loc = location_of(ph, torch_dir)
+    for user in ph.users if loc is None else ():
+        loc = location_of(user, torch_dir)
+        if loc is not None:
+            break
+    return loc
 
 
 def _describe_op(loc: Optional[Location], fx_node: Any) -> str:
@@ -421,7 +435,7 @@ def import_torch(ep: Any) -> Module:
     kinds: list[str] = []
     for spec, ph in zip(signature.input_specs, placeholders):
         name = _identifier(ph.name)
-        param = entry.add_parameter(name, location_of(ph, importer.torch_dir))
+        param = entry.add_parameter(name, _placeholder_location(ph, importer.torch_dir))
         param.annotation = _annotation(ph.meta.get("val"))
         env[ph] = param
         kind = spec.kind
@@ -473,11 +487,15 @@ def import_torch(ep: Any) -> Module:
     module.metadata["mutations"] = [f"{s.kind.name.lower()} {s.target}" for s in out_specs
                                     if s.kind in (OutputKind.BUFFER_MUTATION,
                                                   OutputKind.USER_INPUT_MUTATION)]
-    # [low, high] lists (None: unbounded), as JSON has them: module metadata is
-    # printed with the program's text and must read back equal.
-    module.metadata["ranges"] = {
-        str(sym): [_bound(vr.lower), _bound(vr.upper)]
-        for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
+    # The entry's own attribute (not the module's): it travels with the graph
+    # through text, dumps and the passes' clones, and anfir.run, the compile of
+    # concrete arguments and `anfir run` check calls against it
+    # (anfir/abstract/dimranges.py).  [low, high] lists, None for an unbounded
+    # side, as JSON has them: the printed text must read back equal.
+    ranges = {str(sym): [_bound(vr.lower), _bound(vr.upper)]
+              for sym, vr in ep.range_constraints.items() if getattr(sym, "is_Symbol", False)}
+    if ranges:
+        entry.flags.setdefault("meta", {})[RANGES] = ranges
     return module
 
 

@@ -22,6 +22,7 @@ from typing import Any, Generator, Optional, Sequence
 
 from anfir.infer.engine import Engine, Infer, InPlaceProvider, Request, Spec
 from anfir.abstract.lattice import BOTTOM, abstract_of_value, widen
+from anfir.abstract.dimranges import check_signature_ranges
 from anfir.abstract.shapes import reset_fresh_dims
 from anfir.infer.specializer import CloneProvider
 from anfir.abstract.typeann import abstract_from_annotation, abstract_from_annotation_text
@@ -57,6 +58,9 @@ def entry_signature(entry: FuncGraph, arg_abstracts: Optional[Sequence[Any]]) ->
             result.append(widen(abstract_of_value(arg)))
         except AnfirError as exc:
             raise type(exc)(exc.message, exc.loc or entry.loc, exc.hint) from None
+    # Once per compile, at the entry: sizes outside the ranges its dimension
+    # variables declare (``#@ ranges``) are refused before anything is inferred.
+    check_signature_ranges(entry, result)
     return tuple(result)
 
 
