@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from anfir.abstract.values import AString, ATuple, GraphSig
@@ -69,6 +70,13 @@ def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) ->
     as ``"l2"``) and folds what depends on it, so the compiled graph computes the
     result for that value only: any other value is an error, never a silent
     wrong result."""
+    if _STRING_FREE.get(graph) is sig:
+        return
+    if not any(_has_string_constant(p) for p in sig.params):
+        # Nothing to compare, whatever the arguments: found once, not on every run
+        # (the walk costs as much as a small program's own evaluation).
+        _STRING_FREE[graph] = sig
+        return
     if len(args) != len(sig.params):
         return  # the call reports the arity error
     for index, (param, expected, arg) in enumerate(zip(graph.parameters, sig.params, args)):
@@ -85,6 +93,22 @@ def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) ->
                     f"containing the string {abstract.value!r}, and cannot run with {value!r}: "
                     "its result was computed for that string; compile it with this value",
                     graph.loc)
+
+
+_STRING_FREE: "weakref.WeakKeyDictionary[FuncGraph, GraphSig]" = weakref.WeakKeyDictionary()
+"""Per graph, the signature found to hold no string constant (no argument to check)."""
+
+
+def _has_string_constant(abstract: Any) -> bool:
+    """Whether ``abstract`` is, or (in nested tuples) holds, a known string."""
+    stack = [abstract]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ATuple):
+            stack.extend(item.items)
+        elif isinstance(item, AString) and isinstance(item.value, str):
+            return True
+    return False
 
 
 __all__ = ["attach_location", "call_function", "code_for", "compile_graph", "disassemble",

@@ -23,8 +23,9 @@ from operator import itemgetter
 from typing import Any, Callable, Optional, Sequence
 
 from anfir.errors import AnfirError, ArityError, IRConsistencyError
-from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, NAMES, P1, P2, P3, PN, RAISE,
-                                RET, TBRANCH, TCALL, TCALLG)
+from anfir.eval.fastpath import FAST_PATHS
+from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, F1, F2, NAMES, P1, P2, P3, PN,
+                                RAISE, RET, TBRANCH, TCALL, TCALLG)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -215,6 +216,15 @@ class _Compiler:
                 return False
             regs = [self.operand(a, node) for a in args]
             dst = self.new_reg()
+            fast = FAST_PATHS.get(prim) if not node.attrs else None
+            if fast is not None and count == 2:
+                self.emit((F2, dst, fast.fast, regs[0], regs[1], fast.types, prim.impl, node))
+                self.reg[node] = dst
+                return False
+            if fast is not None and count == 1:
+                self.emit((F1, dst, fast.fast, regs[0], fast.types, prim.impl, node))
+                self.reg[node] = dst
+                return False
             # A call's attributes are bound once here: the VM calls ``fn(*args)``.
             fn = functools.partial(prim.impl, **node.attrs) if node.attrs else prim.impl
             if count == 2:
@@ -306,6 +316,10 @@ def disassemble(graph: FuncGraph) -> str:
         if op in (P1, P2, P3):
             fn = instr[2]
             text = f"r{instr[1]} = {_fn_name(fn)}({', '.join(f'r{r}' for r in instr[3:-1])})"
+        elif op in (F1, F2):
+            # The impl's name (``mul``): the fast function is its unchecked twin.
+            fn, args = instr[-2], instr[3:5] if op == F2 else instr[3:4]
+            text = f"r{instr[1]} = {_fn_name(fn)}({', '.join(f'r{r}' for r in args)})"
         elif op == PN:
             text = f"r{instr[1]} = {_fn_name(instr[2])}({', '.join(f'r{r}' for r in operands)})"
         elif op == RET:

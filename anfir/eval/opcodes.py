@@ -5,11 +5,18 @@ whose last item is the CNode it comes from (for located errors).  Operands are
 register indices into the frame's register list (see ``compiler.Code``).
 
 The VM tests the kinds in the order below, most frequent first, so the common
-case (a primitive with two arguments) costs one comparison.
+case (arithmetic with two arguments) costs one comparison.
 """
 
 from __future__ import annotations
 
+F2 = 13
+"""``(F2, dst, fast, a, b, types, impl, node)``: a primitive with a fast path
+(:mod:`anfir.eval.fastpath`): ``regs[dst] = fast(x, y)`` when ``x = regs[a]`` and
+``y = regs[b]`` have the same type and it is in ``types``, else (or when ``fast``
+raises) ``impl(x, y)``."""
+F1 = 14
+"""``(F1, dst, fast, a, types, impl, node)``: the same for one argument."""
 P2 = 0
 """``(P2, dst, fn, a, b, node)``: ``regs[dst] = fn(regs[a], regs[b])``."""
 P1 = 1
@@ -43,5 +50,5 @@ raised only if evaluation reaches it)."""
 
 NAMES = {P2: "p2", P1: "p1", CALLG: "callg", BRANCH: "branch", RET: "ret", P3: "p3",
          PN: "pn", CLOSURE: "closure", TCALLG: "tcallg", TBRANCH: "tbranch", CALL: "call",
-         TCALL: "tcall", RAISE: "raise"}
+         TCALL: "tcall", RAISE: "raise", F2: "f2", F1: "f1"}
 """Mnemonics for :func:`anfir.eval.compiler.disassemble`."""

@@ -22,8 +22,8 @@ from anfir.errors import (AnfirError, AnfirRuntimeError, AnfirTypeError, ArityEr
                           ShapeError)
 from anfir.eval.compiler import Code, arity_words, code_for
 from anfir.eval.describe import describe
-from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, P1, P2, P3, PN, RAISE, RET,
-                                TBRANCH, TCALL, TCALLG)
+from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, F1, F2, P1, P2, P3, PN, RAISE,
+                                RET, TBRANCH, TCALL, TCALLG)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
@@ -99,10 +99,32 @@ def execute(code: Code, regs: list) -> Any:
         while True:
             for ins in it:
                 op = ins[0]
-                if op == P2:
+                if op == F2:
+                    # Arithmetic: Python's operator when both operands have one
+                    # type the primitive's fast path takes, else its checked impl.
+                    x = regs[ins[3]]
+                    y = regs[ins[4]]
+                    # (chained: type(x) is type(y) and type(y) in types)
+                    if type(x) is type(y) in ins[5]:
+                        try:
+                            regs[ins[1]] = ins[2](x, y)
+                        except Exception:  # noqa: BLE001 - (x / 0.0, a domain error): the impl answers
+                            regs[ins[1]] = ins[6](x, y)
+                    else:
+                        regs[ins[1]] = ins[6](x, y)
+                elif op == P2:
                     regs[ins[1]] = ins[2](regs[ins[3]], regs[ins[4]])
                 elif op == P1:
                     regs[ins[1]] = ins[2](regs[ins[3]])
+                elif op == F1:
+                    x = regs[ins[3]]
+                    if type(x) in ins[4]:
+                        try:
+                            regs[ins[1]] = ins[2](x)
+                        except Exception:  # noqa: BLE001 - (log(0.0), exp(1e3)): the impl answers
+                            regs[ins[1]] = ins[5](x)
+                    else:
+                        regs[ins[1]] = ins[5](x)
                 elif op == CALLG or op == TCALLG:
                     cell = ins[2]
                     callee = cell.code
