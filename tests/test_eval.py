@@ -20,7 +20,7 @@ import programs
 from anfir.errors import (AnfirError, AnfirRuntimeError, AnfirTypeError, ArityError,
                           IRConsistencyError, ShapeError)
 from anfir.eval import call_function, code_for, disassemble, run
-from anfir.eval.opcodes import BRANCH, F1, F2, RET, TBRANCH, TCALLG
+from anfir.eval.opcodes import BRANCH, F1, F2, K2, K2L, P2, RET, TBRANCH, TCALLG
 from anfir.ir import CNode, FuncGraph, Location, Module, ValueNode
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction
 from anfir.values import Closure, Partial
@@ -177,8 +177,8 @@ def test_fibonacci_stays_int() -> None:
 def test_fibonacci_if_is_fused_into_a_tail_branch() -> None:
     fib = fibonacci_graph()
     kinds = [ins[0] for ins in code_for(fib).instrs]
-    assert kinds == [F2, TBRANCH]  # lt with its fast path, then the fused if
-    assert "tbranch" in disassemble(fib) and "f2       r2 = lt(r0, r1)" in disassemble(fib)
+    assert kinds == [K2, TBRANCH]  # n < 1 with its fast path, then the fused if
+    assert "tbranch" in disassemble(fib) and "k2       r1 = lt(r0, 1)" in disassemble(fib)
 
 
 def test_closures_from_func_outer() -> None:
@@ -829,6 +829,36 @@ def test_the_vm_agrees_with_the_impls_on_fast_and_checked_operands() -> None:
                 assert got[0] == "raises" and issubclass(got[1], AnfirError), (prim.name, args, got)
             else:
                 assert got[0] == "returns" and _identical(got[1], expected[1]), (prim.name, args, got)
+
+
+def test_constant_operands_compile_to_k2_and_agree_with_the_impls() -> None:
+    """A constant operand of a type the fast path takes gives K2 (``x * 1.5``) or K2L
+    (``1.5 - x``), one it never takes a plain call (``x * 2``: ints are not ``mul``'s);
+    every variable operand then gives the impl's result or a located error."""
+    from anfir.eval.fastpath import FAST_PATHS
+    mixed = [1.5, 3, True, np.array([1.5, -0.5], dtype=_BF16), np.array([[1.0, 2.0], [3.0, 4.0]]),
+             np.float64(2.0), (1.0, 2.0)]
+    for prim, path in FAST_PATHS.items():
+        if prim.min_args != 2:
+            continue
+        kinds = sorted(path.types, key=lambda t: t.__name__)
+        samples = [v for kind in kinds for v in FAST_SAMPLES[kind][:3]] + mixed
+        for const in samples:
+            for left in (False, True):
+                g = FuncGraph(f"k_{prim.name}")
+                x = g.add_parameter("x")
+                g.output = g.apply(prim, ValueNode(const), x) if left else g.apply(prim, x, ValueNode(const))
+                want = (K2L if left else K2) if type(const) in path.types else P2
+                assert code_for(g).instrs[0][0] == want, (prim.name, const, left)
+                for value in samples:
+                    args = (const, value) if left else (value, const)
+                    with np.errstate(all="ignore"):
+                        expected = _outcome(prim.impl, *args)
+                        got = _outcome(run, g, value)
+                    if expected[0] == "raises":
+                        assert got[0] == "raises" and issubclass(got[1], AnfirError), (prim.name, args)
+                    else:
+                        assert got[0] == "returns" and _identical(got[1], expected[1]), (prim.name, args, got)
 
 
 def test_the_checks_hold_on_the_fast_instructions() -> None:
