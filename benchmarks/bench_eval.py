@@ -34,6 +34,20 @@ def chain_graph(ops: int) -> FuncGraph:
     return g
 
 
+def register_chain_graph(ops: int) -> FuncGraph:
+    """``x = x * a + b`` repeated, ``a`` and ``b`` parameters: the same chain with
+    no constant operand (the evaluator's F2 instructions instead of K2)."""
+    g = FuncGraph("register_chain")
+    node = g.add_parameter("x")
+    a = g.add_parameter("a")
+    b = g.add_parameter("b")
+    for _ in range(ops // 2):
+        node = g.apply(P["mul"], node, a)
+        node = g.apply(P["add"], node, b)
+    g.output = node
+    return g
+
+
 def loop_graph() -> FuncGraph:
     """``loop(i, acc) = if i < n then loop(i + 1, acc * 1.0001 + 0.5) else acc`` (tail calls)."""
     loop = FuncGraph("loop")
@@ -87,6 +101,9 @@ def main() -> None:
     per_run = best(lambda: [anfir.run(g, 1.0) for _ in range(100)]) / 100
     print(f"chain of {ops} ops: compile {compile_s * 1e3:.2f} ms, "
           f"run {per_run * 1e6 / ops:.3f} µs/node")
+    regs = register_chain_graph(ops)
+    per_run = best(lambda: [anfir.run(regs, 1.0, 1.0001, 0.5) for _ in range(100)]) / 100
+    print(f"the same chain on parameters (x * a + b): {per_run * 1e6 / ops:.3f} µs/node")
     tch = torch_chain(ops)
     if tch is None:
         print("torch eager: skipped (torch not importable)")

@@ -20,7 +20,7 @@ import programs
 from anfir.errors import (AnfirError, AnfirRuntimeError, AnfirTypeError, ArityError,
                           IRConsistencyError, ShapeError)
 from anfir.eval import call_function, code_for, disassemble, run
-from anfir.eval.opcodes import BRANCH, P1, P2, RET, TBRANCH, TCALLG
+from anfir.eval.opcodes import BRANCH, F1, F2, K2, K2L, P2, RET, TBRANCH, TCALLG
 from anfir.ir import CNode, FuncGraph, Location, Module, ValueNode
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction
 from anfir.values import Closure, Partial
@@ -177,8 +177,8 @@ def test_fibonacci_stays_int() -> None:
 def test_fibonacci_if_is_fused_into_a_tail_branch() -> None:
     fib = fibonacci_graph()
     kinds = [ins[0] for ins in code_for(fib).instrs]
-    assert kinds == [P2, TBRANCH]
-    assert "tbranch" in disassemble(fib)
+    assert kinds == [K2, TBRANCH]  # n < 1 with its fast path, then the fused if
+    assert "tbranch" in disassemble(fib) and "k2       r1 = lt(r0, 1)" in disassemble(fib)
 
 
 def test_closures_from_func_outer() -> None:
@@ -446,7 +446,7 @@ def test_straight_line_chain_is_flat_code() -> None:
     g.output = node
     code = code_for(g)
     assert len(code.instrs) == 50_002
-    assert code.instrs[-2][0] == P1 and code.instrs[-1][0] == RET
+    assert code.instrs[-2][0] == F1 and code.instrs[-1][0] == RET
     assert run(g, 0) == -25_000
 
 
@@ -728,3 +728,154 @@ def test_parsed_errors_are_located(program: Module) -> None:
     assert "a + b" in info.value.loc.line_text
     with pytest.raises(ArityError):
         anfir.run(program["hof"])
+
+
+# -- the fast paths (anfir/eval/fastpath.py) ------------------------------------------------
+_BF16 = np.dtype("bfloat16")
+FAST_SAMPLES: dict[type, list[Any]] = {
+    float: [0.0, -0.0, 1.5, -2.5, 3.0, 1e-320, 710.0, 1e308, -1e308, float("inf"),
+            float("-inf"), float("nan")],
+    int: [0, 1, -3, 7, 2 ** 70, -(2 ** 70), 10 ** 400],
+    bool: [True, False],
+    np.ndarray: [np.array([[1.5, -2.0], [0.0, np.nan]]), np.array([[3, -1], [0, 7]]),
+                 np.array([[0.5, 4.0], [-1.0, 0.0]]), np.array([1.0, 2.0, 3.0]),
+                 np.array([True, False]), np.array(2.0), np.array([1.5, -0.5], dtype=_BF16),
+                 np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32),
+                 np.array([1 + 2j, -1j])],
+}
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[str, Any, list[str]]:
+    """``fn(*args)``'s result (or exception type) and the warnings it gave."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the kind is compared below
+            return "raises", type(exc), [str(w.message) for w in caught]
+    return "returns", value, [str(w.message) for w in caught]
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Same type and the same bits (nan and -0.0 included), arrays' dtype and shape too."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, np.generic):
+        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    return repr(a) == repr(b)
+
+
+def _fast_cases() -> list[tuple[Any, Any, tuple]]:
+    from anfir.eval.fastpath import FAST_PATHS
+    cases = []
+    for prim, path in FAST_PATHS.items():
+        for kind in sorted(path.types, key=lambda t: t.__name__):
+            values = FAST_SAMPLES[kind]
+            if prim.min_args == 1:
+                cases += [(prim, path, (v,)) for v in values]
+            else:
+                cases += [(prim, path, (v, w)) for v in values for w in values]
+    return cases
+
+
+def test_every_fast_path_computes_what_its_impl_computes() -> None:
+    """The contract of anfir/eval/fastpath.py, on edge values of every operand type
+    an entry takes: the fast function returns the impl's very result (type, bits,
+    warnings) or raises (then the VM calls the impl)."""
+    cases = _fast_cases()
+    assert len(cases) > 1000
+    fell_back = 0
+    for prim, path, args in cases:
+        with np.errstate(all="warn"):
+            fast = _outcome(path.fast, *args)
+            impl = _outcome(prim.impl, *args)
+        if fast[0] == "raises":
+            fell_back += 1
+            continue
+        assert impl[0] == "returns" and _identical(fast[1], impl[1]) and fast[2] == impl[2], \
+            (prim.name, args, fast, impl)
+    assert 0 < fell_back < len(cases) // 2  # (x / 0.0, log(0.0), shape mismatches...)
+
+
+def _graph_of(prim: Any, arity: int) -> FuncGraph:
+    g = FuncGraph(f"fast_{prim.name}")
+    params = [g.add_parameter(f"a{i}") for i in range(arity)]
+    g.output = g.apply(prim, *params)
+    return g
+
+
+def test_the_vm_agrees_with_the_impls_on_fast_and_checked_operands() -> None:
+    """Through the VM (F1/F2 instructions), every sample pair — same type (fast path)
+    and mixed types (checked path: int with float, float with a bf16 array...) —
+    gives the impl's result, or a located AnfirError where the impl raises."""
+    from anfir.eval.fastpath import FAST_PATHS
+    mixed = [1.5, 3, True, np.array([1.5, -0.5], dtype=_BF16), np.array([[1.0, 2.0], [3.0, 4.0]]),
+             np.float64(2.0), (1.0, 2.0)]
+    for prim, path in FAST_PATHS.items():
+        arity = prim.min_args
+        g = _graph_of(prim, arity)
+        assert code_for(g).instrs[0][0] == (F2 if arity == 2 else F1)
+        kinds = sorted(path.types, key=lambda t: t.__name__)
+        samples = [v for kind in kinds for v in FAST_SAMPLES[kind][:4]] + mixed
+        pairs = [(v,) for v in samples] if arity == 1 else [(v, w) for v in samples for w in samples]
+        for args in pairs:
+            with np.errstate(all="ignore"):
+                expected = _outcome(prim.impl, *args)
+                got = _outcome(run, g, *args)
+            if expected[0] == "raises":
+                assert got[0] == "raises" and issubclass(got[1], AnfirError), (prim.name, args, got)
+            else:
+                assert got[0] == "returns" and _identical(got[1], expected[1]), (prim.name, args, got)
+
+
+def test_constant_operands_compile_to_k2_and_agree_with_the_impls() -> None:
+    """A constant operand of a type the fast path takes gives K2 (``x * 1.5``) or K2L
+    (``1.5 - x``), one it never takes a plain call (``x * 2``: ints are not ``mul``'s);
+    every variable operand then gives the impl's result or a located error."""
+    from anfir.eval.fastpath import FAST_PATHS
+    mixed = [1.5, 3, True, np.array([1.5, -0.5], dtype=_BF16), np.array([[1.0, 2.0], [3.0, 4.0]]),
+             np.float64(2.0), (1.0, 2.0)]
+    for prim, path in FAST_PATHS.items():
+        if prim.min_args != 2:
+            continue
+        kinds = sorted(path.types, key=lambda t: t.__name__)
+        samples = [v for kind in kinds for v in FAST_SAMPLES[kind][:3]] + mixed
+        for const in samples:
+            for left in (False, True):
+                g = FuncGraph(f"k_{prim.name}")
+                x = g.add_parameter("x")
+                g.output = g.apply(prim, ValueNode(const), x) if left else g.apply(prim, x, ValueNode(const))
+                want = (K2L if left else K2) if type(const) in path.types else P2
+                assert code_for(g).instrs[0][0] == want, (prim.name, const, left)
+                for value in samples:
+                    args = (const, value) if left else (value, const)
+                    with np.errstate(all="ignore"):
+                        expected = _outcome(prim.impl, *args)
+                        got = _outcome(run, g, value)
+                    if expected[0] == "raises":
+                        assert got[0] == "raises" and issubclass(got[1], AnfirError), (prim.name, args)
+                    else:
+                        assert got[0] == "returns" and _identical(got[1], expected[1]), (prim.name, args, got)
+
+
+def test_the_checks_hold_on_the_fast_instructions() -> None:
+    """What the fast paths must not skip: tuples refused, Python int products bounded,
+    a Python float beside a bf16 array made bf16, a bad operand located."""
+    add = _graph_of(P["add"], 2)
+    mul = _graph_of(P["mul"], 2)
+    with pytest.raises(AnfirTypeError, match="not a tuple"):
+        run(add, (1.0,), (2.0,))
+    with pytest.raises(AnfirRuntimeError, match="MAX_INT_BITS"):
+        run(mul, 2 ** 40_000, 2 ** 40_000)
+    out = run(mul, 2.0, np.array([1.5], dtype=_BF16))
+    assert out.dtype == _BF16 and out[0] == 3.0
+    assert type(run(mul, True, True)) is int and run(mul, 3, 4) == 12
+    module = anfir.parse("def f(x, y) =\n  let z = x / y in\n  log(z) + x * y")
+    assert run(module["f"], 0.0, 0.0) != run(module["f"], 0.0, 0.0)  # nan, not an error
+    assert run(module["f"], 1.0, 0.0) == float("inf")
+    with pytest.raises(AnfirTypeError) as info:
+        run(module["f"], (1.0,), 2.0)
+    assert info.value.loc is not None and info.value.loc.line == 2

@@ -13,7 +13,7 @@ from typing import Any
 from anfir.abstract.values import AString, ATuple, GraphSig
 from anfir.errors import AnfirError, AnfirTypeError
 from anfir.eval.compiler import code_for, compile_graph, disassemble
-from anfir.eval.vm import attach_location, enter, execute, locate
+from anfir.eval.vm import attach_location, check_graph_call, enter, execute, locate
 from anfir.ir.graph import FuncGraph, Module
 from anfir.values import Closure, Partial
 
@@ -28,17 +28,22 @@ def call_function(fn: Any, args: tuple) -> Any:
     try:
         code, started = enter(fn, tuple(args))
     except AnfirError as exc:
-        if exc.loc is None:
-            graph = _graph_of(fn)
-            if graph is not None and graph.loc is not None:
-                exc.loc = graph.loc
-                exc.args = (exc.render(),)
+        _locate_at_definition(exc, fn)
         raise
     except Exception as exc:  # a primitive called directly
         raise locate(exc, None) from exc
     if code is None:
         return started
     return execute(code, started)
+
+
+def _locate_at_definition(exc: AnfirError, fn: Any) -> None:
+    """Give an unlocated error the location of ``fn``'s graph definition, if any."""
+    if exc.loc is None:
+        graph = _graph_of(fn)
+        if graph is not None and graph.loc is not None:
+            exc.loc = graph.loc
+            exc.args = (exc.render(),)
 
 
 def _graph_of(fn: Any) -> "FuncGraph | None":
@@ -57,20 +62,36 @@ def run(graph: Any, *args: Any) -> Any:
     as FuncGraph, Closure, Partial or Primitive objects)."""
     if isinstance(graph, Module):
         graph = graph.entry
-    if isinstance(graph, FuncGraph) and isinstance(graph.abstract, GraphSig):
-        check_specialized_arguments(graph, graph.abstract, args)
-    return call_function(graph, args)
+    if not isinstance(graph, FuncGraph):
+        return call_function(graph, args)
+    # A graph, the common case, in one cache lookup (a small program's whole
+    # evaluation costs a few of ``call_function``'s layers).
+    try:
+        code = code_for(graph)
+        if len(args) != code.nparams or code.nfree:
+            check_graph_call(code, len(args), 0)
+    except AnfirError as exc:
+        _locate_at_definition(exc, graph)
+        raise
+    sig = graph.abstract
+    if sig is not None and sig is not code.string_free and isinstance(sig, GraphSig):
+        if not check_specialized_arguments(graph, sig, args):
+            code.string_free = sig  # nothing to compare on later runs either
+    return execute(code, [*args, *code.template])
 
 
-def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) -> None:
+def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) -> bool:
     """Refuse arguments that differ from the constants ``graph`` was specialized for.
 
     The specializer keeps the value of a string argument (a dtype name, a mode such
     as ``"l2"``) and folds what depends on it, so the compiled graph computes the
     result for that value only: any other value is an error, never a silent
-    wrong result."""
+    wrong result.  Returns whether ``sig`` holds such a string at all (when it
+    does not, no arguments need this check)."""
+    if not any(_has_string_constant(p) for p in sig.params):
+        return False
     if len(args) != len(sig.params):
-        return  # the call reports the arity error
+        return True  # the call reports the arity error
     for index, (param, expected, arg) in enumerate(zip(graph.parameters, sig.params, args)):
         stack = [(expected, arg)]
         while stack:
@@ -85,6 +106,19 @@ def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) ->
                     f"containing the string {abstract.value!r}, and cannot run with {value!r}: "
                     "its result was computed for that string; compile it with this value",
                     graph.loc)
+    return True
+
+
+def _has_string_constant(abstract: Any) -> bool:
+    """Whether ``abstract`` is, or (in nested tuples) holds, a known string."""
+    stack = [abstract]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ATuple):
+            stack.extend(item.items)
+        elif isinstance(item, AString) and isinstance(item.value, str):
+            return True
+    return False
 
 
 __all__ = ["attach_location", "call_function", "code_for", "compile_graph", "disassemble",

@@ -23,8 +23,9 @@ from operator import itemgetter
 from typing import Any, Callable, Optional, Sequence
 
 from anfir.errors import AnfirError, ArityError, IRConsistencyError
-from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, NAMES, P1, P2, P3, PN, RAISE,
-                                RET, TBRANCH, TCALL, TCALLG)
+from anfir.eval.fastpath import FAST_PATHS, FastPath
+from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, F1, F2, K2, K2L, NAMES, P1, P2,
+                                P3, PN, RAISE, RET, TBRANCH, TCALL, TCALLG)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -39,7 +40,7 @@ class Code:
     """The compiled form of one FuncGraph."""
 
     __slots__ = ("graph", "nparams", "nfree", "template", "instrs", "operands",
-                 "manager", "epoch", "__weakref__")
+                 "manager", "epoch", "string_free", "__weakref__")
 
     def __init__(self, graph: FuncGraph, nparams: int, nfree: int, template: list,
                  instrs: list[tuple], operands: list[tuple[int, ...]], manager: Manager) -> None:
@@ -59,6 +60,9 @@ class Code:
         """The manager whose facts the code was compiled from."""
         self.epoch = manager.epoch
         """``manager.epoch`` at compile time; a different epoch means stale code."""
+        self.string_free: Any = None
+        """The graph's signature (``graph.abstract``) once :func:`anfir.eval.run` has
+        found that it holds no string constant to compare the arguments with."""
 
 
 class GraphCell:
@@ -213,6 +217,9 @@ class _Compiler:
                 self.fail(node, ArityError(f"{prim.name} takes {arity_words(prim)}, got {count}",
                                            node.loc))
                 return False
+            fast = FAST_PATHS.get(prim) if not node.attrs else None
+            if fast is not None and self.fast_call(node, prim, fast, args):
+                return False
             regs = [self.operand(a, node) for a in args]
             dst = self.new_reg()
             # A call's attributes are bound once here: the VM calls ``fn(*args)``.
@@ -264,6 +271,38 @@ class _Compiler:
         self.reg[node] = dst
         return tail
 
+    def fast_call(self, node: CNode, prim: Primitive, path: FastPath, args: Sequence[Node]) -> bool:
+        """Emit a call of a primitive with a fast path (F1, F2, K2, K2L); False
+        when the fast path can never apply (the caller emits a plain call)."""
+        if len(args) not in (1, 2):
+            return False
+        # A constant operand's type is known now: one the fast path does not take
+        # means it never applies (``x * 2``: ints are not ``mul``'s), one it takes
+        # is the type the other operand must have (``x * 1.5``: a float).
+        known = [type(a.value) if isinstance(a, ValueNode) else None for a in args]
+        if any(kind is not None and kind not in path.types for kind in known):
+            return False
+        impl = prim.impl
+        if len(args) == 1:
+            a = self.operand(args[0], node)
+            instr: tuple = (F1, self.new_reg(), path.fast, a, path.types, impl, node)
+        elif known[1] is not None:
+            a = self.operand(args[0], node)
+            const = args[1]
+            assert isinstance(const, ValueNode)  # (known)
+            instr = (K2, self.new_reg(), path.fast, a, const.value, known[1], impl, node)
+        elif known[0] is not None:
+            const = args[0]
+            assert isinstance(const, ValueNode)  # (known)
+            b = self.operand(args[1], node)
+            instr = (K2L, self.new_reg(), path.fast, const.value, b, known[0], impl, node)
+        else:
+            a, b = self.operand(args[0], node), self.operand(args[1], node)
+            instr = (F2, self.new_reg(), path.fast, a, b, path.types, impl, node)
+        self.emit(instr)
+        self.reg[node] = instr[1]
+        return True
+
     def fail(self, node: CNode, error: AnfirError) -> None:
         # The error is raised only if evaluation reaches the node (the program
         # may never take that path); its value slot stays empty.
@@ -306,6 +345,12 @@ def disassemble(graph: FuncGraph) -> str:
         if op in (P1, P2, P3):
             fn = instr[2]
             text = f"r{instr[1]} = {_fn_name(fn)}({', '.join(f'r{r}' for r in instr[3:-1])})"
+        elif op in (F1, F2, K2, K2L):
+            # The primitive's name (``mul``): the fast function is its impl's unchecked twin.
+            shown = {F1: [f"r{instr[3]}"], F2: [f"r{instr[3]}", f"r{instr[4]}"],
+                     K2: [f"r{instr[3]}", _const_text(instr[4])],
+                     K2L: [_const_text(instr[3]), f"r{instr[4]}"]}[op]
+            text = f"r{instr[1]} = {instr[-1].inputs[0].value.name}({', '.join(shown)})"
         elif op == PN:
             text = f"r{instr[1]} = {_fn_name(instr[2])}({', '.join(f'r{r}' for r in operands)})"
         elif op == RET:
@@ -330,3 +375,9 @@ def _fn_name(fn: Any) -> str:
         bound = ", ".join(f"{k}={v!r}" for k, v in fn.keywords.items())
         return f"{_fn_name(fn.func)}[{bound}]"
     return str(getattr(fn, "__name__", fn))
+
+
+def _const_text(value: Any) -> str:
+    """A constant operand as :func:`disassemble` shows it (an array by its shape)."""
+    shape = getattr(value, "shape", None)
+    return f"array{list(shape)}" if shape is not None else repr(value)

@@ -22,8 +22,8 @@ from anfir.errors import (AnfirError, AnfirRuntimeError, AnfirTypeError, ArityEr
                           ShapeError)
 from anfir.eval.compiler import Code, arity_words, code_for
 from anfir.eval.describe import describe
-from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, P1, P2, P3, PN, RAISE, RET,
-                                TBRANCH, TCALL, TCALLG)
+from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, F1, F2, K2, K2L, P1, P2, P3, PN,
+                                RAISE, RET, TBRANCH, TCALL, TCALLG)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
@@ -45,7 +45,7 @@ def enter(fn: Any, args: tuple) -> tuple[Optional[Code], Any]:
         fn = fn.fn
     if isinstance(fn, Closure):
         code = code_for(fn.graph)
-        _check_graph_call(code, len(args), len(fn.env))
+        check_graph_call(code, len(args), len(fn.env))
         return code, [*args, *fn.env, *code.template]
     if isinstance(fn, Primitive):
         if not fn.accepts(len(args)):
@@ -53,7 +53,7 @@ def enter(fn: Any, args: tuple) -> tuple[Optional[Code], Any]:
         return None, fn.impl(*args)
     if isinstance(fn, FuncGraph):
         code = code_for(fn)
-        _check_graph_call(code, len(args), 0)
+        check_graph_call(code, len(args), 0)
         return code, [*args, *code.template]
     if isinstance(fn, MetaFunction):
         if not fn.accepts(len(args)):
@@ -66,7 +66,9 @@ def enter(fn: Any, args: tuple) -> tuple[Optional[Code], Any]:
     raise AnfirTypeError(f"calling a non-function ({describe(fn)})")
 
 
-def _check_graph_call(code: Code, nargs: int, nenv: int) -> None:
+def check_graph_call(code: Code, nargs: int, nenv: int) -> None:
+    """Raise the (unlocated) error of calling ``code`` with ``nargs`` arguments
+    and ``nenv`` captured values, if they do not fit it."""
     if nargs != code.nparams:
         words = "1 argument" if code.nparams == 1 else f"{code.nparams} arguments"
         raise ArityError(f"@{code.graph.name} takes {words}, got {nargs}")
@@ -99,10 +101,57 @@ def execute(code: Code, regs: list) -> Any:
         while True:
             for ins in it:
                 op = ins[0]
-                if op == P2:
-                    regs[ins[1]] = ins[2](regs[ins[3]], regs[ins[4]])
-                elif op == P1:
-                    regs[ins[1]] = ins[2](regs[ins[3]])
+                if op == K2:
+                    # Arithmetic with a constant: Python's operator when the other
+                    # operand has the constant's type, else the primitive's impl.
+                    x = regs[ins[3]]
+                    if type(x) is ins[5]:
+                        try:
+                            regs[ins[1]] = ins[2](x, ins[4])
+                        except Exception:  # noqa: BLE001 - (x / 0.0, a domain error): the impl answers
+                            regs[ins[1]] = ins[6](x, ins[4])
+                    else:
+                        regs[ins[1]] = ins[6](x, ins[4])
+                elif op == F2:
+                    # Arithmetic: Python's operator when both operands have one
+                    # type the primitive's fast path takes, else its checked impl.
+                    x = regs[ins[3]]
+                    y = regs[ins[4]]
+                    # (chained: type(x) is type(y) and type(y) in types)
+                    if type(x) is type(y) in ins[5]:
+                        try:
+                            regs[ins[1]] = ins[2](x, y)
+                        except Exception:  # noqa: BLE001 - (x / 0.0, a domain error): the impl answers
+                            regs[ins[1]] = ins[6](x, y)
+                    else:
+                        regs[ins[1]] = ins[6](x, y)
+                elif op < CALLG:  # the other primitive calls (see opcodes)
+                    if op == P2:
+                        regs[ins[1]] = ins[2](regs[ins[3]], regs[ins[4]])
+                    elif op == P1:
+                        regs[ins[1]] = ins[2](regs[ins[3]])
+                    elif op == F1:
+                        x = regs[ins[3]]
+                        if type(x) in ins[4]:
+                            try:
+                                regs[ins[1]] = ins[2](x)
+                            except Exception:  # noqa: BLE001 - (log(0.0), exp(1e3)): the impl answers
+                                regs[ins[1]] = ins[5](x)
+                        else:
+                            regs[ins[1]] = ins[5](x)
+                    elif op == K2L:
+                        y = regs[ins[4]]
+                        if type(y) is ins[5]:
+                            try:
+                                regs[ins[1]] = ins[2](ins[3], y)
+                            except Exception:  # noqa: BLE001 - (1.0 / 0.0): the impl answers
+                                regs[ins[1]] = ins[6](ins[3], y)
+                        else:
+                            regs[ins[1]] = ins[6](ins[3], y)
+                    elif op == P3:
+                        regs[ins[1]] = ins[2](regs[ins[3]], regs[ins[4]], regs[ins[5]])
+                    else:  # PN
+                        regs[ins[1]] = ins[2](*ins[3](regs))
                 elif op == CALLG or op == TCALLG:
                     cell = ins[2]
                     callee = cell.code
@@ -148,10 +197,6 @@ def execute(code: Code, regs: list) -> Any:
                     it, regs, caller = stack.pop()
                     regs[caller[1]] = value
                     break
-                elif op == P3:
-                    regs[ins[1]] = ins[2](regs[ins[3]], regs[ins[4]], regs[ins[5]])
-                elif op == PN:
-                    regs[ins[1]] = ins[2](*ins[3](regs))
                 elif op == CLOSURE:
                     regs[ins[1]] = Closure(ins[2], ins[3](regs))
                 elif op == CALL or op == TCALL:
@@ -161,7 +206,7 @@ def execute(code: Code, regs: list) -> Any:
                         callee = code_for(fn.graph)
                         env = fn.env
                         if len(args) != callee.nparams or len(env) != callee.nfree:
-                            _check_graph_call(callee, len(args), len(env))
+                            check_graph_call(callee, len(args), len(env))
                         new = [*args, *env, *callee.template]
                     else:
                         callee, new = enter(fn, args)

@@ -125,8 +125,11 @@ def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
     return x, y, dout
 
 
-def _all_matrices(*values: Any) -> bool:
-    return all(type(v) is np.ndarray and v.ndim == 2 for v in values)
+def _all_matrices(a: Any, b: Any, c: Any) -> bool:
+    # Spelled out, not all(... for ...): a generator costs more than a 16x16
+    # matmul (1.2 us of a 13 us small-MLP gradient).
+    return (type(a) is np.ndarray and type(b) is np.ndarray and type(c) is np.ndarray
+            and a.ndim == 2 and b.ndim == 2 and c.ndim == 2)
 
 
 def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
