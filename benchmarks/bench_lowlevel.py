@@ -36,10 +36,12 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
+sys.path.insert(2, str(HERE.parent / "tests"))  # convnets: the tests' networks
 
 import numpy as np  # noqa: E402
 
 import anfir  # noqa: E402
+import convnets  # noqa: E402
 from anfir.lowlevel import Executor  # noqa: E402
 from harness import Figure, calls_per_sample, format_details, format_table, micro, paired_seconds  # noqa: E402
 
@@ -138,37 +140,14 @@ def speed_figure(quick: bool = False) -> Figure:
     return figure
 
 
-# The CNN and ResNet-style networks of tests/test_lowlevel.py at CIFAR's size (B x 3 x 32 x 32):
-# conv with bias, batch norm, max and average pooling, a linear head; a stem, a residual block
-# with an identity shortcut, a downsampling block with a 1x1 projection shortcut.
-NETS = """
-def cnn(w1, b1, s1, o1, m1, lv1, w2, wf, x, y) =
-  let h = relu(batch_norm(conv(x, w1, b1, padding=1), s1, o1, m1, exp(lv1))) in
-  let p = max_pool(h, 2) in
-  let h2 = relu(conv(p, w2, padding=1)) in
-  let q = avg_pool(h2, 3, 1, padding=1) in
-  let g = reshape(global_avg_pool(q), (B, C2)) in
-  let z = g @ wf in
-  sum((z - y) * (z - y)) / 2.0
-
-def bn(x, s, o, m, lv) = batch_norm(x, s, o, m, exp(lv))
-
-def resnet(w0, s0, o0, m0, lv0, wa, sa, oa, ma, lva, wb, sb, ob, mb, lvb,
-           wc, sc, oc, mc, lvc, wd, sd, od, md, lvd, wp, wf, x, y) =
-  let h0 = max_pool(relu(bn(conv(x, w0, padding=1), s0, o0, m0, lv0)), 3, 2, padding=1) in
-  let ha = relu(bn(conv(h0, wa, padding=1), sa, oa, ma, lva)) in
-  let h1 = relu(bn(conv(ha, wb, padding=1), sb, ob, mb, lvb) + h0) in
-  let hc = relu(bn(conv(h1, wc, stride=2, padding=1), sc, oc, mc, lvc)) in
-  let h2 = relu(bn(conv(hc, wd, padding=1), sd, od, md, lvd) + conv(h1, wp, stride=2)) in
-  let z = reshape(global_avg_pool(h2), (B, C2)) @ wf in
-  sum((z - y) * (z - y)) / 2.0
-"""
+# The CNN and ResNet-style networks of tests/test_lowlevel.py (tests/convnets.py) at CIFAR's
+# size (B x 3 x 32 x 32).
 CNN_BATCH, C1, C2, CLASSES = 16, 16, 32, 10
 
 
 def nets() -> tuple[Any, list[str], list[str]]:
     """The networks' module and the argument types of ``cnn`` and ``resnet``."""
-    module = anfir.parse(NETS.replace("(B, C2)", f"({CNN_BATCH}, {C2})"), "nets.anf")
+    module = anfir.parse(convnets.NETS, "nets.anf")
 
     def t(*dims: int) -> str:
         return f"f64[{', '.join(map(str, dims))}]"

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import anfir
+import convnets
 from anfir.errors import AnfirError
 from anfir.lowlevel import Executor, LowProgram, load_lir_text, print_program
 from anfir.lowlevel.rules import RULES, UNLOWERED
@@ -49,32 +50,8 @@ def two_layers(w1: f64[6, 6], w2: f64[6, 2], x: f64[4, 6]) -> f64 =
 """
 
 
-# A small CNN (conv with bias, batch norm, max and average pooling, a linear head) and a
-# ResNet-style network (a stem, a residual block with an identity shortcut, a downsampling
-# block with a 1x1 projection shortcut), at 2 x 3 x 8 x 8.  Batch norm's variance is
-# exp(lv) so that every drawn argument is valid.
-NETS = """
-def cnn(w1, b1, s1, o1, m1, lv1, w2, wf, x, y) =
-  let h = relu(batch_norm(conv(x, w1, b1, padding=1), s1, o1, m1, exp(lv1))) in
-  let p = max_pool(h, 2) in
-  let h2 = relu(conv(p, w2, padding=1)) in
-  let q = avg_pool(h2, 3, 1, padding=1) in
-  let g = reshape(global_avg_pool(q), (2, 6)) in
-  let z = g @ wf in
-  sum((z - y) * (z - y)) / 2.0
-
-def bn(x, s, o, m, lv) = batch_norm(x, s, o, m, exp(lv))
-
-def resnet(w0, s0, o0, m0, lv0, wa, sa, oa, ma, lva, wb, sb, ob, mb, lvb,
-           wc, sc, oc, mc, lvc, wd, sd, od, md, lvd, wp, wf, x, y) =
-  let h0 = max_pool(relu(bn(conv(x, w0, padding=1), s0, o0, m0, lv0)), 3, 2, padding=1) in
-  let ha = relu(bn(conv(h0, wa, padding=1), sa, oa, ma, lva)) in
-  let h1 = relu(bn(conv(ha, wb, padding=1), sb, ob, mb, lvb) + h0) in
-  let hc = relu(bn(conv(h1, wc, stride=2, padding=1), sc, oc, mc, lvc)) in
-  let h2 = relu(bn(conv(hc, wd, padding=1), sd, od, md, lvd) + conv(h1, wp, stride=2)) in
-  let z = reshape(global_avg_pool(h2), (2, 8)) @ wf in
-  sum((z - y) * (z - y)) / 2.0
-"""
+# A small CNN and a ResNet-style network (tests/convnets.py), here at 2 x 3 x 8 x 8.
+NETS = convnets.NETS
 
 
 def _bn_types(c: int) -> list[str]:
@@ -488,7 +465,7 @@ def test_the_cnn_training_step_allocates_nothing_per_instruction() -> None:
     # The ResNet-style network's gradient at batch 4, 16 x 16: its smallest activation is
     # 4 x 8 x 4 x 4 f64 (4 KiB); an instruction writing through a temporary, or a numpy ufunc
     # buffering a strided or broadcast operand, would allocate at least that much.
-    nets = anfir.parse(NETS.replace("(2, 8)", "(4, 8)"), "nets.anf")
+    nets = anfir.parse(NETS, "nets.anf")
     types = [t.replace("f64[2, 3, 8, 8]", "f64[4, 3, 16, 16]").replace("f64[2, 5]", "f64[4, 5]")
              for t in RESNET_TYPES]
     grad = anfir.grad(nets["resnet"], tuple(range(len(types) - 2)))
