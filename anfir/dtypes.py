@@ -64,6 +64,18 @@ DTYPES: tuple[DTypeInfo, ...] = (
     DTypeInfo("bool", "bool", "bool", 8, "Bool"),
     DTypeInfo("c64", "complex64", "complex", 64, "Complex64"),
     DTypeInfo("c128", "complex128", "complex", 128, "Complex128"),
+    # The narrow types (ml_dtypes; ONNX's FLOAT8*, FLOAT4E2M1, INT4/UINT4, INT2/UINT2):
+    # storage types, one byte per element in numpy, ``bits`` is their logical width.
+    DTypeInfo("f8e4m3fn", "float8_e4m3fn", "float", 8, "Float8E4M3FN"),
+    DTypeInfo("f8e4m3fnuz", "float8_e4m3fnuz", "float", 8, "Float8E4M3FNUZ"),
+    DTypeInfo("f8e5m2", "float8_e5m2", "float", 8, "Float8E5M2"),
+    DTypeInfo("f8e5m2fnuz", "float8_e5m2fnuz", "float", 8, "Float8E5M2FNUZ"),
+    DTypeInfo("f8e8m0", "float8_e8m0fnu", "float", 8, "Float8E8M0"),
+    DTypeInfo("f4e2m1", "float4_e2m1fn", "float", 4, "Float4E2M1"),
+    DTypeInfo("i4", "int4", "int", 4, "Int4"),
+    DTypeInfo("u4", "uint4", "uint", 4, "UInt4"),
+    DTypeInfo("i2", "int2", "int", 2, "Int2"),
+    DTypeInfo("u2", "uint2", "uint", 2, "UInt2"),
     DTypeInfo("str", None, "str", 0, "String"),
 )
 """Every type name, in the order messages and documentation list them."""
@@ -99,7 +111,8 @@ def _check_table() -> None:
         assert row.kind in KINDS, row
         if row.numpy is not None:
             assert np.dtype(row.numpy).name == row.numpy, row
-            assert np.dtype(row.numpy).itemsize * 8 == row.bits, row
+            # A narrow type (4 or 2 bits) takes a whole byte in a numpy array.
+            assert np.dtype(row.numpy).itemsize * 8 == max(row.bits, 8), row
 
 
 _check_table()
@@ -166,6 +179,19 @@ def literal_dtype(value: Any) -> Optional[str]:
         if isinstance(value, python_type):
             return name
     return None
+
+
+def int_range(dtype: Any) -> tuple[int, int]:
+    """The smallest and largest value of an integer numpy dtype (``int4`` included:
+    numpy's ``iinfo`` knows only its own integers, ml_dtypes' knows both)."""
+    info = ml_dtypes.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def float_max(dtype: Any) -> float:
+    """The largest finite value of a float numpy dtype (``float8_e4m3fn``'s is 448;
+    ml_dtypes' ``finfo`` knows numpy's floats and its own)."""
+    return float(ml_dtypes.finfo(np.dtype(dtype)).max)
 
 
 # -- the .ir spelling of scalar types --------------------------------------------------
@@ -267,7 +293,7 @@ def is_complex(name: str) -> bool:
 
 __all__ = [
     "BY_NAME", "DTYPES", "DTypeInfo", "ELEMENT_TYPES", "KINDS", "LITERAL_DTYPES", "TYPE_NAMES",
-    "abstract_name", "bits_of", "complex_text", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
+    "abstract_name", "bits_of", "float_max", "int_range", "complex_text", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
     "is_bool", "is_complex", "is_dtype", "is_float", "is_float_array", "is_integer", "is_signed_int",
     "is_unsigned_int", "kind_of", "literal_dtype", "numpy_dtype", "numpy_kind", "weak_scalars", "numpy_name", "require_dtype_name",
 ]

@@ -204,6 +204,8 @@ _ONNX_TYPES: dict[str, int] = {
     "f16": 10, "f32": 1, "f64": 11, "i8": 3, "i16": 5, "i32": 6, "i64": 7,
     "u8": 2, "u16": 4, "u32": 12, "u64": 13, "bool": 9, "str": 8,
     "bf16": 16, "c64": 14, "c128": 15,
+    "f8e4m3fn": 17, "f8e4m3fnuz": 18, "f8e5m2": 19, "f8e5m2fnuz": 20, "u4": 21, "i4": 22,
+    "f4e2m1": 23, "f8e8m0": 24, "u2": 25, "i2": 26,
 }
 """anfir dtype → ONNX ``TensorProto.DataType`` (checked against onnx when a model is written)."""
 
@@ -2247,7 +2249,10 @@ def _is_weak(operand: Operand) -> bool:
 _PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",
                 "i32": "INT32", "i64": "INT64", "u8": "UINT8", "u16": "UINT16", "u32": "UINT32",
                 "u64": "UINT64", "bool": "BOOL", "str": "STRING", "bf16": "BFLOAT16",
-                "c64": "COMPLEX64", "c128": "COMPLEX128"}
+                "c64": "COMPLEX64", "c128": "COMPLEX128", "f8e4m3fn": "FLOAT8E4M3FN",
+                "f8e4m3fnuz": "FLOAT8E4M3FNUZ", "f8e5m2": "FLOAT8E5M2", "f8e5m2fnuz": "FLOAT8E5M2FNUZ",
+                "f8e8m0": "FLOAT8E8M0", "f4e2m1": "FLOAT4E2M1", "i4": "INT4", "u4": "UINT4",
+                "i2": "INT2", "u2": "UINT2"}
 
 
 def _placeholder_type(t: AbstractValue) -> AbstractValue:
