@@ -206,21 +206,26 @@ def from_abstract_name(text: str) -> str:
     return _BY_ABSTRACT.get(text, text)
 
 
-# -- bfloat16 operands -------------------------------------------------------------------
-_BF16 = np.dtype("bfloat16")
+# -- bfloat16 and narrow float operands ---------------------------------------------------
+_ML_FLOATS = frozenset(row.numpy for row in DTYPES if row.kind == "float" and row.numpy is not None
+                       and row.numpy not in ("float16", "float32", "float64"))
+"""ml_dtypes' float types in the table: ``bf16`` and the narrow ``f8…``/``f4e2m1``."""
 _WEAK = (int, float)
 
 
 def weak_scalars(x: Any, y: Any) -> tuple[Any, Any]:
-    """``x, y`` with a Python ``int``/``float`` operand beside a ``bf16`` array (or
-    numpy scalar) made a ``bf16`` value: numpy's promotion (NEP 50) treats Python
-    scalars as weak for its own dtypes, so an ``f32`` tensor times ``2.0`` stays
-    ``f32``, but not for ml_dtypes' bfloat16, where it would give ``f32``.  The
-    binary numeric primitives call this on array operands."""
-    if type(x) in _WEAK and getattr(y, "dtype", None) == _BF16:
-        return _BF16.type(x), y
-    if type(y) in _WEAK and getattr(x, "dtype", None) == _BF16:
-        return x, _BF16.type(y)
+    """``x, y`` with a Python ``int``/``float`` operand beside a ``bf16`` (or narrow
+    float: ``f8e4m3fn`` …) array or numpy scalar made a value of that type: numpy's
+    promotion (NEP 50) treats Python scalars as weak for its own dtypes, so an ``f32``
+    tensor times ``2.0`` stays ``f32``, but not for ml_dtypes' types, where it would
+    give ``f32``.  The binary numeric primitives call this on array operands."""
+    # (By name: numpy's dtype hashing does not tell ml_dtypes' types apart reliably.)
+    dtype = getattr(y, "dtype", None)
+    if type(x) in _WEAK and dtype is not None and dtype.name in _ML_FLOATS:
+        return dtype.type(x), y
+    dtype = getattr(x, "dtype", None)
+    if type(y) in _WEAK and dtype is not None and dtype.name in _ML_FLOATS:
+        return x, dtype.type(y)
     return x, y
 
 
