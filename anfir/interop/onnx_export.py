@@ -209,6 +209,22 @@ _ONNX_TYPES: dict[str, int] = {
 }
 """anfir dtype → ONNX ``TensorProto.DataType`` (checked against onnx when a model is written)."""
 
+_NEWER_TYPES: dict[str, int] = {"f4e2m1": 23, "f8e8m0": 24, "u2": 25, "i2": 25}
+"""Element types ONNX added after the opset the exporter writes: dtype → the opset that has it."""
+
+_FLOAT8 = ("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz")
+"""The types ONNX's Cast saturates to by default (``saturate=1``)."""
+
+
+def _exportable(dtype: str, loc: Optional[Location] = None) -> str:
+    """``dtype``, or an :class:`ExportError` when the exported opset has no such element type."""
+    newer = _NEWER_TYPES.get(dtype)
+    if newer is not None:
+        raise ExportError(f"ONNX opset {OPSET} has no {_PROTO_NAMES[dtype]} tensors (the {dtype} "
+                          f"element type needs opset {newer}); cast to a wider type first", loc)
+    return dtype
+
+
 _NUMPY_OF_ELEM: dict[int, Any] = {v: (object if k == "str" else numpy_dtype(k))
                                   for k, v in _ONNX_TYPES.items()}
 
@@ -420,15 +436,17 @@ def _array(w: OnnxWriter, op: Op) -> None:
 
 
 def _cast(w: OnnxWriter, op: Op) -> None:
-    """``Cast`` to the constant dtype."""
+    """``Cast`` to the constant dtype (``saturate=0`` to a float8 type: anfir's ``cast``,
+    ml_dtypes' conversion, gives inf or NaN past the largest finite value, as that does)."""
     out = op.results[0]
-    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
+    d = w.dtype(out)
+    extra = {"saturate": 0} if d in _FLOAT8 else {}
+    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[d], **extra)
 
 
 def _cast_like(w: OnnxWriter, op: Op) -> None:
-    """``Cast`` to the dtype of the second argument."""
-    out = op.results[0]
-    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
+    """``Cast`` to the dtype of the second argument (as :func:`_cast`)."""
+    _cast(w, op)
 
 
 def _size(w: OnnxWriter, op: Op) -> None:
@@ -2098,8 +2116,8 @@ class OnnxWriter:
         return out
 
     def dtype(self, value: Value) -> str:
-        """The element type of a flat value."""
-        return dtype_of_type(value.type)
+        """The element type of a flat value (one the exported opset has)."""
+        return _exportable(dtype_of_type(value.type), self.loc)
 
     def type_of(self, operand: Operand) -> AbstractValue:
         """The type of an operand (a constant's own, with its declared dtype)."""
@@ -2203,7 +2221,7 @@ class OnnxWriter:
             array = np.array(value, dtype=object)
             key: tuple[Any, ...] = ("str", array.shape, tuple(str(v) for v in array.flat))
         else:
-            array = np.asarray(value, dtype=numpy_dtype(dtype))
+            array = np.asarray(value, dtype=numpy_dtype(_exportable(dtype, self.loc)))
             key = (dtype, array.shape, array.tobytes())
         name = self._consts.get(key)
         if name is None:
@@ -2237,7 +2255,8 @@ class OnnxWriter:
 
     def value_info(self, name: str, t: AbstractValue) -> Any:
         """A typed ``ValueInfoProto`` (dtype and dims, symbolic ones as dim_params)."""
-        return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype_of_type(t)], _dims(t))
+        dtype = _exportable(dtype_of_type(t), self.loc)
+        return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype], _dims(t))
 
 
 def _is_weak(operand: Operand) -> bool:
