@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, TypeGuard
 
-import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: np.dtype("bfloat16"))
+import ml_dtypes  # registers bfloat16, float8_*, int4 ... with numpy: np.dtype("bfloat16")
 import numpy as np
 
 from anfir.errors import AnfirTypeError
@@ -184,14 +184,14 @@ def literal_dtype(value: Any) -> Optional[str]:
 def int_range(dtype: Any) -> tuple[int, int]:
     """The smallest and largest value of an integer numpy dtype (``int4`` included:
     numpy's ``iinfo`` knows only its own integers, ml_dtypes' knows both)."""
-    info = ml_dtypes.iinfo(np.dtype(dtype))
+    info = ml_dtypes.iinfo(np.dtype(dtype))  # type: ignore[no-untyped-call]  # (ml_dtypes has no stubs)
     return int(info.min), int(info.max)
 
 
 def float_max(dtype: Any) -> float:
     """The largest finite value of a float numpy dtype (``float8_e4m3fn``'s is 448;
     ml_dtypes' ``finfo`` knows numpy's floats and its own)."""
-    return float(ml_dtypes.finfo(np.dtype(dtype)).max)
+    return float(ml_dtypes.finfo(np.dtype(dtype)).max)  # type: ignore[no-untyped-call]
 
 
 # -- the .ir spelling of scalar types --------------------------------------------------

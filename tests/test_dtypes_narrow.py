@@ -239,3 +239,29 @@ def test_onnx_export_of_narrow_types() -> None:
     with pytest.raises(AnfirError, match="opset 21 has no FLOAT4E2M1 tensors") as info:
         anfir.export_onnx(newer)
     assert info.value.loc is not None and info.value.loc.line == 2
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_onnx_quantize_linear_to_narrow_types(saturate: int) -> None:
+    onnx = pytest.importorskip("onnx", reason="onnx.reference is the reference")
+    from onnx.reference import ReferenceEvaluator
+    h, T = onnx.helper, onnx.TensorProto
+    x = np.array([0.1, -3.0, 250.0, -1e4, 7.5, np.inf], np.float32)
+    for to, zero in ((T.FLOAT8E4M3FN, np.zeros(1, "float8_e4m3fn")), (T.FLOAT8E5M2, None),
+                     (T.FLOAT4E2M1, np.array([1.0], "float4_e2m1fn")), (T.INT4, np.array([2], "int4")),
+                     (T.UINT2, None)):
+        inits = [onnx.numpy_helper.from_array(np.array([0.5], np.float32), "scale")]
+        inputs = ["x", "scale"]
+        if zero is not None:
+            inits.append(onnx.numpy_helper.from_array(zero.reshape(()), "zero"))
+            inputs.append("zero")
+        attrs = {"saturate": saturate} if to in (T.FLOAT8E4M3FN, T.FLOAT8E5M2) else {}
+        if zero is None:
+            attrs["output_dtype"] = to
+        node = h.make_node("QuantizeLinear", inputs, ["y"], **attrs)
+        graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, [None])],
+                             [h.make_tensor_value_info("y", to, [None])], initializer=inits)
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 25)])
+        finite = x[:5] if to in (T.INT4, T.UINT2) else x  # (inf to an integer is undefined)
+        got = anfir.run(anfir.import_onnx(model).entry, finite)
+        _same(got, ReferenceEvaluator(model).run(None, {"x": finite})[0])

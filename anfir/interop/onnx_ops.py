@@ -21,7 +21,15 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.dtypes import BY_NAME, dtype_name, float_max, int_range, is_float, is_integer, numpy_dtype
+from anfir.dtypes import (
+    BY_NAME,
+    dtype_name,
+    float_max,
+    int_range,
+    is_float,
+    is_integer,
+    numpy_dtype,
+)
 from anfir.interop.onnx_common import (
     DTYPE_OF_ELEM,
     Ctx,
@@ -648,8 +656,8 @@ def _empty_reduction(ctx: Ctx, axes: Optional[tuple[int, ...]], keepdims: bool) 
     if d == "bool":
         fill = bool(fill < 0) if ctx.node.op_type == "ReduceMin" else False if ctx.node.op_type == "ReduceMax" else fill
     elif not is_float(d) and fill in (np.inf, -np.inf):
-        info = np.iinfo(numpy_dtype(d))
-        fill = info.min if fill < 0 else info.max
+        low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+        fill = low if fill < 0 else high
     out = tuple(1 if i in reduced else n for i, n in enumerate(shape) if keepdims or i not in reduced)
     return ctx.const(np.full(out, fill, dtype=numpy))
 
@@ -1983,9 +1991,9 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
     if wide:
         if not is_float(d):
             # Back to an integer type as ONNX does: rounded, then saturated.
-            info = np.iinfo(numpy_dtype(d))
-            x = ctx.call(P("clip"), ctx.call(P("round"), x), ctx.const(float(info.min), "f64"),
-                         ctx.const(float(info.max), "f64"))
+            low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+            x = ctx.call(P("clip"), ctx.call(P("round"), x), ctx.const(float(low), "f64"),
+                         ctx.const(float(high), "f64"))
         x = ctx.call(P("cast"), x, d)
     elif x is ctx.input(0):
         x = ctx.call(P("identity"), x)
@@ -2032,16 +2040,25 @@ def _quantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
         d = DTYPE_OF_ELEM[to]
     else:
         d = "u8"
-    if is_float(d):
-        raise NodeError(f"QuantizeLinear to {d} (anfir quantizes to integers)")
     x = ctx.need(0)
     xd = ctx.dtype(0)
     assert scale is not None
+    if is_float(d):
+        # To a narrow float, as onnx.reference: x / scale converted as Cast does (a float8
+        # saturating unless saturate=0, its zero point being 0); FLOAT4E2M1 adds its zero point.
+        if d not in SATURATING and d != "f4e2m1":
+            raise NodeError(f"QuantizeLinear to {d}")
+        q = ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd))
+        if d in SATURATING and ctx.attr("saturate", 1):
+            q = _saturated(ctx, q, xd, d)
+        elif d == "f4e2m1" and zero is not None:
+            q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
+        return [ctx.call(P("cast"), q, d)]
     q = ctx.call(P("round"), ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd)))
     if zero is not None:
         q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
-    info = np.iinfo(numpy_dtype(d))
-    q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(info.min, xd)), ctx.const(info.max, xd))
+    low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+    q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(low, xd)), ctx.const(high, xd))
     return [ctx.call(P("cast"), q, d)]
 
 
@@ -2489,8 +2506,8 @@ def _qlinear_matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
     if zero is not None:
         y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
-    info = np.iinfo(numpy_dtype(d))
-    y = ctx.call(P("clip"), ctx.call(P("round"), y), ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
+    low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+    y = ctx.call(P("clip"), ctx.call(P("round"), y), ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
     return [ctx.call(P("cast"), y, d)]
 
 
@@ -2539,8 +2556,8 @@ def _qlinear_conv(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
     if zero is not None:
         y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
-    info = np.iinfo(numpy_dtype(d))
-    y = ctx.call(P("clip"), y, ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
+    low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+    y = ctx.call(P("clip"), y, ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
     return [ctx.call(P("cast"), ctx.call(P("round"), y), d)]
 
 
