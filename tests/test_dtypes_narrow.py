@@ -265,3 +265,26 @@ def test_onnx_quantize_linear_to_narrow_types(saturate: int) -> None:
         finite = x[:5] if to in (T.INT4, T.UINT2) else x  # (inf to an integer is undefined)
         got = anfir.run(anfir.import_onnx(model).entry, finite)
         _same(got, ReferenceEvaluator(model).run(None, {"x": finite})[0])
+
+
+# -- the other back ends --------------------------------------------------------------------
+def test_jax_and_the_low_level_compute_the_same_casts() -> None:
+    pytest.importorskip("jax", reason="the JAX back end needs jax")
+    from anfir.lowlevel.executor import run_low
+    m = anfir.parse('def main(x: f32[6], k: i32[6]) =\n'
+                    '  (cast(x, "f8e4m3fn"), cast(x, "f8e5m2fnuz"), cast(x, "f4e2m1"), cast(x, "f8e8m0"),'
+                    ' cast(k, "i4"), cast(k, "u2"), cast(cast(x, "f8e5m2"), "f32") * 2.0)')
+    x = np.array([1.0625, -3.3, 0.2, 200.0, 2.0 ** -8, 5.5], np.float32)
+    k = np.array([-9, -1, 0, 3, 7, 100], np.int32)  # integers wrap on every back end
+    want = anfir.run(m, x, k)
+    for got in (anfir.to_jax(m)(x, k), run_low(anfir.lower(m), x, k)):
+        for g, w in zip(got, want):
+            _same(np.asarray(g), w)
+
+
+def test_core_ml_has_no_narrow_tensors() -> None:
+    from anfir.errors import ExportError
+    from anfir.interop.coreml_export import mil_dtype
+    for d in NARROW:
+        with pytest.raises(ExportError, match=f"Core ML has no tensors of {d}"):
+            mil_dtype(d)
