@@ -12,7 +12,13 @@ Kinds are ``float``, ``int`` (signed), ``uint``, ``bool``, ``complex`` and
 tensor element type: its row has no numpy dtype.
 
 ``bf16`` is numpy's ``bfloat16`` from the ``ml_dtypes`` package (what JAX and
-ONNX use); importing this module registers it with numpy.  ``c64``/``c128``
+ONNX use); importing this module registers it with numpy.  So are the narrow
+storage types ONNX has: the 8-bit floats ``f8e4m3fn f8e4m3fnuz f8e5m2
+f8e5m2fnuz f8e8m0`` (``float8_e8m0fnu``: a power of two), the 4-bit float
+``f4e2m1`` and the integers ``i4 u4 i2 u2``.  A numpy array of them takes a
+byte per element (their row's ``bits`` is their own width); numpy's kind letter
+for most of them is ``V`` and ``np.iinfo``/``np.finfo`` do not know them: ask
+:func:`numpy_kind`, :func:`int_range` and :func:`float_max`.  ``c64``/``c128``
 are numpy's complex types: a complex scalar prints as ``complex(re, im)`` in
 ANF and as ``re+imj`` in ``.ir`` dumps.
 
@@ -43,7 +49,8 @@ class DTypeInfo:
     kind: str
     """``float``, ``int``, ``uint``, ``bool``, ``complex`` or ``str``."""
     bits: int
-    """The width of one element in bits (0 for ``str``)."""
+    """The width of one element in bits (0 for ``str``; 4 for ``i4``, which numpy
+    stores in a byte)."""
     abstract: str
     """How the ``.ir`` dump names a scalar of this type: ``<Float64>``."""
 
@@ -253,12 +260,13 @@ def bits_of(name: str) -> int:
 
 
 def is_float(name: str) -> bool:
-    """Whether ``name`` is a floating-point type (``f16``, ``bf16``, ``f32``, ``f64``)."""
+    """Whether ``name`` is a floating-point type (``f16``, ``bf16``, ``f32``, ``f64``
+    and the narrow ``f8…``, ``f4e2m1``)."""
     return kind_of(name) == "float"
 
 
 def is_signed_int(name: str) -> bool:
-    """Whether ``name`` is a signed integer type (``i8`` … ``i64``)."""
+    """Whether ``name`` is a signed integer type (``i8`` … ``i64``, ``i4``, ``i2``)."""
     return kind_of(name) == "int"
 
 
