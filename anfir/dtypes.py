@@ -12,7 +12,13 @@ Kinds are ``float``, ``int`` (signed), ``uint``, ``bool``, ``complex`` and
 tensor element type: its row has no numpy dtype.
 
 ``bf16`` is numpy's ``bfloat16`` from the ``ml_dtypes`` package (what JAX and
-ONNX use); importing this module registers it with numpy.  ``c64``/``c128``
+ONNX use); importing this module registers it with numpy.  So are the narrow
+storage types ONNX has: the 8-bit floats ``f8e4m3fn f8e4m3fnuz f8e5m2
+f8e5m2fnuz f8e8m0`` (``float8_e8m0fnu``: a power of two), the 4-bit float
+``f4e2m1`` and the integers ``i4 u4 i2 u2``.  A numpy array of them takes a
+byte per element (their row's ``bits`` is their own width); numpy's kind letter
+for most of them is ``V`` and ``np.iinfo``/``np.finfo`` do not know them: ask
+:func:`numpy_kind`, :func:`int_range` and :func:`float_max`.  ``c64``/``c128``
 are numpy's complex types: a complex scalar prints as ``complex(re, im)`` in
 ANF and as ``re+imj`` in ``.ir`` dumps.
 
@@ -26,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional, TypeGuard
 
-import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy: np.dtype("bfloat16"))
+import ml_dtypes  # registers bfloat16, float8_*, int4 ... with numpy: np.dtype("bfloat16")
 import numpy as np
 
 from anfir.errors import AnfirTypeError
@@ -43,7 +49,8 @@ class DTypeInfo:
     kind: str
     """``float``, ``int``, ``uint``, ``bool``, ``complex`` or ``str``."""
     bits: int
-    """The width of one element in bits (0 for ``str``)."""
+    """The width of one element in bits (0 for ``str``; 4 for ``i4``, which numpy
+    stores in a byte)."""
     abstract: str
     """How the ``.ir`` dump names a scalar of this type: ``<Float64>``."""
 
@@ -64,6 +71,18 @@ DTYPES: tuple[DTypeInfo, ...] = (
     DTypeInfo("bool", "bool", "bool", 8, "Bool"),
     DTypeInfo("c64", "complex64", "complex", 64, "Complex64"),
     DTypeInfo("c128", "complex128", "complex", 128, "Complex128"),
+    # The narrow types (ml_dtypes; ONNX's FLOAT8*, FLOAT4E2M1, INT4/UINT4, INT2/UINT2):
+    # storage types, one byte per element in numpy, ``bits`` is their logical width.
+    DTypeInfo("f8e4m3fn", "float8_e4m3fn", "float", 8, "Float8E4M3FN"),
+    DTypeInfo("f8e4m3fnuz", "float8_e4m3fnuz", "float", 8, "Float8E4M3FNUZ"),
+    DTypeInfo("f8e5m2", "float8_e5m2", "float", 8, "Float8E5M2"),
+    DTypeInfo("f8e5m2fnuz", "float8_e5m2fnuz", "float", 8, "Float8E5M2FNUZ"),
+    DTypeInfo("f8e8m0", "float8_e8m0fnu", "float", 8, "Float8E8M0"),
+    DTypeInfo("f4e2m1", "float4_e2m1fn", "float", 4, "Float4E2M1"),
+    DTypeInfo("i4", "int4", "int", 4, "Int4"),
+    DTypeInfo("u4", "uint4", "uint", 4, "UInt4"),
+    DTypeInfo("i2", "int2", "int", 2, "Int2"),
+    DTypeInfo("u2", "uint2", "uint", 2, "UInt2"),
     DTypeInfo("str", None, "str", 0, "String"),
 )
 """Every type name, in the order messages and documentation list them."""
@@ -99,7 +118,8 @@ def _check_table() -> None:
         assert row.kind in KINDS, row
         if row.numpy is not None:
             assert np.dtype(row.numpy).name == row.numpy, row
-            assert np.dtype(row.numpy).itemsize * 8 == row.bits, row
+            # A narrow type (4 or 2 bits) takes a whole byte in a numpy array.
+            assert np.dtype(row.numpy).itemsize * 8 == max(row.bits, 8), row
 
 
 _check_table()
@@ -168,6 +188,19 @@ def literal_dtype(value: Any) -> Optional[str]:
     return None
 
 
+def int_range(dtype: Any) -> tuple[int, int]:
+    """The smallest and largest value of an integer numpy dtype (``int4`` included:
+    numpy's ``iinfo`` knows only its own integers, ml_dtypes' knows both)."""
+    info = ml_dtypes.iinfo(np.dtype(dtype))  # type: ignore[no-untyped-call]  # (ml_dtypes has no stubs)
+    return int(info.min), int(info.max)
+
+
+def float_max(dtype: Any) -> float:
+    """The largest finite value of a float numpy dtype (``float8_e4m3fn``'s is 448;
+    ml_dtypes' ``finfo`` knows numpy's floats and its own)."""
+    return float(ml_dtypes.finfo(np.dtype(dtype)).max)  # type: ignore[no-untyped-call]
+
+
 # -- the .ir spelling of scalar types --------------------------------------------------
 def abstract_name(name: str) -> str:
     """How the ``.ir`` dump names a scalar type: ``"f64"`` -> ``"Float64"``
@@ -180,21 +213,26 @@ def from_abstract_name(text: str) -> str:
     return _BY_ABSTRACT.get(text, text)
 
 
-# -- bfloat16 operands -------------------------------------------------------------------
-_BF16 = np.dtype("bfloat16")
+# -- bfloat16 and narrow float operands ---------------------------------------------------
+_ML_FLOATS = frozenset(row.numpy for row in DTYPES if row.kind == "float" and row.numpy is not None
+                       and row.numpy not in ("float16", "float32", "float64"))
+"""ml_dtypes' float types in the table: ``bf16`` and the narrow ``f8…``/``f4e2m1``."""
 _WEAK = (int, float)
 
 
 def weak_scalars(x: Any, y: Any) -> tuple[Any, Any]:
-    """``x, y`` with a Python ``int``/``float`` operand beside a ``bf16`` array (or
-    numpy scalar) made a ``bf16`` value: numpy's promotion (NEP 50) treats Python
-    scalars as weak for its own dtypes, so an ``f32`` tensor times ``2.0`` stays
-    ``f32``, but not for ml_dtypes' bfloat16, where it would give ``f32``.  The
-    binary numeric primitives call this on array operands."""
-    if type(x) in _WEAK and getattr(y, "dtype", None) == _BF16:
-        return _BF16.type(x), y
-    if type(y) in _WEAK and getattr(x, "dtype", None) == _BF16:
-        return x, _BF16.type(y)
+    """``x, y`` with a Python ``int``/``float`` operand beside a ``bf16`` (or narrow
+    float: ``f8e4m3fn`` …) array or numpy scalar made a value of that type: numpy's
+    promotion (NEP 50) treats Python scalars as weak for its own dtypes, so an ``f32``
+    tensor times ``2.0`` stays ``f32``, but not for ml_dtypes' types, where it would
+    give ``f32``.  The binary numeric primitives call this on array operands."""
+    # (By name: numpy's dtype hashing does not tell ml_dtypes' types apart reliably.)
+    dtype = getattr(y, "dtype", None)
+    if type(x) in _WEAK and dtype is not None and dtype.name in _ML_FLOATS:
+        return dtype.type(x), y
+    dtype = getattr(x, "dtype", None)
+    if type(y) in _WEAK and dtype is not None and dtype.name in _ML_FLOATS:
+        return x, dtype.type(y)
     return x, y
 
 
@@ -222,12 +260,13 @@ def bits_of(name: str) -> int:
 
 
 def is_float(name: str) -> bool:
-    """Whether ``name`` is a floating-point type (``f16``, ``bf16``, ``f32``, ``f64``)."""
+    """Whether ``name`` is a floating-point type (``f16``, ``bf16``, ``f32``, ``f64``
+    and the narrow ``f8…``, ``f4e2m1``)."""
     return kind_of(name) == "float"
 
 
 def is_signed_int(name: str) -> bool:
-    """Whether ``name`` is a signed integer type (``i8`` … ``i64``)."""
+    """Whether ``name`` is a signed integer type (``i8`` … ``i64``, ``i4``, ``i2``)."""
     return kind_of(name) == "int"
 
 
@@ -267,7 +306,7 @@ def is_complex(name: str) -> bool:
 
 __all__ = [
     "BY_NAME", "DTYPES", "DTypeInfo", "ELEMENT_TYPES", "KINDS", "LITERAL_DTYPES", "TYPE_NAMES",
-    "abstract_name", "bits_of", "complex_text", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
+    "abstract_name", "bits_of", "float_max", "int_range", "complex_text", "check_dtype", "dtype_name", "dtype_of_array", "from_abstract_name",
     "is_bool", "is_complex", "is_dtype", "is_float", "is_float_array", "is_integer", "is_signed_int",
     "is_unsigned_int", "kind_of", "literal_dtype", "numpy_dtype", "numpy_kind", "weak_scalars", "numpy_name", "require_dtype_name",
 ]

@@ -47,24 +47,30 @@ def test_every_dtype_row_agrees_with_numpy() -> None:
             assert row.kind == "str" and not dtypes.is_dtype(row.name)
             continue
         np_dtype = dtypes.numpy_dtype(row.name)
-        assert np_dtype.itemsize * 8 == row.bits == dtypes.bits_of(row.name)
+        # The narrow types (i4, u2, f4e2m1) take a byte each in numpy arrays.
+        assert np_dtype.itemsize * 8 == max(row.bits, 8) and row.bits == dtypes.bits_of(row.name)
         assert dtypes.dtype_name(np_dtype) == dtypes.dtype_name(np_dtype.type) == row.name
         assert dtypes.dtype_of_array(np.zeros(2, np_dtype)) == row.name
         assert dtypes.from_abstract_name(dtypes.abstract_name(row.name)) == row.name
-        # bfloat16 (from ml_dtypes) is a float whose numpy kind letter is "V".
+        # ml_dtypes' types (bfloat16, float8_*, float4_e2m1fn, int4/uint4, int2/uint2) have
+        # the numpy kind letter "V" (float8_e5m2 has "f"): their kind is in their name.
         expected_kind = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex",
-                         "V": "float" if np_dtype.name == "bfloat16" else "?"}
+                         "V": re.sub(r"\d.*", "", np_dtype.name).replace("bfloat", "float")}
         assert expected_kind[np_dtype.kind] == row.kind == dtypes.numpy_kind(np_dtype)
     assert dtypes.ELEMENT_TYPES == ("f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64",
-                                    "u8", "u16", "u32", "u64", "bool", "c64", "c128")
+                                    "u8", "u16", "u32", "u64", "bool", "c64", "c128",
+                                    "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz", "f8e8m0",
+                                    "f4e2m1", "i4", "u4", "i2", "u2")
     assert dtypes.TYPE_NAMES == dtypes.ELEMENT_TYPES + ("str",)
 
 
 def test_dtype_helpers() -> None:
-    assert [n for n in dtypes.TYPE_NAMES if dtypes.is_float(n)] == ["f16", "bf16", "f32", "f64"]
+    assert [n for n in dtypes.TYPE_NAMES if dtypes.is_float(n)] == ["f16", "bf16", "f32", "f64", "f8e4m3fn",
+                                                                "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz",
+                                                                "f8e8m0", "f4e2m1"]
     assert [n for n in dtypes.TYPE_NAMES if dtypes.is_complex(n)] == ["c64", "c128"]
-    assert [n for n in dtypes.TYPE_NAMES if dtypes.is_signed_int(n)] == ["i8", "i16", "i32", "i64"]
-    assert [n for n in dtypes.TYPE_NAMES if dtypes.is_unsigned_int(n)] == ["u8", "u16", "u32", "u64"]
+    assert [n for n in dtypes.TYPE_NAMES if dtypes.is_signed_int(n)] == ["i8", "i16", "i32", "i64", "i4", "i2"]
+    assert [n for n in dtypes.TYPE_NAMES if dtypes.is_unsigned_int(n)] == ["u8", "u16", "u32", "u64", "u4", "u2"]
     assert not dtypes.is_integer("bool") and dtypes.is_bool("bool") and dtypes.is_integer("u8")
     assert not dtypes.is_complex("f64") and dtypes.kind_of("nope") is None
     assert not dtypes.is_float("nope")

@@ -36,7 +36,7 @@ from anfir.abstract.values import (AAny, AbstractValue, AEnv, AFunction, AKey,
 from anfir.abstract.lattice import BOTTOM
 from anfir.abstract.shapes import dim_symbol
 from anfir import limits
-from anfir.dtypes import from_abstract_name, is_dtype, numpy_dtype, numpy_kind
+from anfir.dtypes import from_abstract_name, int_range, is_dtype, numpy_dtype, numpy_kind
 from anfir.errors import (AnfirError, AnfirSyntaxError, AnfirTypeError, NameResolutionError,
                           UsageError)
 from anfir.gcpause import gc_paused
@@ -616,11 +616,11 @@ class _IRBuilder(Transformer):
                     raise self._error(f"{v!r} is not a {name} value", token,
                                       AnfirTypeError)
         if kind in ("int", "uint"):
-            info = np.iinfo(np_dtype)
+            low, high = int_range(np_dtype)
             for v in values:
-                if isinstance(v, float) or not (info.min <= v <= info.max):
+                if isinstance(v, float) or not (low <= v <= high):
                     raise self._error(f"{v!r} does not fit {name} (whose values are "
-                                      f"{info.min} to {info.max})", token, AnfirTypeError)
+                                      f"{low} to {high})", token, AnfirTypeError)
         elif kind in ("float", "complex"):
             for v in values:
                 if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 1023:

@@ -204,8 +204,26 @@ _ONNX_TYPES: dict[str, int] = {
     "f16": 10, "f32": 1, "f64": 11, "i8": 3, "i16": 5, "i32": 6, "i64": 7,
     "u8": 2, "u16": 4, "u32": 12, "u64": 13, "bool": 9, "str": 8,
     "bf16": 16, "c64": 14, "c128": 15,
+    "f8e4m3fn": 17, "f8e4m3fnuz": 18, "f8e5m2": 19, "f8e5m2fnuz": 20, "u4": 21, "i4": 22,
+    "f4e2m1": 23, "f8e8m0": 24, "u2": 25, "i2": 26,
 }
 """anfir dtype → ONNX ``TensorProto.DataType`` (checked against onnx when a model is written)."""
+
+_NEWER_TYPES: dict[str, int] = {"f4e2m1": 23, "f8e8m0": 24, "u2": 25, "i2": 25}
+"""Element types ONNX added after the opset the exporter writes: dtype → the opset that has it."""
+
+_FLOAT8 = ("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz")
+"""The types ONNX's Cast saturates to by default (``saturate=1``)."""
+
+
+def _exportable(dtype: str, loc: Optional[Location] = None) -> str:
+    """``dtype``, or an :class:`ExportError` when the exported opset has no such element type."""
+    newer = _NEWER_TYPES.get(dtype)
+    if newer is not None:
+        raise ExportError(f"ONNX opset {OPSET} has no {_PROTO_NAMES[dtype]} tensors (the {dtype} "
+                          f"element type needs opset {newer}); cast to a wider type first", loc)
+    return dtype
+
 
 _NUMPY_OF_ELEM: dict[int, Any] = {v: (object if k == "str" else numpy_dtype(k))
                                   for k, v in _ONNX_TYPES.items()}
@@ -418,15 +436,17 @@ def _array(w: OnnxWriter, op: Op) -> None:
 
 
 def _cast(w: OnnxWriter, op: Op) -> None:
-    """``Cast`` to the constant dtype."""
+    """``Cast`` to the constant dtype (``saturate=0`` to a float8 type: anfir's ``cast``,
+    ml_dtypes' conversion, gives inf or NaN past the largest finite value, as that does)."""
     out = op.results[0]
-    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
+    d = w.dtype(out)
+    extra = {"saturate": 0} if d in _FLOAT8 else {}
+    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[d], **extra)
 
 
 def _cast_like(w: OnnxWriter, op: Op) -> None:
-    """``Cast`` to the dtype of the second argument."""
-    out = op.results[0]
-    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[w.dtype(out)])
+    """``Cast`` to the dtype of the second argument (as :func:`_cast`)."""
+    _cast(w, op)
 
 
 def _size(w: OnnxWriter, op: Op) -> None:
@@ -2096,8 +2116,8 @@ class OnnxWriter:
         return out
 
     def dtype(self, value: Value) -> str:
-        """The element type of a flat value."""
-        return dtype_of_type(value.type)
+        """The element type of a flat value (one the exported opset has)."""
+        return _exportable(dtype_of_type(value.type), self.loc)
 
     def type_of(self, operand: Operand) -> AbstractValue:
         """The type of an operand (a constant's own, with its declared dtype)."""
@@ -2201,7 +2221,7 @@ class OnnxWriter:
             array = np.array(value, dtype=object)
             key: tuple[Any, ...] = ("str", array.shape, tuple(str(v) for v in array.flat))
         else:
-            array = np.asarray(value, dtype=numpy_dtype(dtype))
+            array = np.asarray(value, dtype=numpy_dtype(_exportable(dtype, self.loc)))
             key = (dtype, array.shape, array.tobytes())
         name = self._consts.get(key)
         if name is None:
@@ -2235,7 +2255,8 @@ class OnnxWriter:
 
     def value_info(self, name: str, t: AbstractValue) -> Any:
         """A typed ``ValueInfoProto`` (dtype and dims, symbolic ones as dim_params)."""
-        return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype_of_type(t)], _dims(t))
+        dtype = _exportable(dtype_of_type(t), self.loc)
+        return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype], _dims(t))
 
 
 def _is_weak(operand: Operand) -> bool:
@@ -2247,7 +2268,10 @@ def _is_weak(operand: Operand) -> bool:
 _PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",
                 "i32": "INT32", "i64": "INT64", "u8": "UINT8", "u16": "UINT16", "u32": "UINT32",
                 "u64": "UINT64", "bool": "BOOL", "str": "STRING", "bf16": "BFLOAT16",
-                "c64": "COMPLEX64", "c128": "COMPLEX128"}
+                "c64": "COMPLEX64", "c128": "COMPLEX128", "f8e4m3fn": "FLOAT8E4M3FN",
+                "f8e4m3fnuz": "FLOAT8E4M3FNUZ", "f8e5m2": "FLOAT8E5M2", "f8e5m2fnuz": "FLOAT8E5M2FNUZ",
+                "f8e8m0": "FLOAT8E8M0", "f4e2m1": "FLOAT4E2M1", "i4": "INT4", "u4": "UINT4",
+                "i2": "INT2", "u2": "UINT2"}
 
 
 def _placeholder_type(t: AbstractValue) -> AbstractValue:

@@ -21,7 +21,15 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.dtypes import BY_NAME, dtype_name, is_float, numpy_dtype
+from anfir.dtypes import (
+    BY_NAME,
+    dtype_name,
+    float_max,
+    int_range,
+    is_float,
+    is_integer,
+    numpy_dtype,
+)
 from anfir.interop.onnx_common import (
     DTYPE_OF_ELEM,
     Ctx,
@@ -245,14 +253,91 @@ def _cast(ctx: Ctx) -> Sequence[Optional[Node]]:
         raise NodeError(f"Cast to {to!r}: a type name (opset 6)")
     if to not in DTYPE_OF_ELEM:
         raise NodeError(f"Cast to element type {to}, which anfir has no dtype for")
-    if ctx.attr("saturate", 1) != 1 and not is_float(DTYPE_OF_ELEM[to]):
-        pass
-    return [ctx.call(P("cast"), ctx.need(0), DTYPE_OF_ELEM[to])]
+    return [_onnx_cast(ctx, DTYPE_OF_ELEM[to])]
 
 
 @op("CastLike")
 def _cast_like(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("cast"), ctx.need(0), ctx.dtype(1))]
+    return [_onnx_cast(ctx, ctx.dtype(1))]
+
+
+SATURATING = ("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz")
+"""The types ONNX's ``saturate`` attribute of Cast applies to."""
+
+
+def _onnx_cast(ctx: Ctx, to: str) -> Node:
+    """Input 0 converted to ``to`` as ONNX's Cast/CastLike does: anfir's ``cast``
+    (numpy's conversion, ml_dtypes' for the narrow types), except where ONNX differs —
+    a float8 target saturates by default, and FLOAT8E8M0 rounds by ``round_mode``."""
+    x = ctx.need(0)
+    src = ctx.dtype(0)
+    saturate = bool(ctx.attr("saturate", 1))
+    if to in SATURATING and saturate and src != to:
+        x = _saturated(ctx, x, src, to)
+    elif to == "f8e8m0" and src != to:
+        mode = ctx.attr("round_mode", "up")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        if mode not in ("up", "down", "nearest"):
+            raise NodeError(f"Cast with round_mode {mode!r} (ONNX has up, down and nearest)")
+        return _to_e8m0(ctx, x, saturate, mode)
+    return ctx.call(P("cast"), x, to)
+
+
+def _saturated(ctx: Ctx, x: Node, src: str, to: str) -> Node:
+    """``x`` clipped to ``to``'s finite range, as onnx.reference's saturating cast does
+    before converting: ±inf and values beyond the range become ±the largest finite
+    value (ml_dtypes' conversion would give inf or NaN); NaN stays NaN."""
+    top = float_max(numpy_dtype(to))
+    if is_float(src):
+        if float_max(numpy_dtype(src)) <= top:
+            return x  # nothing of src's is out of range, and ±inf only exists beyond it
+        bound: Any = top
+    elif is_integer(src):
+        low, high = int_range(numpy_dtype(src))
+        if -top <= low and high <= top:
+            return x
+        bound = int(top)
+    else:
+        return x  # bool: 0 and 1
+    out = ctx.call(P("minimum"), x, ctx.const(bound, src))
+    return ctx.call(P("maximum"), out, ctx.const(-bound, src))
+
+
+def _to_e8m0(ctx: Ctx, x: Node, saturate: bool, mode: str) -> Node:
+    """FLOAT8E8M0 (a power of two, 2**-127 … 2**127, or NaN) of ``x`` as ONNX's reference
+    makes it from the f32 value's exponent field: the sign is dropped, 0 is 2**-127,
+    the rounding is ``up`` (any fraction raises the exponent), ``down`` or ``nearest``
+    (a mantissa of at least 1.5 rounds up), inf and NaN give NaN, and an exponent past
+    127 is 127 when saturating, else NaN.  Computed in f64, where 2**e is exact."""
+    def c(v: float) -> Node:
+        return ctx.const(v, "f64")
+
+    def call(name: str, *args: Any) -> Node:
+        return ctx.call(P(name), *args)
+
+    a = call("abs", call("cast", call("cast", x, "f32"), "f64"))
+    smallest_normal = 2.0 ** -126
+    safe = call("maximum", a, c(smallest_normal))
+    # floor(log2(a)) exactly: the estimate from log is off by at most one either way.
+    e = call("floor", call("div", call("log", safe), c(float(np.log(2.0)))))
+    e = call("where", call("gt", call("pow", c(2.0), e), safe), call("sub", e, c(1.0)), e)
+    e = call("where", call("le", call("pow", c(2.0), call("add", e, c(1.0))), safe),
+             call("add", e, c(1.0)), e)
+    power = call("pow", c(2.0), e)
+    if mode == "up":
+        e = call("where", call("gt", safe, power), call("add", e, c(1.0)), e)
+        below = c(-126.0)  # an f32 subnormal's exponent field 0 plus its fraction
+    elif mode == "nearest":
+        e = call("where", call("ge", safe, call("mul", power, c(1.5))), call("add", e, c(1.0)), e)
+        below = call("where", call("gt", a, c(2.0 ** -127)), c(-126.0), c(-127.0))
+    else:
+        below = c(-127.0)
+    e = call("where", call("lt", a, c(smallest_normal)), below, e)
+    e = call("where", call("eq", a, c(0.0)), c(-127.0), e)
+    nan = c(float("nan"))
+    e = call("minimum", e, c(127.0)) if saturate else call("where", call("gt", e, c(127.0)), nan, e)
+    e = call("where", call("isinf", a), nan, e)  # NaN propagates through the rest
+    return call("cast", call("pow", c(2.0), e), "f8e8m0")
 
 
 # -- constants -------------------------------------------------------------------------------
@@ -571,8 +656,8 @@ def _empty_reduction(ctx: Ctx, axes: Optional[tuple[int, ...]], keepdims: bool) 
     if d == "bool":
         fill = bool(fill < 0) if ctx.node.op_type == "ReduceMin" else False if ctx.node.op_type == "ReduceMax" else fill
     elif not is_float(d) and fill in (np.inf, -np.inf):
-        info = np.iinfo(numpy_dtype(d))
-        fill = info.min if fill < 0 else info.max
+        low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+        fill = low if fill < 0 else high
     out = tuple(1 if i in reduced else n for i, n in enumerate(shape) if keepdims or i not in reduced)
     return ctx.const(np.full(out, fill, dtype=numpy))
 
@@ -1906,9 +1991,9 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
     if wide:
         if not is_float(d):
             # Back to an integer type as ONNX does: rounded, then saturated.
-            info = np.iinfo(numpy_dtype(d))
-            x = ctx.call(P("clip"), ctx.call(P("round"), x), ctx.const(float(info.min), "f64"),
-                         ctx.const(float(info.max), "f64"))
+            low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+            x = ctx.call(P("clip"), ctx.call(P("round"), x), ctx.const(float(low), "f64"),
+                         ctx.const(float(high), "f64"))
         x = ctx.call(P("cast"), x, d)
     elif x is ctx.input(0):
         x = ctx.call(P("identity"), x)
@@ -1955,16 +2040,25 @@ def _quantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
         d = DTYPE_OF_ELEM[to]
     else:
         d = "u8"
-    if is_float(d):
-        raise NodeError(f"QuantizeLinear to {d} (anfir quantizes to integers)")
     x = ctx.need(0)
     xd = ctx.dtype(0)
     assert scale is not None
+    if is_float(d):
+        # To a narrow float, as onnx.reference: x / scale converted as Cast does (a float8
+        # saturating unless saturate=0, its zero point being 0); FLOAT4E2M1 adds its zero point.
+        if d not in SATURATING and d != "f4e2m1":
+            raise NodeError(f"QuantizeLinear to {d}")
+        q = ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd))
+        if d in SATURATING and ctx.attr("saturate", 1):
+            q = _saturated(ctx, q, xd, d)
+        elif d == "f4e2m1" and zero is not None:
+            q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
+        return [ctx.call(P("cast"), q, d)]
     q = ctx.call(P("round"), ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd)))
     if zero is not None:
         q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
-    info = np.iinfo(numpy_dtype(d))
-    q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(info.min, xd)), ctx.const(info.max, xd))
+    low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+    q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(low, xd)), ctx.const(high, xd))
     return [ctx.call(P("cast"), q, d)]
 
 
@@ -2412,8 +2506,8 @@ def _qlinear_matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
     if zero is not None:
         y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
-    info = np.iinfo(numpy_dtype(d))
-    y = ctx.call(P("clip"), ctx.call(P("round"), y), ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
+    low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+    y = ctx.call(P("clip"), ctx.call(P("round"), y), ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
     return [ctx.call(P("cast"), y, d)]
 
 
@@ -2462,8 +2556,8 @@ def _qlinear_conv(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
     if zero is not None:
         y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
-    info = np.iinfo(numpy_dtype(d))
-    y = ctx.call(P("clip"), y, ctx.const(float(info.min), "f64"), ctx.const(float(info.max), "f64"))
+    low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
+    y = ctx.call(P("clip"), y, ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
     return [ctx.call(P("cast"), ctx.call(P("round"), y), d)]
 
 

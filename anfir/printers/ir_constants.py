@@ -30,7 +30,7 @@ import numpy as np
 
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.dtypes import complex_text, dtype_of_array
+from anfir.dtypes import complex_text, dtype_of_array, numpy_kind
 from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 from anfir.limits import int_text
 
@@ -171,6 +171,8 @@ def element_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (np.integer, int)):
         return str(int(value))
+    if isinstance(value, np.generic) and numpy_kind(value.dtype) in ("int", "uint"):
+        return str(int(value))  # ml_dtypes' int4/int2 scalars are not np.integer
     if isinstance(value, (complex, np.complexfloating)):
         return complex_text(complex(value))
     if isinstance(value, np.floating) and value.dtype != np.float64:
