@@ -631,7 +631,7 @@ def _reduction(build: Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Nod
         empty = _empty_reduction(ctx, axes, keepdims)
         if empty is not None:
             return [empty]
-        return [build(ctx, x, axes, keepdims)]
+        return [build(ctx, _identity_padded(ctx, x, axes), axes, keepdims)]
     return rule
 
 
@@ -650,16 +650,50 @@ def _empty_reduction(ctx: Ctx, axes: Optional[tuple[int, ...]], keepdims: bool) 
     reduced = set(range(rank)) if axes is None else {a % rank for a in axes}
     if not any(shape[a] == 0 for a in reduced):
         return None
+    out = tuple(1 if i in reduced else n for i, n in enumerate(shape) if keepdims or i not in reduced)
+    return ctx.const(np.full(out, _reduction_identity(ctx), dtype=BY_NAME[ctx.dtype(0)].numpy))
+
+
+def _reduction_identity(ctx: Ctx) -> Any:
+    """What reducing no elements gives, in input 0's dtype: the reduction's identity;
+    for max and min of an integer type its smallest or largest value."""
     d = ctx.dtype(0)
     fill = _EMPTY_REDUCTION.get(ctx.node.op_type, 0)
-    numpy = BY_NAME[d].numpy
     if d == "bool":
-        fill = bool(fill < 0) if ctx.node.op_type == "ReduceMin" else False if ctx.node.op_type == "ReduceMax" else fill
-    elif not is_float(d) and fill in (np.inf, -np.inf):
+        return bool(fill < 0) if ctx.node.op_type == "ReduceMin" else False if ctx.node.op_type == "ReduceMax" else fill
+    if not is_float(d) and fill in (np.inf, -np.inf):
         low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
-        fill = low if fill < 0 else high
-    out = tuple(1 if i in reduced else n for i, n in enumerate(shape) if keepdims or i not in reduced)
-    return ctx.const(np.full(out, fill, dtype=numpy))
+        return low if fill < 0 else high
+    return fill
+
+
+_NO_IDENTITY = ("ReduceMax", "ReduceMin")
+"""Reductions that anfir's primitive refuses on an empty axis (numpy's max and min have
+no identity), where ONNX gives the identity."""
+
+
+def _identity_padded(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]]) -> Node:
+    """``x``, padded at the end of each reduced axis that may be empty (its length known
+    only at run time, or 0 beside a symbolic dimension) with one cell of the reduction's
+    identity, for max and min: an input empty along such an axis then reduces to the
+    identity, as ONNX says, and any other to its own extreme (the identity never wins).
+    Fully static shapes are decided at import instead (:func:`_empty_reduction`); other
+    reductions have their identity in numpy already."""
+    dims = ctx.type_of(0).dims
+    if ctx.node.op_type not in _NO_IDENTITY or dims is None:
+        return x
+    rank = len(dims)
+    reduced = set(range(rank)) if axes is None else {a % rank for a in axes if -rank <= a < rank}
+    # (an axis known to be empty gets here when another dimension is symbolic: the
+    # identity's shape is then not known at import)
+    maybe_empty = {a for a in reduced if not (isinstance(dims[a], int) and dims[a] > 0)}
+    if not maybe_empty:
+        return x
+    pads = [0] * rank + [1 if a in maybe_empty else 0 for a in range(rank)]
+    fill = _reduction_identity(ctx)
+    # (pad's value is a number: a bool tensor is padded with 0 or 1)
+    return ctx.call(P("pad"), x, pads=tuple(pads), mode="constant",
+                    value=int(fill) if isinstance(fill, bool) else fill)
 
 
 def _reduce_with(name: str) -> Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Node]:
