@@ -672,6 +672,11 @@ _NO_IDENTITY = ("ReduceMax", "ReduceMin")
 no identity), where ONNX gives the identity."""
 
 
+def _positive(dim: Optional[int | str]) -> bool:
+    """Whether an ONNX dimension is a known length of at least 1."""
+    return isinstance(dim, int) and dim > 0
+
+
 def _identity_padded(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]]) -> Node:
     """``x``, padded at the end of each reduced axis that may be empty (its length known
     only at run time, or 0 beside a symbolic dimension) with one cell of the reduction's
@@ -686,7 +691,7 @@ def _identity_padded(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]]) -> Node
     reduced = set(range(rank)) if axes is None else {a % rank for a in axes if -rank <= a < rank}
     # (an axis known to be empty gets here when another dimension is symbolic: the
     # identity's shape is then not known at import)
-    maybe_empty = {a for a in reduced if not (isinstance(dims[a], int) and dims[a] > 0)}
+    maybe_empty = {a for a in reduced if not _positive(dims[a])}
     if not maybe_empty:
         return x
     pads = [0] * rank + [1 if a in maybe_empty else 0 for a in range(rank)]
