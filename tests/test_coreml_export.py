@@ -15,6 +15,7 @@ The module skips where coremltools is not installed (``pip install -e ".[coreml]
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,17 @@ from anfir.interop.flat import (  # noqa: E402
 from anfir.primitives import PRIMITIVES  # noqa: E402
 from cli_harness import run_in_process  # noqa: E402
 from export_samples import CNN, EXAMPLE_EXPORTS, SAMPLES, A, S, cnn_data  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_heap() -> Any:
+    # coremltools calls gc.collect() as it converts and saves; late in the suite the
+    # process holds millions of objects and each such collection took ~6 s (a test
+    # alone takes ~1 s). Frozen, the objects made before this module are not scanned.
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
