@@ -21,7 +21,6 @@ from typing import Any, Optional, Sequence, Union
 from anfir import wiring  # noqa: F401  (fills the lower layers' slots before anything runs)
 from anfir.autodiff import api as _ad
 from anfir.backends import tojax as _tojax
-from anfir.abstract.dimranges import check_argument_ranges
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
 from anfir.grammar.parser import parse_module
@@ -57,9 +56,6 @@ def run(graph: Any, *args: Any) -> Any:
     a low-level program (``anfir.lower``, a loaded ``.lir``) runs on its arena."""
     if isinstance(graph, _lowlevel.LowProgram):
         return _lowlevel.run_low(graph, *args)
-    # Sizes outside the ranges the graph declares for its dimension variables
-    # (an imported torch.export Dim's) are refused once, before any node runs.
-    check_argument_ranges(graph.entry if isinstance(graph, Module) else graph, args)
     return _run(graph, *args)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from anfir.abstract.dimranges import check_argument_ranges
 from anfir.abstract.values import AString, ATuple, GraphSig
 from anfir.errors import AnfirError, AnfirTypeError
 from anfir.eval.compiler import code_for, compile_graph, disassemble
@@ -73,6 +74,9 @@ def run(graph: Any, *args: Any) -> Any:
     except AnfirError as exc:
         _locate_at_definition(exc, graph)
         raise
+    # Sizes outside the ranges the graph declares for its dimension variables
+    # (an imported torch.export Dim's) are refused once, before any node runs.
+    check_argument_ranges(graph, args)
     sig = graph.abstract
     if sig is not None and sig is not code.string_free and isinstance(sig, GraphSig):
         if not check_specialized_arguments(graph, sig, args):
