@@ -995,11 +995,14 @@ def shows_program_text(output: nbformat.NotebookNode) -> bool:
     """Whether a displayed value is a program shown as ANF text in place of its picture.
 
     That is Jupyter's fallback for a FuncGraph or Module when Graphviz's
-    ``dot`` is missing: a ``text/plain`` form starting with ``def`` and no SVG.
+    ``dot`` is missing: a ``text/plain`` form whose first definition starts
+    with ``def`` — after any ``##`` doc and ``#@`` attribute lines, with which
+    ANF text may begin (an imported model's ``#@ ranges``) — and no SVG.
     """
     data = output.get("data", {})
     text = data.get("text/plain", "")
     text = "".join(text) if isinstance(text, list) else text
+    text = re.sub(r"\A(?:[ \t]*(?:#[#@][^\n]*)?\n)*", "", text)
     return "image/svg+xml" not in data and re.match(r"def \S+\(", text) is not None
 
 

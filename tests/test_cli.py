@@ -340,6 +340,7 @@ def test_dot(results: dict, work: Path) -> None:
     assert ".txt" in usage_error(results["dot_bad_ext"])
 
 
+@pytest.mark.needs_dot
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
 def test_dot_renders_svg(results: dict, work: Path) -> None:
     ok(results["dot_svg"])

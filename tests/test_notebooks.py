@@ -120,6 +120,7 @@ def test_the_committed_notebook_is_executed_and_machine_independent(name: str) -
     assert not make_notebooks.machine_specific(committed), name
 
 
+@pytest.mark.needs_dot
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_and_draws_a_graph(name: str, tmp_path: Path, kernel_env: dict[str, str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:

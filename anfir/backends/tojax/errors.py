@@ -3,16 +3,14 @@ whether or not JAX is installed)."""
 
 from __future__ import annotations
 
-from anfir.errors import AnfirError
+from anfir.errors import AnfirError, MissingDependencyError
 
 JAX_EXTRA = 'pip install "anfir[jax]"'
 """The command that installs what the JAX back end needs."""
 
 
-class MissingExtraError(AnfirError):
-    """An optional dependency is not installed; the message names the extra."""
-
-    kind = "missing dependency"
+MissingExtraError = MissingDependencyError
+"""The one error of a missing optional package (the name the JAX back end used)."""
 
 
 class LoweringError(AnfirError):
