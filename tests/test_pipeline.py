@@ -174,7 +174,8 @@ def test_every_example_file_has_a_compile_case() -> None:
     assert files <= {c[0] for c in EXAMPLE_FILE_CASES}, "add the new examples to EXAMPLE_FILE_CASES"
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")
+@pytest.mark.needs_dot
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
 def test_dumps_render_with_graphviz_and_are_deterministic(tmp_path: Path) -> None:
     source = write_source(tmp_path, "prog", FIBONACCI + "\n" + CLOSURE + "\n" + HOF)
     first = compile_program(str(source), entry="ms_closure", dump_dir=tmp_path / "a", fine_dumps=True)
