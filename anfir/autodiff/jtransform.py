@@ -56,7 +56,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.autodiff.gradgraphs import grad_graph_for_types
-from anfir.autodiff.loops import J_WORLD
+from anfir.autodiff.loops import J_WORLD, closed_body
 from anfir.autodiff.partials import (bound_gradient, bound_key, is_generic, j_partial_maker,
                                      note_j_of_maker)
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
@@ -383,7 +383,9 @@ class _ScopeTransform:
             prim = callee.value if isinstance(callee, ValueNode) else None
             if isinstance(prim, Primitive) and prim in J_WORLD:
                 # A structured loop: called through its J-world graph (autodiff/loops.py).
-                t = CNode(fwd, [ValueNode(J_WORLD[prim](node.attrs, len(args)), callee.loc), *args], loc)
+                closed = closed_body(prim, node.inputs[1:], self.manager)
+                t = CNode(fwd, [ValueNode(J_WORLD[prim](node.attrs, len(args), closed), callee.loc),
+                                *args], loc)
                 self._name_uses(t, names)
                 y = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(0)], loc, node.name)
                 self.bprop[node] = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(1)], loc)

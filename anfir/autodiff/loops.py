@@ -24,13 +24,14 @@ it is differentiated again the same way (second order).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from anfir.grammar.parser import parse_module
 from anfir.ir.attrs import Attrs
 from anfir.ir.clone import clone
 from anfir.ir.graph import FuncGraph
-from anfir.ir.manager import manage
+from anfir.ir.manager import Manager, manage
+from anfir.ir.nodes import Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.primitives import loops
 
@@ -46,11 +47,24 @@ def _keywords(length: Any, reverse: bool) -> str:
     return "".join(", " + w for w in words)
 
 
-def _scan_text(nargs: int, length: Any, reverse: bool) -> str:
+def _scan_text(nargs: int, length: Any, reverse: bool, closed: bool) -> str:
     fwd_kw, bwd_kw = _keywords(length, reverse), _keywords(length, not reverse)
     xs = "xs" if nargs == 3 else "None"
     params = "f, init, xs" if nargs == 3 else "f, init"
     dxs = ", r[1]" if nargs == 3 else ""
+    if closed:  # the body captures nothing: the backward carry is the carry's gradient alone
+        return f"""
+lambda ({params})
+  let res = scan(lambda (c, x) let o = f(c, x)[0] in (o[0], (o[1], c)) end, init, {xs}{fwd_kw}) in
+  let cs = res[1][1] in
+  let back = lambda (dout)
+    let r = scan(lambda (dc, item)
+        let g = f(item[0], item[1])[1]((dc, item[2])) in (g[1], g[2]) end,
+      dout[0], (cs, {xs}, dout[1]){bwd_kw}) in
+    (newenv(), newenv(), r[0]{dxs}) end in
+  ((res[0], res[1][0]), back)
+end
+"""
     return f"""
 lambda ({params})
   let res = scan(lambda (c, x) let o = f(c, x)[0] in (o[0], (o[1], c)) end, init, {xs}{fwd_kw}) in
@@ -82,6 +96,22 @@ end
 """
 
 
+_FORI_CLOSED_TEXT = """
+lambda (lo, hi, body, init)
+  let res = scan(lambda (ic, k) let i = ic[0] in ((i + 1, body(i, ic[1])[0]), ic[1]) end,
+                 (lo, init), arange(lo, hi)) in
+  let back = lambda (dout)
+    let r = scan(lambda (acc, c)
+        let i = acc[0] in
+        let g = body(i, c)[1](acc[1]) in
+        ((i - 1, g[2]), None) end,
+      (hi - 1, dout), res[1], reverse=true) in
+    (newenv(), zeros_like(lo), zeros_like(hi), newenv(), r[0][1]) end in
+  (res[0][1], back)
+end
+"""
+
+
 def _parsed(key: tuple[Any, ...], text: str, name: str) -> FuncGraph:
     graph = _cache.get(key)
     if graph is None:
@@ -95,19 +125,37 @@ def _parsed(key: tuple[Any, ...], text: str, name: str) -> FuncGraph:
     return clone(graph)
 
 
-def j_scan(attrs: Attrs, nargs: int) -> FuncGraph:
-    """``▸scan`` for a call with these attributes and ``nargs`` arguments."""
+def j_scan(attrs: Attrs, nargs: int, closed: bool = False) -> FuncGraph:
+    """``▸scan`` for a call with these attributes and ``nargs`` arguments (``closed``:
+    its body is a graph that captures nothing)."""
     bound = loops.scan.bound_attrs(attrs)
     length, reverse = bound["length"], bool(bound["reverse"])
-    return _parsed(("scan", nargs, length, reverse), _scan_text(nargs, length, reverse), "▸scan")
+    return _parsed(("scan", nargs, length, reverse, closed),
+                   _scan_text(nargs, length, reverse, closed), "▸scan")
 
 
-def j_fori_loop(attrs: Attrs, nargs: int) -> FuncGraph:
+def j_fori_loop(attrs: Attrs, nargs: int, closed: bool = False) -> FuncGraph:
     """``▸fori_loop``."""
-    return _parsed(("fori_loop",), _FORI_TEXT, "▸fori_loop")
+    return _parsed(("fori_loop", closed), _FORI_CLOSED_TEXT if closed else _FORI_TEXT,
+                   "▸fori_loop")
 
 
-J_WORLD: dict[Primitive, Callable[[Attrs, int], FuncGraph]] = {
+BODY_INDEX: dict[Primitive, int] = {loops.scan: 0, loops.fori_loop: 2}
+"""Which argument is the body, per structured loop."""
+
+
+def closed_body(prim: Primitive, args: Sequence[Node], manager: Manager) -> bool:
+    """Whether the body argument of a call of ``prim`` on ``args`` is a graph constant
+    that captures nothing (its gradient has no captured values to carry back)."""
+    index = BODY_INDEX.get(prim)
+    if index is None or index >= len(args):
+        return False
+    body = args[index]
+    return (isinstance(body, ValueNode) and isinstance(body.value, FuncGraph)
+            and not manager.free_variables_total(body.value))
+
+
+J_WORLD: dict[Primitive, Callable[[Attrs, int, bool], FuncGraph]] = {
     loops.scan: j_scan,
     loops.fori_loop: j_fori_loop,
 }

@@ -37,6 +37,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import reachable_graphs, toposort
+from anfir.passes import loops
 from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import gradient, meta as metas
@@ -54,6 +55,8 @@ def run(program: "Program") -> "Program":
     context = JContext(static=True)
     count = 0
     untyped: list[tuple[FuncGraph, Node]] = []
+    if _meta_calls(manager):  # loops whose gradient is taken carry their captured values
+        loops.run(program)
     while True:
         calls = _meta_calls(manager)
         if not calls:

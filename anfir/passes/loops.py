@@ -1,0 +1,177 @@
+"""The ``loops`` phase: structured loops made ready for AD and export.
+
+Runs on the typed program, before ``ad``.  A ``scan`` / ``fori_loop`` body
+that captures values (``lambda (h, x) tanh(W @ h + x) end`` captures ``W``)
+has a gradient for them, which the J transform returns as a GradEnv of the
+closure; carried through the reversed scan, that environment would make the
+backward loop's state a non-tensor.  This phase *closes* such a body: the
+captured values become explicit parameters and ride along in the carry,
+unchanged by each step, so their gradient is an ordinary tensor accumulated by
+the backward scan (``d carry`` of a value passed through is the sum of the
+steps' contributions) and the body the J transform sees captures nothing::
+
+    scan(@body, init, xs)        # @body captures W
+  ⇒ let r = scan(@closed, (init, (W,)), xs) in (r[0][0], r[1])
+    # @closed(cv, x) = let o = @body'(cv[0], x, cv[1][0]) in ((o[0], cv[1]), o[1])
+
+Only bodies whose captured values are all data (tensors, numbers, tuples of
+them) are closed; the others keep their captures (they still differentiate,
+with the GradEnv in the backward carry).  Every node made is typed here, so
+nothing is inferred again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from anfir.abstract.values import (AbstractValue, AFunction, ANone, AScalar, ATensor, ATuple,
+                                   GraphFn, GraphSig)
+from anfir.ir.clone import Cloner
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import Manager
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.ir.walk import toposort
+from anfir.primitives import loops, structure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.passes.pipeline import Program
+
+_BODY = {loops.scan: 0, loops.fori_loop: 2}
+
+
+def _is_data(a: Any) -> bool:
+    stack = [a]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ATuple):
+            stack.extend(x.items)
+        elif not isinstance(x, (ATensor, AScalar, ANone)):
+            return False
+    return True
+
+
+def _fn_abstract(graph: FuncGraph) -> AFunction:
+    return AFunction(frozenset({GraphFn(graph)}))
+
+
+def _apply(graph: FuncGraph, inputs: list[Node], abstract: AbstractValue, loc: Any,
+           attrs: Any = None) -> CNode:
+    node = CNode(graph, inputs, loc, attrs=attrs) if attrs is not None else CNode(graph, inputs, loc)
+    node.abstract = abstract
+    return node
+
+
+def _getitem(graph: FuncGraph, tup: Node, i: int, loc: Any) -> CNode:
+    items = tup.abstract.items if isinstance(tup.abstract, ATuple) else None
+    assert items is not None
+    return _apply(graph, [ValueNode(structure.tuple_getitem), tup, _const(i)], items[i], loc)
+
+
+def _const(value: Any) -> ValueNode:
+    node = ValueNode(value)
+    node.abstract = AScalar("i64", value)
+    return node
+
+
+def _tuple(graph: FuncGraph, items: list[Node], loc: Any) -> CNode:
+    return _apply(graph, [ValueNode(structure.make_tuple), *items],
+                  ATuple(tuple(i.abstract for i in items)), loc)
+
+
+def _graph_value(graph: FuncGraph) -> ValueNode:
+    node = ValueNode(graph)
+    node.abstract = _fn_abstract(graph)
+    return node
+
+
+def close_body(manager: Manager, call: CNode) -> Optional[Node]:
+    """The closed form of the loop ``call`` (see the module doc), or None when its
+    body is not a graph constant capturing only data."""
+    prim = call.inputs[0].value if isinstance(call.inputs[0], ValueNode) else None
+    index = _BODY.get(prim) if isinstance(prim, Primitive) else None
+    if index is None or len(call.inputs) <= index + 1:
+        return None
+    body_node = call.inputs[1 + index]
+    if not isinstance(body_node, ValueNode) or not isinstance(body_node.value, FuncGraph):
+        return None
+    body = body_node.value
+    sig = body.abstract
+    fvs = list(manager.free_variables_total(body))
+    if not fvs or not isinstance(sig, GraphSig) or not all(_is_data(fv.abstract) for fv in fvs):
+        return None
+    scope = manager.scope(body)
+    inside = set(scope)
+    direct = {inp for g in scope for node in toposort(g, manager) if isinstance(node, CNode)
+              for inp in node.inputs if inp.graph is not None and inp.graph not in inside}
+    if not all(fv in direct for fv in fvs):
+        return None  # a value captured through a closure made outside the body: kept
+    loc = call.loc
+    # body'(params..., v1..vk): the body with its captured values as parameters.
+    opened = FuncGraph(body.name + "_closed", body.loc)
+    params = [opened.add_parameter(p.name, p.loc) for p in body.parameters]
+    extra = [opened.add_parameter(f"{getattr(fv, 'name', None) or 'v'}_{i}", loc) for i, fv in enumerate(fvs)]
+    for new, old in zip(params, body.parameters):
+        new.abstract = old.abstract
+    for new, fv in zip(extra, fvs):
+        new.abstract = fv.abstract
+    seed: dict[Node, Node] = dict(zip(body.parameters, params))
+    seed.update(zip(fvs, extra))
+    cloner = Cloner(manager, scope, node_map=seed, inline_into={body: opened})
+    opened.output = cloner.output_of(body)
+    opened.abstract = GraphSig((*sig.params, *(fv.abstract for fv in fvs)), sig.out)
+    vs_abs = ATuple(tuple(fv.abstract for fv in fvs))
+    # closed(a, cv): calls body' on the carry part and the captured values, passes them on.
+    closed = FuncGraph(body.name + "_carried", body.loc)
+    carry_pos = 0 if prim is loops.scan else 1
+    a0 = closed.add_parameter(body.parameters[0].name, loc)
+    a1 = closed.add_parameter(body.parameters[1].name, loc)
+    sig_params = list(sig.params)
+    packed = ATuple((sig_params[carry_pos], vs_abs))
+    (a0 if carry_pos == 0 else a1).abstract = packed
+    (a1 if carry_pos == 0 else a0).abstract = sig_params[1 - carry_pos]
+    cv = a0 if carry_pos == 0 else a1
+    carry_in = _getitem(closed, cv, 0, loc)
+    vs = _getitem(closed, cv, 1, loc)
+    values = [_getitem(closed, vs, i, loc) for i in range(len(fvs))]
+    first = [carry_in, a1] if carry_pos == 0 else [a0, carry_in]
+    out = _apply(closed, [_graph_value(opened), *first, *values], sig.out, loc)
+    if prim is loops.scan:
+        carry_out = _getitem(closed, out, 0, loc)
+        y = _getitem(closed, out, 1, loc)
+        closed.output = _tuple(closed, [_tuple(closed, [carry_out, vs], loc), y], loc)
+    else:
+        closed.output = _tuple(closed, [out, vs], loc)
+    closed.abstract = GraphSig((a0.abstract, a1.abstract), closed.output.abstract)
+    # The new call, and what replaces the old one.
+    graph = call.graph
+    args = list(call.inputs[1:])
+    init_pos = 1 if prim is loops.scan else 3
+    args[init_pos] = _tuple(graph, [args[init_pos], _tuple(graph, list(fvs), loc)], loc)
+    args[index] = _graph_value(closed)
+    old = call.abstract
+    if prim is loops.scan:
+        assert isinstance(old, ATuple)
+        new_abs = ATuple((ATuple((old.items[0], vs_abs)), old.items[1]))
+        new = _apply(graph, [call.inputs[0], *args], new_abs, loc, call.attrs)
+        carry = _getitem(graph, _getitem(graph, new, 0, loc), 0, loc)
+        return _tuple(graph, [carry, _getitem(graph, new, 1, loc)], loc)
+    new = _apply(graph, [call.inputs[0], *args], ATuple((old, vs_abs)), loc, call.attrs)
+    return _getitem(graph, new, 0, loc)
+
+
+def run(program: "Program") -> "Program":
+    """Close the bodies of the program's structured loops (see the module doc)."""
+    manager = program.require_manager()
+    calls = [node for graph in list(manager.graphs) for node in toposort(graph, manager)
+             if isinstance(node, CNode) and node.graph is graph and node.inputs
+             and isinstance(node.inputs[0], ValueNode) and isinstance(node.inputs[0].value, Primitive)
+             and node.inputs[0].value in _BODY]
+    for call in calls:
+        replacement = close_body(manager, call)
+        if replacement is not None:
+            manager.replace(call, replacement)
+    return program
+
+
+__all__ = ["close_body", "run"]
