@@ -67,6 +67,32 @@ def unflatten_value(template: Any, leaves: list[Any]) -> Any:
     return done[0]
 
 
+def _kind(value: Any) -> tuple:
+    """What a carry must keep from step to step (as the compiled program's types do):
+    its tuple structure and, per leaf, number or tensor, dtype and shape."""
+    out: list[Any] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            out.append(len(item))
+            stack.extend(reversed(item))
+        elif isinstance(item, np.ndarray):
+            out.append(("tensor", item.dtype.str, item.shape))
+        elif isinstance(item, (bool, int, float, complex, np.generic)):
+            out.append(("number", np.asarray(item).dtype.kind))
+        else:
+            out.append(type(item).__name__)
+    return tuple(out)
+
+
+def check_carry(what: str, before: Any, after: Any) -> None:
+    """Raise the error the compiler gives when a loop's carry changes its type."""
+    if before is not after and _kind(before) != _kind(after):
+        raise AnfirTypeError(f"{what}: the carry's type changes in the body (it must keep its "
+                             "type: cast the initial value)")
+
+
 def _leading(leaf: Any) -> Optional[int]:
     if leaf is None:
         return None
@@ -134,6 +160,7 @@ def _scan(f: Any, init: Any, xs: Any = None, length: Optional[int] = None,
         out = call(f, (carry, x))
         if not isinstance(out, tuple) or len(out) != 2:
             raise AnfirTypeError("scan: the body returns a pair (carry, y)")
+        check_carry("scan", carry, out[0])
         carry, y = out
         leaves, y_template = flatten_value(y)
         steps.append(leaves)
@@ -164,7 +191,9 @@ def _fori_loop(lo: Any, hi: Any, body: Any, init: Any) -> Any:
     start, stop = _int_bound(lo, "lo"), _int_bound(hi, "hi")
     carry = init
     for i in range(start, stop):
-        carry = call(body, (i, carry))
+        new = call(body, (i, carry))
+        check_carry("fori_loop", carry, new)
+        carry = new
     return carry
 
 
