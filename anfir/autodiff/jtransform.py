@@ -384,7 +384,8 @@ class _ScopeTransform:
             if isinstance(prim, Primitive) and prim in J_WORLD:
                 # A structured loop: called through its J-world graph (autodiff/loops.py).
                 closed = closed_body(prim, node.inputs[1:], self.manager)
-                t = CNode(fwd, [ValueNode(J_WORLD[prim](node.attrs, len(args), closed), callee.loc),
+                world = J_WORLD[prim](node.attrs, len(args), closed, node.inputs[1:])
+                t = CNode(fwd, [ValueNode(world, callee.loc),
                                 *args], loc)
                 self._name_uses(t, names)
                 y = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(0)], loc, node.name)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
 from anfir.ir.attrs import Attrs
 from anfir.ir.clone import clone
@@ -125,7 +126,7 @@ def _parsed(key: tuple[Any, ...], text: str, name: str) -> FuncGraph:
     return clone(graph)
 
 
-def j_scan(attrs: Attrs, nargs: int, closed: bool = False) -> FuncGraph:
+def j_scan(attrs: Attrs, nargs: int, closed: bool = False, args: Sequence[Node] = ()) -> FuncGraph:
     """``▸scan`` for a call with these attributes and ``nargs`` arguments (``closed``:
     its body is a graph that captures nothing)."""
     bound = loops.scan.bound_attrs(attrs)
@@ -134,10 +135,62 @@ def j_scan(attrs: Attrs, nargs: int, closed: bool = False) -> FuncGraph:
                    _scan_text(nargs, length, reverse, closed), "▸scan")
 
 
-def j_fori_loop(attrs: Attrs, nargs: int, closed: bool = False) -> FuncGraph:
+def j_fori_loop(attrs: Attrs, nargs: int, closed: bool = False,
+                args: Sequence[Node] = ()) -> FuncGraph:
     """``▸fori_loop``."""
     return _parsed(("fori_loop", closed), _FORI_CLOSED_TEXT if closed else _FORI_TEXT,
                    "▸fori_loop")
+
+
+def _arity_of(node: Node) -> int:
+    value = node.value if isinstance(node, ValueNode) else None
+    if isinstance(value, FuncGraph):
+        return len(value.parameters)
+    if isinstance(value, Primitive) and value.min_args == value.max_args:
+        return value.min_args
+    raise GradientError("the function given to custom_vjp / custom_jvp must be a function "
+                        "written in place (a lambda or a definition's name) to be differentiated",
+                        node.loc)
+
+
+def j_custom_vjp(attrs: Attrs, nargs: int, closed: bool, args: Sequence[Node]) -> FuncGraph:
+    """``▸custom_vjp``: the function's J-world value runs ``fwd`` and pulls back with ``bwd``."""
+    n = _arity_of(args[0])
+    xs = ", ".join(f"x{i}" for i in range(n))
+    ds = "".join(f", d[{i}]" for i in range(n)) if n != 1 else ", d[0]"
+    text = f"""
+lambda (f, fwd, bwd)
+  let fn = lambda ({xs})
+    let t = fwd({xs})[0] in
+    let res = t[1] in
+    (t[0], lambda (dout) let d = bwd(res, dout)[0] in (newenv(){ds}) end)
+  end in
+  (fn, lambda (dfn) (newenv(), newenv(), newenv(), newenv()) end)
+end
+"""
+    return _parsed(("custom_vjp", n), text, "▸custom_vjp")
+
+
+def j_custom_jvp(attrs: Attrs, nargs: int, closed: bool, args: Sequence[Node]) -> FuncGraph:
+    """``▸custom_jvp``: the pullback is the transpose of the user's tangent map, which is
+    linear in the tangents: the gradient of ``⟨rule(x, t)[1], dout⟩`` with respect to
+    ``t`` — read off the J-transformed rule's own pullback (at ``t = 0``; any ``t``
+    gives the same)."""
+    n = _arity_of(args[0])
+    xs = ", ".join(f"x{i}" for i in range(n))
+    zeros = ", ".join(f"zeros_like(x{i})" for i in range(n))
+    ds = "".join(f", d[{i}]" for i in range(n))
+    text = f"""
+lambda (f, rule)
+  let fn = lambda ({xs})
+    let r = rule(({xs},), ({zeros},)) in
+    let o = r[0] in
+    (o[0], lambda (dout) let d = r[1]((zeros_like(o[0]), dout))[2] in (newenv(){ds}) end)
+  end in
+  (fn, lambda (dfn) (newenv(), newenv(), newenv()) end)
+end
+"""
+    return _parsed(("custom_jvp", n), text, "▸custom_jvp")
 
 
 BODY_INDEX: dict[Primitive, int] = {loops.scan: 0, loops.fori_loop: 2}
@@ -155,9 +208,11 @@ def closed_body(prim: Primitive, args: Sequence[Node], manager: Manager) -> bool
             and not manager.free_variables_total(body.value))
 
 
-J_WORLD: dict[Primitive, Callable[[Attrs, int, bool], FuncGraph]] = {
+J_WORLD: dict[Primitive, Callable[[Attrs, int, bool, Sequence[Node]], FuncGraph]] = {
     loops.scan: j_scan,
     loops.fori_loop: j_fori_loop,
+    loops.custom_vjp: j_custom_vjp,
+    loops.custom_jvp: j_custom_jvp,
 }
 """The J-world graph of each primitive that calls its function arguments, keyed by the
 object; the J transform calls it instead of copying the call (see the module doc)."""

@@ -118,9 +118,7 @@ def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:
 def j_primitive_value(prim: Primitive) -> Union[FuncGraph, MetaFunction]:
     """The J-transform of ``prim`` used as a value: ``▸prim``, or a meta function
     generating it per argument count when the arity varies."""
-    if prim in J_WORLD:  # a structured loop used as a value: its default attributes
-        if prim.max_args == prim.min_args:
-            return J_WORLD[prim](NO_ATTRS, prim.min_args, False)
+    if prim in J_WORLD:  # a structured loop (or custom rule) used as a value: call it directly
         raise GradientError(f"differentiating {prim.name} passed as a value: call it directly")
     if prim.max_args is not None and prim.min_args == prim.max_args:
         return j_prim_graph(prim, prim.min_args)

@@ -75,6 +75,8 @@ def run(program: "Program") -> "Program":
                 raise GradientError("cannot type the gradient: its arguments' types are unknown",
                                     fn.loc) from None
     count += _expand_generated_calls(manager, program.entry)
+    if loops.strip_custom_rules(program):  # the rules are used: what is left calls f
+        program.stats["ad: custom rules applied"] += 1
     if count:
         program.stats["ad: grad expanded"] += count
         _track_entry_only(program)

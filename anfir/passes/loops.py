@@ -174,4 +174,20 @@ def run(program: "Program") -> "Program":
     return program
 
 
-__all__ = ["close_body", "run"]
+def strip_custom_rules(program: "Program") -> int:
+    """After the ``ad`` phase, ``custom_vjp(f, ...)`` / ``custom_jvp(f, ...)`` is ``f``: the
+    gradients that use the rules are built, and what is left (the forward computation)
+    calls ``f``, so exporters see the user's rule in the gradient and ``f`` elsewhere.
+    Returns how many calls went."""
+    manager = program.require_manager()
+    custom = (loops.custom_vjp, loops.custom_jvp)
+    calls = [node for graph in list(manager.graphs) for node in toposort(graph, manager)
+             if isinstance(node, CNode) and node.graph is graph and node.inputs
+             and isinstance(node.inputs[0], ValueNode) and isinstance(node.inputs[0].value, Primitive)
+             and node.inputs[0].value in custom]
+    for call in calls:
+        manager.replace(call, call.inputs[1])
+    return len(calls)
+
+
+__all__ = ["close_body", "run", "strip_custom_rules"]

@@ -215,4 +215,27 @@ fori_loop = declare(
     doc="fori_loop(lo, hi, body, init) — as lax.fori_loop: carry = body(i, carry) for i in "
         "lo, ..., hi - 1; returns the carry")
 
-__all__ = ["flatten_value", "fori_loop", "scan", "scan_length", "unflatten_value"]
+def _custom_vjp(f: Any, fwd: Any, bwd: Any) -> Any:
+    """custom_vjp(f, fwd, bwd): ``f`` itself; only its derivatives differ (the J transform's)."""
+    return f
+
+
+def _custom_jvp(f: Any, rule: Any) -> Any:
+    """custom_jvp(f, rule): ``f`` itself; only its derivatives differ."""
+    return f
+
+
+def _first(f: Any, *_rules: Any) -> Any:
+    return f
+
+
+custom_vjp = declare(
+    "custom_vjp", 3, _custom_vjp, infer=_first, family=FAMILY, foldable=False, accepts_any=True,
+    doc="custom_vjp(f, fwd, bwd) — f, whose reverse-mode derivative is the user's: fwd(x...) -> "
+        "(f(x...), residuals), bwd(residuals, dout) -> (dx...) (as jax.custom_vjp)")
+custom_jvp = declare(
+    "custom_jvp", 2, _custom_jvp, infer=_first, family=FAMILY, foldable=False, accepts_any=True,
+    doc="custom_jvp(f, rule) — f, whose derivative is the user's: rule((x...), (t...)) -> "
+        "(f(x...), the derivative along t), linear in t (as jax.custom_jvp)")
+
+__all__ = ["custom_jvp", "custom_vjp", "flatten_value", "fori_loop", "scan", "scan_length", "unflatten_value"]
