@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from anfir.abstract.values import (AbstractValue, AFunction, ANone, AScalar, ATensor, ATuple,
                                    GraphFn, GraphSig)
+from anfir.infer.engine import constant_abstract
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
@@ -65,7 +66,13 @@ def _apply(graph: FuncGraph, inputs: list[Node], abstract: AbstractValue, loc: A
 def _getitem(graph: FuncGraph, tup: Node, i: int, loc: Any) -> CNode:
     items = tup.abstract.items if isinstance(tup.abstract, ATuple) else None
     assert items is not None
-    return _apply(graph, [ValueNode(structure.tuple_getitem), tup, _const(i)], items[i], loc)
+    return _apply(graph, [_prim(structure.tuple_getitem), tup, _const(i)], items[i], loc)
+
+
+def _prim(prim: Primitive) -> ValueNode:
+    node = ValueNode(prim)
+    node.abstract = constant_abstract(node)
+    return node
 
 
 def _const(value: Any) -> ValueNode:
@@ -75,7 +82,7 @@ def _const(value: Any) -> ValueNode:
 
 
 def _tuple(graph: FuncGraph, items: list[Node], loc: Any) -> CNode:
-    return _apply(graph, [ValueNode(structure.make_tuple), *items],
+    return _apply(graph, [_prim(structure.make_tuple), *items],
                   ATuple(tuple(i.abstract for i in items)), loc)
 
 
@@ -109,7 +116,7 @@ def close_body(manager: Manager, call: CNode) -> Optional[Node]:
     loc = call.loc
     # body'(params..., v1..vk): the body with its captured values as parameters.
     opened = FuncGraph(body.name + "_closed", body.loc)
-    params = [opened.add_parameter(p.name, p.loc) for p in body.parameters]
+    params = [opened.add_parameter(p.name or "p", p.loc) for p in body.parameters]
     extra = [opened.add_parameter(f"{getattr(fv, 'name', None) or 'v'}_{i}", loc) for i, fv in enumerate(fvs)]
     for new, old in zip(params, body.parameters):
         new.abstract = old.abstract
@@ -124,8 +131,8 @@ def close_body(manager: Manager, call: CNode) -> Optional[Node]:
     # closed(a, cv): calls body' on the carry part and the captured values, passes them on.
     closed = FuncGraph(body.name + "_carried", body.loc)
     carry_pos = 0 if prim is loops.scan else 1
-    a0 = closed.add_parameter(body.parameters[0].name, loc)
-    a1 = closed.add_parameter(body.parameters[1].name, loc)
+    a0 = closed.add_parameter(body.parameters[0].name or "a", loc)
+    a1 = closed.add_parameter(body.parameters[1].name or "b", loc)
     sig_params = list(sig.params)
     packed = ATuple((sig_params[carry_pos], vs_abs))
     (a0 if carry_pos == 0 else a1).abstract = packed
@@ -153,11 +160,11 @@ def close_body(manager: Manager, call: CNode) -> Optional[Node]:
     if prim is loops.scan:
         assert isinstance(old, ATuple)
         new_abs = ATuple((ATuple((old.items[0], vs_abs)), old.items[1]))
-        new = _apply(graph, [call.inputs[0], *args], new_abs, loc, call.attrs)
-        carry = _getitem(graph, _getitem(graph, new, 0, loc), 0, loc)
-        return _tuple(graph, [carry, _getitem(graph, new, 1, loc)], loc)
-    new = _apply(graph, [call.inputs[0], *args], ATuple((old, vs_abs)), loc, call.attrs)
-    return _getitem(graph, new, 0, loc)
+        looped = _apply(graph, [call.inputs[0], *args], new_abs, loc, call.attrs)
+        carry = _getitem(graph, _getitem(graph, looped, 0, loc), 0, loc)
+        return _tuple(graph, [carry, _getitem(graph, looped, 1, loc)], loc)
+    looped = _apply(graph, [call.inputs[0], *args], ATuple((old, vs_abs)), loc, call.attrs)
+    return _getitem(graph, looped, 0, loc)
 
 
 def run(program: "Program") -> "Program":

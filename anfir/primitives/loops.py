@@ -67,7 +67,7 @@ def unflatten_value(template: Any, leaves: list[Any]) -> Any:
     return done[0]
 
 
-def _kind(value: Any) -> tuple:
+def _kind(value: Any) -> tuple[Any, ...]:
     """What a carry must keep from step to step (as the compiled program's types do):
     its tuple structure and, per leaf, number or tensor, dtype and shape."""
     out: list[Any] = []
