@@ -1419,6 +1419,11 @@ WALKER_ONLY: frozenset[Primitive] = frozenset({
 })
 """The primitives that never reach a target's rule table (the walker takes them apart)."""
 
+STRUCTURAL.update({loops.custom_vjp: _identity, loops.custom_jvp: _identity})
+"""``custom_vjp(f, ...)`` is ``f`` (the ``ad`` phase has used the rule; ``identity`` reads argument 0)."""
+WALKER_ONLY = WALKER_ONLY | {loops.scan, loops.fori_loop, loops.custom_vjp, loops.custom_jvp}
+"""``scan``/``fori_loop`` become Loops in the walk (:meth:`Walker._structured_loop`)."""
+
 
 # -- helpers ------------------------------------------------------------------------
 def flatten_program(graph: FuncGraph) -> FlatProgram:
