@@ -659,9 +659,9 @@ class Walker:
         x_sv = _rebuild(_row_abstract(xs_t), iter(x_values))
         carry_sv = _rebuild(carry_t, iter(carry_in))
         call_args = [carry_sv, x_sv] if scan else [Leaf(i_in), carry_sv]
-        init: list[Operand] = [start]
+        first: list[Operand] = [start]
         init_slots = self._to_slots(init_of(scan, args), carry_t, what, loc, 0)
-        init += [self._operand(_typed(sv, t), what, loc) for sv, t in zip(init_slots, carry_types)]
+        first += [self._operand(_typed(sv, t), what, loc) for sv, t in zip(init_slots, carry_types)]
 
         def done(value: SV) -> None:
             frame.values[node] = value
@@ -691,7 +691,7 @@ class Walker:
             flag = self._emit(arith.lt, (step, count), AScalar("bool"), body, loc, "more")
             body.results = [flag, step, *new_carry, *new_ys]
             outs = [Value(self.names.take(v.name), v.type, outer) for v in body.params]
-            outer.ops.append(LoopOp(tuple([*init, *buffers]), body, tuple(outs), loc))
+            outer.ops.append(LoopOp(tuple([*first, *buffers]), body, tuple(outs), loc))
             carry_value = _rebuild(carry_t, iter(outs[1:1 + len(carry_in)]))
             if scan:
                 done(Tup((carry_value, _rebuild(ys_t, iter(outs[1 + len(carry_in):])))))
@@ -1569,7 +1569,7 @@ def _is_constant_abstract(a: Any) -> bool:
         isinstance(a, AString) and a.value is not UNKNOWN)
 
 
-def init_of(scan: bool, args: list[SV]) -> Optional[SV]:
+def init_of(scan: bool, args: list[SV]) -> SV:
     """The initial carry of a ``scan`` (argument 1) or ``fori_loop`` (argument 3) call."""
     return args[1] if scan else args[3]
 
