@@ -55,7 +55,10 @@ def run(program: "Program") -> "Program":
     context = JContext(static=True)
     count = 0
     untyped: list[tuple[FuncGraph, Node]] = []
-    if _meta_calls(manager):  # loops whose gradient is taken carry their captured values
+    if _meta_calls(manager):  # counted loops become fori_loop; loop bodies carry their captures
+        rewritten = loops.recognise_counted_loops(program)
+        if rewritten:
+            program.stats["ad: counted loops as fori_loop"] += rewritten
         loops.run(program)
     while True:
         calls = _meta_calls(manager)
