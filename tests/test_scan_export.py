@@ -147,3 +147,53 @@ def test_a_loop_without_steps_is_refused_with_the_reason() -> None:
     mod = anfir.parse("def f(x) = fori_loop(3, 3, lambda (i, c) c * x end, x)")
     with pytest.raises(anfir.AnfirError, match="runs no step"):
         anfir.export_onnx(mod, entry="f", args=[1.0])
+
+
+# -- counted tail-recursive loops become fori_loop before AD ------------------------------------
+LOOPS = anfir.parse("""
+def halving(x, n) =
+  let loop = lambda (i, acc) if i < n then loop(i + 1, acc * 0.5 + x * x) else acc end in
+  loop(0, x)
+def g_halving(x, n) = grad(halving)(x, n)
+def gg_halving(x, n) = grad(grad(halving))(x, n)
+def halvings(x) =
+  let loop = lambda (y, scale) if y < 1.0 then scale * y else loop(y / 2.0, scale * 3.0) end in
+  loop(x, 1.0)
+def g_halvings(x) = grad(halvings)(x)
+""", "loops.anf")
+
+
+def j_halving(x: Any, n: int) -> Any:
+    return jax.lax.fori_loop(0, n, lambda i, acc: acc * 0.5 + x * x, x)
+
+
+def test_a_counted_loop_is_rewritten_before_ad_and_its_gradient_exports(tmp_path: Path) -> None:
+    result_dir = tmp_path / "dumps"
+    compiled = anfir.compile(LOOPS, entry="g_halving", args=[0.8, 7], dump_dir=str(result_dir))
+    ad_dump = next(result_dir.glob("03_ad.ir")).read_text()
+    assert "fori_loop(" in ad_dump and "scan(" in ad_dump  # the rewrite, shown by the ad phase
+    for n in (1, 7, 12):
+        want = float(jax.grad(j_halving)(0.8, n))
+        np.testing.assert_allclose(anfir.run(compiled, 0.8, n), want, rtol=1e-12)
+        np.testing.assert_allclose(anfir.run(LOOPS["g_halving"], 0.8, n), want, rtol=1e-12)
+    gg = anfir.compile(LOOPS, entry="gg_halving", args=[0.8, 7])
+    np.testing.assert_allclose(anfir.run(gg, 0.8, 7), float(jax.grad(jax.grad(j_halving))(0.8, 7)),
+                               rtol=1e-12)
+    # n is an input of the exported model: the trip count is dynamic.
+    model = anfir.export_onnx(LOOPS, entry="g_halving", args=[0.8, 7])
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 7, 12):
+        feed = {model.graph.input[0].name: np.asarray(0.8), model.graph.input[1].name: np.asarray(n)}
+        for got in (session.run(None, feed), ReferenceEvaluator(model).run(None, feed)):
+            np.testing.assert_allclose(np.asarray(got[0]).ravel()[0], float(jax.grad(j_halving)(0.8, n)),
+                                       rtol=1e-12)
+
+
+def test_a_loop_that_is_not_counted_runs_as_before_and_its_export_refusal_says_why() -> None:
+    compiled = anfir.compile(LOOPS, entry="g_halvings", args=[5.0])
+    assert anfir.run(compiled, 5.0) == anfir.run(LOOPS["g_halvings"], 5.0) == 27.0 / 8.0
+    with pytest.raises(anfir.AnfirError) as info:
+        anfir.export_onnx(LOOPS, entry="g_halvings", args=[5.0])
+    text = info.value.render()
+    assert "a loop that carries or returns a function" in text and "counted loop" in text

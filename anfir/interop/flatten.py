@@ -568,7 +568,11 @@ class Walker:
             return [_widen(abstract)]
         raise ExportError(f"{what} is {abstract}: a loop exports when its state and result are "
                           "tensors, scalars and tuples of them (a loop that carries or returns "
-                          "a function, as the gradient of a loop does, does not)", graph.loc)
+                          "a function, as the gradient of a loop does, does not)", graph.loc,
+                          hint="a loop whose gradient exports is a scan or fori_loop; the ad phase "
+                               "makes one of a counted loop, `if i < n then loop(i + 1, ...) else "
+                               "s` with n computed outside it and a state of tensors — write this "
+                               "loop that way, or with scan/fori_loop")
 
     def _to_slots(self, sv: SV, abstract: Any, what: str, loc: Optional[Location],
                   depth: int) -> list[SV]:
