@@ -197,3 +197,10 @@ def test_a_loop_that_is_not_counted_runs_as_before_and_its_export_refusal_says_w
         anfir.export_onnx(LOOPS, entry="g_halvings", args=[5.0])
     text = info.value.render()
     assert "a loop that carries or returns a function" in text and "counted loop" in text
+
+
+def test_core_ml_refuses_a_counted_loop_with_a_located_export_error() -> None:
+    pytest.importorskip("coremltools")
+    with pytest.raises(anfir.AnfirError) as info:
+        anfir.export_coreml(MOD, entry="g_halving", args=[0.8])
+    assert "while_loop" in info.value.render() and info.value.loc is not None
