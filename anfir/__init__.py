@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence, Union
 
 from anfir import wiring  # noqa: F401  (fills the lower layers' slots before anything runs)
 from anfir.autodiff import api as _ad
+from anfir.autodiff import custom as _custom
 from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
@@ -205,3 +206,18 @@ __all__ = [
     "export_onnx", "grad", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
     "to_jax", "to_text", "value_and_grad", "vjp",
 ]
+
+
+def custom_vjp(f: FuncGraph, fwd: FuncGraph, bwd: FuncGraph) -> FuncGraph:
+    """``f`` whose reverse-mode derivative is the user's (as ``jax.custom_vjp``):
+    ``fwd(x...) -> (f(x...), residuals)``, ``bwd(residuals, dout) -> (dx...)``."""
+    return _custom.custom_vjp(f, fwd, bwd)
+
+
+def custom_jvp(f: FuncGraph, jvp_rule: FuncGraph) -> FuncGraph:
+    """``f`` whose derivative is the user's (as ``jax.custom_jvp``):
+    ``jvp_rule((x...), (t...)) -> (f(x...), tangent)``, linear in the tangents."""
+    return _custom.custom_jvp(f, jvp_rule)
+
+
+__all__ += ["custom_jvp", "custom_vjp"]  # structured loops' branch: custom derivatives

@@ -22,6 +22,7 @@ from anfir.autodiff.runtime import generate_grad, j_value
 from anfir.autodiff.typing import call_j
 from anfir.infer.engine import register_atom_caller
 from anfir.ir.upcalls import UPCALLS
+from anfir.eval import call_function
 from anfir.lowlevel.loader import load_lir_file
 from anfir.primitives import meta
 from anfir.printers.display import graph_svg
@@ -34,6 +35,7 @@ def install() -> None:
     UPCALLS.graph_svg = graph_svg
     UPCALLS.j_value = j_value
     UPCALLS.load_lir = load_lir_file
+    UPCALLS.call_function = call_function
     meta.grad.generate = lambda args: generate_grad(args, with_value=False)
     meta.value_and_grad.generate = lambda args: generate_grad(args, with_value=True)
     meta.jvp.generate = generate_jvp

@@ -71,9 +71,24 @@ def test_straight_line_gradients_are_straight_line() -> None:
     assert program.output_structure == ["output_0", ["output_1_0", "output_1_1"]]
 
 
+COUNTDOWN = """\
+def power(x, n) =
+  let loop = lambda (k, acc) if k == 0 then acc else loop(k - 1, acc * x) end in
+  loop(n, 1.0)
+def dpower(x) = grad(power)(x, 3)
+"""
+
+
+def test_the_gradient_of_a_counted_loop_is_first_order() -> None:
+    program = flat(spec_examples.POWER, "dpower", [2.0])
+    assert sum(isinstance(s, LoopOp) for s in statements(program.body)) == 2
+
+
 @pytest.mark.parametrize("text,entry,args,message", [
     (spec_examples.FIBONACCI, "fibonacci", [10], "not in tail position"),
-    (spec_examples.POWER, "dpower", [2.0], "a loop that carries or returns a function"),
+    # A counted loop (spec_examples.POWER) becomes a fori_loop before AD and exports
+    # (test_scan_export.py); a loop counting down is not recognised and is refused.
+    (COUNTDOWN, "dpower", [2.0], "a loop that carries or returns a function"),
     (spec_examples.CLOSURE, "func_outer", [1, 2], "is a function"),
 ])
 def test_what_is_not_first_order_is_a_located_export_error(text: str, entry: str, args: Any,

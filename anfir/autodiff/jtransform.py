@@ -56,6 +56,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.autodiff.gradgraphs import grad_graph_for_types
+from anfir.autodiff.loops import J_WORLD, closed_body
 from anfir.autodiff.partials import (bound_gradient, bound_key, is_generic, j_partial_maker,
                                      note_j_of_maker)
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
@@ -380,7 +381,16 @@ class _ScopeTransform:
             names = [self.use_name(node, i, a) for i, a in enumerate(node.inputs)]
             args = [self.fmap(a, g, names[i + 1]) for i, a in enumerate(node.inputs[1:])]
             prim = callee.value if isinstance(callee, ValueNode) else None
-            if isinstance(prim, Primitive) and prim is not structure.partial:
+            if isinstance(prim, Primitive) and prim in J_WORLD:
+                # A structured loop: called through its J-world graph (autodiff/loops.py).
+                closed = closed_body(prim, node.inputs[1:], self.manager)
+                world = J_WORLD[prim](node.attrs, len(args), closed, node.inputs[1:])
+                t = CNode(fwd, [ValueNode(world, callee.loc),
+                                *args], loc)
+                self._name_uses(t, names)
+                y = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(0)], loc, node.name)
+                self.bprop[node] = CNode(fwd, [ValueNode(structure.tuple_getitem), t, ValueNode(1)], loc)
+            elif isinstance(prim, Primitive) and prim is not structure.partial:
                 y = CNode(fwd, [callee, *args], loc, node.name, node.attrs)
                 self._name_uses(y, names)
             elif prim is structure.partial:
@@ -461,7 +471,7 @@ class _ScopeTransform:
             loc = self._note(node, g, BACKWARD)
             callee = node.inputs[0]
             prim = callee.value if isinstance(callee, ValueNode) else None
-            if isinstance(prim, Primitive) and prim is not structure.partial:
+            if isinstance(prim, Primitive) and prim is not structure.partial and prim not in J_WORLD:
                 if not prim.differentiable:
                     continue
                 args = [self.value_in(a, g) for a in node.inputs[1:]]

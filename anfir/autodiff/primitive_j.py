@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from anfir.autodiff.loops import J_WORLD
 from anfir.autodiff.partials import bound_gradient, j_partial_call
 from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
@@ -30,6 +31,8 @@ _metas: dict[str, MetaFunction] = {}
 def has_rule(prim: Primitive, nargs: int) -> bool:
     """Whether ``prim`` called with ``nargs`` arguments can be differentiated."""
     if not prim.differentiable or prim.structural_gradient or prim is structure.partial:
+        return True
+    if prim in J_WORLD:  # structured loops: their J-world graph (autodiff/loops.py)
         return True
     return prim.bprop_text(prim.input_count(nargs)) is not None
 
@@ -115,6 +118,8 @@ def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:
 def j_primitive_value(prim: Primitive) -> Union[FuncGraph, MetaFunction]:
     """The J-transform of ``prim`` used as a value: ``▸prim``, or a meta function
     generating it per argument count when the arity varies."""
+    if prim in J_WORLD:  # a structured loop (or custom rule) used as a value: call it directly
+        raise GradientError(f"differentiating {prim.name} passed as a value: call it directly")
     if prim.max_args is not None and prim.min_args == prim.max_args:
         return j_prim_graph(prim, prim.min_args)
     meta = _metas.get(prim.name)

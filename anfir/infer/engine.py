@@ -58,6 +58,7 @@ from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.primitive import MetaFunction, call_attrs
 from anfir.abstract.rules import static_of_abstract
 from anfir.ir.walk import toposort
+from anfir.infer.loops import PRIMITIVE_CALLERS
 from anfir.primitives import meta as metas, structure
 from anfir.values import Symbol
 
@@ -389,6 +390,9 @@ class Engine:
         """Infer a call of one function atom."""
         loc = node.loc if node is not None else None
         if isinstance(atom, PrimFn):
+            typed_here = PRIMITIVE_CALLERS.get(atom.prim)
+            if typed_here is not None:  # a structured loop: the engine types its body call
+                return (yield from typed_here(self, args, node))
             generated = self._generated_graph(atom.prim, args, node)
             if generated is not None:
                 return (yield from self.call_atom(GraphFn(generated), args, node))

@@ -1356,9 +1356,15 @@ class MilWriter:
             return tuple(zero_d(self.tensor(o, dtype_of_type(t)))
                          for o, t in zip(op.body.results, types))
 
-        outs = self.mb.while_loop(_cond=cond, _body=body, loop_vars=tuple(init),
-                                  name=self.names.take((op.results[0].name if op.results else "loop")
-                                                       + "_loop"))
+        try:
+            outs = self.mb.while_loop(_cond=cond, _body=body, loop_vars=tuple(init),
+                                      name=self.names.take((op.results[0].name if op.results
+                                                            else "loop") + "_loop"))
+        except ValueError as exc:  # coremltools' typing of the loop state (see the hint)
+            raise ExportError(f"coremltools cannot build this while_loop: {exc}", op.loc,
+                              hint="a loop whose state starts from constants and advances "
+                                   "step by step (a counter: scan, fori_loop) is rejected by "
+                                   "coremltools' while_loop typing") from None
         self.depth -= 1
         for value, var in zip(op.results, list(outs)[1:]):
             self.vars[id(value)] = var

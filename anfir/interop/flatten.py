@@ -69,7 +69,7 @@ from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import toposort
 from anfir.location import Location
-from anfir.primitives import arith, gradient, structure, tensor
+from anfir.primitives import arith, gradient, indexing, loops, shaping, structure, tensor
 from anfir.primitives.structure import zeros_like_value
 from anfir.values import GradEnv, Partial, SymbolicKey
 
@@ -408,6 +408,9 @@ class Walker:
         """Evaluate one CNode of ``frame``: a primitive at once, a call by pushing work."""
         callee = self._lookup(frame, node.inputs[0])
         args = [self._lookup(frame, a) for a in node.inputs[1:]]
+        if isinstance(callee, PrimValue) and callee.prim in (loops.scan, loops.fori_loop):
+            self._structured_loop(frame, node, callee.prim, args)  # a Loop: see that section
+            return
         if isinstance(callee, PrimValue):
             call = PrimCall(callee.prim, args, frame.block, node.loc, node.abstract,
                             _hint(node, callee.prim.name), _describe(node), dict(node.attrs))
@@ -565,7 +568,11 @@ class Walker:
             return [_widen(abstract)]
         raise ExportError(f"{what} is {abstract}: a loop exports when its state and result are "
                           "tensors, scalars and tuples of them (a loop that carries or returns "
-                          "a function, as the gradient of a loop does, does not)", graph.loc)
+                          "a function, as the gradient of a loop does, does not)", graph.loc,
+                          hint="a loop whose gradient exports is a scan or fori_loop; the ad phase "
+                               "makes one of a counted loop, `if i < n then loop(i + 1, ...) else "
+                               "s` with n computed outside it and a state of tensors — write this "
+                               "loop that way, or with scan/fori_loop")
 
     def _to_slots(self, sv: SV, abstract: Any, what: str, loc: Optional[Location],
                   depth: int) -> list[SV]:
@@ -597,6 +604,122 @@ class Walker:
             typed = tuple(_typed(s, t) for s, t in zip(state, ctx.state_types))
             return LoopStep(Known(True), typed, _rebuild(ctx.result_type, iter(ctx.result_in)))
         return LoopStep(Known(False), tuple(Leaf(v) for v in ctx.state_in), sv)
+
+    # -- structured loops: scan and fori_loop as a counted Loop ------------------------------
+    def _structured_loop(self, frame: Frame, node: CNode, prim: Primitive, args: list[SV]) -> None:
+        """``scan``/``fori_loop`` as a :class:`LoopOp` whose state is ``(i, carry...,
+        ys...)``: each step reads row ``i`` of ``xs`` (``gather``), walks the body
+        once, writes ``y`` into row ``i`` of the stacked buffers (``scatter_nd``), and
+        goes on while ``i + 1 < n``.  The do-while form runs one step before testing,
+        so a loop of zero steps does not export (it is refused when the count is known)."""
+        loc, what, outer = node.loc, _describe(node), frame.block
+        scan = prim is loops.scan
+        if scan:
+            fn, init = args[0], args[1]
+            xs = args[2] if len(args) > 2 else Known(None)
+            xs_t: Any = node.inputs[3].abstract if len(args) > 2 else ANone()
+            if not isinstance(node.abstract, ATuple):
+                raise ExportError(f"internal: {what} has no type", loc)
+            carry_t, ys_t = node.abstract.items
+        else:
+            lo, hi, fn, init = args
+            carry_t, ys_t, xs, xs_t = node.abstract, ANone(), Known(None), ANone()
+        if not isinstance(fn, Closure):
+            raise ExportError(f"{what}: its body is {_kind_text(fn)}; a loop exports when its "
+                              "body is a function of the program", loc)
+        i64 = AScalar("i64")
+        carry_types = self._slots(carry_t, fn.graph, f"the carry of {what}", 0)
+        body = Block(parent=outer)
+        i_in = Value(self.names.take("i"), i64, body)
+        carry_in = [Value(self.names.take("carry"), t, body) for t in carry_types]
+        xs_leaves = [self._operand(sv, what, loc) for sv in self._to_slots(xs, xs_t, what, loc, 0)]
+        xs_types = self._slots(xs_t, fn.graph, f"the xs of {what}", 0)
+        ys_types = self._slots(ys_t, fn.graph, f"the ys of {what}", 0)
+        # The trip count and the first index.
+        if scan:
+            length = prim.bound_attrs(node.attrs)["length"]
+            count: Operand = Const(length) if length is not None else self._leading_dim(
+                xs_leaves, xs_types, outer, loc, what)
+            start: Operand = Const(0)
+        else:
+            start = self._operand(_typed(lo, i64), what, loc)
+            count = self._operand(_typed(hi, i64), what, loc)
+        if isinstance(count, Const) and isinstance(start, Const) and count.value <= start.value:
+            raise ExportError(f"{what} runs no step: an exported loop runs at least one", loc)
+        buffers: list[Operand] = []
+        for t in ys_types:
+            assert isinstance(t, ATensor) and t.shape is not None
+            shape = tuple(count if k == 0 else self._dim_operand(d, what, loc)
+                          for k, d in enumerate(t.shape))
+            buffers.append(self._emit(tensor.zeros, (shape, Const(t.dtype)), t, outer, loc, "ys"))
+        ys_in = [Value(self.names.take("ys"), t, body) for t in ys_types]
+        body.params = [i_in, *carry_in, *ys_in]
+        index: Operand = i_in
+        if scan and prim.bound_attrs(node.attrs)["reverse"]:
+            last = self._emit(arith.sub, (count, Const(1)), i64, body, loc, "last")
+            index = self._emit(arith.sub, (last, i_in), i64, body, loc, "index")
+        x_values = [self._emit(indexing.gather, (leaf, index), _row_type(t), body, loc, "x",
+                               {"axis": 0}) for leaf, t in zip(xs_leaves, xs_types)]
+        x_sv = _rebuild(_row_abstract(xs_t), iter(x_values))
+        carry_sv = _rebuild(carry_t, iter(carry_in))
+        call_args = [carry_sv, x_sv] if scan else [Leaf(i_in), carry_sv]
+        first: list[Operand] = [start]
+        init_slots = self._to_slots(init_of(scan, args), carry_t, what, loc, 0)
+        first += [self._operand(_typed(sv, t), what, loc) for sv, t in zip(init_slots, carry_types)]
+
+        def done(value: SV) -> None:
+            frame.values[node] = value
+
+        def finish(sv: SV) -> None:
+            if scan:
+                items = _tuple_items(sv)
+                if items is None or len(items) != 2:
+                    raise ExportError(f"{what}: the body returns {_kind_text(sv)}, not a pair", loc)
+                carry_out, y = items
+            else:
+                carry_out, y = sv, Known(None)
+            new_carry = [self._operand(_typed(s, t), what, loc)
+                         for s, t in zip(self._to_slots(carry_out, carry_t, what, loc, 0), carry_types)]
+            y_leaves = self._to_slots(y, _row_abstract(ys_t), what, loc, 0)
+            position = self._emit(tensor.reshape, (index, Const((1, 1))), ATensor("i64", (1, 1)),
+                                  body, loc, "row")
+            new_ys: list[Operand] = []
+            for buf, y_sv, t in zip(ys_in, y_leaves, ys_types):
+                row = self._operand(_typed(y_sv, _row_type(t)), what, loc)
+                update = self._emit(shaping.unsqueeze, (row,), ATensor(t.dtype, (1, *t.shape[1:]))
+                                    if isinstance(t, ATensor) and t.shape else t, body, loc, "y",
+                                    {"axis": 0})
+                new_ys.append(self._emit(indexing.scatter_nd, (buf, position, update), t, body,
+                                         loc, "ys"))
+            step = self._emit(arith.add, (i_in, Const(1)), i64, body, loc, "i")
+            flag = self._emit(arith.lt, (step, count), AScalar("bool"), body, loc, "more")
+            body.results = [flag, step, *new_carry, *new_ys]
+            outs = [Value(self.names.take(v.name), v.type, outer) for v in body.params]
+            outer.ops.append(LoopOp(tuple([*first, *buffers]), body, tuple(outs), loc))
+            carry_value = _rebuild(carry_t, iter(outs[1:1 + len(carry_in)]))
+            if scan:
+                done(Tup((carry_value, _rebuild(ys_t, iter(outs[1 + len(carry_in):])))))
+            else:
+                done(carry_value)
+
+        self._call(fn, call_args, body, None, node, finish)
+
+    def _leading_dim(self, leaves: list[Operand], types: list[AbstractValue], block: Block,
+                     loc: Optional[Location], what: str) -> Operand:
+        """The number of rows of ``xs``: a constant, or a ``dim`` op when symbolic."""
+        for leaf, t in zip(leaves, types):
+            if isinstance(t, ATensor) and t.shape:
+                first = t.shape[0]
+                if isinstance(first, int):
+                    return Const(first)
+                return self._emit(DIM, (leaf, Const(0)), AScalar("i64"), block, loc, "steps")
+        raise ExportError(f"{what}: no tensor in xs gives the number of steps", loc)
+
+    def _dim_operand(self, dim: Any, what: str, loc: Optional[Location]) -> Operand:
+        if isinstance(dim, int):
+            return Const(dim)
+        raise ExportError(f"{what}: y has the dimension {dim}, known only at run time; an exported "
+                          "scan needs the shape of y (beyond the steps) known", loc)
 
     # -- merging what branches give -------------------------------------------------------
     def _merge(self, svs: list[SV], blocks: list[Block], outer: Block, tail: Optional[LoopContext],
@@ -1300,6 +1423,11 @@ WALKER_ONLY: frozenset[Primitive] = frozenset({
 })
 """The primitives that never reach a target's rule table (the walker takes them apart)."""
 
+STRUCTURAL.update({loops.custom_vjp: _identity, loops.custom_jvp: _identity})
+"""``custom_vjp(f, ...)`` is ``f`` (the ``ad`` phase has used the rule; ``identity`` reads argument 0)."""
+WALKER_ONLY = WALKER_ONLY | {loops.scan, loops.fori_loop, loops.custom_vjp, loops.custom_jvp}
+"""``scan``/``fori_loop`` become Loops in the walk (:meth:`Walker._structured_loop`)."""
+
 
 # -- helpers ------------------------------------------------------------------------
 def flatten_program(graph: FuncGraph) -> FlatProgram:
@@ -1443,6 +1571,25 @@ def _is_constant_abstract(a: Any) -> bool:
     """Whether the abstract value is a known constant (it takes no slot in a loop)."""
     return isinstance(a, AScalar) and a.value is not UNKNOWN or (
         isinstance(a, AString) and a.value is not UNKNOWN)
+
+
+def init_of(scan: bool, args: list[SV]) -> SV:
+    """The initial carry of a ``scan`` (argument 1) or ``fori_loop`` (argument 3) call."""
+    return args[1] if scan else args[3]
+
+
+def _row_type(t: AbstractValue) -> AbstractValue:
+    """The type of one row of a stacked tensor (a number for a vector)."""
+    if isinstance(t, ATensor) and t.shape:
+        return AScalar(t.dtype) if len(t.shape) == 1 else ATensor(t.dtype, t.shape[1:])
+    return t
+
+
+def _row_abstract(a: Any) -> Any:
+    """``a`` with each tensor leaf cut to one row."""
+    if isinstance(a, ATuple):
+        return ATuple(tuple(_row_abstract(item) for item in a.items))
+    return _row_type(a)
 
 
 def _rebuild(abstract: Any, leaves: Any) -> SV:

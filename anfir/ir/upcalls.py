@@ -31,6 +31,9 @@ class Upcalls:
     """``anfir.autodiff.runtime.j_value``: what the ``J`` primitive computes."""
     load_lir: Callable[[Any], Any] = _missing("the low-level loader")
     """``anfir.lowlevel.loader.load_lir_file``: ``anfir.load`` of a ``.lir`` dump."""
+    call_function: Callable[[Any, tuple[Any, ...]], Any] = _missing("the evaluator's call of function values")
+    """``anfir.eval.call_function``: how the structured loops (``scan``, ``fori_loop``) and
+    ``custom_vjp``/``custom_jvp`` call their function arguments."""
 
 
 UPCALLS = Upcalls()

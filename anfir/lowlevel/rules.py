@@ -36,6 +36,7 @@ from anfir.lowlevel.kernels import ScratchFactory
 from anfir.lowlevel.program import COPY
 from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
+from anfir.primitives import loops
 
 
 class TensorType(NamedTuple):
@@ -355,3 +356,10 @@ UNLOWERED: dict[Primitive, str] = {
                          "constant folding does before lowering; buffers hold no strings",
 }
 """Primitives that never become an instruction, with the reason."""
+
+UNLOWERED.update({  # structured loops and custom derivatives (primitives/loops.py)
+    **{prim: "the flattening writes it as a Loop, and the low level has no control flow "
+             "(a loop does not lower; anfir.compile and the exporters run it)"
+       for prim in (loops.scan, loops.fori_loop)},
+    loops.custom_vjp: _WALKED, loops.custom_jvp: _WALKED,
+})

@@ -37,6 +37,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import reachable_graphs, toposort
+from anfir.passes import loops
 from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import gradient, meta as metas
@@ -54,6 +55,11 @@ def run(program: "Program") -> "Program":
     context = JContext(static=True)
     count = 0
     untyped: list[tuple[FuncGraph, Node]] = []
+    if _meta_calls(manager):  # counted loops become fori_loop; loop bodies carry their captures
+        rewritten = loops.recognise_counted_loops(program)
+        if rewritten:
+            program.stats["ad: counted loops as fori_loop"] += rewritten
+        loops.run(program)
     while True:
         calls = _meta_calls(manager)
         if not calls:
@@ -72,6 +78,8 @@ def run(program: "Program") -> "Program":
                 raise GradientError("cannot type the gradient: its arguments' types are unknown",
                                     fn.loc) from None
     count += _expand_generated_calls(manager, program.entry)
+    if loops.strip_custom_rules(program):  # the rules are used: what is left calls f
+        program.stats["ad: custom rules applied"] += 1
     if count:
         program.stats["ad: grad expanded"] += count
         _track_entry_only(program)

@@ -49,7 +49,8 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import toposort
 from anfir.backends.tojax.errors import LoweringError, TracedRecursionError
-from anfir.backends.tojax.rules import STRUCTURAL, UNMAPPED, concrete_bool, rule_for
+from anfir.backends.tojax.rules import (FUNCTION_ARGUMENTS, STRUCTURAL, UNMAPPED, concrete_bool,
+                                        rule_for)
 from anfir.backends.tojax.values import (ABSENT, Continue, Either, Slot, conform, contains_array,
                                          flatten, is_array, items_of, select, static_equal,
                                          unflatten, widen)
@@ -318,6 +319,8 @@ class Machine:
             if prim not in STRUCTURAL and not any(contains_array(a) for a in args):
                 return prim.impl(*args, **attrs)
             rule = rule_for(prim)
+            if prim in FUNCTION_ARGUMENTS:  # a loop body: traced by a machine of its own
+                args = tuple(self._callable(a) if _is_function(a) else a for a in args)
             if rule is None:
                 reason = UNMAPPED.get(prim, "no rule in anfir/backends/tojax/rules.py")
                 raise LoweringError(f"{prim.name} has no JAX rule: {reason}")
@@ -328,6 +331,11 @@ class Machine:
             if isinstance(exc, jax.errors.JAXTypeError) or type(exc).__module__.startswith("jax"):
                 raise self._located(LoweringError(f"{prim.name}: {exc}"), node) from exc
             raise locate(exc, node) from exc
+
+    def _callable(self, fn: Any) -> Callable[..., Any]:
+        """``fn`` as a Python function JAX can trace (a loop body)."""
+        active = self._active_now()
+        return lambda *args: Machine(frozenset(), active).run(fn, args)
 
     # -- lax.cond -----------------------------------------------------------------------------
     def cond(self, either: Either, args: tuple[Any, ...], targets: frozenset[FuncGraph],
@@ -429,6 +437,10 @@ class Machine:
         final = lax.while_loop(lambda leaves: leaves[flag_slot.index],
                                lambda leaves: list(step(*leaves)), list(arrays))
         return unflatten(skeleton, final)[2]
+
+
+def _is_function(value: Any) -> bool:
+    return isinstance(value, (Closure, Partial, FuncGraph, Primitive, MetaFunction))
 
 
 _HOLD_EITHER = frozenset({structure.switch, structure.make_tuple, structure.partial,

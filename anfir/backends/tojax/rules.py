@@ -37,6 +37,7 @@ from anfir.backends.tojax.conv_rules import CONV_RULES
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.backends.tojax.shaping_rules import SHAPING_RULES
+from anfir.backends.tojax.loop_rules import FUNCTION_ARGUMENTS, LOOP_RULES  # noqa: F401
 from anfir.values import DType, GradEnv
 
 Rule = Callable[..., Any]
@@ -777,6 +778,7 @@ RULES: dict[Primitive, Rule] = {
 }
 """The JAX rule of each primitive (called when an argument holds a JAX array)."""
 RULES.update(SHAPING_RULES)
+RULES.update(LOOP_RULES)  # scan, fori_loop, custom rules: tojax/loop_rules.py
 
 STRUCTURAL: frozenset[Primitive] = frozenset({
     structure.make_tuple, structure.tuple_getitem, structure.len_, structure.switch,
