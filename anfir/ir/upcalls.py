@@ -31,6 +31,8 @@ class Upcalls:
     """``anfir.autodiff.runtime.j_value``: what the ``J`` primitive computes."""
     load_lir: Callable[[Any], Any] = _missing("the low-level loader")
     """``anfir.lowlevel.loader.load_lir_file``: ``anfir.load`` of a ``.lir`` dump."""
+    batch_value: Callable[..., Any] = _missing("the batching transform of values")
+    """``anfir.autodiff.batching.batch_value``: what ``batch_fn`` (vmap at run time) computes."""
 
 
 UPCALLS = Upcalls()
