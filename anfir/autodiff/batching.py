@@ -46,7 +46,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from anfir.autodiff.gradgraphs import build_grad_body, normalize_wrt
-from anfir.autodiff.jtransform import check_differentiable_graph, j_graph
+from anfir.autodiff.jtransform import FORWARD, check_differentiable_graph, j_graph
 from anfir.autodiff.partials import call_node
 from anfir.autodiff.runtime import arity_of
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
@@ -195,7 +195,8 @@ class Batcher:
             _Body(self, inst).build()
 
     # -- the entry -----------------------------------------------------------------------
-    def entry(self, graph: FuncGraph, in_axes: Any, out_axes: Any, loc: Any = None) -> FuncGraph:
+    def entry(self, graph: FuncGraph, in_axes: Any, out_axes: Any, loc: Any = None,
+              inner: bool = False) -> FuncGraph:
         """``(x...) -> vmap(graph, in_axes, out_axes)(x...)`` as a graph with ``graph``'s free
         variables (a closure of it captures what a closure of ``graph`` does)."""
         n = len(graph.parameters)
@@ -219,8 +220,47 @@ class Batcher:
         self.drain()
         out: Node = CNode(entry, [ValueNode(inst.new), *args], loc)
         ref = _first_batched(entry, args, bts, loc)
-        entry.output = _move_out(entry, out, inst.out_bt, out_axes, ref, loc)
+        if not inner and graph.flags.get("ad_of") is not None and graph.name.startswith(FORWARD):
+            entry.output = _j_world_out(entry, out, inst.out_bt, axes, out_axes, ref, loc)
+        else:
+            entry.output = _move_out(entry, out, inst.out_bt, out_axes, ref, loc)
         return entry
+
+
+def _j_world_out(entry: FuncGraph, out: Node, bt: BT, in_axes: tuple[Any, ...], out_axes: Any,
+                 ref: Optional[Node], loc: Any) -> Node:
+    """The batched form of a J-transformed function is J-world itself: it returns
+    ``(value, bprop)`` where ``bprop`` takes the batched cotangent and returns the
+    gradients of the *batched* function — an unbatched argument's (and every captured
+    value's, in the GradEnv) summed over the examples, a batched one's per example,
+    at its axis (so ``grad`` of ``vmap`` is right, as ``batch_unexpand`` is the
+    adjoint of broadcasting)."""
+    out = _expand_in(entry, out, bt if isinstance(bt, tuple) else True, ref, loc) \
+        if isinstance(bt, tuple) else out
+    value = _move_out(entry, _item(entry, out, 0, loc), True, out_axes, ref, loc)
+    back = _item(entry, out, 1, loc)
+    pull = FuncGraph("⊞◂" + entry.name, loc)
+    d = pull.add_parameter("dout")
+    moved, _ = _move_in(pull, d, out_axes if out_axes is not None else 0, loc)
+    grads = CNode(pull, [back, moved], loc)
+    items: list[Node] = [CNode(pull, [ValueNode(bp.batch_unexpand), _item(pull, grads, 0, loc)], loc)]
+    for i, a in enumerate(in_axes):
+        g = _item(pull, grads, 1 + i, loc)
+        items.append(_unbatch_grad(pull, g, a, loc))
+    pull.output = CNode(pull, [ValueNode(structure.make_tuple), *items], loc)
+    return CNode(entry, [ValueNode(structure.make_tuple), value, ValueNode(pull)], loc)
+
+
+def _unbatch_grad(graph: FuncGraph, g: Node, axes: Any, loc: Any) -> Node:
+    if axes is None:
+        return CNode(graph, [ValueNode(bp.batch_unexpand), g], loc)
+    if isinstance(axes, tuple):
+        return CNode(graph, [ValueNode(structure.make_tuple), *(
+            _unbatch_grad(graph, _item(graph, g, i, loc), a, loc) for i, a in enumerate(axes))], loc)
+    if axes == 0:
+        return g
+    return CNode(graph, [ValueNode(bp.batch_moveaxis), g], loc,
+                 attrs=Attrs({"source": 0, "destination": axes}))
 
 
 def normalize_in_axes(in_axes: Any, nparams: int) -> tuple[Any, ...]:
@@ -458,7 +498,7 @@ class _Body:
         if not any(bt_any(b) for _, b in mapped):
             return self.apply(fn, *(n for n, _ in mapped), graph=graph), False
         axes = tuple(bt_axes(b) for _, b in mapped)
-        batched = self.apply(bp.batch_fn, fn, attrs=Attrs({"in_axes": axes}), graph=graph)
+        batched = self.apply(bp.batch_fn, fn, attrs=Attrs({"in_axes": axes, "inner": True}), graph=graph)
         return self.apply(batched, *(n for n, _ in mapped), graph=graph), True
 
     # -- primitives ----------------------------------------------------------------------
@@ -479,6 +519,12 @@ class _Body:
         if not any(bt_any(b) for _, b in mapped):
             return self.apply(ValueNode(m), *(n for n, _ in mapped)), False
         fn = args[0] if args else None
+        if isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph) and \
+                not any(bt_any(b) for _, b in mapped[1:]):
+            plain = self.b.instance(fn.value, (False,) * len(fn.value.parameters), self.inst)
+            if not plain.batched:  # it captures nothing batched: the meta call as it is
+                head = fn if plain.new is fn.value else ValueNode(plain.new, fn.loc, fn.name)
+                return self.apply(ValueNode(m), head, *(n for n, _ in mapped[1:])), False
         if not (isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph)) or \
                 any(bt_any(b) for _, b in mapped[1:]):
             raise BatchingError(
@@ -492,6 +538,10 @@ class _Body:
             consts.append(a.value)
         made = expand_meta(m, fn.value, consts, node.loc)
         self.inst.static[node] = made
+        users = self.mng.users.get(node, {})
+        if users and all(isinstance(u, CNode) and i == 0 for u, i in users):
+            # Only called: each call batches ``made`` for its own arguments' trees.
+            return ValueNode(None, node.loc), False
         return self.constant(ValueNode(made, node.loc))
 
     # -- if ------------------------------------------------------------------------------
@@ -681,12 +731,12 @@ def _axes_key(a: Any) -> Any:
     return tuple(_axes_key(x) for x in a) if isinstance(a, (tuple, list)) else a
 
 
-def entry_graph(graph: FuncGraph, in_axes: Any, out_axes: Any) -> FuncGraph:
+def entry_graph(graph: FuncGraph, in_axes: Any, out_axes: Any, inner: bool = False) -> FuncGraph:
     """The batched entry of ``graph`` (cached: a graph is compiled once by the evaluator)."""
-    key = (id(graph), _axes_key(in_axes), _axes_key(out_axes))
+    key = (id(graph), _axes_key(in_axes), _axes_key(out_axes), inner)
     made = _entries.get(key)
     if made is None:
-        made = Batcher().entry(graph, in_axes, out_axes)
+        made = Batcher().entry(graph, in_axes, out_axes, inner=inner)
         _entries[key] = made
         _keep.append(graph)
     return made
@@ -705,10 +755,10 @@ def _primitive_graph(prim: Primitive) -> FuncGraph:
 _prim_graphs: dict[int, FuncGraph] = {}
 
 
-def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
+def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False) -> Any:
     """``vmap`` of a run-time function value (what ``batch_fn`` computes)."""
     if isinstance(fn, Closure):
-        made = entry_graph(fn.graph, in_axes, out_axes)
+        made = entry_graph(fn.graph, in_axes, out_axes, inner)
         before = manage(fn.graph).free_variables_total(fn.graph)
         after = manage(made).free_variables_total(made)
         if before == after:
@@ -716,7 +766,7 @@ def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
         by_node = dict(zip(before, fn.env))
         return Closure(made, tuple(by_node[n] for n in after))
     if isinstance(fn, FuncGraph):
-        return entry_graph(fn, in_axes, out_axes)
+        return entry_graph(fn, in_axes, out_axes, inner)
     if isinstance(fn, Primitive):
         g = _prim_graphs.get(id(fn))
         if g is None:
@@ -728,7 +778,7 @@ def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
             inner_axes: Any = (None,) * n + tuple(in_axes)
         else:
             inner_axes = (None,) * n + (in_axes,) * arity_of(fn)
-        return Partial(batch_value(fn.fn, inner_axes, out_axes), fn.args)
+        return Partial(batch_value(fn.fn, inner_axes, out_axes, inner), fn.args)
     if isinstance(fn, MetaFunction):
         raise BatchingError(f"vmap of the meta function {fn.name} itself; vmap a function it makes")
     raise BatchingError(f"vmap needs a function, not {type(fn).__name__}")
@@ -936,7 +986,7 @@ def partial_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs
                  ) -> Optional[tuple[Node, BT]]:
     (f, fbt), rest = mapped[0], mapped[1:]
     if fbt is not True:
-        f = b.apply(bp.batch_fn, f)  # every argument batched
+        f = b.apply(bp.batch_fn, f, attrs=Attrs({"inner": True}))  # every argument batched
     return b.apply(prim, f, *(b.expand(n, bt) for n, bt in rest)), True
 
 
@@ -1123,6 +1173,20 @@ def expanded_unary_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]]
     return b.apply(prim, *(b.expand(n, bt) for n, bt in mapped), attrs=attrs), True
 
 
+def tangent_dot_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs: Attrs
+                     ) -> Optional[tuple[Node, BT]]:
+    (x, xbt), (y, ybt) = mapped
+    return b.apply(bp.batch_tangent_dot, b.expand(x, xbt), b.expand(y, ybt)), True
+
+
+def tangent_scale_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs: Attrs
+                       ) -> Optional[tuple[Node, BT]]:
+    (x, xbt), (s, sbt) = mapped
+    if not sbt:
+        return b.apply(prim, x, s), xbt
+    return b.apply(bp.batch_tangent_scale, b.expand(x, xbt), s), True
+
+
 def mse_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs: Attrs
              ) -> Optional[tuple[Node, BT]]:
     if prim.bound_attrs(attrs).get("reduction") != "none":
@@ -1188,6 +1252,8 @@ RULES: dict[Primitive, Rule] = {
     nn.einsum: einsum_rule,
     nn.attention: expanded_unary_rule,
     nn.mse_loss: mse_rule,
+    gradient.tangent_dot: tangent_dot_rule,
+    gradient.tangent_scale: tangent_scale_rule,
 }
 """The batching rule of each primitive (JAX's ``primitive_batchers``), keyed by the
 object.  A rule returns None where it does not apply (then the fallback runs)."""

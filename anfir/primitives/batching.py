@@ -59,84 +59,14 @@ def _is_function(v: Any) -> bool:
     return isinstance(v, (Closure, Partial, Primitive)) or type(v).__name__ in ("FuncGraph", "MetaFunction")
 
 
-def expand_value(x: Any, n: int) -> Any:
-    """``x`` (not batched) broadcast to a batch of ``n``: every array and number gets a
-    leading axis of ``n``; tuples and gradient environments leaf by leaf; a function
-    becomes its batched form; None, strings and types stay."""
-    def leaf(v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            return np.broadcast_to(v, (n,) + v.shape)
-        if isinstance(v, (bool, int, float, complex, np.generic)):
-            return np.full((n,), v)
-        if isinstance(v, tuple):
-            return tuple(leaf(e) for e in v)
-        if isinstance(v, GradEnv):
-            return GradEnv({k: leaf(e) for k, e in v.items()})
-        if _is_function(v):
-            return UPCALLS.batch_value(v, 0, 0)
-        return v
-
-    return leaf(x)
+def _shape(v: Any) -> tuple[int, ...]:
+    shape = getattr(v, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(v)
 
 
-def _batch_expand(x: Any, ref: Any) -> Any:
-    return expand_value(x, batch_size_of(ref))
-
-
-def _batch_unexpand(x: Any) -> Any:
-    def leaf(v: Any) -> Any:
-        if isinstance(v, np.ndarray) and v.ndim >= 1:
-            return np.sum(v, axis=0)
-        if isinstance(v, tuple):
-            return tuple(leaf(e) for e in v)
-        if isinstance(v, GradEnv):
-            return GradEnv({k: leaf(e) for k, e in v.items()})
-        return v
-
-    return leaf(x)
-
-
-def _batch_select(c: Any, a: Any, b: Any) -> Any:
-    c = np.asarray(c)
-
-    def leaf(x: Any, y: Any) -> Any:
-        if isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y):
-            return tuple(leaf(p, q) for p, q in zip(x, y))
-        if isinstance(x, GradEnv) or isinstance(y, GradEnv):
-            ex = x if isinstance(x, GradEnv) else GradEnv()
-            ey = y if isinstance(y, GradEnv) else GradEnv()
-            keys = {k for k, _ in ex.items()} | {k for k, _ in ey.items()}
-            out = {}
-            for k in keys:
-                p, q = ex.get(k, None), ey.get(k, None)
-                if p is None:
-                    p = np.zeros_like(q)
-                if q is None:
-                    q = np.zeros_like(p)
-                out[k] = leaf(p, q)
-            return GradEnv(out)
-        if x is None and y is None:
-            return None
-        if _is_function(x) or _is_function(y):
-            if x is y:
-                return x
-            raise AnfirRuntimeError("vmap: an if on a batched condition chooses between two "
-                                    "functions; call them in the branches instead")
-        x, y = np.asarray(x), np.asarray(y)
-        rank = max(x.ndim, y.ndim)
-        cond = c.reshape(c.shape + (1,) * (rank - c.ndim)) if rank > c.ndim else c
-        return np.where(cond, x, y)
-
-    return leaf(a, b)
-
-
-def _per_rank(x: Any, batched: Any) -> int:
-    return int(np.ndim(x)) - (1 if batched else 0)
-
-
-def _matmul_shapes(a: Any, b: Any, ba: bool, bb: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def _matmul_shapes(sa: tuple[int, ...], sb: tuple[int, ...], ba: bool, bb: bool
+                   ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """The shapes of the matmul of the promoted, aligned operands: (a2, b2, out2, out)."""
-    sa, sb = np.shape(a), np.shape(b)
     n = sa[0] if ba else sb[0]
     pa, pb = (sa[1:] if ba else sa), (sb[1:] if bb else sb)
     if not pa or not pb:
@@ -149,68 +79,211 @@ def _matmul_shapes(a: Any, b: Any, ba: bool, bb: bool) -> tuple[tuple[int, ...],
     lead = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
     out2 = lead + (a2[-2], b2[-1])
     out = lead + ((a2[-2],) if len(pa) > 1 else ()) + ((b2[-1],) if len(pb) > 1 else ())
-    a2 = ((n,) if ba else ()) + a2
-    b2 = ((n,) if bb else ()) + b2
-    out2 = (n,) + out2
-    out = (n,) + out
-    return a2, b2, out2, out
+    return (((n,) if ba else ()) + a2, ((n,) if bb else ()) + b2, (n,) + out2, (n,) + out)
+
+
+class Kernels:
+    """The evaluation of the batching primitives over an array module (numpy here,
+    ``jax.numpy`` in the JAX back end), so both run the same formulas."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+
+    def expand(self, x: Any, ref: Any) -> Any:
+        xp = self.xp
+        n = batch_size_of(ref)
+
+        def leaf(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return tuple(leaf(e) for e in v)
+            if isinstance(v, GradEnv):
+                return GradEnv({k: leaf(e) for k, e in v.items()})
+            if _is_function(v):
+                return UPCALLS.batch_value(v, 0, 0, True)
+            if v is None or isinstance(v, str) or not hasattr(v, "shape") and not isinstance(
+                    v, (bool, int, float, complex)):
+                return v
+            arr = xp.asarray(v)
+            return xp.broadcast_to(arr, (n,) + tuple(arr.shape))
+
+        return leaf(x)
+
+    def unexpand(self, x: Any) -> Any:
+        xp = self.xp
+
+        def leaf(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return tuple(leaf(e) for e in v)
+            if isinstance(v, GradEnv):
+                return GradEnv({k: leaf(e) for k, e in v.items()})
+            if hasattr(v, "shape") and len(v.shape) >= 1:
+                return xp.sum(v, axis=0)
+            return v
+
+        return leaf(x)
+
+    def select(self, c: Any, a: Any, b: Any) -> Any:
+        xp = self.xp
+        c = xp.asarray(c)
+
+        def leaf(x: Any, y: Any) -> Any:
+            if isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y):
+                return tuple(leaf(p, q) for p, q in zip(x, y))
+            if isinstance(x, GradEnv) or isinstance(y, GradEnv):
+                ex = x if isinstance(x, GradEnv) else GradEnv()
+                ey = y if isinstance(y, GradEnv) else GradEnv()
+                keys = {k for k, _ in ex.items()} | {k for k, _ in ey.items()}
+                out = {}
+                for k in keys:
+                    p, q = ex.get(k, None), ey.get(k, None)
+                    out[k] = leaf(xp.zeros_like(q) if p is None else p, xp.zeros_like(p) if q is None else q)
+                return GradEnv(out)
+            if x is None and y is None:
+                return None
+            if _is_function(x) or _is_function(y):
+                if x is y:
+                    return x
+                raise AnfirRuntimeError("vmap: an if on a batched condition chooses between two "
+                                        "functions; call them in the branches instead")
+            x, y = xp.asarray(x), xp.asarray(y)
+            rank = max(len(x.shape), len(y.shape))
+            cond = xp.reshape(c, tuple(c.shape) + (1,) * (rank - len(c.shape))) if rank > len(c.shape) else c
+            return xp.where(cond, x, y)
+
+        return leaf(a, b)
+
+    def reshape(self, x: Any, *refs: Any, how: str = "align", batched: Any = ()) -> Any:
+        xp = self.xp
+        x = xp.asarray(x)
+        shape = tuple(x.shape)
+        if how == "align":
+            ranks = [len(_shape(v)) - (1 if f else 0) for v, f in zip((x, *refs), batched)]
+            top, own = max(ranks), ranks[0]
+            return x if own == top else xp.reshape(x, shape[:1] + (1,) * (top - own) + shape[1:])
+        if how == "flat":
+            return xp.reshape(x, shape[:1] + (-1,))
+        if how == "shape":
+            target = refs[0]
+            target = (target,) if isinstance(target, (int, np.integer)) else tuple(target)
+            return xp.reshape(x, shape[:1] + tuple(int(d) for d in target))
+        if how == "keepdims":  # a full reduction's (B,) back to (B, 1, ..., 1) of refs[0]'s rank
+            return xp.reshape(x, shape[:1] + (1,) * (len(_shape(refs[0])) - 1))
+        if how in ("mm_a", "mm_b"):
+            other = refs[0]
+            mine, theirs = bool(batched[0]), bool(batched[1])
+            if how == "mm_a":
+                return xp.reshape(x, _matmul_shapes(shape, _shape(other), mine, theirs)[0])
+            return xp.reshape(x, _matmul_shapes(_shape(other), shape, theirs, mine)[1])
+        if how in ("mm_out", "mm_dout"):
+            a, b = refs
+            shapes = _matmul_shapes(_shape(a), _shape(b), bool(batched[0]), bool(batched[1]))
+            return xp.reshape(x, shapes[3] if how == "mm_out" else shapes[2])
+        if how == "jac_front":  # (n, ...) -> refs[0].shape + ...
+            return xp.reshape(x, _shape(refs[0]) + shape[1:])
+        if how == "jac_back":  # (..., n) -> ... + refs[0].shape
+            return xp.reshape(x, shape[:-1] + _shape(refs[0]))
+        raise AnfirTypeError(f"batch_reshape: unknown how={how!r}")
+
+    def moveaxis(self, x: Any, source: int = 0, destination: int = 0) -> Any:
+        if isinstance(x, tuple):
+            return tuple(self.moveaxis(v, source, destination) for v in x)
+        x = self.xp.asarray(x)
+        if source == destination:
+            return x
+        rank = len(x.shape)
+        for axis in (source, destination):
+            if not -rank <= axis < rank:
+                raise AnfirTypeError(f"vmap: axis {axis} is out of range for a value of shape "
+                                     f"{tuple(x.shape)}")
+        return self.xp.moveaxis(x, source, destination)
+
+    def tangent_dot(self, a: Any, b: Any) -> Any:
+        xp = self.xp
+        total: Any = None
+        for x, y in _leaf_pairs(a, b):
+            if x is None or y is None:
+                continue
+            x, y = xp.asarray(x), xp.asarray(y)
+            prod = x * y
+            term = xp.sum(xp.reshape(prod, (prod.shape[0], -1)), axis=1)
+            total = term if total is None else total + term
+        if total is None:
+            raise AnfirTypeError("vmap: tangent_dot of values with no arrays")
+        return total
+
+    def tangent_scale(self, a: Any, s: Any) -> Any:
+        xp = self.xp
+        s = xp.asarray(s)
+
+        def leaf(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return tuple(leaf(e) for e in v)
+            if v is None or isinstance(v, GradEnv):
+                return v
+            v = xp.asarray(v)
+            return v * xp.reshape(s, tuple(s.shape) + (1,) * (len(v.shape) - 1))
+
+        return leaf(a)
+
+
+def _leaf_pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:
+    pairs: list[tuple[Any, Any]] = []
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if isinstance(x, tuple) and isinstance(y, tuple):
+            stack.extend(zip(reversed(x), reversed(y)))
+        else:
+            pairs.append((x, y))
+    return pairs
+
+
+NUMPY = Kernels(np)
+"""The kernels on numpy arrays (the primitives' evaluation)."""
+
+
+def _batch_expand(x: Any, ref: Any) -> Any:
+    return NUMPY.expand(x, ref)
+
+
+def _batch_unexpand(x: Any) -> Any:
+    return NUMPY.unexpand(x)
+
+
+def _batch_select(c: Any, a: Any, b: Any) -> Any:
+    return NUMPY.select(c, a, b)
 
 
 def _batch_reshape(x: Any, *refs: Any, how: str = "align", batched: Any = ()) -> Any:
-    x = np.asarray(x)
-    if how == "align":
-        ranks = [_per_rank(v, b) for v, b in zip((x, *refs), batched)]
-        top = max(ranks)
-        own = ranks[0]
-        if own == top:
-            return x
-        return x.reshape(x.shape[:1] + (1,) * (top - own) + x.shape[1:])
-    if how == "flat":
-        return x.reshape(x.shape[:1] + (-1,))
-    if how == "shape":
-        shape = refs[0]
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        return x.reshape(x.shape[:1] + tuple(int(d) for d in shape))
-    if how == "keepdims":  # a full reduction's (B,) back to (B, 1, ..., 1) of refs[0]'s rank
-        return x.reshape(x.shape[:1] + (1,) * (np.ndim(refs[0]) - 1))
-    if how in ("mm_a", "mm_b"):
-        other = refs[0]
-        mine, theirs = bool(batched[0]), bool(batched[1])
-        if how == "mm_a":
-            shapes = _matmul_shapes(x, other, mine, theirs)
-            return x.reshape(shapes[0])
-        shapes = _matmul_shapes(other, x, theirs, mine)
-        return x.reshape(shapes[1])
-    if how in ("mm_out", "mm_dout"):
-        a, b = refs
-        shapes = _matmul_shapes(a, b, bool(batched[0]), bool(batched[1]))
-        return x.reshape(shapes[3] if how == "mm_out" else shapes[2])
-    if how == "jac_front":  # (n, ...) -> refs[0].shape + ...
-        return x.reshape(np.shape(refs[0]) + x.shape[1:])
-    if how == "jac_back":  # (..., n) -> ... + refs[0].shape
-        return x.reshape(x.shape[:-1] + np.shape(refs[0]))
-    raise AnfirTypeError(f"batch_reshape: unknown how={how!r}")
+    return NUMPY.reshape(x, *refs, how=how, batched=batched)
 
 
 def _batch_moveaxis(x: Any, source: int = 0, destination: int = 0) -> Any:
-    x = np.asarray(x)
-    if source == destination:
-        return x
-    try:
-        return np.moveaxis(x, source, destination)
-    except np.exceptions.AxisError:
-        raise AnfirTypeError(f"vmap: axis {source if source != 0 else destination} is out of "
-                             f"range for a value of shape {x.shape}") from None
+    return NUMPY.moveaxis(x, source, destination)
+
+
+def _batch_tangent_dot(a: Any, b: Any) -> Any:
+    return NUMPY.tangent_dot(a, b)
+
+
+def _batch_tangent_scale(a: Any, s: Any) -> Any:
+    return NUMPY.tangent_scale(a, s)
 
 
 def _batch_shape(x: Any, what: str = "shape") -> Any:
-    shape = np.shape(x)[1:]
+    if what == "len" and isinstance(x, tuple):
+        return len(x)
+    shape = _shape(x)[1:]
     if what == "shape":
         return tuple(int(d) for d in shape)
     if what == "size":
         return int(np.prod(shape, dtype=np.int64))
     if what == "rank":
         return len(shape)
+    if what == "len":
+        if not shape:
+            raise AnfirTypeError("len of a scalar")
+        return int(shape[0])
     raise AnfirTypeError(f"batch_shape: unknown what={what!r}")
 
 
@@ -289,8 +362,8 @@ VECTORIZED: dict[Primitive, Callable[[tuple, Any, dict], Any]] = {}
 :mod:`anfir.autodiff.batching`); NotImplemented from one falls back to the loop."""
 
 
-def _batch_value(f: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
-    return UPCALLS.batch_value(f, in_axes, out_axes)
+def _batch_value(f: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False) -> Any:
+    return UPCALLS.batch_value(f, in_axes, out_axes, inner)
 
 
 def _jac_basis(x: Any) -> Any:
@@ -352,7 +425,8 @@ def _sampled(impl: Callable[..., Any]) -> Callable[..., AbstractValue]:
     return rule
 
 
-def _infer_batch_fn(f: AbstractValue, in_axes: Any = 0, out_axes: Any = 0) -> AbstractValue:
+def _infer_batch_fn(f: AbstractValue, in_axes: Any = 0, out_axes: Any = 0,
+                    inner: bool = False) -> AbstractValue:
     raise AnfirTypeError("vmap of a function value only known at run time cannot be compiled "
                          "(vmap a named function or a lambda, or run the program with anfir.run)")
 
@@ -371,6 +445,19 @@ batch_expand = declare(
     doc="batch_expand(x, ref) — x (not batched) repeated along a new leading axis, as many "
         "times as ref's batch",
     bprop="lambda (x, ref, out, dout) (batch_unexpand(dout), zeros_like(ref)) end")
+batch_tangent_dot = declare(
+    "batch_tangent_dot", 2, _batch_tangent_dot, infer=_sampled(_batch_tangent_dot), family=FAMILY,
+    internal=True, foldable=False,
+    doc="batch_tangent_dot(a, b) — per example, the sum of the elementwise products of two "
+        "batched values of one tuple structure",
+    bprop="""lambda (a, b, out, dout)
+        (batch_tangent_scale(b, dout), batch_tangent_scale(a, dout)) end""")
+batch_tangent_scale = declare(
+    "batch_tangent_scale", 2, _batch_tangent_scale, infer=_sampled(_batch_tangent_scale),
+    family=FAMILY, internal=True, foldable=False,
+    doc="batch_tangent_scale(a, s) — every leaf of batched a times its example's scalar in s",
+    bprop="""lambda (a, s, out, dout)
+        (batch_tangent_scale(dout, s), batch_tangent_dot(dout, a)) end""")
 batch_unexpand = declare(
     "batch_unexpand", 1, _batch_unexpand, infer=_sampled(_batch_unexpand), family=FAMILY,
     internal=True, foldable=False,
@@ -406,9 +493,13 @@ batch_loop = declare(
         "example and the results stacked (the fallback of vmap)")
 batch_fn = declare(
     "batch_fn", 1, _batch_value, infer=_infer_batch_fn, family=FAMILY, internal=True,
-    foldable=False, attrs={"in_axes": 0, "out_axes": 0},
-    doc="batch_fn(f, in_axes=, out_axes=) — the batched form of the function value f "
-        "(vmap at run time)")
+    foldable=False, attrs={"in_axes": 0, "out_axes": 0, "inner": False},
+    doc="batch_fn(f, in_axes=, out_axes=, inner=) — the batched form of the function value f "
+        "(vmap at run time; inner: called inside a batched body, where a J-transformed "
+        "function's gradients stay per example)",
+    # The batched form of a J-world function returns its captured values' gradients
+    # summed over the batch, under the same names: the gradient passes straight to f.
+    bprop="lambda (f, in_axes, out_axes, inner, out, dout) (dout,) end")
 jac_basis = declare(
     "jac_basis", 1, _jac_basis, infer=_sampled(_jac_basis), family=FAMILY, internal=True,
     differentiable=False,
@@ -416,4 +507,4 @@ jac_basis = declare(
 
 __all__ = ["AxisTree", "VECTORIZED", "batch_expand", "batch_fn", "batch_loop", "batch_moveaxis",
            "batch_reshape", "batch_select", "batch_shape", "batch_size_of", "batch_unexpand",
-           "expand_value", "jac_basis", "slice_example", "stack_examples"]
+           "Kernels", "NUMPY", "batch_tangent_dot", "batch_tangent_scale", "jac_basis", "slice_example", "stack_examples"]
