@@ -50,6 +50,7 @@ from anfir.autodiff.jtransform import FORWARD, check_differentiable_graph, j_gra
 from anfir.autodiff.partials import call_node
 from anfir.autodiff.runtime import arity_of
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
+from anfir.ir import capture_names
 from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
@@ -111,7 +112,7 @@ class _Instance:
         self.batched = False
         self.out_bt: BT = False
         self.ref: Optional[Node] = None
-        self.ref_source: Optional[tuple[Node, BT]] = None
+        self.ref_sources: list[tuple[Node, BT]] = []
         self.built = False
 
 
@@ -121,6 +122,7 @@ class Batcher:
     def __init__(self) -> None:
         self.instances: dict[tuple, _Instance] = {}
         self.todo: list[_Instance] = []
+        self.global_refs: list[Node] = []
 
     # -- instances ------------------------------------------------------------------
     @staticmethod
@@ -146,11 +148,12 @@ class Batcher:
             return inst
         inst = _Instance(graph, bts, parent, force, freeze)
         self.instances[key] = inst
-        batched_fv: Optional[tuple[Node, BT]] = None
+        batched_fvs: list[tuple[Node, BT]] = []
         for fv in self.manager(graph).free_variables_total(graph):
             node, bt = self.lookup_outer(parent, fv)
-            if bt_any(bt) and batched_fv is None:
-                batched_fv = (node, bt)
+            if bt_any(bt):
+                batched_fvs.append((node, bt))
+        batched_fv = batched_fvs[0] if batched_fvs else None
         inst.batched = any(bt_any(b) for b in bts) or batched_fv is not None or freeze is not None
         if not inst.batched and parent is None:
             inst.built = True  # nothing batched reaches it: the graph itself
@@ -160,13 +163,11 @@ class Batcher:
         for p, b in zip(graph.parameters, bts):
             q = inst.new.add_parameter(p.name or "x", p.loc)
             inst.env[p] = (q, b)
-            if bt_any(b) and inst.ref_source is None:
-                inst.ref_source = (q, b)
-        if inst.ref_source is None:
-            if batched_fv is not None:
-                inst.ref_source = batched_fv
-            elif freeze is not None:
-                inst.ref_source = (freeze[1], True)
+            if bt_any(b):
+                inst.ref_sources.append((q, b))
+        inst.ref_sources.extend(batched_fvs)
+        if freeze is not None:
+            inst.ref_sources.append((freeze[1], True))
         inst.out_bt = True if (inst.batched and force) else False
         self.todo.append(inst)
         return inst
@@ -206,6 +207,10 @@ class Batcher:
         entry.flags["batch_of"] = graph.name
         args: list[Node] = []
         bts: list[BT] = []
+        if inner:
+            # Called from a batched body: the caller's batched values come first, so the
+            # batch size is known even if every batched argument is an empty GradEnv.
+            self.global_refs.append(entry.add_parameter("⊞batch"))
         for p, a in zip(graph.parameters, axes):
             q = entry.add_parameter(p.name or "x", p.loc)
             q.annotation = None
@@ -215,11 +220,12 @@ class Batcher:
         if not any(bt_any(b) for b in bts):
             raise BatchingError("vmap needs at least one batched argument (an in_axes that "
                                 "is not None)", loc)
+        self.global_refs.extend(_leaf_ref(entry, n, b, loc) for n, b in zip(args, bts) if bt_any(b))
         inst = self.instance(graph, tuple(bts), None, force=False)
         self.build_now(inst)
         self.drain()
         out: Node = CNode(entry, [ValueNode(inst.new), *args], loc)
-        ref = _first_batched(entry, args, bts, loc)
+        ref = _tuple_of(entry, self.global_refs, loc)
         if not inner and graph.flags.get("ad_of") is not None and graph.name.startswith(FORWARD):
             entry.output = _j_world_out(entry, out, inst.out_bt, axes, out_axes, ref, loc)
         else:
@@ -311,11 +317,12 @@ def _move_in(graph: FuncGraph, node: Node, axes: Any, loc: Any) -> tuple[Node, B
                  attrs=Attrs({"source": axes, "destination": 0})), True
 
 
-def _first_batched(graph: FuncGraph, nodes: list[Node], bts: list[BT], loc: Any) -> Optional[Node]:
-    for node, bt in zip(nodes, bts):
-        if bt_any(bt):
-            return _leaf_ref(graph, node, bt, loc)
-    return None
+def _tuple_of(graph: FuncGraph, nodes: list[Node], loc: Any) -> Optional[Node]:
+    if not nodes:
+        return None
+    if len(nodes) == 1:
+        return nodes[0]
+    return CNode(graph, [ValueNode(structure.make_tuple), *nodes], loc)
 
 
 def _leaf_ref(graph: FuncGraph, node: Node, bt: BT, loc: Any) -> Node:
@@ -376,12 +383,21 @@ class _Body:
         return CNode(graph or self.graph, [head, *inputs], self.loc, attrs=attrs)
 
     def ref(self) -> Node:
+        """Every batched value in scope, as one tuple: the batch size is read at run time
+        from the first array among them (a batched value may be an empty GradEnv)."""
         inst = self.inst
         if inst.ref is None:
-            if inst.ref_source is None:
+            if not inst.ref_sources and not self.b.global_refs:
                 raise BatchingError("vmap: internal: no batched value in scope", self.loc)
-            node, bt = inst.ref_source
-            inst.ref = _leaf_ref(self.graph, node, bt, self.loc)
+            leaves = [_leaf_ref(self.graph, n, bt, self.loc) for n, bt in inst.ref_sources]
+            p = inst.parent
+            while p is not None:  # the enclosing copies' batched values, captured
+                leaves.extend(n for n, bt in p.ref_sources if bt is True)
+                p = p.parent
+            leaves.extend(self.b.global_refs)
+            made = _tuple_of(self.graph, leaves, self.loc)
+            assert made is not None
+            inst.ref = made
         return inst.ref
 
     def expand(self, node: Node, bt: BT, graph: Optional[FuncGraph] = None) -> Node:
@@ -406,9 +422,14 @@ class _Body:
         """A constant used as a value: a graph becomes its batched-world closure."""
         value = node.value
         if isinstance(value, FuncGraph):
+            # A closure capturing nothing batched is an ordinary function (copied when
+            # its captured values are copies); one capturing batched values is
+            # batched-world: every argument batched, the result batched.
+            plain = self.b.instance(value, (False,) * len(value.parameters), self.inst)
+            if not plain.batched:
+                return (node, False) if plain.new is value else \
+                    (ValueNode(plain.new, node.loc, node.name), False)
             inst = self.b.instance(value, (True,) * len(value.parameters), self.inst)
-            if inst.new is value:
-                return node, False
             return ValueNode(inst.new, node.loc, node.name), inst.out_bt
         return node, False
 
@@ -424,7 +445,8 @@ class _Body:
                 continue  # the tail call: made by freeze_output
             self.loc = node.loc or g.loc
             try:
-                self.inst.env[node] = self.call(node)
+                self.inst.env[node] = made = self.call(node)
+                _follow_names(node, made[0])
             except BatchingError:
                 raise
             except AnfirError as err:
@@ -440,6 +462,9 @@ class _Body:
         if self.inst.force and self.inst.batched and bt is not True:
             out, bt = self.expand(out, bt), True
         self.graph.output = out
+        name = capture_names.name_of(g, capture_names.OUTPUT)
+        if name is not None and not isinstance(out, ValueNode) and out.graph is not self.graph:
+            capture_names.set_name(self.graph, capture_names.OUTPUT, name)
         if self.inst.force and self.inst.batched:
             assert bt is True
         self.inst.out_bt = bt if not self.inst.force else self.inst.out_bt
@@ -498,7 +523,8 @@ class _Body:
         if not any(bt_any(b) for _, b in mapped):
             return self.apply(fn, *(n for n, _ in mapped), graph=graph), False
         axes = tuple(bt_axes(b) for _, b in mapped)
-        batched = self.apply(bp.batch_fn, fn, attrs=Attrs({"in_axes": axes, "inner": True}), graph=graph)
+        batched = self.apply(bp.batch_fn, fn, self.ref(), attrs=Attrs({"in_axes": axes, "inner": True}),
+                             graph=graph)
         return self.apply(batched, *(n for n, _ in mapped), graph=graph), True
 
     # -- primitives ----------------------------------------------------------------------
@@ -669,10 +695,29 @@ class _Body:
         return self.apply(ValueNode(inst.new), *args), inst.out_bt
 
 
+def _follow_names(old: CNode, new: Node) -> None:
+    """A copied call keeps the names of its captured uses (GradEnv keys: a gradient
+    graph built from the original reads the entries a transform of the copy writes)."""
+    if not isinstance(new, CNode) or len(new.inputs) != len(old.inputs):
+        return
+    for i in range(len(old.inputs)):
+        name = capture_names.name_of(old, i)
+        if name is not None:
+            inp = new.inputs[i]
+            if not isinstance(inp, ValueNode) and inp.graph is not new.graph:
+                capture_names.set_name(new, i, name)
+
+
 # -- meta functions inside a batched body ------------------------------------------------
 def expand_meta(m: MetaFunction, fn: FuncGraph, consts: list[Any], loc: Any) -> FuncGraph:
     """``m(fn, consts...)`` as a graph of the unbatched world with ``fn``'s free
     variables (then batched like any closure): differentiate first, batch after."""
+    if m in _META_DIFF and _differentiates(fn):
+        # Known gap: the GradEnv of an inner grad's closure is lost in the batched copy
+        # (the result would be silently zero), so this is refused, located.
+        raise BatchingError(f"vmap: {m.name} of a lambda that captures batched values and "
+                            "itself differentiates (a second-order derivative through a "
+                            "captured value inside vmap) is not supported", loc)
     if m is meta.grad or m is meta.value_and_grad:
         check_differentiable_graph(fn)
         wrt, multi = normalize_wrt(consts, len(fn.parameters))
@@ -690,6 +735,27 @@ def expand_meta(m: MetaFunction, fn: FuncGraph, consts: list[Any], loc: Any) -> 
         return Batcher().entry(fn, in_axes, out_axes, loc)
     raise BatchingError(f"vmap: {m.name} of a lambda that captures batched values is not "
                         "supported inside vmap", loc)
+
+
+def _differentiates(graph: FuncGraph) -> bool:
+    """Whether code in ``graph``'s reach calls a differentiation."""
+    seen = {graph}
+    todo = [graph]
+    mng = Batcher.manager(graph)
+    while todo:
+        g = todo.pop()
+        for node in toposort(g, mng):
+            if isinstance(node, CNode):
+                for inp in node.inputs:
+                    if isinstance(inp, ValueNode) and (
+                            any(inp.value is d for d in (*_META_DIFF, gradient.J))
+                            or isinstance(inp.value, MetaFunction) and inp.value.name.startswith("J(")):
+                        return True
+        for used in mng.graphs_used.get(g, ()):
+            if used not in seen:
+                seen.add(used)
+                todo.append(used)
+    return False
 
 
 def _jvp_of(fn: FuncGraph, loc: Any) -> FuncGraph:
@@ -755,30 +821,40 @@ def _primitive_graph(prim: Primitive) -> FuncGraph:
 _prim_graphs: dict[int, FuncGraph] = {}
 
 
-def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False) -> Any:
-    """``vmap`` of a run-time function value (what ``batch_fn`` computes)."""
+def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False,
+                ref: Any = None) -> Any:
+    """``vmap`` of a run-time function value (what ``batch_fn`` computes); ``inner``: for
+    a call in a batched body, whose batched values ``ref`` the result takes first."""
+    made, bound = _batch_value(fn, in_axes, out_axes, inner)
+    if inner:
+        bound = (ref, *bound)
+    return Partial(made, bound) if bound else made
+
+
+def _batch_value(fn: Any, in_axes: Any, out_axes: Any, inner: bool) -> tuple[Any, tuple]:
     if isinstance(fn, Closure):
         made = entry_graph(fn.graph, in_axes, out_axes, inner)
         before = manage(fn.graph).free_variables_total(fn.graph)
         after = manage(made).free_variables_total(made)
         if before == after:
-            return Closure(made, fn.env)
+            return Closure(made, fn.env), ()
         by_node = dict(zip(before, fn.env))
-        return Closure(made, tuple(by_node[n] for n in after))
+        return Closure(made, tuple(by_node[n] for n in after)), ()
     if isinstance(fn, FuncGraph):
-        return entry_graph(fn, in_axes, out_axes, inner)
+        return entry_graph(fn, in_axes, out_axes, inner), ()
     if isinstance(fn, Primitive):
         g = _prim_graphs.get(id(fn))
         if g is None:
             g = _prim_graphs[id(fn)] = _primitive_graph(fn)
-        return entry_graph(g, in_axes, out_axes)
+        return entry_graph(g, in_axes, out_axes, inner), ()
     if isinstance(fn, Partial):
         n = len(fn.args)
         if isinstance(in_axes, (tuple, list)):
             inner_axes: Any = (None,) * n + tuple(in_axes)
         else:
             inner_axes = (None,) * n + (in_axes,) * arity_of(fn)
-        return Partial(batch_value(fn.fn, inner_axes, out_axes, inner), fn.args)
+        made, bound = _batch_value(fn.fn, inner_axes, out_axes, inner)
+        return made, (*bound, *fn.args)
     if isinstance(fn, MetaFunction):
         raise BatchingError(f"vmap of the meta function {fn.name} itself; vmap a function it makes")
     raise BatchingError(f"vmap needs a function, not {type(fn).__name__}")
@@ -819,7 +895,7 @@ def fallback(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs: At
     """The primitive applied to each example (``batch_loop``), results stacked."""
     axes = tuple(bt_axes(bt) for _, bt in mapped)
     loop_attrs = Attrs({"batched": axes, "op_attrs": tuple((k, v) for k, v in attrs.items())})
-    return b.apply(bp.batch_loop, ValueNode(prim), *(n for n, _ in mapped), attrs=loop_attrs), True
+    return b.apply(bp.batch_loop, ValueNode(prim), *(n for n, _ in mapped), b.ref(), attrs=loop_attrs), True
 
 
 def _is_scalar_constant(node: Node) -> bool:
@@ -986,7 +1062,7 @@ def partial_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs
                  ) -> Optional[tuple[Node, BT]]:
     (f, fbt), rest = mapped[0], mapped[1:]
     if fbt is not True:
-        f = b.apply(bp.batch_fn, f, attrs=Attrs({"inner": True}))  # every argument batched
+        f = b.apply(bp.batch_fn, f, b.ref(), attrs=Attrs({"inner": True}))  # every argument batched
     return b.apply(prim, f, *(b.expand(n, bt) for n, bt in rest)), True
 
 
@@ -1222,6 +1298,8 @@ RULES: dict[Primitive, Rule] = {
     structure.partial: partial_rule,
     gradient.J: j_rule,
     gradient.gadd: all_expanded_rule,
+    gradient.tuple_setitem: lambda b, prim, mapped, attrs: None if bt_any(mapped[1][1]) else (
+        b.apply(prim, b.expand(*mapped[0]), mapped[1][0], b.expand(*mapped[2])), True),
     gradient.env_setitem: all_expanded_rule,
     gradient.env_getitem: all_expanded_rule,
     gradient.sum_to: sum_to_rule,
@@ -1231,7 +1309,8 @@ RULES: dict[Primitive, Rule] = {
     gradient.matmul_dx: matmul_dx_rule,
     gradient.matmul_dy: matmul_dy_rule,
     gradient.grad_seed: grad_seed_rule,
-    gradient.grad_arg_check: first_operand_rule,
+    gradient.grad_arg_check: lambda b, prim, mapped, attrs: (
+        b.apply(prim, mapped[0][0], mapped[1][0]), mapped[1][1]) if not bt_any(mapped[0][1]) else None,
     gradient.clip_grad: clip_grad_rule,
     gradient.size: shape_of_rule("size"),
     tensor.shape: shape_of_rule("shape"),

@@ -92,6 +92,7 @@ class Kernels:
     def expand(self, x: Any, ref: Any) -> Any:
         xp = self.xp
         n = batch_size_of(ref)
+        x_ref = ref
 
         def leaf(v: Any) -> Any:
             if isinstance(v, tuple):
@@ -99,7 +100,7 @@ class Kernels:
             if isinstance(v, GradEnv):
                 return GradEnv({k: leaf(e) for k, e in v.items()})
             if _is_function(v):
-                return UPCALLS.batch_value(v, 0, 0, True)
+                return UPCALLS.batch_value(v, 0, 0, True, x_ref)
             if v is None or isinstance(v, str) or not hasattr(v, "shape") and not isinstance(
                     v, (bool, int, float, complex)):
                 return v
@@ -327,10 +328,17 @@ def _batch_loop(op: Any, *args: Any, batched: Any = (), op_attrs: Any = ()) -> A
         raise AnfirTypeError(f"batch_loop applies a primitive, not {type(op).__name__}")
     attrs = dict(op_attrs)
     n = None
+    ref = args[len(batched):]  # the batched values in scope, after the operands
+    args = args[:len(batched)]
     for value, axes in zip(args, batched):
         if _has_batch(axes):
-            n = _size_along(value, axes)
-            break
+            try:
+                n = _size_along(value, axes)
+                break
+            except AnfirRuntimeError:  # an empty GradEnv: no size in it
+                continue
+    if n is None and ref and any(_has_batch(a) for a in batched):
+        n = batch_size_of(ref[0])
     if n is None:
         return op.impl(*args, **attrs)
     fast = VECTORIZED.get(op)
@@ -362,8 +370,8 @@ VECTORIZED: dict[Primitive, Callable[[tuple, Any, dict], Any]] = {}
 :mod:`anfir.autodiff.batching`); NotImplemented from one falls back to the loop."""
 
 
-def _batch_value(f: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False) -> Any:
-    return UPCALLS.batch_value(f, in_axes, out_axes, inner)
+def _batch_value(f: Any, *ref: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False) -> Any:
+    return UPCALLS.batch_value(f, in_axes, out_axes, inner, ref[0] if ref else None)
 
 
 def _jac_basis(x: Any) -> Any:
@@ -425,7 +433,7 @@ def _sampled(impl: Callable[..., Any]) -> Callable[..., AbstractValue]:
     return rule
 
 
-def _infer_batch_fn(f: AbstractValue, in_axes: Any = 0, out_axes: Any = 0,
+def _infer_batch_fn(f: AbstractValue, *ref: AbstractValue, in_axes: Any = 0, out_axes: Any = 0,
                     inner: bool = False) -> AbstractValue:
     raise AnfirTypeError("vmap of a function value only known at run time cannot be compiled "
                          "(vmap a named function or a lambda, or run the program with anfir.run)")
@@ -492,14 +500,15 @@ batch_loop = declare(
     doc="batch_loop(op, args..., batched=, op_attrs=) — the primitive op applied to each "
         "example and the results stacked (the fallback of vmap)")
 batch_fn = declare(
-    "batch_fn", 1, _batch_value, infer=_infer_batch_fn, family=FAMILY, internal=True,
+    "batch_fn", (1, 2), _batch_value, infer=_infer_batch_fn, family=FAMILY, internal=True,
     foldable=False, attrs={"in_axes": 0, "out_axes": 0, "inner": False},
     doc="batch_fn(f, in_axes=, out_axes=, inner=) — the batched form of the function value f "
         "(vmap at run time; inner: called inside a batched body, where a J-transformed "
         "function's gradients stay per example)",
     # The batched form of a J-world function returns its captured values' gradients
     # summed over the batch, under the same names: the gradient passes straight to f.
-    bprop="lambda (f, in_axes, out_axes, inner, out, dout) (dout,) end")
+    bprop={1: "lambda (f, in_axes, out_axes, inner, out, dout) (dout,) end",
+           2: "lambda (f, r, in_axes, out_axes, inner, out, dout) (dout, zeros_like(r)) end"})
 jac_basis = declare(
     "jac_basis", 1, _jac_basis, infer=_sampled(_jac_basis), family=FAMILY, internal=True,
     differentiable=False,
