@@ -542,9 +542,21 @@ class _Body:
     # -- meta functions --------------------------------------------------------------
     def call_meta(self, node: CNode, m: MetaFunction, args: tuple[Node, ...]) -> tuple[Node, BT]:
         mapped = [self.lookup(a) for a in args]
+        fn = args[0] if args else None
+        static = (isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph)
+                  and all(isinstance(a, ValueNode) for a in args[1:])
+                  and any(m is k for k in (*_META_DIFF, VMAP)))
+        if static and self.inst.batched and not _differentiates(fn.value):  # type: ignore[union-attr]
+            # Differentiate (or batch) the known function first, then batch that graph
+            # for each call's own arguments: no run-time batching left (compilable).
+            made = expand_meta(m, fn.value, [a.value for a in args[1:]], node.loc)  # type: ignore[union-attr]
+            self.inst.static[node] = made
+            users = self.mng.users.get(node, {})
+            if users and all(isinstance(u, CNode) and i == 0 for u, i in users):
+                return ValueNode(None, node.loc), False
+            return self.constant(ValueNode(made, node.loc))
         if not any(bt_any(b) for _, b in mapped):
             return self.apply(ValueNode(m), *(n for n, _ in mapped)), False
-        fn = args[0] if args else None
         if isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph) and \
                 not any(bt_any(b) for _, b in mapped[1:]):
             plain = self.b.instance(fn.value, (False,) * len(fn.value.parameters), self.inst)

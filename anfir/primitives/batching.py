@@ -46,8 +46,9 @@ def batch_size_of(value: Any) -> int:
     stack = [value]
     while stack:
         v = stack.pop()
-        if isinstance(v, np.ndarray) and v.ndim >= 1:
-            return int(v.shape[0])
+        shape = getattr(v, "shape", None)
+        if shape is not None and not isinstance(v, (tuple, GradEnv)) and len(shape) >= 1:
+            return int(shape[0])
         if isinstance(v, tuple):
             stack.extend(reversed(v))
         elif isinstance(v, GradEnv):
