@@ -266,7 +266,7 @@ def _unbatch_grad(graph: FuncGraph, g: Node, axes: Any, loc: Any) -> Node:
     if axes == 0:
         return g
     return CNode(graph, [ValueNode(bp.batch_moveaxis), g], loc,
-                 attrs=Attrs({"source": 0, "destination": axes}))
+                 attrs=bp.batch_moveaxis.canonical_attrs({"source": 0, "destination": axes}))
 
 
 def normalize_in_axes(in_axes: Any, nparams: int) -> tuple[Any, ...]:
@@ -314,7 +314,7 @@ def _move_in(graph: FuncGraph, node: Node, axes: Any, loc: Any) -> tuple[Node, B
     if axes == 0:
         return node, True
     return CNode(graph, [ValueNode(bp.batch_moveaxis), node], loc,
-                 attrs=Attrs({"source": axes, "destination": 0})), True
+                 attrs=bp.batch_moveaxis.canonical_attrs({"source": axes, "destination": 0})), True
 
 
 def _tuple_of(graph: FuncGraph, nodes: list[Node], loc: Any) -> Optional[Node]:
@@ -359,7 +359,7 @@ def _move_out(graph: FuncGraph, node: Node, bt: BT, axes: Any, ref: Optional[Nod
     if axes == 0:
         return node
     return CNode(graph, [ValueNode(bp.batch_moveaxis), node], loc,
-                 attrs=Attrs({"source": 0, "destination": axes}))
+                 attrs=bp.batch_moveaxis.canonical_attrs({"source": 0, "destination": axes}))
 
 
 # -- a graph's body ------------------------------------------------------------------------
@@ -380,6 +380,8 @@ class _Body:
     def apply(self, callee: Any, *inputs: Node, attrs: Attrs = NO_ATTRS,
               graph: Optional[FuncGraph] = None) -> CNode:
         head = callee if isinstance(callee, Node) else ValueNode(callee)
+        if attrs and isinstance(callee, Primitive):
+            attrs = callee.canonical_attrs(list(attrs.items()))
         return CNode(graph or self.graph, [head, *inputs], self.loc, attrs=attrs)
 
     def ref(self) -> Node:

@@ -50,7 +50,7 @@ def _call(graph: FuncGraph, fn: Node, *args: Node) -> CNode:
 
 
 def _prim(graph: FuncGraph, prim: Any, *args: Node, attrs: Any = None) -> CNode:
-    return CNode(graph, [ValueNode(prim), *args], attrs=Attrs(attrs) if attrs else NO_ATTRS)
+    return CNode(graph, [ValueNode(prim), *args], attrs=prim.canonical_attrs(attrs) if attrs else NO_ATTRS)
 
 
 def jacfwd_graph(n: int, i: int, nargs: int) -> FuncGraph:

@@ -19,7 +19,7 @@ from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.primitives import meta
+from anfir.primitives import meta, structure
 
 
 def expand_vmaps(entry: FuncGraph) -> int:
@@ -32,10 +32,12 @@ def expand_vmaps(entry: FuncGraph) -> int:
                 calls.append(node)
     count = 0
     for call in calls:
-        target = _target(call)
+        consts = [_constant(a) for a in call.inputs[2:]]
+        if any(c is _UNKNOWN for c in consts):
+            continue
+        target = _target(call, consts)
         if target is None:
             continue
-        consts = [a.value for a in call.inputs[2:]]  # type: ignore[attr-defined]
         in_axes = consts[0] if consts else 0
         out_axes = consts[1] if len(consts) > 1 else 0
         made = Batcher().entry(target, in_axes, out_axes, call.loc)
@@ -44,10 +46,23 @@ def expand_vmaps(entry: FuncGraph) -> int:
     return count
 
 
-def _target(call: CNode) -> Optional[FuncGraph]:
+_UNKNOWN = object()
+
+
+def _constant(node: Node) -> Any:
+    """The value of a constant or of a tuple of constants (``(0, None)``), else _UNKNOWN."""
+    if isinstance(node, ValueNode):
+        return node.value
+    if isinstance(node, CNode) and node.is_apply(structure.make_tuple):
+        items = [_constant(a) for a in node.inputs[1:]]
+        return _UNKNOWN if any(i is _UNKNOWN for i in items) else tuple(items)
+    return _UNKNOWN
+
+
+def _target(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
     """The graph ``vmap`` batches: the function, or a wrapper calling the meta call."""
     args = call.inputs[1:]
-    if not args or not all(isinstance(a, ValueNode) for a in args[1:]):
+    if not args:
         return None
     fn = args[0]
     if isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph):
@@ -58,7 +73,7 @@ def _target(call: CNode) -> Optional[FuncGraph]:
         inner = fn.inputs[1]
         if not (isinstance(inner, ValueNode) and isinstance(inner.value, FuncGraph)):
             return None
-        nparams = _arity(fn.inputs[0].value, inner.value, args[1].value if len(args) > 1 else None)
+        nparams = _arity(fn.inputs[0].value, inner.value, consts[0] if consts else None)
         wrapper = FuncGraph(f"{fn.inputs[0].value.name}_{inner.value.name}", fn.loc)
         params = [wrapper.add_parameter(f"x{i}") for i in range(nparams)]
         made = CNode(wrapper, [ValueNode(fn.inputs[0].value), *(ValueNode(a.value, a.loc) for a in fn.inputs[1:])],
