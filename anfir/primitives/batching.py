@@ -515,6 +515,11 @@ jac_basis = declare(
     differentiable=False,
     doc="jac_basis(x) — the identity basis of x's space, shaped (size(x), *shape(x))")
 
-__all__ = ["AxisTree", "VECTORIZED", "batch_expand", "batch_fn", "batch_loop", "batch_moveaxis",
+BATCHING_PRIMITIVES: tuple[Primitive, ...] = (
+    batch_expand, batch_unexpand, batch_select, batch_reshape, batch_moveaxis, batch_shape,
+    batch_loop, batch_fn, batch_tangent_dot, batch_tangent_scale, jac_basis)
+"""Every primitive this module declares (for the back ends' coverage lists)."""
+
+__all__ = ["AxisTree", "BATCHING_PRIMITIVES", "VECTORIZED", "batch_expand", "batch_fn", "batch_loop", "batch_moveaxis",
            "batch_reshape", "batch_select", "batch_shape", "batch_size_of", "batch_unexpand",
            "Kernels", "NUMPY", "batch_tangent_dot", "batch_tangent_scale", "jac_basis", "slice_example", "stack_examples"]
