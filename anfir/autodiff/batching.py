@@ -1345,6 +1345,9 @@ RULES: dict[Primitive, Rule] = {
     nn.einsum: einsum_rule,
     nn.attention: expanded_unary_rule,
     nn.mse_loss: mse_rule,
+    shaping.flatten: lambda b, prim, mapped, attrs: None if len(mapped) != 1 or mapped[0][1] is not True \
+        else (b.apply(prim, mapped[0][0], attrs=prim.canonical_attrs({
+            k: _shift(v) for k, v in prim.bound_attrs(attrs).items()})), True),
     gradient.tangent_dot: tangent_dot_rule,
     gradient.tangent_scale: tangent_scale_rule,
 }
