@@ -56,7 +56,8 @@ def _draw(rng: np.random.Generator, kind: str, shape: tuple[int, ...]) -> Any:
 
 def _shapes(kind: str, nargs: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
     if kind == "mat":
-        return [(2, 3), (3, 2)][:nargs]
+        mats: list[tuple[int, ...]] = [(2, 3), (3, 2)]
+        return mats[:nargs]
     if kind == "mat1":
         return [(3, 3)]
     base = [(2, 3), (3,), ()][int(rng.integers(0, 2))]

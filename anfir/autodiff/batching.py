@@ -551,7 +551,8 @@ class _Body:
         if static and self.inst.batched and not _differentiates(fn.value):  # type: ignore[union-attr]
             # Differentiate (or batch) the known function first, then batch that graph
             # for each call's own arguments: no run-time batching left (compilable).
-            made = expand_meta(m, fn.value, [a.value for a in args[1:]], node.loc)  # type: ignore[union-attr]
+            made = expand_meta(m, fn.value, [a.value for a in args[1:]  # type: ignore[union-attr]
+                                             if isinstance(a, ValueNode)], node.loc)
             self.inst.static[node] = made
             users = self.mng.users.get(node, {})
             if users and all(isinstance(u, CNode) and i == 0 for u, i in users):
@@ -667,8 +668,9 @@ class _Body:
         """``if`` on a batched condition where a branch recurses: go on while some
         example takes the recursive branch; examples already done keep their state."""
         side = 0 if rec[0] and not rec[1] else 1 if rec[1] and not rec[0] else None
-        if side is not None and self._tail_self_call(graphs[side]):
-            frozen = self.b.instance(graphs[side], (), self.inst, freeze=("✓" if side == 0 else "✗", c))
+        branch = graphs[side] if side is not None else None
+        if side is not None and branch is not None and self._tail_self_call(branch):
+            frozen = self.b.instance(branch, (), self.inst, freeze=("✓" if side == 0 else "✗", c))
             go = ValueNode(frozen.new)
             stop_branch = b_orig if side == 0 else a_orig
             stop = self._wrap(lambda w: self._run_branch(stop_branch, w))
@@ -799,7 +801,7 @@ def _jvp_of(fn: FuncGraph, loc: Any) -> FuncGraph:
     return inner
 
 
-VMAP: MetaFunction = meta.vmap  # type: ignore[attr-defined]
+VMAP: MetaFunction = meta.vmap
 
 
 # -- run time ----------------------------------------------------------------------------

@@ -76,7 +76,8 @@ def _target(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
         nparams = _arity(fn.inputs[0].value, inner.value, consts[0] if consts else None)
         wrapper = FuncGraph(f"{fn.inputs[0].value.name}_{inner.value.name}", fn.loc)
         params = [wrapper.add_parameter(f"x{i}") for i in range(nparams)]
-        made = CNode(wrapper, [ValueNode(fn.inputs[0].value), *(ValueNode(a.value, a.loc) for a in fn.inputs[1:])],
+        made = CNode(wrapper, [ValueNode(fn.inputs[0].value),
+                               *(ValueNode(a.value, a.loc) for a in fn.inputs[1:] if isinstance(a, ValueNode))],
                      fn.loc)
         wrapper.output = CNode(wrapper, [made, *params], fn.loc)
         return wrapper

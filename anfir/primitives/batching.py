@@ -366,7 +366,7 @@ def _size_along(value: Any, axes: AxisTree) -> int:
     return batch_size_of(value)
 
 
-VECTORIZED: dict[Primitive, Callable[[tuple, Any, dict], Any]] = {}
+VECTORIZED: dict[Primitive, Callable[[tuple[Any, ...], Any, dict[str, Any]], Any]] = {}
 """Fast batched kernels of ``batch_loop``, keyed by the primitive they batch (filled by
 :mod:`anfir.autodiff.batching`); NotImplemented from one falls back to the loop."""
 
