@@ -928,7 +928,10 @@ def elementwise_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], a
     nodes = [n for n, _ in mapped]
     flags = tuple(bool(bt) for _, bt in mapped)
     others_scalar = sum(1 for n, f in zip(nodes, flags) if not f and not _is_scalar_constant(n))
-    if len(nodes) == 1 or (sum(flags) == 1 and others_scalar == 0):
+    batched_nodes = {id(n) for n, f in zip(nodes, flags) if f}
+    if len(nodes) == 1 or (len(batched_nodes) == 1 and others_scalar == 0):
+        # One batched value (maybe used twice, x * x) with scalar constants: numpy's
+        # broadcasting already lines them up.
         return b.apply(prim, *nodes, attrs=attrs), True
     if len(nodes) > 4:
         return None

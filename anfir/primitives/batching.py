@@ -61,6 +61,10 @@ def _is_function(v: Any) -> bool:
 
 
 def _shape(v: Any) -> tuple[int, ...]:
+    if type(v) is np.ndarray:  # the common case, without a getattr on any value
+        return v.shape
+    if isinstance(v, (float, int, bool)):
+        return ()
     shape = getattr(v, "shape", None)
     return tuple(shape) if shape is not None else np.shape(v)
 
@@ -156,7 +160,7 @@ class Kernels:
 
     def reshape(self, x: Any, *refs: Any, how: str = "align", batched: Any = ()) -> Any:
         xp = self.xp
-        x = xp.asarray(x)
+        x = x if type(x) is np.ndarray else xp.asarray(x)
         shape = tuple(x.shape)
         if how == "align":
             ranks = [len(_shape(v)) - (1 if f else 0) for v, f in zip((x, *refs), batched)]
