@@ -175,3 +175,28 @@ def h(ts) = vmap(lambda (t) grad(lambda (u) grad(lambda (z) z * u end)(2.0) * su
     assert info.value.loc is not None
     with pytest.raises(anfir.AnfirError, match="at least one batched"):
         anfir.vmap(mod["f"], in_axes=None)
+
+
+def test_cli_compiles_runs_and_dumps_a_program_using_vmap(tmp_path: Path) -> None:
+    from cli_harness import run_in_process
+
+    program = tmp_path / "batch.anf"
+    program.write_text("def power(x, n) =\n"
+                       "  let loop = lambda (i, acc)\n"
+                       "    if i < n then loop(i + 1, acc * x) else acc end in\n"
+                       "  loop(0, 1.0)\n\n"
+                       "def main(xs) = vmap(lambda (x) power(x, 3) + grad(sin)(x) end)(xs)\n",
+                       encoding="utf-8")
+    xs = np.array([1.0, 2.0, 0.5])
+    np.save(tmp_path / "xs.npy", xs)
+    want = xs ** 3 + np.cos(xs)
+    status, out, err = run_in_process(["run", str(program), "xs.npy"], tmp_path)
+    assert status == 0, err
+    assert "1.5403" in out  # 1 + cos(1)
+    dumps = tmp_path / "dumps"
+    status, out, err = run_in_process(["compile", str(program), "--args", "xs.npy", "--dump-dir", str(dumps)],
+                                      tmp_path)
+    assert status == 0, err
+    last = sorted(p for p in os.listdir(dumps) if p.endswith(".ir"))[-1]
+    reloaded = anfir.load(str(dumps / last))
+    _close(anfir.run(reloaded.entry, xs), want)

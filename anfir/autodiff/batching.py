@@ -545,6 +545,9 @@ class _Body:
     def call_meta(self, node: CNode, m: MetaFunction, args: tuple[Node, ...]) -> tuple[Node, BT]:
         mapped = [self.lookup(a) for a in args]
         fn = args[0] if args else None
+        if isinstance(fn, ValueNode) and isinstance(fn.value, Primitive) and \
+                fn.value.max_args == fn.value.min_args and not fn.value.positional_attrs:
+            fn = ValueNode(primitive_graph(fn.value), fn.loc)  # grad(sin): a graph calling it
         static = (isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph)
                   and all(isinstance(a, ValueNode) for a in args[1:])
                   and any(m is k for k in (*_META_DIFF, VMAP)))
@@ -837,6 +840,14 @@ def _primitive_graph(prim: Primitive) -> FuncGraph:
 _prim_graphs: dict[int, FuncGraph] = {}
 
 
+def primitive_graph(prim: Primitive) -> FuncGraph:
+    """``(x...) -> prim(x...)`` (cached), so a primitive is batched like any function."""
+    g = _prim_graphs.get(id(prim))
+    if g is None:
+        g = _prim_graphs[id(prim)] = _primitive_graph(prim)
+    return g
+
+
 def batch_value(fn: Any, in_axes: Any = 0, out_axes: Any = 0, inner: bool = False,
                 ref: Any = None) -> Any:
     """``vmap`` of a run-time function value (what ``batch_fn`` computes); ``inner``: for
@@ -859,10 +870,7 @@ def _batch_value(fn: Any, in_axes: Any, out_axes: Any, inner: bool) -> tuple[Any
     if isinstance(fn, FuncGraph):
         return entry_graph(fn, in_axes, out_axes, inner), ()
     if isinstance(fn, Primitive):
-        g = _prim_graphs.get(id(fn))
-        if g is None:
-            g = _prim_graphs[id(fn)] = _primitive_graph(fn)
-        return entry_graph(g, in_axes, out_axes, inner), ()
+        return entry_graph(primitive_graph(fn), in_axes, out_axes, inner), ()
     if isinstance(fn, Partial):
         n = len(fn.args)
         if isinstance(in_axes, (tuple, list)):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from anfir.autodiff.batching import Batcher, BatchingError
+from anfir.autodiff.batching import Batcher, BatchingError, primitive_graph
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.ir.primitive import MetaFunction
+from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import meta, structure
 
@@ -67,17 +67,21 @@ def _target(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
     fn = args[0]
     if isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph):
         return fn.value
+    if isinstance(fn, ValueNode) and isinstance(fn.value, Primitive):
+        return primitive_graph(fn.value)
     if isinstance(fn, CNode) and isinstance(fn.inputs[0], ValueNode) and \
             isinstance(fn.inputs[0].value, MetaFunction) and \
             all(isinstance(a, ValueNode) for a in fn.inputs[1:]) and len(fn.inputs) > 1:
         inner = fn.inputs[1]
+        if isinstance(inner, ValueNode) and isinstance(inner.value, Primitive):
+            inner = ValueNode(primitive_graph(inner.value), inner.loc)
         if not (isinstance(inner, ValueNode) and isinstance(inner.value, FuncGraph)):
             return None
         nparams = _arity(fn.inputs[0].value, inner.value, consts[0] if consts else None)
         wrapper = FuncGraph(f"{fn.inputs[0].value.name}_{inner.value.name}", fn.loc)
         params = [wrapper.add_parameter(f"x{i}") for i in range(nparams)]
-        made = CNode(wrapper, [ValueNode(fn.inputs[0].value),
-                               *(ValueNode(a.value, a.loc) for a in fn.inputs[1:] if isinstance(a, ValueNode))],
+        made = CNode(wrapper, [ValueNode(fn.inputs[0].value), inner,
+                               *(ValueNode(a.value, a.loc) for a in fn.inputs[2:] if isinstance(a, ValueNode))],
                      fn.loc)
         wrapper.output = CNode(wrapper, [made, *params], fn.loc)
         return wrapper
