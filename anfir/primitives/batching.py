@@ -19,6 +19,7 @@ differentiable (their gradient reshapes back), so ``grad`` of ``vmap`` works.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -62,7 +63,7 @@ def _is_function(v: Any) -> bool:
 
 def _shape(v: Any) -> tuple[int, ...]:
     if type(v) is np.ndarray:  # the common case, without a getattr on any value
-        return v.shape
+        return tuple(v.shape)
     if isinstance(v, (float, int, bool)):
         return ()
     shape = getattr(v, "shape", None)
@@ -85,6 +86,41 @@ def _matmul_shapes(sa: tuple[int, ...], sb: tuple[int, ...], ba: bool, bb: bool
     out2 = lead + (a2[-2], b2[-1])
     out = lead + ((a2[-2],) if len(pa) > 1 else ()) + ((b2[-1],) if len(pb) > 1 else ())
     return (((n,) if ba else ()) + a2, ((n,) if bb else ()) + b2, (n,) + out2, (n,) + out)
+
+
+@functools.lru_cache(maxsize=4096)
+def reshape_target(how: str, batched: tuple[Any, ...], shape: tuple[int, ...],
+                   facts: tuple[Any, ...]) -> tuple[int, ...]:
+    """The shape ``batch_reshape`` gives a value of ``shape`` (cached: a batched program
+    meets the same shapes at every call)."""
+    if how == "align":
+        ranks = [len(f) - (1 if b else 0) for f, b in zip((shape, *facts), batched)]
+        top, own = max(ranks), ranks[0]
+        return shape if own == top else shape[:1] + (1,) * (top - own) + shape[1:]
+    if how == "flat":
+        return shape[:1] + (int(np.prod(shape[1:], dtype=np.int64)),)
+    if how == "shape":
+        target = facts[0]
+        if -1 in target:
+            known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+            rest = int(np.prod(shape[1:], dtype=np.int64))
+            target = tuple(rest // max(known, 1) if d == -1 else d for d in target)
+        return shape[:1] + target
+    if how == "keepdims":  # a full reduction's (B,) back to (B, 1, ..., 1) of the ref's rank
+        return shape[:1] + (1,) * (len(facts[0]) - 1)
+    if how in ("mm_a", "mm_b"):
+        mine, theirs = bool(batched[0]), bool(batched[1])
+        if how == "mm_a":
+            return _matmul_shapes(shape, facts[0], mine, theirs)[0]
+        return _matmul_shapes(facts[0], shape, theirs, mine)[1]
+    if how in ("mm_out", "mm_dout"):
+        shapes = _matmul_shapes(facts[0], facts[1], bool(batched[0]), bool(batched[1]))
+        return shapes[3] if how == "mm_out" else shapes[2]
+    if how == "jac_front":  # (n, ...) -> refs[0].shape + ...
+        return facts[0] + shape[1:]
+    if how == "jac_back":  # (..., n) -> ... + refs[0].shape
+        return shape[:-1] + facts[0]
+    raise AnfirTypeError(f"batch_reshape: unknown how={how!r}")
 
 
 class Kernels:
@@ -159,36 +195,18 @@ class Kernels:
         return leaf(a, b)
 
     def reshape(self, x: Any, *refs: Any, how: str = "align", batched: Any = ()) -> Any:
-        xp = self.xp
-        x = x if type(x) is np.ndarray else xp.asarray(x)
+        x = x if type(x) is np.ndarray else self.xp.asarray(x)
         shape = tuple(x.shape)
-        if how == "align":
-            ranks = [len(_shape(v)) - (1 if f else 0) for v, f in zip((x, *refs), batched)]
-            top, own = max(ranks), ranks[0]
-            return x if own == top else xp.reshape(x, shape[:1] + (1,) * (top - own) + shape[1:])
-        if how == "flat":
-            return xp.reshape(x, shape[:1] + (-1,))
         if how == "shape":
             target = refs[0]
-            target = (target,) if isinstance(target, (int, np.integer)) else tuple(target)
-            return xp.reshape(x, shape[:1] + tuple(int(d) for d in target))
-        if how == "keepdims":  # a full reduction's (B,) back to (B, 1, ..., 1) of refs[0]'s rank
-            return xp.reshape(x, shape[:1] + (1,) * (len(_shape(refs[0])) - 1))
-        if how in ("mm_a", "mm_b"):
-            other = refs[0]
-            mine, theirs = bool(batched[0]), bool(batched[1])
-            if how == "mm_a":
-                return xp.reshape(x, _matmul_shapes(shape, _shape(other), mine, theirs)[0])
-            return xp.reshape(x, _matmul_shapes(_shape(other), shape, theirs, mine)[1])
-        if how in ("mm_out", "mm_dout"):
-            a, b = refs
-            shapes = _matmul_shapes(_shape(a), _shape(b), bool(batched[0]), bool(batched[1]))
-            return xp.reshape(x, shapes[3] if how == "mm_out" else shapes[2])
-        if how == "jac_front":  # (n, ...) -> refs[0].shape + ...
-            return xp.reshape(x, _shape(refs[0]) + shape[1:])
-        if how == "jac_back":  # (..., n) -> ... + refs[0].shape
-            return xp.reshape(x, shape[:-1] + _shape(refs[0]))
-        raise AnfirTypeError(f"batch_reshape: unknown how={how!r}")
+            target = (target,) if isinstance(target, (int, np.integer)) else tuple(int(d) for d in target)
+            facts: tuple[Any, ...] = (target,)
+        else:
+            facts = tuple(_shape(r) for r in refs)
+        new = reshape_target(how, tuple(batched), shape, facts)
+        if new == shape:
+            return x
+        return x.reshape(new) if type(x) is np.ndarray else self.xp.reshape(x, new)
 
     def moveaxis(self, x: Any, source: int = 0, destination: int = 0) -> Any:
         if isinstance(x, tuple):
