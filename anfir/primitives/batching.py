@@ -105,7 +105,7 @@ def reshape_target(how: str, batched: tuple[Any, ...], shape: tuple[int, ...],
             known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
             rest = int(np.prod(shape[1:], dtype=np.int64))
             target = tuple(rest // max(known, 1) if d == -1 else d for d in target)
-        return shape[:1] + target
+        return shape[:1] + tuple(target)
     if how == "keepdims":  # a full reduction's (B,) back to (B, 1, ..., 1) of the ref's rank
         return shape[:1] + (1,) * (len(facts[0]) - 1)
     if how in ("mm_a", "mm_b"):
@@ -117,9 +117,9 @@ def reshape_target(how: str, batched: tuple[Any, ...], shape: tuple[int, ...],
         shapes = _matmul_shapes(facts[0], facts[1], bool(batched[0]), bool(batched[1]))
         return shapes[3] if how == "mm_out" else shapes[2]
     if how == "jac_front":  # (n, ...) -> refs[0].shape + ...
-        return facts[0] + shape[1:]
+        return tuple(facts[0]) + shape[1:]
     if how == "jac_back":  # (..., n) -> ... + refs[0].shape
-        return shape[:-1] + facts[0]
+        return shape[:-1] + tuple(facts[0])
     raise AnfirTypeError(f"batch_reshape: unknown how={how!r}")
 
 
