@@ -200,3 +200,21 @@ def test_cli_compiles_runs_and_dumps_a_program_using_vmap(tmp_path: Path) -> Non
     last = sorted(p for p in os.listdir(dumps) if p.endswith(".ir"))[-1]
     reloaded = anfir.load(str(dumps / last))
     _close(anfir.run(reloaded.entry, xs), want)
+
+
+def test_per_example_gradients_of_a_convnet_equal_jax() -> None:
+    mod = anfir.parse("""
+def cnn(w, x) = sum(tanh(max_pool(conv(x, w, stride=1), (2,))) ** 2)
+def main(w, xs) = vmap(grad(cnn), (None, 0))(w, xs)
+""")
+    w, xs = R.normal(size=(3, 2, 3)), R.normal(size=(5, 1, 2, 9))
+
+    def jcnn(w: Any, x: Any) -> Any:
+        y = jax.lax.conv_general_dilated(x, w, (1,), "VALID")
+        y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 1, 2), (1, 1, 2), "VALID")
+        return jnp.sum(jnp.tanh(y) ** 2)
+
+    want = jax.vmap(jax.grad(jcnn), (None, 0))(w, xs)
+    _close(anfir.run(mod["main"], w, xs), want)
+    _close(anfir.to_jax(mod, entry="main")(w, xs), want)
+    _close(anfir.run(anfir.compile(mod, entry="main", args=(w, xs)), w, xs), want)

@@ -1297,6 +1297,18 @@ def mse_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs: At
     return elementwise_rule(b, prim, mapped, attrs)
 
 
+def fold_rule(b: _Body, prim: Primitive, mapped: list[tuple[Node, BT]], attrs: Attrs
+              ) -> Optional[tuple[Node, BT]]:
+    """Operations on a leading axis of independent samples (conv, pooling, per-sample
+    norms): the batch folded into that axis, the other operands unbatched."""
+    (x, xbt), rest = mapped[0], mapped[1:]
+    if xbt is not True or any(bt_any(bt) for _, bt in rest):
+        return None
+    folded = b.apply(bp.batch_reshape, x, attrs=Attrs({"how": "fold"}))
+    out = b.apply(prim, folded, *(n for n, _ in rest), attrs=attrs)
+    return b.apply(bp.batch_reshape, out, x, attrs=Attrs({"how": "unfold", "batched": (1, 1)})), True
+
+
 def _family(prims: list[Primitive], rule: Rule) -> dict[Primitive, Rule]:
     return {p: rule for p in prims}
 
@@ -1361,6 +1373,8 @@ RULES: dict[Primitive, Rule] = {
     shaping.flatten: lambda b, prim, mapped, attrs: None if len(mapped) != 1 or mapped[0][1] is not True \
         else (b.apply(prim, mapped[0][0], attrs=prim.canonical_attrs({
             k: _shift(v) for k, v in prim.bound_attrs(attrs).items()})), True),
+    **_family([conv.conv, conv.conv_transpose, conv.max_pool, conv.avg_pool, conv.global_avg_pool,
+               conv.global_max_pool, nn.instance_norm, nn.group_norm], fold_rule),
     gradient.tangent_dot: tangent_dot_rule,
     gradient.tangent_scale: tangent_scale_rule,
 }

@@ -116,6 +116,10 @@ def reshape_target(how: str, batched: tuple[Any, ...], shape: tuple[int, ...],
     if how in ("mm_out", "mm_dout"):
         shapes = _matmul_shapes(facts[0], facts[1], bool(batched[0]), bool(batched[1]))
         return shapes[3] if how == "mm_out" else shapes[2]
+    if how == "fold":  # (B, N, ...) -> (B * N, ...): the batch folded into a batch-first op's N
+        return (shape[0] * shape[1],) + shape[2:]
+    if how == "unfold":  # (B * N, ...) -> (B, N, ...), B and N from the folded operand
+        return tuple(facts[0][:2]) + shape[1:]
     if how == "jac_front":  # (n, ...) -> refs[0].shape + ...
         return tuple(facts[0]) + shape[1:]
     if how == "jac_back":  # (..., n) -> ... + refs[0].shape
