@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from anfir.autodiff.batching import Batcher, BatchingError, primitive_graph
+from anfir.errors import AnfirError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -40,7 +41,12 @@ def expand_vmaps(entry: FuncGraph) -> int:
             continue
         in_axes = consts[0] if consts else 0
         out_axes = consts[1] if len(consts) > 1 else 0
-        made = Batcher().entry(target, in_axes, out_axes, call.loc)
+        try:
+            made = Batcher().entry(target, in_axes, out_axes, call.loc)
+        except AnfirError as err:
+            if err.loc is None:
+                raise BatchingError(err.message, call.loc) from None
+            raise
         manager.replace(call, ValueNode(made, call.loc, call.name))
         count += 1
     return count
