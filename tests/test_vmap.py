@@ -218,3 +218,21 @@ def main(w, xs) = vmap(grad(cnn), (None, 0))(w, xs)
     _close(anfir.run(mod["main"], w, xs), want)
     _close(anfir.to_jax(mod, entry="main")(w, xs), want)
     _close(anfir.run(anfir.compile(mod, entry="main", args=(w, xs)), w, xs), want)
+
+
+def test_in_axes_and_out_axes_may_be_keywords() -> None:
+    mod = anfir.parse("""
+def f(x, y) = sin(x) * y
+def a(xs, y) = vmap(f, in_axes=(1, None))(xs, y)
+def b(xs) = vmap(lambda (x) x * 2.0 end, out_axes=1)(xs)
+def c(xs) = vmap(f, (0, 0), in_axes=1)(xs, xs)
+""".replace("def c(xs) = vmap(f, (0, 0), in_axes=1)(xs, xs)\n", ""))
+    xs = XS.T.copy()
+    _close(anfir.run(mod["a"], xs, XS[0]), jax.vmap(lambda x, y: jnp.sin(x) * y, (1, None))(xs, XS[0]))
+    _close(anfir.run(mod["b"], XS), jax.vmap(lambda x: x * 2.0, out_axes=1)(XS))
+    reparsed = anfir.parse(anfir.to_text(mod))  # printed positionally, read back the same
+    _close(anfir.run(reparsed["b"], XS), 2.0 * XS.T)
+    with pytest.raises(anfir.AnfirError, match="both positionally and as a keyword"):
+        anfir.parse("def f(x) = x\ndef c(xs) = vmap(f, 0, in_axes=1)(xs)")
+    with pytest.raises(anfir.AnfirError, match="no keyword argument 'axes'"):
+        anfir.parse("def f(x) = x\ndef c(xs) = vmap(f, axes=1)(xs)")

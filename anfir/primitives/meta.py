@@ -29,7 +29,8 @@ vmap = declare_meta(
     "vmap",
     "vmap(f, in_axes, out_axes) — f over a batch: each argument is batched along its axis in "
     "in_axes (an int, None for not batched, or a tuple per argument; default 0), the result's "
-    "batch axis goes to out_axes (default 0)", 1, 3)
+    "batch axis goes to out_axes (default 0)", 1, 3,
+    keywords=(("in_axes", 0), ("out_axes", 0)))
 jacfwd = declare_meta(
     "jacfwd",
     "jacfwd(f, i) — the Jacobian of f w.r.t. argument i (default 0) by forward mode "
