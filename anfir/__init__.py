@@ -21,6 +21,8 @@ from typing import Any, Optional, Sequence, Union
 from anfir import wiring  # noqa: F401  (fills the lower layers' slots before anything runs)
 from anfir.autodiff import api as _ad
 from anfir.autodiff import custom as _custom
+from anfir.autodiff import batching as _batching, jacobians as _jac
+from anfir.primitives import meta as _meta
 from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
@@ -82,6 +84,33 @@ def jvp(graph: FuncGraph) -> FuncGraph:
     """A new FuncGraph ``(*args, *tangents) -> (out, tangent_out)``: forward mode,
     the derivative of ``graph`` at ``args`` along ``tangents``."""
     return _ad.jvp(graph)
+
+
+def vmap(graph: FuncGraph, in_axes: Any = 0, out_axes: Any = 0) -> FuncGraph:
+    """A new FuncGraph computing ``graph`` over a batch: each argument batched along its
+    axis in ``in_axes`` (an int, None for not batched, or a tuple per argument, nested
+    for tuple arguments), the result's batch axis at ``out_axes``."""
+    return _batching.vmap_api(_ad.entry_graph(graph), in_axes, out_axes)
+
+
+def jacfwd(graph: FuncGraph, wrt: int = 0) -> FuncGraph:
+    """A new FuncGraph returning the Jacobian of ``graph`` w.r.t. argument ``wrt`` (forward
+    mode: vmap of jvp); shape ``out.shape + arg.shape``."""
+
+    return _jac.api_graph(_meta.jacfwd, _ad.entry_graph(graph), wrt)
+
+
+def jacrev(graph: FuncGraph, wrt: int = 0) -> FuncGraph:
+    """A new FuncGraph returning the Jacobian of ``graph`` w.r.t. argument ``wrt`` (reverse
+    mode: vmap of the pullback); shape ``out.shape + arg.shape``."""
+
+    return _jac.api_graph(_meta.jacrev, _ad.entry_graph(graph), wrt)
+
+
+def hessian(graph: FuncGraph, wrt: int = 0) -> FuncGraph:
+    """A new FuncGraph returning the Hessian of scalar ``graph`` w.r.t. argument ``wrt``."""
+
+    return _jac.api_graph(_meta.hessian, _ad.entry_graph(graph), wrt)
 
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
@@ -205,6 +234,7 @@ __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
     "export_onnx", "grad", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
     "to_jax", "to_text", "value_and_grad", "vjp",
+    "vmap", "jacfwd", "jacrev", "hessian",
 ]
 
 

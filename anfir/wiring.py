@@ -17,6 +17,8 @@ behaviour never depends on which submodules someone imported first:
 from __future__ import annotations
 
 from anfir.abstract.values import JFn
+from anfir.autodiff.batching import batch_value, generate_vmap
+from anfir.autodiff.jacobians import generate_hessian, generate_jacfwd, generate_jacrev
 from anfir.autodiff.forward import generate_jvp, generate_jvp_for_types
 from anfir.autodiff.runtime import generate_grad, j_value
 from anfir.autodiff.typing import call_j
@@ -41,6 +43,11 @@ def install() -> None:
     meta.jvp.generate = generate_jvp
     meta.jvp.generate_for_types = generate_jvp_for_types
     register_atom_caller(JFn, call_j)
+    UPCALLS.batch_value = batch_value
+    meta.vmap.generate = generate_vmap
+    meta.jacfwd.generate = generate_jacfwd
+    meta.jacrev.generate = generate_jacrev
+    meta.hessian.generate = generate_hessian
 
 
 install()

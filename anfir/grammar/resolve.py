@@ -103,6 +103,8 @@ def resolve_module(module: Module, *, allow_internal: bool = False) -> Module:
             continue
         if isinstance(target, Primitive):
             canonical_call(user)
+        elif user.attrs and isinstance(target, MetaFunction) and target.keywords:
+            _positional_keywords(user, target)
         elif user.attrs:
             keyword_calls.append((user, target))
     if keyword_calls:
@@ -112,6 +114,29 @@ def resolve_module(module: Module, *, allow_internal: bool = False) -> Module:
         raise AnfirTypeError(f"keyword arguments are attributes of a call of a primitive; {what}",
                              user.loc, hint="pass the value positionally")
     return module
+
+
+def _positional_keywords(cnode: CNode, meta: MetaFunction) -> None:
+    """``vmap(f, out_axes=1)`` as ``vmap(f, 0, 1)``: a meta function's keyword arguments
+    made positional, the ones before a given one filled with their defaults."""
+    names = [name for name, _ in meta.keywords]
+    first = meta.min_args  # the keywords follow the required arguments
+    given = dict(cnode.attrs.items())
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        raise AnfirTypeError(f"{meta.name} has no keyword argument '{unknown[0]}' "
+                             f"(its keywords are {', '.join(names)})", cnode.loc)
+    args = list(cnode.inputs[1:])
+    for position, (name, default) in enumerate(meta.keywords):
+        index = first + position
+        if name in given:
+            if index < len(args):
+                raise AnfirTypeError(f"{meta.name}'s argument '{name}' is given both positionally "
+                                     "and as a keyword", cnode.loc)
+            while len(args) < index:  # an earlier keyword left out: its default
+                args.append(ValueNode(meta.keywords[len(args) - first][1], cnode.loc))
+            args.append(ValueNode(given[name], cnode.loc))
+    set_call(cnode, [cnode.inputs[0], *args], NO_ATTRS)
 
 
 def static_value(node: Node) -> Optional[tuple[Any]]:

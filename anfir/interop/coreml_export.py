@@ -61,6 +61,7 @@ from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1185,6 +1186,11 @@ UNSUPPORTED: dict[Primitive, str] = {
     **{prim: "Core ML has no complex tensors"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     **coreml_nn.UNSUPPORTED,
+    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
+    # evaluator and through to_jax; this target does not take them yet.
+    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
+             "batched program with anfir.run or anfir.to_jax)"
+       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that cannot be exported to MIL, with the reason (the error quotes it)."""
 

@@ -61,6 +61,7 @@ from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
+from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1902,6 +1903,11 @@ UNSUPPORTED: dict[Primitive, str] = {
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     nn.einsum_grad_spec: "it computes a string from constants, which constant folding does "
                          "before export; ONNX has no string-valued equation input",
+    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
+    # evaluator and through to_jax; this target does not take them yet.
+    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
+             "batched program with anfir.run or anfir.to_jax)"
+       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 

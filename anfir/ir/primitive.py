@@ -199,6 +199,9 @@ class MetaFunction(Arity):
     when they do not determine it.  The specializer types a call of the meta
     function as a call of that graph (it types a private copy, so the graph
     may be a shared, cached one)."""
+    keywords: tuple[tuple[str, Any], ...] = ()
+    """The trailing arguments a call may also give by keyword, with their defaults, in
+    order (``vmap(f, in_axes=0, out_axes=1)``): the resolver makes them positional."""
 
     def __repr__(self) -> str:
         return self.name

@@ -34,6 +34,8 @@ class Upcalls:
     call_function: Callable[[Any, tuple[Any, ...]], Any] = _missing("the evaluator's call of function values")
     """``anfir.eval.call_function``: how the structured loops (``scan``, ``fori_loop``) and
     ``custom_vjp``/``custom_jvp`` call their function arguments."""
+    batch_value: Callable[..., Any] = _missing("the batching transform of values")
+    """``anfir.autodiff.batching.batch_value``: what ``batch_fn`` (vmap at run time) computes."""
 
 
 UPCALLS = Upcalls()

@@ -37,6 +37,7 @@ from anfir.lowlevel.program import COPY
 from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
 from anfir.primitives import loops
+from anfir.primitives.batching import BATCHING_PRIMITIVES
 
 
 class TensorType(NamedTuple):
@@ -354,6 +355,11 @@ UNLOWERED: dict[Primitive, str] = {
        for prim in (shaping.split, shaping.concat_grad, shaping.stack_grad, indexing.topk)},
     nn.einsum_grad_spec: "it computes a string (an einsum equation) from constants, which "
                          "constant folding does before lowering; buffers hold no strings",
+    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
+    # evaluator and through to_jax; this target does not take them yet.
+    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
+             "batched program with anfir.run or anfir.to_jax)"
+       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that never become an instruction, with the reason."""
 

@@ -137,7 +137,11 @@ def _matmul_dx(dout: Any, y: Any, x: Any) -> Any:
     if _all_matrices(dout, y, x):  # the common case, without reshaping
         return dout @ y.T
     x2, y2, d2 = _as_matrices(x, y, dout)
-    return np.reshape(sum_to_value(d2 @ np.swapaxes(y2, -1, -2), x2), np.shape(x))
+    yt = np.swapaxes(y2, -1, -2)
+    # A contraction of length 1 is an outer product: numpy's batched matmul is much
+    # slower on it than a broadcast multiply (per-example gradients under vmap).
+    grad = d2 * yt if d2.shape[-1] == 1 and d2.ndim > 2 else d2 @ yt
+    return np.reshape(sum_to_value(grad, x2), np.shape(x))
 
 
 def _matmul_dy(x: Any, dout: Any, y: Any) -> Any:
@@ -145,7 +149,9 @@ def _matmul_dy(x: Any, dout: Any, y: Any) -> Any:
     if _all_matrices(dout, y, x):  # the common case, without reshaping
         return x.T @ dout
     x2, y2, d2 = _as_matrices(x, y, dout)
-    return np.reshape(sum_to_value(np.swapaxes(x2, -1, -2) @ d2, y2), np.shape(y))
+    xt = np.swapaxes(x2, -1, -2)
+    grad = xt * d2 if xt.shape[-1] == 1 and xt.ndim > 2 else xt @ d2  # an outer product
+    return np.reshape(sum_to_value(grad, y2), np.shape(y))
 
 
 def _size(x: Any) -> int:

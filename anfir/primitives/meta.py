@@ -25,4 +25,23 @@ jvp = declare_meta(
     "jvp(f) — forward mode: jvp(f)(x1, ..., xn, t1, ..., tn) is (f(x1, ..., xn), the derivative "
     "of f at x along the tangents t)", 1, 1)
 
-__all__ = ["grad", "jvp", "value_and_grad"]
+vmap = declare_meta(
+    "vmap",
+    "vmap(f, in_axes, out_axes) — f over a batch: each argument is batched along its axis in "
+    "in_axes (an int, None for not batched, or a tuple per argument; default 0), the result's "
+    "batch axis goes to out_axes (default 0)", 1, 3,
+    keywords=(("in_axes", 0), ("out_axes", 0)))
+jacfwd = declare_meta(
+    "jacfwd",
+    "jacfwd(f, i) — the Jacobian of f w.r.t. argument i (default 0) by forward mode "
+    "(vmap of jvp): shape out.shape + arg.shape", 1, 2)
+jacrev = declare_meta(
+    "jacrev",
+    "jacrev(f, i) — the Jacobian of f w.r.t. argument i (default 0) by reverse mode "
+    "(vmap of the pullback): shape out.shape + arg.shape", 1, 2)
+hessian = declare_meta(
+    "hessian",
+    "hessian(f, i) — the Hessian of scalar f w.r.t. argument i (default 0): the Jacobian "
+    "of its gradient", 1, 2)
+
+__all__ = ["grad", "hessian", "jacfwd", "jacrev", "jvp", "value_and_grad", "vmap"]

@@ -84,12 +84,15 @@ def _check_impl_signature(name: str, impl: Callable[..., Any], inputs: int, attr
 
 
 def declare_meta(name: str, doc: str, min_args: int = 1,
-                 max_args: Optional[int] = None) -> MetaFunction:
+                 max_args: Optional[int] = None,
+                 keywords: tuple[tuple[str, Any], ...] = ()) -> MetaFunction:
     """Register a meta function named ``name`` and return it (its generator is
-    installed by the layer that implements it)."""
+    installed by the layer that implements it); ``keywords``: the trailing arguments
+    a call may give by keyword, with their defaults."""
     if name in PRIMITIVES or name in META_FUNCTIONS:
         raise ValueError(f"meta function {name!r} declared twice")
     meta = MetaFunction(name, doc, min_args, max_args)
+    meta.keywords = keywords
     META_FUNCTIONS[name] = meta
     return meta
 

@@ -32,12 +32,13 @@ from anfir.dtypes import numpy_name
 from anfir.errors import AnfirTypeError, GradientError
 from anfir.ir.primitive import Primitive
 from anfir.nested import fold_nested
-from anfir.primitives import arith, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
+from anfir.primitives import arith, batching, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
 from anfir.backends.tojax.conv_rules import CONV_RULES
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.backends.tojax.shaping_rules import SHAPING_RULES
 from anfir.backends.tojax.loop_rules import FUNCTION_ARGUMENTS, LOOP_RULES  # noqa: F401
+from anfir.backends.tojax.batching_rules import BATCHING_RULES, loop_rule
 from anfir.values import DType, GradEnv
 
 Rule = Callable[..., Any]
@@ -779,12 +780,14 @@ RULES: dict[Primitive, Rule] = {
 """The JAX rule of each primitive (called when an argument holds a JAX array)."""
 RULES.update(SHAPING_RULES)
 RULES.update(LOOP_RULES)  # scan, fori_loop, custom rules: tojax/loop_rules.py
+RULES.update(BATCHING_RULES)  # vmap's primitives: tojax/batching_rules.py
+RULES[batching.batch_loop] = loop_rule(RULES)
 
 STRUCTURAL: frozenset[Primitive] = frozenset({
     structure.make_tuple, structure.tuple_getitem, structure.len_, structure.switch,
     structure.partial, structure.identity, structure.stop_gradient, structure.zeros_like,
     gradient.J, gradient.newenv, gradient.env_setitem, gradient.env_getitem, gradient.gadd,
-    gradient.tuple_setitem,
+    gradient.tuple_setitem, batching.batch_fn,
 })
 """Primitives on values of any kind (tuples, functions, gradient environments)
 whose rule computes what their ``impl`` does on known values too: the machine
