@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence, Union
 
 from anfir import wiring  # noqa: F401  (fills the lower layers' slots before anything runs)
 from anfir.autodiff import api as _ad
+from anfir.autodiff.checkpoint import checkpoint_api as _checkpoint_api
 from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
@@ -81,6 +82,13 @@ def jvp(graph: FuncGraph) -> FuncGraph:
     """A new FuncGraph ``(*args, *tangents) -> (out, tangent_out)``: forward mode,
     the derivative of ``graph`` at ``args`` along ``tangents``."""
     return _ad.jvp(graph)
+
+
+def checkpoint(graph: FuncGraph) -> FuncGraph:
+    """A new FuncGraph computing what ``graph`` does, whose gradient keeps only its
+    inputs and recomputes ``graph``'s forward pass in the backward pass (as
+    ``checkpoint(f)`` in programs; JAX's ``jax.checkpoint``).  See docs/remat.md."""
+    return _checkpoint_api(graph)
 
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
@@ -205,3 +213,4 @@ __all__ = [
     "export_onnx", "grad", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
     "to_jax", "to_text", "value_and_grad", "vjp",
 ]
+__all__ += ["checkpoint"]

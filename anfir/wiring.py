@@ -17,6 +17,7 @@ behaviour never depends on which submodules someone imported first:
 from __future__ import annotations
 
 from anfir.abstract.values import JFn
+from anfir.autodiff.checkpoint import generate_checkpoint, generate_checkpoint_for_types
 from anfir.autodiff.forward import generate_jvp, generate_jvp_for_types
 from anfir.autodiff.runtime import generate_grad, j_value
 from anfir.autodiff.typing import call_j
@@ -24,6 +25,7 @@ from anfir.infer.engine import register_atom_caller
 from anfir.ir.upcalls import UPCALLS
 from anfir.lowlevel.loader import load_lir_file
 from anfir.primitives import meta
+from anfir.primitives import checkpointing
 from anfir.printers.display import graph_svg
 from anfir.printers.text import to_text
 
@@ -39,6 +41,8 @@ def install() -> None:
     meta.jvp.generate = generate_jvp
     meta.jvp.generate_for_types = generate_jvp_for_types
     register_atom_caller(JFn, call_j)
+    checkpointing.checkpoint.generate = generate_checkpoint
+    checkpointing.checkpoint.generate_for_types = generate_checkpoint_for_types
 
 
 install()
