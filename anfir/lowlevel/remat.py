@@ -130,6 +130,8 @@ class RematSummary:
     """The planned arena of the result, when a budget made the phase measure it."""
     tried: list[tuple[str, float, int]] = field(default_factory=list)
     """With a budget: (level, fraction, planned arena) of each candidate measured."""
+    kept_nodes: list[CNode] = field(default_factory=list)
+    """With a budget: (level, fraction, planned arena) of each candidate measured."""
 
     def line(self) -> str:
         """The summary line of the phase's dump and of the CLI."""
@@ -345,9 +347,80 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
         graph.output = copy_of(out, None)  # type: ignore[arg-type]
     for node, k, made in edits:
         node.set_input(k, made)
+    backward_first(graph)
     summary.kept = len(kept)
+    summary.kept_nodes = sorted(kept, key=lambda n: position[n])
     summary.bytes_saved = before - after
     return summary
+
+
+def backward_first(graph: FuncGraph) -> None:
+    """Make a schedule compute the results last first.
+
+    The low level runs a graph in the order of a depth-first walk from its
+    output, inputs left to right.  A gradient program returns the gradients in
+    the order of its parameters, the first layer's first: the walk then runs
+    the chain of input gradients down to the first layer before any other
+    layer's weight gradient, and each layer's incoming gradient (and the
+    forward values its weight gradient reads) stays alive until the end.
+    Reading the results through a tuple of them in reverse order makes the walk
+    take the last layer's gradient first, then the one below: the order of
+    the backward pass, each weight gradient computed as soon as it can be.
+    The values are unchanged (the low level takes tuples apart)."""
+    out = graph.output
+    holder: Optional[CNode] = None
+    if _prim(out) is gradient.grad_arg_check:  # (the check of grad's argument types wraps the result)
+        assert isinstance(out, CNode)
+        holder, out = out, out.inputs[2]
+    if _prim(out) is not structure.make_tuple:
+        return
+    leaves: list[Node] = []
+    stack: list[Node] = [out]
+    while stack:
+        node = stack.pop()
+        if _prim(node) is structure.make_tuple:
+            stack.extend(reversed(node.inputs[1:]))  # type: ignore[union-attr]
+        else:
+            leaves.append(node)
+    if len(leaves) < 2:
+        return
+    make = ValueNode(structure.make_tuple)
+    make.abstract = abstract_of_value(structure.make_tuple)
+    getitem = ValueNode(structure.tuple_getitem)
+    getitem.abstract = abstract_of_value(structure.tuple_getitem)
+    loc = out.loc.derive("remat: backward first") if out.loc is not None else None
+    reverse = CNode(graph, [make, *reversed(leaves)], loc)
+    reverse.abstract = ATuple(tuple(leaf.abstract for leaf in reversed(leaves)))  # type: ignore[misc]
+    reads: dict[Node, Node] = {}
+    for i, leaf in enumerate(leaves):
+        index = ValueNode(len(leaves) - 1 - i)
+        index.abstract = abstract_of_value(len(leaves) - 1 - i)
+        read = CNode(graph, [getitem, reverse, index], leaf.loc)
+        read.abstract = leaf.abstract
+        reads.setdefault(leaf, read)
+    # The same nesting again, each leaf read from the reversed tuple (made bottom-up,
+    # without recursion: a node's inputs are rebuilt before it).
+    rebuilt: dict[Node, Node] = {}
+    work: list[tuple[Node, bool]] = [(out, False)]
+    while work:
+        node, ready = work.pop()
+        if node in rebuilt:
+            continue
+        if _prim(node) is not structure.make_tuple:
+            rebuilt[node] = reads[node]
+            continue
+        assert isinstance(node, CNode)
+        if not ready:
+            work.append((node, True))
+            work.extend((i, False) for i in node.inputs[1:] if i not in rebuilt)
+            continue
+        made = CNode(graph, [node.inputs[0], *(rebuilt[i] for i in node.inputs[1:])], node.loc)
+        made.abstract = node.abstract
+        rebuilt[node] = made
+    if holder is not None:
+        holder.set_input(2, rebuilt[out])
+    else:
+        graph.output = rebuilt[out]
 
 
 class _FlowNetwork:
