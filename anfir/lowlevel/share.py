@@ -10,12 +10,13 @@ in one walk over the instructions:
    result over a data argument of the same dtype and shape that dies at this
    instruction (its old value is never read again): that operand becomes
    ``@inout`` and the result needs no buffer of its own;
-3. **reuse** — otherwise, a buffer of the same dtype and shape whose life
-   ended at the instruction just before is taken again instead of a new
-   alloc.  (Only then: a buffer dead for longer would stay allocated through
-   the gap — holding its bytes at every instruction in between, a peak
-   included — where a new alloc lets the planner give those bytes to
-   whatever lives in the gap.)
+3. **reuse** — otherwise, a buffer of the same dtype and shape whose life has
+   ended is taken again instead of a new alloc, if no new alloc came since it
+   died: the reused buffer is then allocated through the gap, and only while
+   nothing new was allocated does that hold no more bytes than were live
+   when it died (a buffer dead for longer would hold its bytes through a
+   peak in between, where a new alloc lets the planner give them to what
+   lives there).
 
 The arena's planner (``plan_memory``) then shares bytes between buffers of any
 size whose lives do not overlap.
@@ -74,8 +75,6 @@ def share_buffers(program: LowProgram) -> LowProgram:
     physical: dict[Buffer, Buffer] = {}
     """A buffer of the lowered program → the buffer that holds it now."""
     free: dict[tuple[str, tuple[int, ...]], list[Buffer]] = {}
-    released: dict[tuple[str, tuple[int, ...]], list[Buffer]] = {}
-    released_next: dict[tuple[str, tuple[int, ...]], list[Buffer]] = {}
     dying: dict[int, list[Buffer]] = {}
     """Instruction index → the (lowered) buffers whose last use it is."""
     for buffer, index in last_use.items():
@@ -84,8 +83,6 @@ def share_buffers(program: LowProgram) -> LowProgram:
     """A buffer holding values → the (lowered) buffer of the value it holds now."""
     new_instrs: list[Instr] = []
     for index, instr in enumerate(instrs):
-        # Only what died at the instruction before may be taken again (see the module doc).
-        free, released = released_next, {}
         operands = [(mode, physical.get(b, b)) for mode, b in instr.operands]
         out_mode, out = instr.operands[0]
         if out_mode == "@out" and out.kind == "alloc":
@@ -106,6 +103,8 @@ def share_buffers(program: LowProgram) -> LowProgram:
             else:
                 pool = free.get((out.dtype, out.shape))
                 target = pool.pop() if pool else out
+                if target is out:
+                    free.clear()  # a new alloc: what died before may no longer be taken again
                 physical[out] = target
                 current[target] = out
                 operands[0] = ("@out", target)
@@ -114,8 +113,7 @@ def share_buffers(program: LowProgram) -> LowProgram:
         for original in sorted(dying.get(index, []), key=lambda b: b.name):
             holder = physical.get(original, original)
             if current.get(holder) is original:
-                released.setdefault((holder.dtype, holder.shape), []).append(holder)
-        released_next = released
+                free.setdefault((holder.dtype, holder.shape), []).append(holder)
     return LowProgram(program.name, program.declares, _with_lives(new_instrs), program.params,
                       program.result)
 
