@@ -99,9 +99,10 @@ EXPENSIVE: frozenset[Primitive] = frozenset({
 NEVER: frozenset[Primitive] = frozenset({nn.dropout, remat_barrier})
 """Never recomputed at any level: a dropout mask drawn again would differ."""
 
-LEVELS = ("cheap", "more")
+LEVELS = ("cheap", "more", "all")
 """What may be recomputed: ``cheap`` (:data:`CHEAP`), ``more`` (any data operation
-but :data:`EXPENSIVE`: reductions, pooling, softmax too)."""
+but :data:`EXPENSIVE`: reductions, pooling, softmax too), ``all`` (the expensive
+ones too)."""
 
 INF = 1 << 62
 
@@ -208,7 +209,7 @@ def recomputable(node: CNode, level: str) -> bool:
         return False  # a function, an environment, a string: not data to copy
     if prim in CHEAP or prim.family in _CHEAP_FAMILIES:
         return True
-    return level == "more" and prim not in EXPENSIVE
+    return level == "all" or level == "more" and prim not in EXPENSIVE
 
 
 # -- the decision ----------------------------------------------------------------------
@@ -275,9 +276,10 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
             read_by_backward.append(v)
     net.max_flow(source, sink)
     reach = net.reachable(source)
-    kept = {v for i, v in enumerate(forward) if reach[2 * i] and not reach[2 * i + 1]}
+    kept = {v for i, v in enumerate(forward)
+            if reach[2 * i] and not reach[2 * i + 1] and v not in aliases}
     recompute = {v for i, v in enumerate(forward) if not reach[2 * i]}
-    before = sum(nbytes(v.abstract) or 0 for v in read_by_backward)
+    before = sum(nbytes(v.abstract) or 0 for v in read_by_backward if v not in aliases)
     after = sum(nbytes(v.abstract) or 0 for v in kept)
 
     anchors: dict[CNode, Optional[Node]] = {}
@@ -521,7 +523,7 @@ def inline_everything(manager: Manager) -> None:
 
 def candidates() -> list[tuple[str, float]]:
     """The (level, fraction) pairs a budget tries, from least to most recomputation."""
-    return [("cheap", f / 8) for f in range(1, 9)] + [("more", 1.0)]
+    return [("cheap", f / 8) for f in range(1, 9)] + [("more", 1.0), ("all", 1.0)]
 
 
 def planned_arena(graph: FuncGraph) -> int:
@@ -554,11 +556,16 @@ def rematerialize_for_budget(graph: FuncGraph, budget: int,
             summary.arena = arena
             summary.tried = tried
             return trial, summary
-    best = min(a for _, _, a in tried)
+    level, fraction, best = min(tried, key=lambda t: t[2])
     raise RematError(f"no rematerialisation fits a budget of {budget} bytes: the smallest "
-                     f"planned arena reachable is {best} bytes (recomputing "
-                     f"{'every operation but matrix products, convolutions and attention' if best == tried[-1][2] else 'cheap operations'}); "
-                     f"give a budget of at least {best} bytes", graph.loc)
+                     f"planned arena reachable is {best} bytes (recomputing {_WHAT[level]} of "
+                     f"{fraction:.0%} of the forward pass); give a budget of at least {best} bytes",
+                     graph.loc)
+
+
+_WHAT = {"none": "nothing", "cheap": "the cheap operations",
+         "more": "every operation but matrix products, convolutions and attention",
+         "all": "every operation"}
 
 
 RematOption = Union[str, int]
