@@ -286,14 +286,14 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
     for node in reversed(order):
         if node not in backward:
             continue
-        anchor = next((i for i in node.inputs if i in backward), None)
+        anchor: Optional[Node] = next((i for i in node.inputs if i in backward), None)
         if anchor is None:
             # A backward node computed from forward values only (the 1 - y^2 of tanh's
             # rule): the anchor of its first backward reader, if that comes before it.
             users = sorted((u for u, _ in readers(node) if isinstance(u, CNode) and u in backward),
                            key=lambda u: position[u])
             borrowed = anchors.get(users[0]) if users else None
-            if borrowed is not None and position.get(borrowed, len(order)) < position[node]:
+            if isinstance(borrowed, CNode) and position.get(borrowed, len(order)) < position[node]:
                 anchor = borrowed
         anchors[node] = anchor
 
@@ -312,13 +312,13 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
                 continue
             missing = [i for i in top.inputs[1:] if i in recompute and (i, anchor) not in copies]
             if missing:
-                stack.extend(missing)  # type: ignore[arg-type]
+                stack.extend(missing)
                 continue
             stack.pop()
             inputs: list[Node] = [top.inputs[0]]
             for inp in top.inputs[1:]:
                 if inp in recompute:
-                    inputs.append(copies[(inp, anchor)])  # type: ignore[index]
+                    inputs.append(copies[(inp, anchor)])
                 elif isinstance(inp, CNode) and anchor is not None and inp.graph is graph:
                     fence = barriers.get((inp, anchor))
                     if fence is None:
@@ -343,10 +343,10 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
             continue
         for k, inp in enumerate(node.inputs):
             if k > 0 and inp in recompute:
-                edits.append((node, k, copy_of(inp, anchors.get(node))))  # type: ignore[arg-type]
+                edits.append((node, k, copy_of(inp, anchors.get(node))))
     out = graph.output
     if out in recompute:
-        graph.output = copy_of(out, None)  # type: ignore[arg-type]
+        graph.output = copy_of(out, None)
     for node, k, made in edits:
         node.set_input(k, made)
     backward_first(graph)
@@ -381,7 +381,7 @@ def backward_first(graph: FuncGraph) -> None:
     while stack:
         node = stack.pop()
         if _prim(node) is structure.make_tuple:
-            stack.extend(reversed(node.inputs[1:]))  # type: ignore[union-attr]
+            stack.extend(reversed(node.inputs[1:]))
         else:
             leaves.append(node)
     if len(leaves) < 2:
@@ -392,7 +392,7 @@ def backward_first(graph: FuncGraph) -> None:
     getitem.abstract = abstract_of_value(structure.tuple_getitem)
     loc = out.loc.derive("remat: backward first") if out.loc is not None else None
     reverse = CNode(graph, [make, *reversed(leaves)], loc)
-    reverse.abstract = ATuple(tuple(leaf.abstract for leaf in reversed(leaves)))  # type: ignore[misc]
+    reverse.abstract = ATuple(tuple(leaf.abstract for leaf in reversed(leaves)))
     reads: dict[Node, Node] = {}
     for i, leaf in enumerate(leaves):
         index = ValueNode(len(leaves) - 1 - i)
@@ -528,7 +528,9 @@ def candidates() -> list[tuple[str, float]]:
 
 def planned_arena(graph: FuncGraph) -> int:
     """The planned arena of ``graph`` lowered (its buffers shared and planned)."""
-    return plan_memory(share_buffers(lower_graph(graph))).peak_bytes
+    arena = plan_memory(share_buffers(lower_graph(graph))).arena_bytes
+    assert arena is not None  # (planned)
+    return arena
 
 
 def rematerialize_for_budget(graph: FuncGraph, budget: int,
