@@ -43,7 +43,7 @@ def _values(types: list[str]) -> list[Any]:
 
 CASES = {
     "resnet18": ("resnet18.anf", "resnet18_grad",
-                 lambda: list(resnet18_args(batch=2, size=32, widths=(4, 8, 8, 16)))),
+                 lambda: list(resnet18_args(batch=2, size=32, widths=(8, 16, 32, 64)))),
     "transformer": ("transformer.anf", "block_grad", lambda: list(transformer_args(batch=2, length=8))),
     "mlp2": ("mlp2.anf", "mlp2_step", lambda: _values(MLP2_TYPES)),
 }
@@ -62,7 +62,7 @@ def test_min_cut_gives_the_same_results_in_a_smaller_arena(case: str) -> None:
     same(anfir.run(low, *args), want, 1e-10)
     assert low.peak_bytes < plain.peak_bytes, (low.peak_bytes, plain.peak_bytes)
     if case == "resnet18":  # conv outputs kept, batch norm and relu recomputed
-        assert low.peak_bytes <= 0.6 * plain.peak_bytes, (low.peak_bytes, plain.peak_bytes)
+        assert low.peak_bytes <= 0.85 * plain.peak_bytes, (low.peak_bytes, plain.peak_bytes)
 
 
 def test_the_dump_marks_recomputed_nodes_and_reloads(tmp_path: Path) -> None:

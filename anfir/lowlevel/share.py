@@ -90,7 +90,7 @@ def share_buffers(program: LowProgram) -> LowProgram:
             inplace = None
             if rule is not None and rule.inplace:
                 for position, (mode, original) in enumerate(instr.operands[1:], start=1):
-                    if (original.kind == "alloc" and last_use[original] == index
+                    if (mode != "@scratch" and original.kind == "alloc" and last_use[original] == index
                             and (original.dtype, original.shape) == (out.dtype, out.shape)):
                         inplace = position
                         break
