@@ -224,6 +224,7 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
     if level not in LEVELS:
         raise RematError(f"unknown remat level {level!r}: one of {', '.join(LEVELS)}")
     manager = graph.manager or rebuild_manager([graph])
+    _fold_sizes(graph, manager)
     order = [n for n in toposort(graph, manager) if isinstance(n, CNode) and n.graph is graph]
     position = {n: i for i, n in enumerate(order)}
     # Backward: made for a backpropagator, or computed from such a node.  An element
@@ -354,6 +355,21 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
     summary.kept_nodes = sorted(kept, key=lambda n: position[n])
     summary.bytes_saved = before - after
     return summary
+
+
+def _fold_sizes(graph: FuncGraph, manager: Manager) -> None:
+    """Replace ``size(x)`` of a tensor of concrete shape by its number: a backward node
+    reading only a forward value's size (the gradient of ``mean``) must not keep that
+    value alive, nor make it recomputed."""
+    for node in list(toposort(graph, manager)):
+        if _prim(node) is gradient.size and isinstance(node, CNode) and len(node.inputs) == 2:
+            t = node.inputs[1].abstract
+            if isinstance(t, AScalar) or isinstance(t, ATensor) and t.shape is not None \
+                    and all(isinstance(d, int) for d in t.shape):
+                count = _numel(t)
+                constant = ValueNode(count, node.loc, node.name)
+                constant.abstract = abstract_of_value(count)
+                manager.replace(node, constant)
 
 
 def backward_first(graph: FuncGraph) -> None:
