@@ -243,20 +243,40 @@ def conv_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any], ws: W
     depth, positions = math.prod(windows.shape[1:2 + n]), math.prod(sizes)
     batch = x.shape[0]
     step = batch_chunk(batch, depth * positions * out.itemsize, out.nbytes)
-    cols = ws.array(1, (step, *windows.shape[1:]), out.dtype)
-    cols3 = cols.reshape(step, depth, positions)
     w2 = w.reshape(w.shape[0], depth)
     out3 = out.reshape(out.shape[0], out.shape[1], positions)
     bias = _Spread(args[2], out, ws) if len(args) == 3 else None
-    # (views made once: a run only calls numpy on them)
-    chunks = [(cols[:min(step, batch - i)], windows[i:i + step], cols3[:min(step, batch - i)],
-               out3[i:i + step]) for i in range(0, batch, step)]
+    rows = _row_chunk(step, sizes, depth * out.itemsize, out.nbytes)
+    if rows is None:
+        cols = ws.array(1, (step, *windows.shape[1:]), out.dtype)
+        cols3 = cols.reshape(step, depth, positions)
+        # (views made once: a run only calls numpy on them)
+        chunks = [(cols[:min(step, batch - i)], windows[i:i + step], cols3[:min(step, batch - i)],
+                   out3[i:i + step], None, None) for i in range(0, batch, step)]
+    else:
+        # Not even one sample's matrix fits: a block of output rows of one sample at a time,
+        # its product written to scratch and copied into the output's rows.
+        rest = math.prod(sizes[1:])
+        flat = ws.array(1, (depth * rows * rest,), out.dtype)
+        product = ws.array(4, (w.shape[0] * rows * rest,), out.dtype)
+        chunks = []
+        for i in range(batch):
+            for r0 in range(0, sizes[0], rows):
+                r = min(rows, sizes[0] - r0)
+                block = windows[i][(slice(None),) * (1 + n) + (slice(r0, r0 + r),)]
+                c = flat[:depth * r * rest]
+                p = product[:w.shape[0] * r * rest]
+                chunks.append((c.reshape(block.shape), block, c.reshape(depth, r * rest),
+                               p.reshape(w.shape[0], r * rest), p.reshape(w.shape[0], r, *sizes[1:]),
+                               out[i][:, r0:r0 + r]))
 
     def run() -> None:
         padded.write()
-        for c, win, c3, o3 in chunks:
+        for c, win, c3, o3, made, target in chunks:
             np.copyto(c, win)
             np.matmul(w2, c3, out=o3)
+            if target is not None:
+                np.copyto(target, made)
         if bias is not None:
             np.add(out, bias.write(), out=out)
 
@@ -360,22 +380,40 @@ def conv_weight_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str,
     windows = _windows(padded.array, kernel, stride, dilation, sizes, kernel_first=True)
     # A chunk of the batch at a time (the windows of the whole batch would be the largest
     # scratch of all): its windows as (C, K..., n, P...), the batch next to the positions.
-    step = batch_chunk(batch, depth * positions * out.itemsize, max(dout.nbytes, out.nbytes))
+    bound = max(dout.nbytes, out.nbytes)
+    step = batch_chunk(batch, depth * positions * out.itemsize, bound)
     order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n))
     shape = tuple(windows.shape[i] for i in order)
-    cols = ws.array(1, (*shape[:1 + n], step, *shape[2 + n:]), out.dtype)
-    grads = ws.array(2, (out.shape[0], step, positions), out.dtype)
     dout_t = dout.reshape(batch, out.shape[0], positions).transpose(1, 0, 2)
     out2 = out.reshape(out.shape[0], depth)
-    partial = ws.array(3, out2.shape, out.dtype) if step < batch else out2
+    rows = _row_chunk(step, sizes, depth * out.itemsize, bound)
+    partial = ws.array(3, out2.shape, out.dtype) if step < batch or rows is not None else out2
     chunks = []
-    for i in range(0, batch, step):
-        m = min(step, batch - i)
-        c = cols[(slice(None),) * (1 + n) + (slice(0, m),)]
-        g = grads[:, :m]
-        chunks.append((c, windows[i:i + m].transpose(order), g, dout_t[:, i:i + m],
-                       g.reshape(out.shape[0], m * positions), c.reshape(depth, m * positions).T,
-                       out2 if i == 0 else partial))
+    if rows is None:
+        cols = ws.array(1, (*shape[:1 + n], step, *shape[2 + n:]), out.dtype)
+        grads = ws.array(2, (out.shape[0], step, positions), out.dtype)
+        for i in range(0, batch, step):
+            m = min(step, batch - i)
+            c = cols[(slice(None),) * (1 + n) + (slice(0, m),)]
+            g = grads[:, :m]
+            chunks.append((c, windows[i:i + m].transpose(order), g, dout_t[:, i:i + m],
+                           g.reshape(out.shape[0], m * positions), c.reshape(depth, m * positions).T,
+                           out2 if i == 0 else partial))
+    else:
+        # Not even one sample's windows fit: a block of output rows of one sample at a time.
+        rest = math.prod(sizes[1:])
+        flat = ws.array(1, (depth * rows * rest,), out.dtype)
+        gflat = ws.array(2, (out.shape[0] * rows * rest,), out.dtype)
+        for i in range(batch):
+            for r0 in range(0, sizes[0], rows):
+                r = min(rows, sizes[0] - r0)
+                block = windows[i][(slice(None),) * (1 + n) + (slice(r0, r0 + r),)]
+                c = flat[:depth * r * rest]
+                g = gflat[:out.shape[0] * r * rest]
+                chunks.append((c.reshape(block.shape), block, g.reshape(out.shape[0], r, *sizes[1:]),
+                               dout[i][:, r0:r0 + r], g.reshape(out.shape[0], r * rest),
+                               c.reshape(depth, r * rest).T,
+                               out2 if not chunks else partial))
 
     def run() -> None:
         padded.write()
@@ -396,6 +434,17 @@ def batch_chunk(batch: int, per_sample: int, bound: int) -> int:
     (K times its input); a chunk of the batch keeps it about an activation's size,
     which the planned arena can afford, for a few more (still large) matmuls."""
     return max(1, min(batch, bound // max(per_sample, 1)))
+
+
+def _row_chunk(step: int, sizes: tuple[int, ...], per_position: int, bound: int) -> Optional[int]:
+    """When a convolution's window matrix exceeds ``bound`` bytes for a single sample
+    (``step`` is 1): how many rows of output positions it holds at a time (None: whole
+    samples fit, or there is only one row)."""
+    positions = math.prod(sizes)
+    if step > 1 or not sizes or sizes[0] < 2 or per_position * positions <= bound:
+        return None
+    per_row = per_position * (positions // sizes[0])
+    return max(1, min(sizes[0], bound // max(per_row, 1)))
 
 
 def _pool_setup(x: np.ndarray, statics: dict[str, Any], dilated: bool, what: str
