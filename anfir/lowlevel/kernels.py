@@ -288,12 +288,12 @@ class _Scatter:
     accumulator, whose middle is then the result."""
 
     def __init__(self, out: np.ndarray, pads: list[int], kernel: tuple[int, ...], stride: tuple[int, ...],
-                 dilation: tuple[int, ...], sizes: tuple[int, ...], ws: Workspace) -> None:
+                 dilation: tuple[int, ...], sizes: tuple[int, ...], ws: Workspace, slot: int = 0) -> None:
         n = out.ndim - 2
         self.out = out
         if any(pads):
             shape = (*out.shape[:2], *(s + pads[a] + pads[n + a] for a, s in enumerate(out.shape[2:])))
-            self.acc = ws.array(0, shape, out.dtype)
+            self.acc = ws.array(slot, shape, out.dtype)
             self.middle: Optional[np.ndarray] = self.acc[(slice(None), slice(None)) + tuple(
                 slice(pads[a], pads[a] + s) for a, s in enumerate(out.shape[2:]))]
         else:
@@ -530,7 +530,9 @@ def max_pool_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str, An
     maximum = _FirstMaximum(padded.array, kernel, stride, dilation, sizes, ws)
     hit = maximum.wins  # free once the maxima are found
     part = ws.array(5, dout.shape, out.dtype)
-    scatter = _Scatter(out, pads, kernel, stride, dilation, sizes, ws)
+    # The accumulator takes the padded input's place (slot 1, the same shape): the input
+    # is not read again once the maxima are found, and start() zeroes it after that.
+    scatter = _Scatter(out, pads, kernel, stride, dilation, sizes, ws, slot=1)
 
     def run() -> None:
         padded.write()
