@@ -23,6 +23,7 @@ from anfir.autodiff import api as _ad
 from anfir.autodiff import custom as _custom
 from anfir.autodiff import batching as _batching, jacobians as _jac
 from anfir.primitives import meta as _meta
+from anfir.autodiff.checkpoint import checkpoint_api as _checkpoint_api
 from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
@@ -33,6 +34,7 @@ from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_im
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
+from anfir.lowlevel import remat as _remat
 from anfir.passes.pipeline import PHASES, compile_program
 from anfir.printers.dot import dump_dot as _dump_dot
 from anfir.printers.ir import dump_ir as _dump_ir
@@ -111,11 +113,16 @@ def hessian(graph: FuncGraph, wrt: int = 0) -> FuncGraph:
     """A new FuncGraph returning the Hessian of scalar ``graph`` w.r.t. argument ``wrt``."""
 
     return _jac.api_graph(_meta.hessian, _ad.entry_graph(graph), wrt)
+def checkpoint(graph: FuncGraph) -> FuncGraph:
+    """A new FuncGraph computing what ``graph`` does, whose gradient keeps only its
+    inputs and recomputes ``graph``'s forward pass in the backward pass (as
+    ``checkpoint(f)`` in programs; JAX's ``jax.checkpoint``).  See docs/remat.md."""
+    return _checkpoint_api(graph)
 
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
             dump_dir: Optional[str] = None, backend: Optional[str] = None,
-            lower: bool = False) -> FuncGraph:
+            lower: bool = False, remat: Any = None) -> FuncGraph:
     """Run the whole pipeline (parse ... validate) and return the optimized graph.
 
     ``args`` are example values (or abstract types); without them the entry's
@@ -131,6 +138,10 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     ``lower=True`` adds the low-level phases after ``validate`` (``lower``,
     ``share_buffers``, ``plan_memory``; docs/lowlevel.md), each dumped as
     ``NN_phase.lir``; :func:`lower` returns that program itself.
+
+    ``remat="min-cut"`` (or a memory budget in bytes) adds the ``remat`` phase
+    before ``validate``: a gradient program recomputes forward values in its
+    backward pass instead of keeping them (docs/remat.md).
     """
     phases = None
     if backend == "jax":
@@ -139,20 +150,25 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
         raise UsageError(f"unknown backend {backend!r}: 'eval' (the default) or 'jax'")
     if lower:
         phases = [*(phases or PHASES), *_lowlevel.PHASES]
+    if remat is not None:
+        phases = _remat.with_remat(list(phases or PHASES), remat)
     return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir,
                            phases=phases).graph
 
 
 def lower(mod_or_graph: Any, entry: Optional[str] = None,
-          args: Optional[Sequence[Any]] = None) -> Any:
+          args: Optional[Sequence[Any]] = None, remat: Any = None) -> Any:
     """The low-level buffer program of ``mod_or_graph``'s entry (docs/lowlevel.md):
     compiled for ``args`` (example values or types with sizes; the annotations
     otherwise), lowered to instructions over buffers, buffers shared, and
     planned in one arena.  ``anfir.run(low, *args)`` runs it; ``low.peak_bytes``,
     ``low.max_live_bytes`` and ``low.naive_bytes`` are its header's figures.  A
-    program that cannot be lowered is an AnfirError at the node in the way."""
-    result = compile_program(mod_or_graph, entry=entry, args=args,
-                             phases=[*PHASES, *_lowlevel.PHASES])
+    program that cannot be lowered is an AnfirError at the node in the way.
+    ``remat`` as for :func:`compile`."""
+    phases = [*PHASES, *_lowlevel.PHASES]
+    if remat is not None:
+        phases = _remat.with_remat(phases, remat)
+    result = compile_program(mod_or_graph, entry=entry, args=args, phases=phases)
     low = result.program.artifacts["lowlevel"]
     low.phase = result.program.last_phase
     return low
@@ -251,3 +267,4 @@ def custom_jvp(f: FuncGraph, jvp_rule: FuncGraph) -> FuncGraph:
 
 
 __all__ += ["custom_jvp", "custom_vjp"]  # structured loops' branch: custom derivatives
+__all__ += ["checkpoint"]

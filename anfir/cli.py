@@ -23,6 +23,7 @@ from anfir.dtypes import dtype_name
 from anfir.autodiff.api import grad
 from anfir.backends import tojax
 from anfir import lowlevel
+from anfir.lowlevel import remat
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
@@ -108,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add the low-level phases (lower, share_buffers, plan_memory; dumped as "
                         "NN_phase.lir) and print the arena's figures; with values, run the "
                         "low-level program (docs/lowlevel.md)")
+    p.add_argument("--remat", metavar="min-cut|BYTES",
+                   help="add the remat phase before validate: the gradient program recomputes "
+                        "forward values in its backward pass instead of keeping them (min-cut), "
+                        "or as little as keeps the planned arena within BYTES (docs/remat.md)")
     _max_depth_option(p)
 
     p = sub.add_parser("export", help="write the optimized program as an ONNX or Core ML model",
@@ -334,6 +339,8 @@ def cmd_compile(ns: argparse.Namespace) -> int:
     phases = [*PHASES, tojax.lowering_phase()] if ns.backend == "jax" else None
     if ns.lower:
         phases = [*(phases or PHASES), *lowlevel.PHASES]
+    if ns.remat is not None:
+        phases = remat.with_remat(list(phases or PHASES), ns.remat)
     result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir,
                              phases=phases)
     graph = result.graph
@@ -342,6 +349,8 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         print(_timing_table(result.timings))
     if ns.dump_dir:
         print(f"dumps in {ns.dump_dir}/: {', '.join(os.path.basename(p) for p in result.dump_files)}")
+    if ns.remat is not None:
+        print(result.program.artifacts["remat"].line())
     if ns.lower:
         low = result.program.artifacts["lowlevel"]
         print(f"low level: {len(low.instructions())} instructions, arena {low.peak_bytes} bytes, "

@@ -19,6 +19,7 @@ from __future__ import annotations
 from anfir.abstract.values import JFn
 from anfir.autodiff.batching import batch_value, generate_vmap
 from anfir.autodiff.jacobians import generate_hessian, generate_jacfwd, generate_jacrev
+from anfir.autodiff.checkpoint import generate_checkpoint, generate_checkpoint_for_types
 from anfir.autodiff.forward import generate_jvp, generate_jvp_for_types
 from anfir.autodiff.runtime import generate_grad, j_value
 from anfir.autodiff.typing import call_j
@@ -27,6 +28,7 @@ from anfir.ir.upcalls import UPCALLS
 from anfir.eval import call_function
 from anfir.lowlevel.loader import load_lir_file
 from anfir.primitives import meta
+from anfir.primitives import checkpointing
 from anfir.printers.display import graph_svg
 from anfir.printers.text import to_text
 
@@ -48,6 +50,8 @@ def install() -> None:
     meta.jacfwd.generate = generate_jacfwd
     meta.jacrev.generate = generate_jacrev
     meta.hessian.generate = generate_hessian
+    checkpointing.checkpoint.generate = generate_checkpoint
+    checkpointing.checkpoint.generate_for_types = generate_checkpoint_for_types
 
 
 install()

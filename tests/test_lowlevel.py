@@ -131,7 +131,8 @@ def check_arena(text: str) -> tuple[int, int]:
         if m:
             dims = [int(d) for d in m.group(3).split(" x ")] if m.group(3) else []
             size = int(np.prod(dims, dtype=np.int64)) * np.dtype(
-                {"f64": "float64", "f32": "float32", "i64": "int64", "bool": "bool"}[m.group(2)]).itemsize
+                {"f64": "float64", "f32": "float32", "i64": "int64", "bool": "bool",
+                 "u8": "uint8"}[m.group(2)]).itemsize
             size = -(-max(size, 1) // 64) * 64
             start = int(m.group(4))
             for other, (o, s) in live.items():
@@ -144,7 +145,8 @@ def check_arena(text: str) -> tuple[int, int]:
             del live[m.group(1)]
             continue
         if "=" in line:
-            for name in re.findall(r"@(?:in|out|inout) %(\S+?)(?:,|\s|$)", line):
+            # (a kernel's working memory is a @scratch buffer of the arena, planned like the rest)
+            for name in re.findall(r"@(?:in|out|inout|scratch) %(\S+?)(?:,|\s|$)", line):
                 assert name in live or name in declared, f"{line.strip()}: %{name} is not live"
             peak = max(peak, sum(s for _, s in live.values()))
     header = re.search(r"# arena: (\d+) bytes   max live: (\d+) bytes", text)
@@ -517,10 +519,23 @@ def test_scratch_beyond_the_memory_limit_is_an_error_at_the_instruction(monkeypa
     args = [np.ones((1, 2, 16, 16)), np.ones((4, 2, 3, 3))]
     low = anfir.lower(module, args=args)
     assert _same(Executor(low).run(*args), anfir.run(module["f"], *args))
-    # the declared buffers take ~13 KB, the conv's im2col matrix 36 KB
-    monkeypatch.setattr(executor_module, "MAX_MEMORY_BYTES", 30_000)
-    with pytest.raises(AnfirError, match="scratch workspace") as info:
+    # the declared buffers take ~13 KB, the conv's scratch (its padded input and a block of
+    # rows of its window matrix) ~14 KB: a @scratch buffer of the arena, so the executor
+    # refuses the program before allocating anything
+    text = print_program(low)
+    assert re.search(r"@scratch %\S+", text)
+    monkeypatch.setattr(executor_module, "MAX_MEMORY_BYTES", 20_000)
+    with pytest.raises(AnfirError, match=r"@f needs \d+ bytes \(arena and declared buffers\)"):
         Executor(low)
+    # A program without its @scratch (a hand-written .lir) uses the executor's shared
+    # workspace: beyond the limit, an error at the instruction.
+    plain = re.sub(r", @scratch %\S+", "", text)
+    plain = "\n".join(line for line in plain.split("\n")
+                      if not re.match(r"  (%scratch\S* = alloc|dealloc %scratch)", line))
+    shared = load_lir_text(plain, "big.lir")
+    assert shared.instructions()[0].scratch is None
+    with pytest.raises(AnfirError, match="scratch workspace") as info:
+        Executor(shared)
     assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line) == ("big.anf", 2)
 
 

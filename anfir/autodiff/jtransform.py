@@ -61,7 +61,8 @@ from anfir.autodiff.partials import (bound_gradient, bound_key, is_generic, j_pa
                                      note_j_of_maker)
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.primitives import gradient, meta as metas, structure
+from anfir.primitives import checkpointing, gradient, meta as metas, structure
+from anfir.primitives.checkpointing import CHECKPOINT_FLAG
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.values import Closure, Partial, SymbolicKey
 
@@ -489,7 +490,10 @@ class _ScopeTransform:
                     if key is not None and _can_receive(arg, mng):
                         add_use(node, i + 1, arg, bound_gradient(bwd, s, key, self.value_in(arg, g), loc))
             else:
-                all_grads = CNode(bwd, [self.bprop[node], s], loc)
+                bprop = self.bprop[node]
+                if g.flags.get(CHECKPOINT_FLAG):
+                    bprop = self._recomputed_bprop(bwd, bprop, s, loc)
+                all_grads = CNode(bwd, [bprop, s], loc)
                 for i, inp in enumerate(node.inputs):
                     if _can_receive(inp, mng):
                         add_use(node, i, inp,
@@ -514,6 +518,34 @@ class _ScopeTransform:
                 s = CNode(bwd, [ValueNode(structure.zeros_like), self.value[p]], self._note(p, g, BACKWARD))
             outs.append(s)
         bwd.output = CNode(bwd, [ValueNode(structure.make_tuple), *outs], self._note(g.output, g, BACKWARD))
+
+    @staticmethod
+    def _recomputed_bprop(bwd: FuncGraph, bprop: Node, s: Node, loc: Any) -> Node:
+        """The backpropagator of a call in a checkpointed wrapper (``checkpoint(f)``),
+        made again inside ``◂g``: the forward call ``t = ▸f(x')`` of ``▸g`` is repeated
+        in ``◂g`` on its inputs read through ``remat_barrier(x', dout)``, and its
+        ``t[1]`` used.  ``▸g`` then keeps only ``t[0]``, so the intermediates of ``f``
+        die with the forward pass; the barrier keeps common-subexpression
+        elimination from merging the two calls (which would keep them alive again)
+        and the recomputation from running before the backward pass reaches it."""
+        assert isinstance(bprop, CNode)
+        t = bprop.inputs[1]
+        assert isinstance(t, CNode)
+        inputs: list[Node] = [t.inputs[0]]
+        for i, arg in enumerate(t.inputs[1:], 1):
+            if isinstance(arg, ValueNode):
+                inputs.append(arg)  # a constant: nothing to keep alive
+                continue
+            fenced = CNode(bwd, [ValueNode(checkpointing.remat_barrier), arg, s], loc, arg.name)
+            name = capture_names.name_of(t, i)
+            if name is not None:
+                capture_names.set_name(fenced, 1, name)
+            inputs.append(fenced)
+        again = CNode(bwd, inputs, loc)
+        name = capture_names.name_of(t, 0)
+        if name is not None and not isinstance(inputs[0], ValueNode):
+            capture_names.set_name(again, 0, name)
+        return CNode(bwd, [ValueNode(structure.tuple_getitem), again, ValueNode(1)], loc)
 
     def value_in(self, node: Node, g: FuncGraph) -> Node:
         """The forward value of ``node`` as seen from ``◂g`` (an edge into ``▸g`` or above)."""

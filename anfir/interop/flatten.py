@@ -70,6 +70,7 @@ from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import toposort
 from anfir.location import Location
 from anfir.primitives import arith, gradient, indexing, loops, shaping, structure, tensor
+from anfir.primitives import checkpointing
 from anfir.primitives.structure import zeros_like_value
 from anfir.values import GradEnv, Partial, SymbolicKey
 
@@ -1408,6 +1409,8 @@ STRUCTURAL: dict[Primitive, StructuralRule] = {
     gradient.cast_like: _passes_gradients,
     gradient.tangent_dot: _tangent_dot,
     gradient.tangent_scale: _tangent_scale,
+    # x, once ``after`` is computed: the order it imposes is the graph's, which the walk keeps
+    checkpointing.remat_barrier: _identity,
 }
 """The primitives the walker handles itself (tuples, closures, environments...),
 keyed by the primitive object.  Some of them still write a flat op for tensors
@@ -1419,7 +1422,7 @@ WALKER_ONLY: frozenset[Primitive] = frozenset({
     structure.identity, structure.stop_gradient, tensor.shape, gradient.J, gradient.newenv,
     gradient.env_setitem, gradient.env_getitem, gradient.tuple_setitem,
     gradient.invert_permutation, gradient.grad_arg_check, gradient.grad_seed,
-    gradient.tangent_scale,
+    gradient.tangent_scale, checkpointing.remat_barrier,
 })
 """The primitives that never reach a target's rule table (the walker takes them apart)."""
 

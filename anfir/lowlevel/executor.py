@@ -23,7 +23,7 @@ from anfir.dtypes import numpy_dtype
 from anfir.errors import AnfirError, AnfirRuntimeError, UsageError
 from anfir.lowlevel.plan import plan
 from anfir.lowlevel.program import ALIGN, Buffer, Instr, LowProgram
-from anfir.lowlevel.kernels import Workspace
+from anfir.lowlevel.kernels import RegionWorkspace, Workspace
 from anfir.lowlevel.rules import RULES, LowRule, TensorType
 from anfir.values import DType
 
@@ -102,9 +102,14 @@ class Executor:
         views = self.views
         out = views[output]
         args = [views[b] for b in inputs]
+        scratch = self.instructions[index].scratch
         try:
             if rule.scratch is not None:
-                kernel = rule.scratch(out, args, statics, self.workspace)
+                # Its own @scratch buffer of the arena when the program has one (lowered
+                # programs do), else the executor's shared workspace (a hand-written .lir).
+                space = self.workspace if scratch is None else RegionWorkspace(
+                    self.views[scratch].reshape(-1))
+                kernel = rule.scratch(out, args, statics, space)
                 if kernel is not None:
                     return kernel
             if rule.kernel is not None:

@@ -63,6 +63,62 @@ class Workspace:
         return sum(b.nbytes for b in self.slots.values())
 
 
+class RegionWorkspace(Workspace):
+    """The scratch memory of one instruction: its ``@scratch`` buffer of the arena.
+
+    Slots are placed one after the other in the order the kernel asks for them
+    (each at a multiple of 64 bytes); a slot asked for again gets the same
+    place if it fits.  :class:`ScratchMeasure` places them the same way
+    without memory, so the lowering sizes the buffer to exactly what binding
+    the kernel takes."""
+
+    def __init__(self, region: Optional[np.ndarray]) -> None:
+        """Slots carved out of ``region`` (a uint8 array)."""
+        super().__init__(region.nbytes if region is not None else 1 << 62)
+        self.region = region
+        self.used = 0
+        self.places: dict[int, tuple[int, int]] = {}
+
+    def place(self, slot: int, nbytes: int) -> int:
+        """The byte offset of ``slot`` for a request of ``nbytes``."""
+        nbytes = max(nbytes, 1)
+        known = self.places.get(slot)
+        if known is not None and known[1] >= nbytes:
+            return known[0]
+        start = -(-self.used // 64) * 64
+        self.used = start + nbytes
+        if self.used > self.limit:
+            raise MemoryError(f"the kernel asks for {self.used} bytes of scratch, more than the "
+                              f"{self.limit} of its @scratch buffer")
+        self.places[slot] = (start, nbytes)
+        return start
+
+    def array(self, slot: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """A C-contiguous array of ``shape`` in the region."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        start = self.place(slot, nbytes)
+        assert self.region is not None
+        return self.region[start:start + nbytes].view(dtype).reshape(shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes placed so far."""
+        return self.used
+
+
+class ScratchMeasure(RegionWorkspace):
+    """A :class:`RegionWorkspace` that only measures: each array is new memory."""
+
+    def __init__(self) -> None:
+        """Nothing placed yet."""
+        super().__init__(None)
+
+    def array(self, slot: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """A new array of ``shape`` (its place counted)."""
+        self.place(slot, math.prod(shape) * dtype.itemsize)
+        return np.empty(shape, dtype)
+
+
 ScratchFactory = Callable[[np.ndarray, list[Any], dict[str, Any], Workspace], Optional[Kernel]]
 """``factory(out, args, statics, workspace)``: a kernel factory that may use scratch memory."""
 
@@ -184,17 +240,43 @@ def conv_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any], ws: W
         return None
     padded = _Padded(x, pads, 0.0, 0, ws)
     windows = _windows(padded.array, kernel, stride, dilation, sizes, kernel_first=True)
-    cols = ws.array(1, windows.shape, out.dtype)
     depth, positions = math.prod(windows.shape[1:2 + n]), math.prod(sizes)
-    cols3 = cols.reshape(x.shape[0], depth, positions)
+    batch = x.shape[0]
+    step = batch_chunk(batch, depth * positions * out.itemsize, out.nbytes)
     w2 = w.reshape(w.shape[0], depth)
     out3 = out.reshape(out.shape[0], out.shape[1], positions)
     bias = _Spread(args[2], out, ws) if len(args) == 3 else None
+    rows = _row_chunk(step, sizes, depth * out.itemsize, out.nbytes)
+    if rows is None:
+        cols = ws.array(1, (step, *windows.shape[1:]), out.dtype)
+        cols3 = cols.reshape(step, depth, positions)
+        # (views made once: a run only calls numpy on them)
+        chunks = [(cols[:min(step, batch - i)], windows[i:i + step], cols3[:min(step, batch - i)],
+                   out3[i:i + step], None, None) for i in range(0, batch, step)]
+    else:
+        # Not even one sample's matrix fits: a block of output rows of one sample at a time,
+        # its product written to scratch and copied into the output's rows.
+        rest = math.prod(sizes[1:])
+        flat = ws.array(1, (depth * rows * rest,), out.dtype)
+        product = ws.array(4, (w.shape[0] * rows * rest,), out.dtype)
+        chunks = []
+        for i in range(batch):
+            for r0 in range(0, sizes[0], rows):
+                r = min(rows, sizes[0] - r0)
+                block = windows[i][(slice(None),) * (1 + n) + (slice(r0, r0 + r),)]
+                c = flat[:depth * r * rest]
+                p = product[:w.shape[0] * r * rest]
+                chunks.append((c.reshape(block.shape), block, c.reshape(depth, r * rest),
+                               p.reshape(w.shape[0], r * rest), p.reshape(w.shape[0], r, *sizes[1:]),
+                               out[i][:, r0:r0 + r]))
 
     def run() -> None:
         padded.write()
-        np.copyto(cols, windows)
-        np.matmul(w2, cols3, out=out3)
+        for c, win, c3, o3, made, target in chunks:
+            np.copyto(c, win)
+            np.matmul(w2, c3, out=o3)
+            if target is not None:
+                np.copyto(target, made)
         if bias is not None:
             np.add(out, bias.write(), out=out)
 
@@ -206,12 +288,12 @@ class _Scatter:
     accumulator, whose middle is then the result."""
 
     def __init__(self, out: np.ndarray, pads: list[int], kernel: tuple[int, ...], stride: tuple[int, ...],
-                 dilation: tuple[int, ...], sizes: tuple[int, ...], ws: Workspace) -> None:
+                 dilation: tuple[int, ...], sizes: tuple[int, ...], ws: Workspace, slot: int = 0) -> None:
         n = out.ndim - 2
         self.out = out
         if any(pads):
             shape = (*out.shape[:2], *(s + pads[a] + pads[n + a] for a, s in enumerate(out.shape[2:])))
-            self.acc = ws.array(0, shape, out.dtype)
+            self.acc = ws.array(slot, shape, out.dtype)
             self.middle: Optional[np.ndarray] = self.acc[(slice(None), slice(None)) + tuple(
                 slice(pads[a], pads[a] + s) for a, s in enumerate(out.shape[2:]))]
         else:
@@ -254,19 +336,23 @@ def conv_input_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str, 
         return None
     count, positions = math.prod(kernel), math.prod(sizes)
     batch, channels, filters = out.shape[0], out.shape[1], w.shape[0]
-    # the weight as (K, C, O), copied at each run (the weights change between runs)
-    weights = ws.array(1, (count, channels, filters), out.dtype)
+    # each kernel offset's weight as (C, O), copied at each run (the weights change between
+    # runs), one offset at a time: the whole transposed weight would be the largest scratch
+    # of a deep network's last layers
+    weight = ws.array(1, (channels, filters), out.dtype)
     source = w.reshape(filters, channels, count).transpose(2, 1, 0)
     column = ws.array(2, (batch, channels, positions), out.dtype)
     dout3 = dout.reshape(batch, filters, positions)
     scatter = _Scatter(out, pads, kernel, stride, dilation, sizes, ws)
     part = column.reshape(batch, channels, *sizes)
 
+    sources = [source[k] for k in range(count)]
+
     def run() -> None:
-        np.copyto(weights, source)
         scatter.start()
         for k in range(count):  # kernel offset k's column, w[:, :, k].T @ dout, added where it was read
-            np.matmul(weights[k], dout3, out=column)
+            np.copyto(weight, sources[k])
+            np.matmul(weight, dout3, out=column)
             scatter.add(k, part)
         scatter.finish()
 
@@ -292,23 +378,73 @@ def conv_weight_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str,
     batch, depth, positions = x.shape[0], x.shape[1] * math.prod(kernel), math.prod(sizes)
     padded = _Padded(x, pads, 0.0, 0, ws)
     windows = _windows(padded.array, kernel, stride, dilation, sizes, kernel_first=True)
-    # (C, K..., N, P...): the windows with the batch next to the positions, contiguous
+    # A chunk of the batch at a time (the windows of the whole batch would be the largest
+    # scratch of all): its windows as (C, K..., n, P...), the batch next to the positions.
+    bound = max(dout.nbytes, out.nbytes)
+    step = batch_chunk(batch, depth * positions * out.itemsize, bound)
     order = (1, *range(2, 2 + n), 0, *range(2 + n, 2 + 2 * n))
-    cols = ws.array(1, tuple(windows.shape[i] for i in order), out.dtype)
-    source = windows.transpose(order)
-    grads = ws.array(2, (out.shape[0], batch, positions), out.dtype)
+    shape = tuple(windows.shape[i] for i in order)
     dout_t = dout.reshape(batch, out.shape[0], positions).transpose(1, 0, 2)
-    lhs = grads.reshape(out.shape[0], batch * positions)
-    rhs = cols.reshape(depth, batch * positions).T
     out2 = out.reshape(out.shape[0], depth)
+    rows = _row_chunk(step, sizes, depth * out.itemsize, bound)
+    partial = ws.array(3, out2.shape, out.dtype) if step < batch or rows is not None else out2
+    chunks = []
+    if rows is None:
+        cols = ws.array(1, (*shape[:1 + n], step, *shape[2 + n:]), out.dtype)
+        grads = ws.array(2, (out.shape[0], step, positions), out.dtype)
+        for i in range(0, batch, step):
+            m = min(step, batch - i)
+            c = cols[(slice(None),) * (1 + n) + (slice(0, m),)]
+            g = grads[:, :m]
+            chunks.append((c, windows[i:i + m].transpose(order), g, dout_t[:, i:i + m],
+                           g.reshape(out.shape[0], m * positions), c.reshape(depth, m * positions).T,
+                           out2 if i == 0 else partial))
+    else:
+        # Not even one sample's windows fit: a block of output rows of one sample at a time.
+        rest = math.prod(sizes[1:])
+        flat = ws.array(1, (depth * rows * rest,), out.dtype)
+        gflat = ws.array(2, (out.shape[0] * rows * rest,), out.dtype)
+        for i in range(batch):
+            for r0 in range(0, sizes[0], rows):
+                r = min(rows, sizes[0] - r0)
+                block = windows[i][(slice(None),) * (1 + n) + (slice(r0, r0 + r),)]
+                c = flat[:depth * r * rest]
+                g = gflat[:out.shape[0] * r * rest]
+                chunks.append((c.reshape(block.shape), block, g.reshape(out.shape[0], r, *sizes[1:]),
+                               dout[i][:, r0:r0 + r], g.reshape(out.shape[0], r * rest),
+                               c.reshape(depth, r * rest).T,
+                               out2 if not chunks else partial))
 
     def run() -> None:
         padded.write()
-        np.copyto(cols, source)
-        np.copyto(grads, dout_t)
-        np.matmul(lhs, rhs, out=out2)
+        for c, source, g, d, lhs, rhs, target in chunks:
+            np.copyto(c, source)
+            np.copyto(g, d)
+            np.matmul(lhs, rhs, out=target)
+            if target is not out2:
+                np.add(out2, target, out=out2)
 
     return run
+
+
+def batch_chunk(batch: int, per_sample: int, bound: int) -> int:
+    """How many samples a convolution kernel's window matrix holds at a time: as many
+    as fit in ``bound`` bytes (the size of an operand, which the arena holds anyway),
+    at least one.  The matrix is the largest scratch of a convolutional network
+    (K times its input); a chunk of the batch keeps it about an activation's size,
+    which the planned arena can afford, for a few more (still large) matmuls."""
+    return max(1, min(batch, bound // max(per_sample, 1)))
+
+
+def _row_chunk(step: int, sizes: tuple[int, ...], per_position: int, bound: int) -> Optional[int]:
+    """When a convolution's window matrix exceeds ``bound`` bytes for a single sample
+    (``step`` is 1): how many rows of output positions it holds at a time (None: whole
+    samples fit, or there is only one row)."""
+    positions = math.prod(sizes)
+    if step > 1 or not sizes or sizes[0] < 2 or per_position * positions <= bound:
+        return None
+    per_row = per_position * (positions // sizes[0])
+    return max(1, min(sizes[0], bound // max(per_row, 1)))
 
 
 def _pool_setup(x: np.ndarray, statics: dict[str, Any], dilated: bool, what: str
@@ -394,7 +530,9 @@ def max_pool_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str, An
     maximum = _FirstMaximum(padded.array, kernel, stride, dilation, sizes, ws)
     hit = maximum.wins  # free once the maxima are found
     part = ws.array(5, dout.shape, out.dtype)
-    scatter = _Scatter(out, pads, kernel, stride, dilation, sizes, ws)
+    # The accumulator takes the padded input's place (slot 1, the same shape): the input
+    # is not read again once the maxima are found, and start() zeroes it after that.
+    scatter = _Scatter(out, pads, kernel, stride, dilation, sizes, ws, slot=1)
 
     def run() -> None:
         padded.write()

@@ -399,6 +399,13 @@ class _Builder:
         if outs != 1 or ("@out" in modes and modes[0] != "@out"):
             raise self.error("an instruction writes one buffer: a first @out operand or one @inout",
                              prim_token)
+        scratch = [i for i, m in enumerate(modes) if m == "@scratch"]
+        if scratch:
+            buffer = operands[scratch[0]][1]
+            if scratch != [len(operands) - 1] or buffer.kind != "alloc" or buffer.dtype != "u8" \
+                    or len(buffer.shape) != 1:
+                raise self.error("a @scratch operand is the last one, once, an alloc'd u8<N> buffer",
+                                 prim_token)
         instr = Instr(name, prim, operands, statics, self.location(loc_token))
         if instr.output.kind in ("input", "constant"):
             raise self.error(f"%{instr.output.name} is {instr.output.kind}: instructions cannot write it",

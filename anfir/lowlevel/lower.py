@@ -25,13 +25,15 @@ from typing import Any, Optional
 import numpy as np
 
 from anfir.abstract.values import AbstractValue, AScalar, ATensor
-from anfir.dtypes import TYPE_NAMES, dtype_name
+from anfir.dtypes import TYPE_NAMES, dtype_name, numpy_dtype
 from anfir.errors import AnfirError
 from anfir.interop.flat import Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Undefined, Value
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
+from anfir.values import DType
 from anfir.lowlevel.program import COPY, Alloc, Buffer, Dealloc, Instr, Line, LowProgram, Structure
+from anfir.lowlevel.kernels import ScratchMeasure
 from anfir.lowlevel.rules import RULES, UNLOWERED, TensorType
 
 
@@ -116,7 +118,7 @@ class Lowerer:
         params = tuple(_structure(s, by_name) for s in flat.input_structure)
         result = _structure(_renamed(flat.output_structure, dict(zip(flat.output_names, out_names))),
                             by_name)
-        return LowProgram(flat.name, self.declares, self.body, params, result)
+        return LowProgram(flat.name, self.declares, with_scratch(self.body, self.names), params, result)
 
     def statement(self, statement: Any, direct: dict[int, Buffer]) -> None:
         """One op of the flat program: an alloc (unless it writes an output) and an instruction."""
@@ -268,3 +270,44 @@ def _structure(structure: Any, buffers: dict[str, Buffer]) -> Structure:
 
 
 __all__ = ["Lowerer", "LoweringError", "concrete_type", "lower_graph"]
+
+
+def scratch_bytes(instr: Instr) -> int:
+    """The working memory the kernel of ``instr`` takes (0 when its rule has no
+    scratch kernel or the kernel does not apply to these operands): the kernel
+    bound to arrays of the operands' types, its requests measured."""
+    rule = RULES.get(instr.prim)
+    if rule is None or rule.scratch is None:
+        return 0
+
+    def array(buffer: Buffer) -> Any:
+        if buffer.kind == "constant":
+            return buffer.value if not buffer.shape else np.asarray(buffer.value,
+                                                                   dtype=numpy_dtype(buffer.dtype))
+        return np.empty(buffer.shape, dtype=numpy_dtype(buffer.dtype))
+
+    statics = {k: (DType(v.name) if isinstance(v, DType) else v) for k, v in instr.statics.items()}
+    measure = ScratchMeasure()
+    try:
+        kernel = rule.scratch(array(instr.output), [array(b) for b in instr.inputs], statics, measure)
+    except Exception:  # operands the kernel refuses: the executor evaluates the primitive instead
+        return 0
+    return measure.used if kernel is not None else 0
+
+
+def with_scratch(body: list[Line], names: NameAllocator) -> list[Line]:
+    """``body`` with a ``@scratch`` buffer on each instruction whose kernel needs working
+    memory (allocated right before it, deallocated right after): the scratch is then
+    part of the planned arena like any buffer, and the arena is all the memory a run
+    takes besides the declared inputs, outputs and constants."""
+    result: list[Line] = []
+    for line in body:
+        need = scratch_bytes(line) if isinstance(line, Instr) else 0
+        if not need:
+            result.append(line)
+            continue
+        assert isinstance(line, Instr)
+        buffer = Buffer(names.take("scratch"), "u8", (need,))
+        line.operands.append(("@scratch", buffer))
+        result.extend([Alloc(buffer), line, Dealloc(buffer)])
+    return result

@@ -13,11 +13,14 @@ already placed whose lives overlap its own (first fit):
   instruction where the unplaced buffers are largest together;
 * ``size_first`` — largest first (executorch's greedy by size);
 * ``longest_life_first`` — longest life first;
-* ``program_order`` — in the order of the allocs.
+* ``program_order`` — in the order of the allocs;
+* ``short_lives_last`` — the buffers alive for one instruction (the kernels'
+  ``@scratch``) after all the others, largest first, in the holes left.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Callable
 
 from anfir.lowlevel.program import Buffer, LowProgram, lives, max_live
@@ -65,11 +68,24 @@ def _program_order(buffers: list[Buffer], life: Lives) -> list[Buffer]:
     return list(buffers)
 
 
+def _short_lives_last(buffers: list[Buffer], life: Lives) -> list[Buffer]:
+    """The buffers that live longer than one instruction in Glow's order, then those
+    alive for one instruction only (a kernel's scratch, mostly), largest first, in the
+    holes the others leave."""
+    short = [b for b in buffers if life[b][0] == life[b][1]]
+    shorts = set(short)
+    longer = [b for b in buffers if b not in shorts]
+    head = (_max_live_first(longer, life) if len(longer) <= MAX_LIVE_FIRST_LIMIT
+            else _longest_life_first(longer, life))
+    return head + _size_first(short, life)
+
+
 STRATEGIES: list[tuple[str, Strategy]] = [
     ("max_live_first", _max_live_first),
     ("size_first", _size_first),
     ("longest_life_first", _longest_life_first),
     ("program_order", _program_order),
+    ("short_lives_last", _short_lives_last),
 ]
 """The planner's strategies, tried in this order."""
 
@@ -109,8 +125,30 @@ def plan(program: LowProgram) -> tuple[dict[Buffer, int], int, str]:
         if best[2] == "none" or arena < best[1]:
             best = (offsets, arena, name)
         if arena <= bound:
+            return best
+    # Above max live: first fit in shuffled orders (seeded, so the plan is the same on
+    # every run), as many as a fixed amount of work allows, keeping the smallest.  The
+    # greedy orders place a kernel's large one-instruction scratch where it fragments
+    # the arena; some other order often reaches max live (the convolutional gradients).
+    rng = random.Random(0)
+    order = list(buffers)
+    for trial in range(min(SHUFFLES, SHUFFLE_WORK // max(1, len(buffers) ** 2))):
+        rng.shuffle(order)
+        offsets = first_fit(order, life)
+        arena = max((offsets[b] + b.size for b in buffers), default=0)
+        if arena < best[1]:
+            best = (offsets, arena, f"shuffled_{trial}")
+        if arena <= bound:
             break
     return best
+
+
+SHUFFLES = 256
+"""At most this many shuffled orders are tried after the greedy ones."""
+
+SHUFFLE_WORK = 8_000_000
+"""The shuffled orders tried cost at most about this many placements (a first fit of
+``n`` buffers costs ``n²``): many for small programs, none for the largest."""
 
 
 def plan_memory(program: LowProgram) -> LowProgram:

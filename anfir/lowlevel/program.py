@@ -41,8 +41,9 @@ ALIGN = 64
 KINDS = ("input", "output", "constant")
 """The kinds of ``declare`` entries."""
 
-MODES = ("@out", "@in", "@inout")
-"""How an instruction uses an operand."""
+MODES = ("@out", "@in", "@inout", "@scratch")
+"""How an instruction uses an operand (``@scratch``: a ``u8`` buffer of the arena that
+the instruction's kernel uses as working memory, alive for that instruction only)."""
 
 
 @dataclass(eq=False)
@@ -120,7 +121,15 @@ class Instr:
     def inputs(self) -> list[Buffer]:
         """The data arguments, in argument order."""
         start = 1 if self.operands and self.operands[0][0] == "@out" else 0
-        return [buffer for _, buffer in self.operands[start:]]
+        return [buffer for mode, buffer in self.operands[start:] if mode != "@scratch"]
+
+    @property
+    def scratch(self) -> Optional[Buffer]:
+        """The instruction's scratch buffer (its kernel's working memory), if it has one."""
+        for mode, buffer in self.operands:
+            if mode == "@scratch":
+                return buffer
+        return None
 
 
 Line = Union[Alloc, Instr, Dealloc]
@@ -212,9 +221,17 @@ def max_live(program: LowProgram) -> int:
 
 
 def no_sharing(program: LowProgram) -> int:
-    """The arena bytes if each value an instruction writes into the arena had its own buffer."""
-    return sum(line.output.size for line in program.body
-               if isinstance(line, Instr) and line.output.kind == "alloc")
+    """The arena bytes if each value an instruction writes into the arena, and each
+    instruction's scratch, had a buffer of its own."""
+    total = 0
+    for line in program.body:
+        if isinstance(line, Instr):
+            if line.output.kind == "alloc":
+                total += line.output.size
+            scratch = line.scratch
+            if scratch is not None:
+                total += scratch.size
+    return total
 
 
 def figures(program: LowProgram) -> dict[str, Optional[int]]:

@@ -38,6 +38,7 @@ from anfir.primitives import (arith, complexes, conv, elementwise, gradient, ind
                               structure, tensor)
 from anfir.primitives import loops
 from anfir.primitives.batching import BATCHING_PRIMITIVES
+from anfir.primitives import checkpointing
 
 
 class TensorType(NamedTuple):
@@ -351,6 +352,7 @@ UNLOWERED: dict[Primitive, str] = {
     gradient.env_setitem: _WALKED, gradient.env_getitem: _WALKED, gradient.tuple_setitem: _WALKED,
     gradient.invert_permutation: _WALKED, gradient.grad_arg_check: _WALKED,
     gradient.grad_seed: _WALKED, gradient.tangent_scale: _WALKED,
+    checkpointing.remat_barrier: _WALKED,
     **{prim: "its result is a tuple of tensors: an instruction writes one buffer"
        for prim in (shaping.split, shaping.concat_grad, shaping.stack_grad, indexing.topk)},
     nn.einsum_grad_spec: "it computes a string (an einsum equation) from constants, which "

@@ -11,7 +11,12 @@ in one walk over the instructions:
    instruction (its old value is never read again): that operand becomes
    ``@inout`` and the result needs no buffer of its own;
 3. **reuse** — otherwise, a buffer of the same dtype and shape whose life has
-   ended is taken again instead of a new alloc.
+   ended is taken again instead of a new alloc, if no new alloc came since it
+   died: the reused buffer is then allocated through the gap, and only while
+   nothing new was allocated does that hold no more bytes than were live
+   when it died (a buffer dead for longer would hold its bytes through a
+   peak in between, where a new alloc lets the planner give them to what
+   lives there).
 
 The arena's planner (``plan_memory``) then shares bytes between buffers of any
 size whose lives do not overlap.
@@ -85,7 +90,7 @@ def share_buffers(program: LowProgram) -> LowProgram:
             inplace = None
             if rule is not None and rule.inplace:
                 for position, (mode, original) in enumerate(instr.operands[1:], start=1):
-                    if (original.kind == "alloc" and last_use[original] == index
+                    if (mode != "@scratch" and original.kind == "alloc" and last_use[original] == index
                             and (original.dtype, original.shape) == (out.dtype, out.shape)):
                         inplace = position
                         break
@@ -98,6 +103,8 @@ def share_buffers(program: LowProgram) -> LowProgram:
             else:
                 pool = free.get((out.dtype, out.shape))
                 target = pool.pop() if pool else out
+                if target is out:
+                    free.clear()  # a new alloc: what died before may no longer be taken again
                 physical[out] = target
                 current[target] = out
                 operands[0] = ("@out", target)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from anfir.abstract.lattice import BOTTOM, abstract_of_value
 from anfir.abstract.values import AAny, AFunction, AScalar, AString, ATensor, GradFn, GraphFn, JFn, PartialFn
+from anfir.autodiff.checkpoint import checkpoint_graph
 from anfir.autodiff.forward import jvp_graph
 from anfir.autodiff.jtransform import JContext, check_differentiable_graph
 from anfir.autodiff.partials import static_arity
@@ -40,7 +41,7 @@ from anfir.ir.walk import reachable_graphs, toposort
 from anfir.passes import loops
 from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
-from anfir.primitives import gradient, meta as metas
+from anfir.primitives import checkpointing, gradient, meta as metas
 from anfir.ir.primitive import MetaFunction
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,6 +61,8 @@ def run(program: "Program") -> "Program":
         if rewritten:
             program.stats["ad: counted loops as fori_loop"] += rewritten
         loops.run(program)
+    # checkpoint(f) first: the J transform then meets a call of a flagged wrapper.
+    count += _expand_checkpoints(manager, untyped)
     while True:
         calls = _meta_calls(manager)
         if not calls:
@@ -425,3 +428,35 @@ def _type_new_graph(manager: Manager, closure: ValueNode, nabla: FuncGraph, fn: 
         sig = sig + sig
     infer_new_graph(nabla, sig)
     return True
+
+
+def _expand_checkpoints(manager: Manager, untyped: list[tuple[FuncGraph, Node]]) -> int:
+    """Replace every call ``checkpoint(f)`` by the closure it makes: a copy of
+    :func:`~anfir.autodiff.checkpoint.checkpoint_graph` inlined, the wrapper
+    ``C(x...) = f(x...)`` (flagged, so the J transform recomputes its call in the
+    backward pass), typed where it is called."""
+    count = 0
+    while True:
+        calls = [node for graph in list(manager.graphs) for node in toposort(graph, manager)
+                 if isinstance(node, CNode) and isinstance(node.inputs[0], ValueNode)
+                 and node.inputs[0].value is checkpointing.checkpoint]
+        if not calls:
+            return count
+        for call in calls:
+            if len(call.inputs) != 2:
+                raise GradientError("checkpoint takes one function", call.loc)
+            fn = call.inputs[1]
+            maker, _ = clone_scope(checkpoint_graph(_arity(fn)), note="ad: checkpoint")
+            _locate(maker, call)
+            expanded = CNode(call.graph, [ValueNode(maker, call.loc), fn], call.loc, call.name)
+            expanded.abstract = call.abstract
+            manager.replace(call, expanded)
+            closure = inline_call(manager, expanded, note="ad: checkpoint")
+            assert isinstance(closure, ValueNode) and isinstance(closure.value, FuncGraph)
+            wrapper = closure.value
+            target = _known_graph(fn)
+            wrapper.name = f"checkpoint▸{target.name}" if target is not None else "checkpoint▸"
+            closure.abstract = AFunction(frozenset({GraphFn(wrapper)}))
+            if not _type_new_graph(manager, closure, wrapper, fn):
+                untyped.append((wrapper, fn))
+            count += 1

@@ -33,6 +33,7 @@ from anfir.errors import AnfirTypeError, GradientError
 from anfir.ir.primitive import Primitive
 from anfir.nested import fold_nested
 from anfir.primitives import arith, batching, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
+from anfir.primitives import checkpointing
 from anfir.backends.tojax.conv_rules import CONV_RULES
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
@@ -775,6 +776,7 @@ RULES: dict[Primitive, Rule] = {
     gradient.tangent_dot: _tangent_dot,
     gradient.tangent_scale: _tangent_scale,
     gradient.grad_arg_check: _grad_arg_check,
+    checkpointing.remat_barrier: lambda x, after: x,  # x; jax.grad of it is dout to x only
     **CONV_RULES,  # convolution, pooling, batch norm: tojax/conv_rules.py
 }
 """The JAX rule of each primitive (called when an argument holds a JAX array)."""
