@@ -27,6 +27,7 @@ from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
 from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_import
+from anfir.interop import mindir as _mindir
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
@@ -185,6 +186,18 @@ def import_torch(ep: Any) -> Module:
     return _torch_import.import_torch(ep)
 
 
+def import_mindir(path_or_bytes: Any, params_as_inputs: bool = False) -> Module:
+    """Read a MindSpore ``.mindir`` file (a path, or its bytes) into a Module: the
+    entry graph (``main``) and every function graph; ``Switch`` of two ``Partial`` closures is
+    ``if``, a while header a tail-recursive graph; weights are constants, or with
+    ``params_as_inputs=True`` the entry's first parameters, their values in
+    ``mod.params``.  Needs only protobuf (``pip install "anfir[mindir]"``); every
+    node that does not import is listed in one located :class:`AnfirError`.
+    See docs/mindir.md.
+    """
+    return _mindir.import_mindir(path_or_bytes, params_as_inputs=params_as_inputs)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -202,6 +215,6 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
-    "export_onnx", "grad", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
+    "export_onnx", "grad", "import_mindir", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
     "to_jax", "to_text", "value_and_grad", "vjp",
 ]

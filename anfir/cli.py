@@ -27,6 +27,7 @@ from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
 from anfir.interop import coreml_export, onnx_export, onnx_import, torch_import
+from anfir.interop import mindir
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the format to write (default: onnx)")
     p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx, or an OUT.mlpackage directory)")
 
-    p = sub.add_parser("import", help="read a model (.onnx, .pt2) and print it as ANF text",
+    p = sub.add_parser("import", help="read a model (.onnx, .pt2, .mindir) and print it as ANF text",
                        formatter_class=raw,
                        epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
                               "  anfir import mlp.onnx -o mlp_again.anf\n"
@@ -444,6 +445,7 @@ to summarize; describe that in one line)."""
 IMPORTERS: dict[str, Callable[[str], Any]] = {
     ".onnx": onnx_import.import_onnx,
     ".pt2": torch_import.load_pt2,
+    ".mindir": mindir.import_mindir,
 }
 """A model file's extension → the importer that reads it into a Module."""
 
