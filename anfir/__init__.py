@@ -28,6 +28,7 @@ from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
 from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_import
 from anfir.interop import mindir as _mindir
+from anfir.interop.mindir import exporter as _mindir_export
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
@@ -198,6 +199,18 @@ def import_mindir(path_or_bytes: Any, params_as_inputs: bool = False) -> Module:
     return _mindir.import_mindir(path_or_bytes, params_as_inputs=params_as_inputs)
 
 
+def export_mindir(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
+                  path: Optional[str] = None) -> bytes:
+    """Compile and write the entry as a MindSpore ``.mindir`` file: its bytes, also
+    written to ``path`` when given.  The graphs themselves are written — closures
+    lambda-lifted to ``Partial``, ``if`` as ``Switch``, loops (and their gradients)
+    as graphs that call themselves; a Module's ``params`` as weights.  ``args`` as
+    for :func:`compile`.  Needs only protobuf (``pip install "anfir[mindir]"``);
+    ``mindspore.load`` + ``nn.GraphCell`` run the file.  See docs/mindir.md.
+    """
+    return _mindir_export.export_mindir(mod_or_graph, entry=entry, args=args, path=path)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -215,6 +228,6 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
-    "export_onnx", "grad", "import_mindir", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
+    "export_mindir", "export_onnx", "grad", "import_mindir", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
     "to_jax", "to_text", "value_and_grad", "vjp",
 ]

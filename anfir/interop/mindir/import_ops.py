@@ -22,7 +22,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
-from anfir.primitives import arith, structure, tensor
+from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.registry import PRIMITIVES
 
 P = PRIMITIVES
@@ -200,6 +200,23 @@ def _tuple_items(node: Node) -> Optional[list[Node]]:
     if isinstance(node, ValueNode) and isinstance(node.value, tuple) and node.value:
         return [ValueNode(v) for v in node.value]
     return None
+
+
+@_op("EnvironCreate")
+def _environ_create(ctx: Ctx) -> Node:
+    return ctx.call(gradient.newenv)
+
+
+@_op("EnvironSet")
+def _environ_set(ctx: Ctx) -> Node:
+    ctx.arity(3)
+    return ctx.call(gradient.env_setitem, *ctx.args)
+
+
+@_op("EnvironGet")
+def _environ_get(ctx: Ctx) -> Node:
+    ctx.arity(3)
+    return ctx.call(gradient.env_getitem, *ctx.args)
 
 
 # -- types ---------------------------------------------------------------------------------

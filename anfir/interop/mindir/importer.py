@@ -48,6 +48,7 @@ from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.location import Location
+from anfir.values import SymbolicKey
 
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 
@@ -155,6 +156,8 @@ class Importer:
         if kind in (A.TUPLE, A.LIST):
             check_count(len(attr.values), what)
             return tuple(self.attribute(v, what) for v in attr.values)
+        if kind == A.SYMBOL:  # a gradient environment's key (anfir's own exports)
+            return SymbolicKey(attr.s.decode("utf-8", "replace"))
         if kind in (A.NONE, A.TYPE_NULL, A.UMONAD, A.IOMONAD):
             return MONAD if kind in (A.UMONAD, A.IOMONAD) else None
         if kind == A.UNDEFINED:

@@ -1,0 +1,459 @@
+"""Write anfir programs as MindSpore ``.mindir`` files.
+
+::
+
+    data = anfir.export_mindir(mod, entry="mlp_loss", args=[w1, w2, x, y], path="mlp.mindir")
+    # in MindSpore:  mindspore.nn.GraphCell(mindspore.load("mlp.mindir"))(*tensors)
+
+The program is compiled (``anfir.compile``: specialized, differentiated,
+optimized) and its graphs themselves are written — not a flattened
+first-order program — because MindIR has anfir's model: graphs are values,
+closures are ``Partial``\\ s, ``if`` is ``Switch`` of two functions followed by
+a call of the chosen one, a loop is a graph that tail-calls itself.
+
+* every graph reachable from the entry becomes a ``GraphProto`` (the entry is
+  ``ModelProto.graph``, the others ``functions``);
+* closures are lambda-lifted: a graph's free variables become its first
+  inputs, a use of the graph as a value is ``Partial(graph, captured...)`` and a
+  direct call passes them first — no graph of the file has a free variable
+  (MindSpore hangs loading one that does);
+* a primitive call is written by :data:`RULES` (keyed by the primitive object)
+  as MindSpore ops; a call of a computed function is ``REF::<node>``;
+* weights: the entry's parameters named in ``params`` (e.g. ``mod.params`` of
+  an imported model) are written as ``GraphProto.parameter`` tensors;
+* dtypes as MindSpore wants them: anfir's Python scalars are 0-d tensors, a
+  scalar constant next to a tensor carries that tensor's dtype (``Pow(f64,
+  i64)`` finds no kernel), a tuple index is a scalar INT64 constant (a 0-d
+  tensor there crashes MindSpore), a dtype is MindSpore's type id.
+
+A program anfir cannot write (a primitive without a rule) is one located
+:class:`MindirError` listing every such node.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from anfir.abstract.values import AScalar, ATensor
+from anfir.dtypes import BY_NAME, LITERAL_DTYPES, dtype_name
+from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
+from anfir.interop.mindir.schema import classes
+from anfir.ir.graph import FuncGraph, Module
+from anfir.ir.manager import analyse
+from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.ir.walk import reachable_graphs, toposort
+from anfir.passes.pipeline import compile_program
+from anfir.primitives import arith, gradient, structure, tensor
+from anfir.primitives.registry import PRIMITIVES
+from anfir.values import SymbolicKey
+
+P = PRIMITIVES
+
+
+class _Unsupported(Exception):
+    """A node the writer has no rule for (collected into one MindirError)."""
+
+
+class Writer:
+    """One program being written."""
+
+    def __init__(self, params: Optional[dict[str, Any]] = None) -> None:
+        C = classes()
+        self.C = C
+        self.A = C["AttributeProto"]
+        self.model = C["ModelProto"]()
+        self.params = params or {}
+        self.graph_names: dict[FuncGraph, str] = {}
+        self.fvs: dict[FuncGraph, list[Node]] = {}
+        self.prim_keys: dict[str, str] = {}
+        self.constants: dict[Any, str] = {}
+        self.counter = 0
+        self.errors: list[str] = []
+        self.first_error: Any = None
+        # per graph being written
+        self.gp: Any = None
+        self.graph: Optional[FuncGraph] = None
+        self.names: dict[Node, str] = {}
+
+    # -- names ----------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}_{self.counter}"
+
+    def prim(self, op: str) -> str:
+        """The key of MindSpore primitive ``op`` in the model's table (added once)."""
+        key = self.prim_keys.get(op)
+        if key is None:
+            key = f"{op}:{len(self.prim_keys) + 1}"
+            self.prim_keys[op] = key
+            p = self.model.primitives.add(name=key, op_type=op, instance_name="")
+            p.prim_type = 1
+        return key
+
+    # -- constants ------------------------------------------------------------------------
+    def constant(self, value: Any, dtype: Optional[str] = None, scalar: bool = False) -> str:
+        """The global name of a Constant node holding ``value``.  Numbers become
+        0-d tensors of ``dtype`` (their own type otherwise) unless ``scalar``
+        (a tuple index, an axis: MindSpore wants a scalar value node there)."""
+        key = (_key(value), dtype, scalar)
+        name = self.constants.get(key)
+        if name is not None:
+            return name
+        name = self.fresh("const")
+        node = self.model.graph.node.add(name=name, op_type="Constant")
+        node.output.append(name)
+        attr = node.attribute.add(name="value")
+        self.fill(attr, value, dtype, scalar)
+        self.constants[key] = name
+        return name
+
+    def fill(self, attr: Any, value: Any, dtype: Optional[str], scalar: bool) -> None:
+        A = self.A
+        if isinstance(value, (bool, np.bool_)) and scalar:
+            attr.type, attr.i = A.BOOL, int(bool(value))
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and scalar:
+            attr.type, attr.i = A.INT64, int(value)
+        elif isinstance(value, (float, np.floating)) and scalar:
+            attr.type, attr.f = A.FLOAT, float(value)
+        elif isinstance(value, (bool, int, float, np.generic, np.ndarray)):
+            array = np.asarray(value)
+            name = dtype or _dtype_of_value(value)
+            attr.type = A.TENSORS
+            write_tensor(attr.tensors.add(), array.astype(np.dtype(_numpy(name))), name)
+        elif isinstance(value, tuple):
+            attr.type = A.TUPLE
+            for item in value:
+                self.fill(attr.values.add(), item, dtype, scalar)
+        elif value is None:
+            attr.type = A.NONE
+        elif isinstance(value, str):
+            attr.type, attr.s = A.STRING, value.encode("utf-8")
+        elif isinstance(value, SymbolicKey):
+            attr.type, attr.s = A.SYMBOL, value.name.encode("utf-8")
+        else:
+            raise _Unsupported(f"a constant of type {type(value).__name__} ({value!r:.60})")
+
+    # -- graphs ---------------------------------------------------------------------------
+    def run(self, entry: FuncGraph) -> Any:
+        graphs = reachable_graphs([entry])
+        facts = analyse(*graphs)
+        used: set[str] = set()
+        for k, g in enumerate(graphs):
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in g.name) or "graph"
+            name = base if base not in used else f"{base}_{k}"
+            used.add(name)
+            self.graph_names[g] = name
+            self.fvs[g] = list(facts.free_variables_total(g)) if g is not entry else []
+        m = self.model
+        m.ir_version, m.producer_name, m.model_version = "1.1", "anfir", "2.10.0"
+        m.little_endian, m.mind_ir_version = True, 3
+        for g in graphs:
+            gp = m.graph if g is entry else m.functions.add()
+            self.write_graph(g, gp, g is entry)
+        if self.errors:
+            listed = "\n  ".join(self.errors[:50])
+            raise MindirError(f"{len(self.errors)} node(s) cannot be written as MindIR:\n  {listed}",
+                              self.first_error)
+        return m
+
+    def write_graph(self, g: FuncGraph, gp: Any, is_entry: bool) -> None:
+        self.gp, self.graph, self.names = gp, g, {}
+        gname = self.graph_names[g]
+        gp.name = gname
+        if g.flags.get("loop") or _tail_calls_itself(g):
+            attr = gp.attribute.add(name="is_while_header", type=self.A.BOOL)
+            attr.i = 1
+        for k, fv in enumerate(self.fvs[g]):
+            name = f"{gname}:fv{k}_{fv.name or 'v'}"
+            self.names[fv] = name
+            self.value_info(gp.input.add(name=name), fv.abstract)
+        for param in g.parameters:
+            name = f"{gname}:{param.name or 'p'}"
+            if name in self.names.values():
+                name = self.fresh(name)
+            self.names[param] = name
+            if is_entry and param.name in self.params:
+                t = gp.parameter.add(name=name, ref_key=param.name)
+                value = np.asarray(self.params[param.name])
+                write_tensor(t, value, _dtype_of_value(value))
+            else:
+                self.value_info(gp.input.add(name=name), param.abstract)
+        for node in toposort(g):
+            if isinstance(node, CNode):
+                try:
+                    self.names[node] = self.write_call(node)
+                except _Unsupported as e:
+                    self.errors.append(f"@{g.name}: {e}")
+                    if self.first_error is None:
+                        self.first_error = node.loc
+                    self.names[node] = self.fresh("failed")
+        try:
+            out = self.ref(g.output)
+        except _Unsupported as e:
+            self.errors.append(f"@{g.name}: output: {e}")
+            return
+        self.value_info(gp.output.add(name=out), g.output.abstract)
+
+    def value_info(self, info: Any, abstract: Any) -> None:
+        if isinstance(abstract, ATensor) and abstract.shape is not None:
+            t = info.tensor.add(data_type=TENSOR_TYPE_OF.get(abstract.dtype, 0))
+            t.dims.extend(d if isinstance(d, int) else -1 for d in abstract.shape)
+        elif isinstance(abstract, AScalar) and abstract.dtype in TENSOR_TYPE_OF:
+            info.tensor.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+
+    # -- nodes ----------------------------------------------------------------------------
+    def ref(self, node: Node, dtype: Optional[str] = None) -> str:
+        """The name of ``node``'s value in the graph being written."""
+        name = self.names.get(node)
+        if name is not None:
+            return name
+        if isinstance(node, ValueNode):
+            value = node.value
+            if isinstance(value, FuncGraph):
+                return self.function_value(value)
+            if isinstance(value, Primitive):
+                raise _Unsupported(f"the primitive {value.name} used as a value")
+            return self.constant(value, dtype)
+        raise _Unsupported(f"{node!r} is not visible in @{self.graph.name if self.graph else '?'}")
+
+    def function_value(self, h: FuncGraph) -> str:
+        """``h`` as a value: its name, or ``Partial(h, captured...)`` when it has free variables."""
+        fvs = self.fvs.get(h)
+        if fvs is None:
+            raise _Unsupported(f"the graph @{h.name} is not part of the program")
+        if not fvs:
+            return self.graph_names[h]
+        return self.emit("Partial", [self.graph_names[h], *(self.ref(v) for v in fvs)], prim=True)
+
+    def emit(self, op: str, inputs: Sequence[str], prim: bool = True, abstract: Any = None) -> str:
+        """Add ``op(inputs)`` to the graph being written; the node's name."""
+        assert self.graph is not None
+        name = f"{self.graph_names[self.graph]}:{self.fresh('CNode')}"
+        node = self.gp.node.add(name=name, op_type=f"REF::{self.prim(op) if prim else op}")
+        node.input.extend(inputs)
+        node.output.append(name)
+        if abstract is not None:
+            shape = node.attribute.add(name="shape")
+            if isinstance(abstract, ATensor) and abstract.shape is not None:
+                shape.type = self.A.TENSORS
+                t = shape.tensors.add(data_type=TENSOR_TYPE_OF.get(abstract.dtype, 0))
+                t.dims.extend(d if isinstance(d, int) else -1 for d in abstract.shape)
+            elif isinstance(abstract, AScalar) and abstract.dtype in TENSOR_TYPE_OF:
+                shape.type = self.A.TENSORS
+                shape.tensors.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+        return name
+
+    def write_call(self, node: CNode) -> str:
+        callee = node.callee
+        if isinstance(callee, ValueNode) and isinstance(callee.value, Primitive):
+            rule = RULES.get(callee.value)
+            if rule is None:
+                raise _Unsupported(f"primitive {callee.value.name} has no MindIR rule")
+            return rule(self, node)
+        if isinstance(callee, ValueNode) and isinstance(callee.value, FuncGraph):
+            h = callee.value
+            if h not in self.fvs:
+                raise _Unsupported(f"calls @{h.name}, which is not part of the program")
+            inputs = [*(self.ref(v) for v in self.fvs[h]), *(self.ref(a) for a in node.args)]
+            return self.emit(self.graph_names[h], inputs, prim=False, abstract=node.abstract)
+        return self.emit(self.ref(callee), [self.ref(a) for a in node.args], prim=False,
+                         abstract=node.abstract)
+
+
+# -- the rules ---------------------------------------------------------------------------------
+Rule = Callable[[Writer, CNode], str]
+RULES: dict[Primitive, Rule] = {}
+"""anfir primitive -> how it is written as MindSpore ops."""
+
+
+def _dtype_of(abstract: Any) -> Optional[str]:
+    if isinstance(abstract, (ATensor, AScalar)):
+        return str(abstract.dtype)
+    return None
+
+
+def _elementwise(op: str) -> Rule:
+    def rule(w: Writer, node: CNode) -> str:
+        # A constant operand takes the dtype of the other operand (MindSpore selects
+        # kernels by exact dtypes).
+        others = [_dtype_of(a.abstract) for a in node.args if not isinstance(a, ValueNode)]
+        dtype = next((d for d in others if d), None) or _dtype_of(node.abstract)
+        inputs = [w.ref(a, dtype if isinstance(a, ValueNode) else None) for a in node.args]
+        return w.emit(op, inputs, abstract=node.abstract)
+    return rule
+
+
+ELEMENTWISE: dict[Primitive, str] = {
+    arith.add: "Add", arith.sub: "Sub", arith.mul: "Mul", arith.div: "RealDiv", arith.neg: "Neg",
+    arith.exp: "Exp", arith.log: "Log", arith.sin: "Sin", arith.cos: "Cos", arith.tanh: "Tanh",
+    arith.sqrt: "Sqrt", arith.abs_: "Abs", arith.sign: "Sign", arith.relu: "ReLU",
+    arith.sigmoid: "Sigmoid", arith.maximum: "Maximum", arith.minimum: "Minimum", arith.pow_: "Pow",
+    arith.gt: "Greater", arith.ge: "GreaterEqual", arith.lt: "Less", arith.le: "LessEqual",
+    arith.eq: "Equal", arith.ne: "NotEqual", arith.logical_and: "LogicalAnd",
+    arith.logical_or: "LogicalOr", arith.logical_not: "LogicalNot", arith.softplus: "Softplus",
+    P["erf"]: "Erf", P["rsqrt"]: "Rsqrt", P["floor"]: "Floor", P["ceil"]: "Ceil",
+    P["reciprocal"]: "Reciprocal", gradient.gadd: "Add", tensor.matmul: "MatMulExt",
+    tensor.ones_like: "OnesLike", structure.zeros_like: "ZerosLike", tensor.where: "Select",
+}
+"""Primitives written as one MindSpore op of the same inputs."""
+for _prim, _op in ELEMENTWISE.items():
+    RULES[_prim] = _elementwise(_op)
+
+
+def _rule(*prims: Primitive) -> Callable[[Rule], Rule]:
+    def register(rule: Rule) -> Rule:
+        for prim in prims:
+            RULES[prim] = rule
+        return rule
+    return register
+
+
+def _static(node: Node, what: str) -> Any:
+    if not isinstance(node, ValueNode):
+        raise _Unsupported(f"{what} must be a constant")
+    return node.value
+
+
+@_rule(structure.make_tuple)
+def _make_tuple(w: Writer, node: CNode) -> str:
+    return w.emit("MakeTuple", [w.ref(a) for a in node.args])
+
+
+@_rule(structure.tuple_getitem)
+def _getitem(w: Writer, node: CNode) -> str:
+    index = _static(node.args[1], "a tuple index")
+    # A scalar INT64 value node: a 0-d tensor index crashes MindSpore.
+    return w.emit("TupleGetItem", [w.ref(node.args[0]), w.constant(int(index), scalar=True)],
+                  abstract=node.abstract)
+
+
+@_rule(structure.switch)
+def _switch(w: Writer, node: CNode) -> str:
+    return w.emit("Switch", [w.ref(a) for a in node.args])
+
+
+@_rule(structure.partial)
+def _partial(w: Writer, node: CNode) -> str:
+    fn, *args = node.args
+    if isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph):
+        h = fn.value
+        inputs = [w.graph_names[h], *(w.ref(v) for v in w.fvs.get(h, ())), *(w.ref(a) for a in args)]
+        return w.emit("Partial", inputs)
+    return w.emit("Partial", [w.ref(fn), *(w.ref(a) for a in args)])
+
+
+@_rule(structure.identity, structure.stop_gradient)
+def _identity(w: Writer, node: CNode) -> str:
+    op = "StopGradient" if node.callee.value is structure.stop_gradient else "Depend"  # type: ignore[attr-defined]
+    if op == "Depend":
+        return w.ref(node.args[0])
+    return w.emit(op, [w.ref(node.args[0])], abstract=node.abstract)
+
+
+@_rule(tensor.cast)
+def _cast(w: Writer, node: CNode) -> str:
+    dtype = _static(node.args[1], "a cast's dtype")
+    if str(dtype) not in TYPE_ID_OF:
+        raise _Unsupported(f"cast to {dtype}")
+    return w.emit("Cast", [w.ref(node.args[0]), w.constant(TYPE_ID_OF[str(dtype)], scalar=True)],
+                  abstract=node.abstract)
+
+
+@_rule(tensor.transpose)
+def _transpose(w: Writer, node: CNode) -> str:
+    perm = _static(node.args[1], "a permutation") if len(node.args) > 1 else None
+    if perm is None:
+        abstract = node.args[0].abstract
+        if not isinstance(abstract, ATensor) or abstract.shape is None:
+            raise _Unsupported("transpose of a tensor of unknown rank")
+        perm = tuple(reversed(range(len(abstract.shape))))
+    return w.emit("Transpose", [w.ref(node.args[0]), w.constant(tuple(int(p) for p in perm), scalar=True)],
+                  abstract=node.abstract)
+
+
+@_rule(tensor.reshape)
+def _reshape(w: Writer, node: CNode) -> str:
+    shape = node.args[1]
+    ref = (w.constant(tuple(int(d) for d in shape.value), scalar=True) if isinstance(shape, ValueNode)
+           else w.ref(shape))
+    return w.emit("Reshape", [w.ref(node.args[0]), ref], abstract=node.abstract)
+
+
+def _reduce(op: str) -> Rule:
+    def rule(w: Writer, node: CNode) -> str:
+        axis = node.attrs.get("axis", None) if node.attrs else None
+        keep = bool(node.attrs.get("keepdims", False)) if node.attrs else False
+        axes = () if axis is None else ((int(axis),) if isinstance(axis, int) else tuple(int(a) for a in axis))
+        if axes == () and axis is not None:
+            return w.ref(node.args[0])  # an empty tuple of axes reduces nothing
+        inputs = [w.ref(node.args[0]), w.constant(axes, scalar=True), w.constant(keep, scalar=True)]
+        if op == "ReduceSum":
+            inputs.append(w.constant(False, scalar=True))  # skip_mode
+        return w.emit(op, inputs, abstract=node.abstract)
+    return rule
+
+
+RULES[tensor.sum_] = _reduce("ReduceSum")
+RULES[tensor.mean] = _reduce("ReduceMean")
+
+
+@_rule(gradient.newenv)
+def _newenv(w: Writer, node: CNode) -> str:
+    return w.emit("EnvironCreate", [])
+
+
+@_rule(gradient.env_setitem)
+def _env_set(w: Writer, node: CNode) -> str:
+    return w.emit("EnvironSet", [w.ref(a) for a in node.args])
+
+
+@_rule(gradient.env_getitem)
+def _env_get(w: Writer, node: CNode) -> str:
+    return w.emit("EnvironGet", [w.ref(a) for a in node.args], abstract=node.abstract)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _tail_calls_itself(g: FuncGraph) -> bool:
+    """Whether ``g`` is a loop header: some graph it selects or calls calls ``g`` back."""
+    return False
+
+
+def _key(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(_key(v) for v in value)
+    return (type(value).__name__, repr(value))
+
+
+def _dtype_of_value(value: Any) -> str:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return str(dtype_name(np.asarray(value).dtype))
+    return LITERAL_DTYPES[type(value)] if type(value) in LITERAL_DTYPES else "f64"
+
+
+def _numpy(dtype: str) -> Any:
+    return BY_NAME[dtype].numpy
+
+
+def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
+                  path: Optional[str] = None, params: Optional[dict[str, Any]] = None) -> bytes:
+    """Compile ``source``'s entry for ``args`` and write it as ``.mindir`` bytes (and to
+    ``path`` when given).  ``params`` names entry parameters written as weights (a
+    Module's ``params`` are used by default)."""
+    if params is None and isinstance(source, Module):
+        params = dict(source.params)
+    graph = compile_program(source, entry=entry, args=args).graph
+    model = Writer(params).run(graph)
+    data: bytes = model.SerializeToString(deterministic=True)
+    if path is not None:
+        with open(os.fspath(path), "wb") as handle:
+            handle.write(data)
+    return data
+
+
+__all__ = ["ELEMENTWISE", "RULES", "Writer", "export_mindir"]
