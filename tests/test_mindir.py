@@ -127,7 +127,6 @@ from anfir.interop.mindir.exporter import export_mindir  # noqa: E402
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 NO_RULE_YET: dict[tuple[str, str], str] = {
-    ("mlp2", "mlp2_step"): "matmul_dx",
     ("transformer", "encoder_block"): "attention",
     ("transformer", "block_loss"): "attention",
     ("transformer", "block_grad"): "attention",

@@ -236,15 +236,14 @@ class Writer:
         node = self.gp.node.add(name=name, op_type=f"REF::{self.prim(op) if prim else op}")
         node.input.extend(inputs)
         node.output.append(name)
-        if abstract is not None:
-            shape = node.attribute.add(name="shape")
-            if isinstance(abstract, ATensor) and abstract.shape is not None:
-                shape.type = self.A.TENSORS
-                t = shape.tensors.add(data_type=TENSOR_TYPE_OF.get(abstract.dtype, 0))
-                t.dims.extend(d if isinstance(d, int) else -1 for d in abstract.shape)
-            elif isinstance(abstract, AScalar) and abstract.dtype in TENSOR_TYPE_OF:
-                shape.type = self.A.TENSORS
-                shape.tensors.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+        # The result's type, where it is a tensor (anfir's scalars are 0-d tensors).
+        if isinstance(abstract, ATensor) and abstract.shape is not None and abstract.dtype in TENSOR_TYPE_OF:
+            shape = node.attribute.add(name="shape", type=self.A.TENSORS)
+            t = shape.tensors.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+            t.dims.extend(d if isinstance(d, int) else -1 for d in abstract.shape)
+        elif isinstance(abstract, AScalar) and abstract.dtype in TENSOR_TYPE_OF:
+            shape = node.attribute.add(name="shape", type=self.A.TENSORS)
+            shape.tensors.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
         return name
 
     def write_call(self, node: CNode) -> str:
@@ -280,11 +279,25 @@ def _elementwise(op: str) -> Rule:
     def rule(w: Writer, node: CNode) -> str:
         # A constant operand takes the dtype of the other operand (MindSpore selects
         # kernels by exact dtypes).
-        others = [_dtype_of(a.abstract) for a in node.args if not isinstance(a, ValueNode)]
+        known = [_known(a) for a in node.args]
+        others = [_dtype_of(a.abstract) for a, k in zip(node.args, known) if k is None]
         dtype = next((d for d in others if d), None) or _dtype_of(node.abstract)
-        inputs = [w.ref(a, dtype if isinstance(a, ValueNode) else None) for a in node.args]
+        inputs = [w.ref(a) if k is None else w.constant(k[0], dtype) for a, k in zip(node.args, known)]
         return w.emit(op, inputs, abstract=node.abstract)
     return rule
+
+
+def _known(node: Node) -> Optional[tuple[Any]]:
+    """``(value,)`` of an operand known when writing: a constant, or the size of a
+    tensor of static shape (written as a constant of the other operand's dtype)."""
+    if isinstance(node, ValueNode) and not isinstance(node.value, (FuncGraph, Primitive)):
+        return (node.value,)
+    if isinstance(node, CNode) and node.is_apply(gradient.size):
+        try:
+            return (int(np.prod(_shape(node.args[0], "size"))),)
+        except _Unsupported:
+            return None
+    return None
 
 
 ELEMENTWISE: dict[Primitive, str] = {
@@ -399,6 +412,86 @@ def _reduce(op: str) -> Rule:
 
 RULES[tensor.sum_] = _reduce("ReduceSum")
 RULES[tensor.mean] = _reduce("ReduceMean")
+
+
+def _shape(node: Node, what: str) -> tuple[int, ...]:
+    """The static shape of ``node`` (a scalar's is ``()``), or unsupported."""
+    abstract = node.abstract
+    if isinstance(abstract, AScalar):
+        return ()
+    if isinstance(abstract, ATensor) and abstract.shape is not None and all(
+            isinstance(d, int) for d in abstract.shape):
+        return tuple(int(d) for d in abstract.shape)
+    raise _Unsupported(f"{what} needs static shapes (compile with concrete arguments)")
+
+
+@_rule(gradient.size)
+def _size(w: Writer, node: CNode) -> str:
+    return w.constant(int(np.prod(_shape(node.args[0], "size"))), "i64")
+
+
+@_rule(gradient.matmul_dx)
+def _matmul_dx(w: Writer, node: CNode) -> str:
+    dout, y, x = node.args  # dout @ yᵀ
+    if not len(_shape(dout, "matmul_dx")) == len(_shape(y, "matmul_dx")) == len(_shape(x, "matmul_dx")) == 2:
+        raise _Unsupported("matmul_dx of other than matrices")
+    return w.emit("MatMul", [w.ref(dout), w.ref(y), w.constant(False, scalar=True),
+                             w.constant(True, scalar=True)], abstract=node.abstract)
+
+
+@_rule(gradient.matmul_dy)
+def _matmul_dy(w: Writer, node: CNode) -> str:
+    x, dout, y = node.args  # xᵀ @ dout
+    if not len(_shape(dout, "matmul_dy")) == len(_shape(y, "matmul_dy")) == len(_shape(x, "matmul_dy")) == 2:
+        raise _Unsupported("matmul_dy of other than matrices")
+    return w.emit("MatMul", [w.ref(x), w.ref(dout), w.constant(True, scalar=True),
+                             w.constant(False, scalar=True)], abstract=node.abstract)
+
+
+@_rule(gradient.sum_to)
+def _sum_to(w: Writer, node: CNode) -> str:
+    g, x = node.args  # the sum of g over the axes x was broadcast along
+    gs, xs = _shape(g, "sum_to"), _shape(x, "sum_to")
+    if gs == xs:
+        return w.ref(g)
+    lead = len(gs) - len(xs)
+    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(xs) if d == 1 and gs[lead + k] != 1)
+    total = w.emit("ReduceSum", [w.ref(g), w.constant(axes, scalar=True), w.constant(True, scalar=True),
+                                 w.constant(False, scalar=True)])
+    return w.emit("Reshape", [total, w.constant(xs, scalar=True)], abstract=node.abstract)
+
+
+@_rule(gradient.broadcast_like)
+def _broadcast_like(w: Writer, node: CNode) -> str:
+    g, x = node.args
+    if _shape(g, "broadcast_like") == _shape(x, "broadcast_like"):
+        return w.ref(g)
+    return w.emit("Mul", [w.emit("OnesLike", [w.ref(x)]), w.ref(g)], abstract=node.abstract)
+
+
+@_rule(gradient.unreduce)
+def _unreduce(w: Writer, node: CNode) -> str:
+    g, x = node.args[:2]
+    axis = node.attrs.get("axis", None) if node.attrs else None
+    keep = bool(node.attrs.get("keepdims", False)) if node.attrs else False
+    xs = _shape(x, "unreduce")
+    ref = w.ref(g)
+    if not keep and axis is not None and xs:
+        axes = {a % len(xs) for a in ((axis,) if isinstance(axis, int) else axis)}
+        view = tuple(1 if k in axes else d for k, d in enumerate(xs))
+        ref = w.emit("Reshape", [ref, w.constant(view, scalar=True)])
+    return w.emit("Mul", [w.emit("OnesLike", [w.ref(x)]), ref], abstract=node.abstract)
+
+
+@_rule(gradient.cast_like)
+def _cast_like(w: Writer, node: CNode) -> str:
+    g, x = node.args
+    want, have = _dtype_of(x.abstract), _dtype_of(g.abstract)
+    if want is None or want == have:
+        return w.ref(g)
+    if want not in TYPE_ID_OF:
+        raise _Unsupported(f"cast_like to {want}")
+    return w.emit("Cast", [w.ref(g), w.constant(TYPE_ID_OF[want], scalar=True)], abstract=node.abstract)
 
 
 @_rule(gradient.newenv)
