@@ -247,3 +247,123 @@ def test_the_command_line_exports_mindir(tmp_path: Path) -> None:
     assert status == 0, err
     assert "MindIR" in stdout
     assert abs(float(anfir.run(import_mindir(str(out)).entry, 2.0)) - 2.0 ** 0.5) < 1e-12
+
+
+# -- malformed files ----------------------------------------------------------------------------
+def _model(name: str = "control_flow") -> Any:
+    from anfir.interop.mindir.schema import classes
+
+    return classes()["ModelProto"].FromString((FIXTURES / f"{name}.mindir").read_bytes())
+
+
+def _refused(data: Any, *needles: str) -> MindirError:
+    with pytest.raises(MindirError) as info:
+        import_mindir(data)
+    error = info.value
+    assert error.loc is not None and error.loc.line >= 1, error.render()
+    for needle in needles:
+        assert needle in str(error), str(error)
+    return error
+
+
+def test_truncated_files_are_refused_or_import_never_crash() -> None:
+    data = (FIXTURES / "while_grad.mindir").read_bytes()
+    inputs, _ = fixture("while_grad")
+    refused = 0
+    for cut in range(1, len(data), max(1, len(data) // 60)):
+        try:
+            mod = import_mindir(data[:cut])
+        except MindirError as error:
+            assert error.loc is not None
+            refused += 1
+            continue
+        try:  # a cut at a field boundary may still be a model: it runs or fails located
+            anfir.run(mod.entry, *inputs)
+        except AnfirError as error:
+            assert error.loc is not None, error.render()
+    assert refused > 30
+
+
+def test_a_file_that_is_not_a_model() -> None:
+    _refused(b"\xff\xfe garbage \x00\x01", "is not a .mindir model")
+    _refused(b"", "no graph")
+
+
+def test_a_cycle_between_nodes_is_refused() -> None:
+    model = _model("mlp_loss")
+    nodes = [n for n in model.graph.node if n.op_type != "Constant"]
+    nodes[0].input[0] = nodes[2].output[0]  # MatMul reads Tanh, which reads MatMul
+    _refused(model.SerializeToString(), "depends on itself (a cycle)")
+
+
+def test_a_free_variable_is_refused() -> None:
+    model = _model("control_flow")
+    victim = next(n for n in model.functions[0].node if n.op_type != "Constant")
+    victim.input.append(next(n for n in model.graph.node if n.op_type != "Constant").output[0])
+    _refused(model.SerializeToString(), "free variable")
+
+
+def test_huge_dimensions_are_refused_before_allocating() -> None:
+    model = _model("dense_relu")
+    weight = model.graph.parameter[0]
+    del weight.dims[:]
+    weight.dims.extend([1 << 40, 1 << 40])
+    _refused(model.SerializeToString(), "MAX_CONSTANT_BYTES")
+    weight.dims[0] = -3
+    _refused(model.SerializeToString(), "negative dimension")
+
+
+def test_wrong_types_are_refused() -> None:
+    model = _model("dense_relu")
+    model.graph.parameter[0].data_type = 99
+    _refused(model.SerializeToString(), "element type 99")
+    model = _model("dense_relu")
+    model.graph.parameter[0].raw_data = model.graph.parameter[0].raw_data[:-4]
+    _refused(model.SerializeToString(), "bytes of data")
+    model = _model("while_loss")  # ScalarToTensor's dtype input becomes a string
+    from anfir.interop.mindir.schema import classes
+
+    A = classes()["AttributeProto"]
+    for g in [model.graph, *model.functions]:
+        for n in g.node:
+            if n.op_type == "Constant" and n.attribute[0].type == A.INT64 and n.attribute[0].i == 35:
+                n.attribute[0].type, n.attribute[0].s = A.STRING, b"int64"
+    _refused(model.SerializeToString(), "is not a MindSpore type id")
+
+
+def test_unsupported_ops_are_listed_at_once() -> None:
+    model = _model("dense_relu")
+    for p in model.primitives:
+        if p.op_type in ("ReLU", "BiasAdd"):
+            p.op_type = "Assign" if p.op_type == "ReLU" else "FancyOp"
+    error = _refused(model.SerializeToString(), "2 node(s) do not import", "MindSpore op Assign",
+                     "MindSpore op FancyOp")
+    assert error.loc is not None and error.loc.file == "<bytes>"
+
+
+def test_external_data_stays_in_the_model_folder(tmp_path: Path) -> None:
+    model = _model("dense_relu")
+    weight = model.graph.parameter[0]
+    size = len(weight.raw_data)
+    (tmp_path / "w.bin").write_bytes(b"\0" * 8 + weight.raw_data)
+    weight.ClearField("raw_data")
+    weight.external_data.location, weight.external_data.offset = "w.bin", 8
+    weight.external_data.length = size
+    path = tmp_path / "m.mindir"
+    path.write_bytes(model.SerializeToString())
+    inputs, want = fixture("dense_relu")
+    assert_close(anfir.run(import_mindir(str(path)).entry, *inputs), want[0], "external data")
+    _refused(model.SerializeToString(), "read the model from its path")  # bytes: no folder
+    for outside in ("../w.bin", "/etc/passwd"):
+        weight.external_data.location = outside
+        path.write_bytes(model.SerializeToString())
+        with pytest.raises(MindirError, match="outside the model's folder|not a relative path"):
+            import_mindir(str(path))
+
+
+def test_devices_and_directories_are_not_read(tmp_path: Path) -> None:
+    for path in ("/dev/zero", str(tmp_path)):
+        with pytest.raises(MindirError, match="cannot read"):
+            import_mindir(path)
+    with pytest.raises(MindirError):
+        import_mindir(12)  # type: ignore[arg-type]

@@ -119,7 +119,7 @@ def _external(ext: Any, size: int, what: str, folder: Optional[str]) -> bytes:
     if folder is None:
         raise NodeError(f"{what} keeps its data in an external file; read the model from "
                         "its path (not bytes) so the file can be found beside it")
-    location = ext.location
+    location = ext.location if isinstance(ext.location, str) else bytes(ext.location).decode("utf-8", "replace")
     if not location or os.path.isabs(location) or "\0" in location:
         raise NodeError(f"{what}: external data location {location!r} is not a relative path")
     root = os.path.realpath(folder)
@@ -152,7 +152,7 @@ def model_location(filename: str, number: int, text: str) -> Location:
 def check_count(n: int, what: str, limit: int = 10_000_000) -> None:
     """A repeated field must not be absurdly long (protobuf already bounded the bytes)."""
     if n > limit:
-        raise MindirError(f"{what}: {n:,} entries, more than anfir reads ({limit:,})")
+        raise NodeError(f"{what}: {n:,} entries, more than anfir reads ({limit:,})")
 
 
 __all__ = ["MAX_MODEL_BYTES", "MindirError", "NodeError", "TENSOR_DTYPES", "TENSOR_TYPE_OF",

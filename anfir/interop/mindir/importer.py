@@ -72,7 +72,8 @@ def read_model(source: Any) -> tuple[Any, str, Optional[str]]:
             raise MindirError(f"cannot read {filename}: {e}") from None
         folder = os.path.dirname(os.path.abspath(filename))
     else:
-        raise MindirError(f"import_mindir takes a path or bytes, not {type(source).__name__}")
+        raise MindirError(f"import_mindir takes a path or bytes, not {type(source).__name__}",
+                          Location("<argument>", 1, 1))
     model = model_class()
     try:
         model.ParseFromString(data)
@@ -102,6 +103,7 @@ class Importer:
         self.constant_nodes: dict[str, ValueNode] = {}
         self.first_number: dict[str, int] = {}  # graph name -> the file-order number of its node 0
         self.used_names: set[str] = set()
+        self.unsupported: set[str] = set()
 
     def graph_name(self, name: str, entry: bool) -> str:
         """A readable, unique anfir name: ``main`` for the entry; MindSpore's name
@@ -124,8 +126,9 @@ class Importer:
         self.errors.append((loc, message))
 
     def node_loc(self, graph: Any, node: Any, number: int) -> Location:
-        text = f"{graph.name} / {node.name or node.output[0] if node.output else node.name} = " \
-               f"{node.op_type}({', '.join(node.input[:8])}{', ...' if len(node.input) > 8 else ''})"
+        inputs, outputs, name = _ss(node.input), _ss(node.output), _s(node.name)
+        text = (f"{_s(graph.name)} / {name or (outputs[0] if outputs else '')} = {_s(node.op_type)}"
+                f"({', '.join(inputs[:8])}{', ...' if len(inputs) > 8 else ''})")
         return model_location(self.filename, number, text)
 
     # -- values ---------------------------------------------------------------------------
@@ -182,24 +185,41 @@ class Importer:
 
     # -- the model ------------------------------------------------------------------------
     def run(self) -> Module:
+        try:
+            return self.convert()
+        except NodeError as e:  # a bound on the whole model
+            raise MindirError(f"{self.filename}: {e}", Location(self.filename, 1, 1)) from None
+
+    def convert(self) -> Module:
         model = self.model
         for prim in model.primitives:
-            self.primitives[prim.name] = prim
+            self.primitives[_s(prim.name)] = prim
         check_count(len(self.protos), "graphs", MAX_GRAPHS)
         number = 0
         for g in self.protos:
-            if not g.name or g.name in self.graphs:
-                raise MindirError(f"{self.filename}: graph name {g.name!r} is empty or used twice",
+            if not _s(g.name) or _s(g.name) in self.graphs:
+                raise MindirError(f"{self.filename}: graph name {_s(g.name)!r} is empty or used twice",
                                   Location(self.filename, 1, 1))
-            self.graphs[g.name] = FuncGraph(self.graph_name(g.name, entry=not self.graphs))
-            check_count(len(g.node), f"graph {g.name!r}", MAX_NODES)
-            self.first_number[g.name] = number + 1
+            self.graphs[_s(g.name)] = FuncGraph(self.graph_name(_s(g.name), entry=not self.graphs))
+            check_count(len(g.node), f"graph {_s(g.name)!r}", MAX_NODES)
+            self.first_number[_s(g.name)] = number + 1
             for node in g.node:
                 number += 1
-                if node.op_type == "Constant":
-                    for name in {node.name, *node.output}:
+                if _s(node.op_type) == "Constant":
+                    for name in {_s(node.name), *_ss(node.output)}:
                         if name:
                             self.constants[name] = (node, self.node_loc(g, node, number))
+        # Every op anfir has no rule for, listed up front (not only the first on a path).
+        for prim in model.primitives:
+            if _s(prim.op_type) not in OPS:
+                self.unsupported.add(_s(prim.name))
+        for g in self.protos:
+            for index, node in enumerate(g.node):
+                target = _ref(_s(node.op_type))
+                if target in self.unsupported:
+                    op = self.primitives[target].op_type
+                    self.fail(self.node_loc(g, node, self.first_number[_s(g.name)] + index),
+                              f"graph {_s(g.name)}, node {_s(node.name)!r}: MindSpore op {op} has no anfir rule")
         for k, g in enumerate(self.protos):
             self.convert_graph(g, entry=(k == 0))
         if self.errors:
@@ -208,8 +228,8 @@ class Importer:
             raise MindirError(f"{self.filename}: {len(self.errors)} node(s) do not import:\n  "
                               f"{listed}{more}", self.errors[0][0])
         module = self.module
-        entry = self.graphs[model.graph.name]
-        module.graphs = {g.name: g for g in self.graphs.values()}
+        entry = self.graphs[_s(model.graph.name)]
+        module.graphs = {_s(g.name): g for g in self.graphs.values()}
         module.default_entry = entry.name
         module.metadata.update(self.metadata())
         return module
@@ -218,61 +238,61 @@ class Importer:
         m = self.model
         meta: dict[str, Any] = {"format": "mindir"}
         for field in ("producer_name", "model_version", "ir_version", "doc_string"):
-            value = getattr(m, field)
+            value = _s(getattr(m, field))
             if value:
                 meta[field] = value
         if m.mind_ir_version:
             meta["mind_ir_version"] = int(m.mind_ir_version)
         if len(m.user_info):
-            meta["user_info"] = {e.key: e.value for e in m.user_info}
-        meta["mindir_entry"] = m.graph.name
+            meta["user_info"] = {_s(e.key): _s(e.value) for e in m.user_info}
+        meta["mindir_entry"] = _s(m.graph.name)
         return meta
 
     def convert_graph(self, g: Any, entry: bool) -> None:
-        graph = self.graphs[g.name]
+        graph = self.graphs[_s(g.name)]
         scope: dict[str, Node] = {}
         meta: dict[str, Any] = {}
         for attr in g.attribute:
-            if attr.name in ("is_while_header",):
-                meta[attr.name] = bool(attr.i)
-        graph.flags["meta"] = {"mindir_graph": g.name, **meta}
-        if g.doc_string:
-            graph.flags["doc"] = g.doc_string
-        first = self.first_number[g.name]
-        gloc = Location(self.filename, first, 1, f"graph {g.name}")
+            if _s(attr.name) in ("is_while_header",):
+                meta[_s(attr.name)] = bool(attr.i)
+        graph.flags["meta"] = {"mindir_graph": _s(g.name), **meta}
+        if _s(g.doc_string):
+            graph.flags["doc"] = _s(g.doc_string)
+        first = self.first_number[_s(g.name)]
+        gloc = Location(self.filename, first, 1, f"graph {_s(g.name)}")
         graph.loc = gloc
         # Weights: constants, or (entry, params_as_inputs) the first parameters.
         for p in g.parameter:
-            key = p.ref_key or p.name.rpartition(":")[2] or p.name
+            key = _s(p.ref_key) or _s(p.name).rpartition(":")[2] or _s(p.name)
             try:
                 value = tensor_of(p, f"weight {key!r}", self.folder)
             except NodeError as e:
-                self.fail(gloc, f"graph {g.name}: {e}")
+                self.fail(gloc, f"graph {_s(g.name)}: {e}")
                 continue
             if entry and self.params_as_inputs:
                 if key in self.module.params:
-                    self.fail(gloc, f"graph {g.name}: two weights named {key!r}")
+                    self.fail(gloc, f"graph {_s(g.name)}: two weights named {key!r}")
                     continue
-                scope[p.name] = graph.add_parameter(_identifier(key), gloc)
+                scope[_s(p.name)] = graph.add_parameter(_identifier(key), gloc)
                 self.module.params[_identifier(key)] = value
             else:
-                scope[p.name] = ValueNode(value, gloc, name=None)
+                scope[_s(p.name)] = ValueNode(value, gloc, name=None)
         for inp in g.input:
-            if not inp.name or inp.name in scope:
-                self.fail(gloc, f"graph {g.name}: input {inp.name!r} is unnamed or named twice")
+            if not _s(inp.name) or _s(inp.name) in scope:
+                self.fail(gloc, f"graph {_s(g.name)}: input {_s(inp.name)!r} is unnamed or named twice")
                 continue
-            scope[inp.name] = graph.add_parameter(_identifier(inp.name.rpartition(":")[2] or inp.name), gloc)
+            scope[_s(inp.name)] = graph.add_parameter(_identifier(_s(inp.name).rpartition(":")[2] or _s(inp.name)), gloc)
         # The graph's own nodes by output name; converted in dependency order.
         own: dict[str, int] = {}
         nodes = list(g.node)
         for index, node in enumerate(nodes):
-            if node.op_type == "Constant":
+            if _s(node.op_type) == "Constant":
                 continue
-            names = list(node.output) or [node.name]
+            names = list(_ss(node.output)) or [_s(node.name)]
             for name in names:
                 if not name or name in own or name in scope:
                     self.fail(self.node_loc(g, node, first + index),
-                              f"graph {g.name}: node output {name!r} is unnamed or defined twice")
+                              f"graph {_s(g.name)}: node output {name!r} is unnamed or defined twice")
                     continue
                 own[name] = index
         order = self.dependency_order(g, nodes, own)
@@ -286,25 +306,25 @@ class Importer:
             except _Failed:
                 continue
             except NodeError as e:
-                self.fail(loc, f"graph {g.name}, node {node.name!r} ({node.op_type}): {e}")
+                self.fail(loc, f"graph {_s(g.name)}, node {_s(node.name)!r} ({_s(node.op_type)}): {e}")
                 continue
-            for name in list(node.output) or [node.name]:
+            for name in list(_ss(node.output)) or [_s(node.name)]:
                 scope[name] = result
             if isinstance(result, CNode) and result.graph is graph and result not in graph.node_meta:
-                info: dict[str, Any] = {"mindir_node": node.name, "op_type": node.op_type}
-                if node.domain:
-                    info["scope"] = node.domain
+                info: dict[str, Any] = {"mindir_node": _s(node.name), "op_type": _s(node.op_type)}
+                if _s(node.domain):
+                    info["scope"] = _s(node.domain)
                 graph.node_meta[result] = info
         if len(g.output) != 1:
-            self.fail(gloc, f"graph {g.name} has {len(g.output)} outputs; a MindSpore graph has one")
+            self.fail(gloc, f"graph {_s(g.name)} has {len(g.output)} outputs; a MindSpore graph has one")
             return
-        out = g.output[0].name
+        out = _s(g.output[0].name)
         try:
             graph.output = self.lookup(g, graph, out, scope, own)
         except _Failed:
             pass
         except NodeError as e:
-            self.fail(gloc, f"graph {g.name}: output {out!r}: {e}")
+            self.fail(gloc, f"graph {_s(g.name)}: output {out!r}: {e}")
 
     def dependency_order(self, g: Any, nodes: list[Any], own: dict[str, int]) -> Optional[list[int]]:
         """The graph's nodes, each after the nodes of the graph it reads (iteratively);
@@ -314,8 +334,8 @@ class Importer:
 
         def deps(index: int) -> list[int]:
             node = nodes[index]
-            names = [*node.input]
-            callee = _ref(node.op_type)  # REF::<node> calls what a node computed
+            names = [*_ss(node.input)]
+            callee = _ref(_s(node.op_type))  # REF::<node> calls what a node computed
             if callee is not None:
                 names.append(callee)
             return [own[n] for n in names if n in own]
@@ -338,8 +358,8 @@ class Importer:
                 if seen == 2:
                     continue
                 if seen == 1:
-                    loc = self.node_loc(g, nodes[child], self.first_number[g.name] + child)
-                    self.fail(loc, f"graph {g.name}: node {nodes[child].name!r} depends on itself "
+                    loc = self.node_loc(g, nodes[child], self.first_number[_s(g.name)] + child)
+                    self.fail(loc, f"graph {_s(g.name)}: node {_s(nodes[child].name)!r} depends on itself "
                               "(a cycle)")
                     return None
                 state[child] = 1
@@ -356,38 +376,40 @@ class Importer:
             return ValueNode(self.graphs[name])
         if name in own:
             raise _Failed(name)  # its own error is listed already
-        raise NodeError(f"{name!r} is not a parameter, node or constant of graph {g.name}, nor a "
+        raise NodeError(f"{name!r} is not a parameter, node or constant of graph {_s(g.name)}, nor a "
                         "graph (a free variable of another graph, or a dangling name)")
 
     def out_shape(self, node: Any) -> Optional[tuple[int, ...]]:
         """The node's result shape from its ``shape`` attribute (one tensor), else None."""
         for a in node.attribute:
-            if a.name == "shape" and a.type == self.A.TENSORS and len(a.tensors) == 1:
+            if _s(a.name) == "shape" and a.type == self.A.TENSORS and len(a.tensors) == 1:
                 return tuple(int(d) for d in a.tensors[0].dims)
         return None
 
     def convert_node(self, g: Any, graph: FuncGraph, node: Any, scope: dict[str, Node],
                      own: dict[str, int], loc: Location) -> Node:
-        args = [self.lookup(g, graph, name, scope, own) for name in node.input]
-        op = node.op_type
+        args = [self.lookup(g, graph, name, scope, own) for name in _ss(node.input)]
+        op = _s(node.op_type)
         target = _ref(op)
         if target is None:
             if op in OPS:  # an older form: the op's name, attributes on the node
-                attrs = {a.name: self.attribute(a, f"attribute {a.name!r}") for a in node.attribute
-                         if a.name != "shape"}
+                attrs = {_s(a.name): self.attribute(a, f"attribute {_s(a.name)!r}") for a in node.attribute
+                         if _s(a.name) != "shape"}
                 return OPS[op](Ctx(graph, loc, args, attrs, op, self.out_shape(node)))
             raise NodeError(f"op type {op!r} is not a reference (REF::...) anfir reads")
+        if target in self.unsupported:
+            raise _Failed(target)  # listed up front
         if target in self.primitives:
             prim = self.primitives[target]
-            kind = prim.op_type
+            kind = _s(prim.op_type)
             if kind not in OPS:
                 raise NodeError(f"MindSpore op {kind} has no anfir rule")
             attrs = {}
             for a in prim.attribute:
-                if a.name in ("input_names", "output_names"):
+                if _s(a.name) in ("input_names", "output_names"):
                     continue
                 try:
-                    attrs[a.name] = self.attribute(a, f"attribute {a.name!r} of {kind}")
+                    attrs[_s(a.name)] = self.attribute(a, f"attribute {_s(a.name)!r} of {kind}")
                 except NodeError:
                     continue  # an attribute anfir's rule does not read (unusual types)
             return OPS[kind](Ctx(graph, loc, args, attrs, kind, self.out_shape(node)))
@@ -395,7 +417,16 @@ class Importer:
             return graph.apply(self.graphs[target], *args, loc=loc)
         if target in scope:
             return graph.apply(scope[target], *args, loc=loc)
-        raise NodeError(f"calls {target!r}, which is no primitive, graph or value of graph {g.name}")
+        raise NodeError(f"calls {target!r}, which is no primitive, graph or value of graph {_s(g.name)}")
+
+
+def _s(value: Any) -> str:
+    """A string field (protobuf hands a proto2 string with invalid UTF-8 over as bytes)."""
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+
+
+def _ss(values: Any) -> list[str]:
+    return [_s(v) for v in values]
 
 
 class _Failed(NodeError):
@@ -410,7 +441,7 @@ def _one(attr: Any, single: str, repeated: str) -> Any:
         return values[0]
     if len(values) == 0:
         return getattr(attr, single)  # the default (0)
-    raise NodeError(f"attribute {attr.name!r}: one number expected, {len(values)} given")
+    raise NodeError(f"attribute {_s(attr.name)!r}: one number expected, {len(values)} given")
 
 
 def _ref(op_type: str) -> Optional[str]:
