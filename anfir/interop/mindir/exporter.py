@@ -111,14 +111,19 @@ class Writer:
         self.constants[key] = name
         return name
 
-    def fill(self, attr: Any, value: Any, dtype: Optional[str], scalar: bool) -> None:
+    def fill(self, attr: Any, value: Any, dtype: Optional[str], scalar: bool, item: bool = False) -> None:
+        # A scalar inside a tuple goes in the repeated field (``ints``), as MindSpore
+        # writes it and its loader requires; a lone scalar in the singular one.
         A = self.A
         if isinstance(value, (bool, np.bool_)) and scalar:
-            attr.type, attr.i = A.BOOL, int(bool(value))
+            attr.type = A.BOOL
+            attr.ints.append(int(bool(value))) if item else setattr(attr, "i", int(bool(value)))
         elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and scalar:
-            attr.type, attr.i = A.INT64, int(value)
+            attr.type = A.INT64
+            attr.ints.append(int(value)) if item else setattr(attr, "i", int(value))
         elif isinstance(value, (float, np.floating)) and scalar:
-            attr.type, attr.f = A.FLOAT, float(value)
+            attr.type = A.FLOAT
+            attr.floats.append(float(value)) if item else setattr(attr, "f", float(value))
         elif isinstance(value, (bool, int, float, np.generic, np.ndarray)):
             array = np.asarray(value)
             name = dtype or _dtype_of_value(value)
@@ -126,14 +131,16 @@ class Writer:
             write_tensor(attr.tensors.add(), array.astype(np.dtype(_numpy(name))), name)
         elif isinstance(value, tuple):
             attr.type = A.TUPLE
-            for item in value:
-                self.fill(attr.values.add(), item, dtype, scalar)
+            for element in value:
+                self.fill(attr.values.add(), element, dtype, scalar, item=True)
         elif value is None:
             attr.type = A.NONE
         elif isinstance(value, str):
             attr.type, attr.s = A.STRING, value.encode("utf-8")
         elif isinstance(value, SymbolicKey):
-            attr.type, attr.s = A.SYMBOL, value.name.encode("utf-8")
+            # A gradient environment's key: a string (MindSpore's loader refuses SYMBOL);
+            # the reader turns the key input of EnvironSet/EnvironGet back into a key.
+            attr.type, attr.s = A.STRING, value.name.encode("utf-8")
         else:
             raise _Unsupported(f"a constant of type {type(value).__name__} ({value!r:.60})")
 

@@ -24,6 +24,7 @@ from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.registry import PRIMITIVES
+from anfir.values import SymbolicKey
 
 P = PRIMITIVES
 
@@ -207,16 +208,24 @@ def _environ_create(ctx: Ctx) -> Node:
     return ctx.call(gradient.newenv)
 
 
+def _env_key(ctx: Ctx) -> Node:
+    # anfir writes a key as its name (a string constant)
+    key = ctx.args[1]
+    if isinstance(key, ValueNode) and isinstance(key.value, str):
+        return ValueNode(SymbolicKey(key.value), ctx.loc)
+    return key
+
+
 @_op("EnvironSet")
 def _environ_set(ctx: Ctx) -> Node:
     ctx.arity(3)
-    return ctx.call(gradient.env_setitem, *ctx.args)
+    return ctx.call(gradient.env_setitem, ctx.args[0], _env_key(ctx), ctx.args[2])
 
 
 @_op("EnvironGet")
 def _environ_get(ctx: Ctx) -> Node:
     ctx.arity(3)
-    return ctx.call(gradient.env_getitem, *ctx.args)
+    return ctx.call(gradient.env_getitem, ctx.args[0], _env_key(ctx), ctx.args[2])
 
 
 # -- types ---------------------------------------------------------------------------------
