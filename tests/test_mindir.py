@@ -367,3 +367,13 @@ def test_devices_and_directories_are_not_read(tmp_path: Path) -> None:
             import_mindir(path)
     with pytest.raises(MindirError):
         import_mindir(12)  # type: ignore[arg-type]
+
+
+def test_the_docs_table_names_every_rule() -> None:
+    from anfir.interop.mindir.exporter import RULES
+    from anfir.interop.mindir.import_ops import OPS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "mindir.md").read_text(encoding="utf-8")
+    words = set(text.replace("|", " ").replace(",", " ").replace("`", " ").split())
+    assert not sorted(set(OPS) - words), "docs/mindir.md lacks MindSpore ops"
+    assert not sorted({p.name for p in RULES} - words), "docs/mindir.md lacks exported primitives"
