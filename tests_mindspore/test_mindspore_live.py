@@ -121,6 +121,16 @@ def test_control_flow_runs_in_mindspore(name: str, args: tuple[Any, ...], tmp_pa
     compare(anfir.run(module[name], *args), run_in_mindspore(tmp_path, data, args), name)
 
 
+@pytest.mark.parametrize("entry", ["cnn_loss", "cnn_grad"])
+def test_the_cnn_and_its_gradient_run_in_mindspore(entry: str, tmp_path: Path) -> None:
+    from test_mindir import CNN, cnn_args
+
+    module = anfir.parse(CNN)
+    args = cnn_args()
+    data = anfir.export_mindir(module, entry=entry, args=args)
+    compare(anfir.run(module[entry], *args), run_in_mindspore(tmp_path, data, tuple(args)), entry)
+
+
 def test_imported_weights_run_in_mindspore_as_parameters(tmp_path: Path) -> None:
     fixtures = ROOT / "tests" / "mindir_fixtures"
     mod = anfir.import_mindir(str(fixtures / "dense_relu.mindir"), params_as_inputs=True)

@@ -48,6 +48,7 @@ from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.passes.pipeline import compile_program
 from anfir.primitives import arith, gradient, structure, tensor
+from anfir.primitives.conv import conv_params
 from anfir.primitives.registry import PRIMITIVES
 from anfir.values import SymbolicKey
 
@@ -84,14 +85,18 @@ class Writer:
         self.counter += 1
         return f"{base}_{self.counter}"
 
-    def prim(self, op: str) -> str:
-        """The key of MindSpore primitive ``op`` in the model's table (added once)."""
-        key = self.prim_keys.get(op)
+    def prim(self, op: str, attrs: Optional[dict[str, Any]] = None) -> str:
+        """The key of MindSpore primitive ``op`` with ``attrs`` in the model's table
+        (added once per distinct attributes: Conv2D keeps its stride there)."""
+        ident = op if not attrs else f"{op}{sorted(attrs.items())!r}"
+        key = self.prim_keys.get(ident)
         if key is None:
             key = f"{op}:{len(self.prim_keys) + 1}"
-            self.prim_keys[op] = key
+            self.prim_keys[ident] = key
             p = self.model.primitives.add(name=key, op_type=op, instance_name="")
             p.prim_type = 1
+            for name, value in (attrs or {}).items():
+                self.fill(p.attribute.add(name=name), value, None, scalar=True)
         return key
 
     # -- constants ------------------------------------------------------------------------
@@ -236,11 +241,12 @@ class Writer:
             return self.graph_names[h]
         return self.emit("Partial", [self.graph_names[h], *(self.ref(v) for v in fvs)], prim=True)
 
-    def emit(self, op: str, inputs: Sequence[str], prim: bool = True, abstract: Any = None) -> str:
+    def emit(self, op: str, inputs: Sequence[str], prim: bool = True, abstract: Any = None,
+             attrs: Optional[dict[str, Any]] = None) -> str:
         """Add ``op(inputs)`` to the graph being written; the node's name."""
         assert self.graph is not None
         name = f"{self.graph_names[self.graph]}:{self.fresh('CNode')}"
-        node = self.gp.node.add(name=name, op_type=f"REF::{self.prim(op) if prim else op}")
+        node = self.gp.node.add(name=name, op_type=f"REF::{self.prim(op, attrs) if prim else op}")
         node.input.extend(inputs)
         node.output.append(name)
         # The result's type, where it is a tensor (anfir's scalars are 0-d tensors).
@@ -432,6 +438,12 @@ def _shape(node: Node, what: str) -> tuple[int, ...]:
     raise _Unsupported(f"{what} needs static shapes (compile with concrete arguments)")
 
 
+@_rule(tensor.shape)
+def _shape_of(w: Writer, node: CNode) -> str:
+    # a static shape is a constant (a tuple of scalar INT64)
+    return w.constant(_shape(node.args[0], "shape"), scalar=True)
+
+
 @_rule(gradient.size)
 def _size(w: Writer, node: CNode) -> str:
     return w.constant(int(np.prod(_shape(node.args[0], "size"))), "i64")
@@ -499,6 +511,112 @@ def _cast_like(w: Writer, node: CNode) -> str:
     if want not in TYPE_ID_OF:
         raise _Unsupported(f"cast_like to {want}")
     return w.emit("Cast", [w.ref(g), w.constant(TYPE_ID_OF[want], scalar=True)], abstract=node.abstract)
+
+
+# -- the convolution family (2-d, NCHW) --------------------------------------------------------
+def _conv_attrs(node: CNode, x: Node, w: Node, backprop: bool) -> dict[str, Any]:
+    xs, ws = _shape(x, "conv"), _shape(w, "conv")
+    if len(ws) != 4 or len(xs) != 4:
+        raise _Unsupported("a convolution that is not 2-d")
+    attrs = dict(node.attrs) if node.attrs else {}
+    probe = np.broadcast_to(np.zeros((), np.float32), xs), np.broadcast_to(np.zeros((), np.float32), ws)
+    try:
+        _, stride, pads, dilation, groups = conv_params(*probe, attrs.get("stride", 1), attrs.get("padding", 0),
+                                                       attrs.get("dilation", 1), attrs.get("groups", 1), "conv")
+    except Exception as e:  # an AnfirError of the attributes: the node cannot be written
+        raise _Unsupported(f"conv attributes: {e}") from None
+    top, left, bottom, right = (int(p) for p in pads)
+    pad = (top, bottom, left, right)  # MindSpore's order
+    return {"kernel_size": (ws[2], ws[3]), "mode": 1, "out_channel": ws[0], "pad": pad,
+            "pad_mode": "PAD" if backprop else "pad", "format": "NCHW", "pad_list": pad,
+            "groups": int(groups), "group": int(groups), "stride": (1, 1, *(int(v) for v in stride)),
+            "dilation": (1, 1, *(int(v) for v in dilation))}
+
+
+@_rule(P["conv"], P["conv_core"])
+def _conv(w: Writer, node: CNode) -> str:
+    x, weight = node.args[:2]
+    out = w.emit("Conv2D", [w.ref(x), w.ref(weight)], attrs=_conv_attrs(node, x, weight, False),
+                 abstract=node.abstract if len(node.args) == 2 else None)
+    if len(node.args) == 3:  # the bias along axis 1
+        out = w.emit("BiasAdd", [out, w.ref(node.args[2]), w.constant(0, scalar=True)], abstract=node.abstract)
+    return out
+
+
+@_rule(P["conv_input_grad"])
+def _conv_input_grad(w: Writer, node: CNode) -> str:
+    dout, weight, x = node.args
+    return w.emit("Conv2DBackpropInput", [w.ref(dout), w.ref(weight), w.constant(_shape(x, "conv"), scalar=True)],
+                  attrs=_conv_attrs(node, x, weight, True), abstract=node.abstract)
+
+
+@_rule(P["conv_weight_grad"])
+def _conv_weight_grad(w: Writer, node: CNode) -> str:
+    x, dout, weight = node.args
+    return w.emit("Conv2DBackpropFilter", [w.ref(dout), w.ref(x), w.constant(_shape(weight, "conv"), scalar=True)],
+                  attrs=_conv_attrs(node, x, weight, True), abstract=node.abstract)
+
+
+def _window(node: CNode, x: Node, what: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    attrs = dict(node.attrs) if node.attrs else {}
+    if len(_shape(x, what)) != 4:
+        raise _Unsupported(f"{what} that is not 2-d")
+    if attrs.get("padding", 0) not in (0, (0, 0), (0, 0, 0, 0)) or attrs.get("ceil_mode", False) or \
+            attrs.get("dilation", 1) not in (1, (1, 1)):
+        raise _Unsupported(f"{what} with padding, dilation or ceil_mode (MindSpore's VALID pooling only)")
+    kernel = attrs.get("kernel")
+    stride = attrs.get("stride") or kernel
+    pair = (lambda v: (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1])))
+    return pair(kernel), pair(stride)
+
+
+def _maxpool_attrs(kernel: tuple[int, int], stride: tuple[int, int]) -> dict[str, Any]:
+    return {"kernel_size": (1, 1, *kernel), "strides": (1, 1, *stride), "pad_mode": "VALID",
+            "format": "NCHW"}
+
+
+@_rule(P["max_pool"])
+def _max_pool(w: Writer, node: CNode) -> str:
+    kernel, stride = _window(node, node.args[0], "max_pool")
+    return w.emit("MaxPool", [w.ref(node.args[0])], attrs=_maxpool_attrs(kernel, stride), abstract=node.abstract)
+
+
+@_rule(P["max_pool_grad"])
+def _max_pool_grad(w: Writer, node: CNode) -> str:
+    x, dout = node.args
+    kernel, stride = _window(node, x, "max_pool")
+    attrs = _maxpool_attrs(kernel, stride)
+    out = w.emit("MaxPool", [w.ref(x)], attrs=attrs)
+    return w.emit("MaxPoolGrad", [w.ref(x), out, w.ref(dout)], attrs=attrs, abstract=node.abstract)
+
+
+def _avg_inputs(w: Writer, kernel: tuple[int, int], stride: tuple[int, int]) -> list[str]:
+    # AvgPool takes (kernel, strides, pad_mode VALID = 2, data_format NCHW = 0) as inputs
+    return [w.constant(kernel, scalar=True), w.constant(stride, scalar=True), w.constant(2, scalar=True),
+            w.constant(0, scalar=True)]
+
+
+@_rule(P["avg_pool"])
+def _avg_pool(w: Writer, node: CNode) -> str:
+    kernel, stride = _window(node, node.args[0], "avg_pool")
+    return w.emit("AvgPool", [w.ref(node.args[0]), *_avg_inputs(w, kernel, stride)], abstract=node.abstract)
+
+
+@_rule(P["avg_pool_grad"])
+def _avg_pool_grad(w: Writer, node: CNode) -> str:
+    dout, x = node.args
+    kernel, stride = _window(node, x, "avg_pool")
+    out = w.emit("AvgPool", [w.ref(x), *_avg_inputs(w, kernel, stride)])
+    return w.emit("AvgPoolGrad", [w.ref(x), out, w.ref(dout), *_avg_inputs(w, kernel, stride)],
+                  abstract=node.abstract)
+
+
+@_rule(P["channel_sum"])
+def _channel_sum(w: Writer, node: CNode) -> str:
+    rank = len(_shape(node.args[0], "channel_sum"))
+    axes = (0,) + tuple(range(2, rank))
+    return w.emit("ReduceSum", [w.ref(node.args[0]), w.constant(axes, scalar=True), w.constant(False, scalar=True),
+                                w.constant(False, scalar=True)], abstract=node.abstract)
 
 
 @_rule(gradient.newenv)

@@ -41,6 +41,8 @@ class Ctx:
     op: str
     out_shape: Optional[tuple[int, ...]] = None
     """The node's result shape as MindSpore recorded it (its ``shape`` attribute), if a tensor."""
+    out_dtype: Optional[str] = None
+    """The node's result dtype, likewise."""
 
     def call(self, prim: Any, *args: Any, **attrs: Any) -> CNode:
         """``prim(*args, **attrs)`` in the node's graph, at its place."""
@@ -439,8 +441,13 @@ def _pairs(value: Any, n: int, what: str) -> tuple[int, ...]:
 @_op("Conv2D")
 def _conv2d(ctx: Ctx) -> Node:
     ctx.arity(2)
+    return ctx.call(P["conv"], ctx.args[0], ctx.args[1], **_conv_attrs(ctx))
+
+
+def _conv_attrs(ctx: Ctx) -> dict[str, Any]:
+    """anfir's conv attributes from a MindSpore convolution primitive's."""
     if str(ctx.attr("format", "NCHW")) != "NCHW":
-        raise NodeError("Conv2D in a format other than NCHW")
+        raise NodeError(f"{ctx.op} in a format other than NCHW")
     stride = _pairs(ctx.attr("stride", 1), 2, "stride")
     dilation = _pairs(ctx.attr("dilation", 1), 2, "dilation")
     groups = int(ctx.attr("group", ctx.attr("groups", 1)))
@@ -452,8 +459,49 @@ def _conv2d(ctx: Ctx) -> Node:
     else:  # MindSpore's pad list is (top, bottom, left, right); anfir's begins then ends
         top, bottom, left, right = _pairs(ctx.attr("pad_list", ctx.attr("pad", 0)), 4, "pad")
         padding = (top, left, bottom, right)
-    return ctx.call(P["conv"], ctx.args[0], ctx.args[1], stride=stride, padding=padding,
-                    dilation=dilation, groups=groups)
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+
+
+def _dtype_of_result(ctx: Ctx) -> str:
+    if ctx.out_dtype is None:
+        raise NodeError(f"{ctx.op} needs its result's dtype (the node's shape attribute)")
+    return ctx.out_dtype
+
+
+@_op("Conv2DBackpropInput")
+def _conv_input_grad(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (dout, w, input_size): anfir's rule reads only x's shape
+    attrs = _conv_attrs(ctx)
+    like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
+    return ctx.call(P["conv_input_grad"], ctx.args[0], ctx.args[1], like, **attrs)
+
+
+@_op("Conv2DBackpropFilter")
+def _conv_weight_grad(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (dout, x, filter_size)
+    attrs = _conv_attrs(ctx)
+    like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
+    return ctx.call(P["conv_weight_grad"], ctx.args[1], ctx.args[0], like, **attrs)
+
+
+@_op("MaxPoolGrad")
+def _max_pool_grad(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (x, out, dout)
+    kernel = _pairs(ctx.attr("kernel_size", 1), 2, "kernel_size")
+    stride = _pairs(ctx.attr("strides", 1), 2, "strides")
+    if str(ctx.attr("pad_mode", "VALID")).upper() != "VALID":
+        raise NodeError("MaxPoolGrad with a pad mode other than VALID")
+    return ctx.call(P["max_pool_grad"], ctx.args[0], ctx.args[2], kernel=kernel, stride=stride)
+
+
+@_op("AvgPoolGrad")
+def _avg_pool_grad(ctx: Ctx) -> Node:
+    ctx.arity(7)  # (x, out, dout, kernel, strides, pad_mode, data_format)
+    if ctx.static(5) != 2 or ctx.static(6) != 0:
+        raise NodeError("AvgPoolGrad other than VALID, NCHW")
+    kernel = _pairs(ctx.static(3), 2, "kernel_size")
+    stride = _pairs(ctx.static(4), 2, "strides")
+    return ctx.call(P["avg_pool_grad"], ctx.args[2], ctx.args[0], kernel=kernel, stride=stride)
 
 
 @_op("MaxPool", "AvgPool")

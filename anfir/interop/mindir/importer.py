@@ -42,7 +42,7 @@ from typing import Any, Optional, Union
 
 from anfir import limits
 from anfir.gcpause import gc_paused
-from anfir.interop.mindir.common import MAX_MODEL_BYTES, MindirError, NodeError, check_count, model_location, tensor_of
+from anfir.interop.mindir.common import TENSOR_DTYPES, MAX_MODEL_BYTES, MindirError, NodeError, check_count, model_location, tensor_of
 from anfir.interop.mindir.import_ops import OPS, Ctx
 from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
@@ -379,12 +379,13 @@ class Importer:
         raise NodeError(f"{name!r} is not a parameter, node or constant of graph {_s(g.name)}, nor a "
                         "graph (a free variable of another graph, or a dangling name)")
 
-    def out_shape(self, node: Any) -> Optional[tuple[int, ...]]:
-        """The node's result shape from its ``shape`` attribute (one tensor), else None."""
+    def out_type(self, node: Any) -> tuple[Optional[tuple[int, ...]], Optional[str]]:
+        """The node's result shape and dtype from its ``shape`` attribute (one tensor)."""
         for a in node.attribute:
             if _s(a.name) == "shape" and a.type == self.A.TENSORS and len(a.tensors) == 1:
-                return tuple(int(d) for d in a.tensors[0].dims)
-        return None
+                t = a.tensors[0]
+                return tuple(int(d) for d in t.dims), TENSOR_DTYPES.get(t.data_type)
+        return None, None
 
     def convert_node(self, g: Any, graph: FuncGraph, node: Any, scope: dict[str, Node],
                      own: dict[str, int], loc: Location) -> Node:
@@ -395,7 +396,7 @@ class Importer:
             if op in OPS:  # an older form: the op's name, attributes on the node
                 attrs = {_s(a.name): self.attribute(a, f"attribute {_s(a.name)!r}") for a in node.attribute
                          if _s(a.name) != "shape"}
-                return OPS[op](Ctx(graph, loc, args, attrs, op, self.out_shape(node)))
+                return OPS[op](Ctx(graph, loc, args, attrs, op, *self.out_type(node)))
             raise NodeError(f"op type {op!r} is not a reference (REF::...) anfir reads")
         if target in self.unsupported:
             raise _Failed(target)  # listed up front
@@ -412,7 +413,7 @@ class Importer:
                     attrs[_s(a.name)] = self.attribute(a, f"attribute {_s(a.name)!r} of {kind}")
                 except NodeError:
                     continue  # an attribute anfir's rule does not read (unusual types)
-            return OPS[kind](Ctx(graph, loc, args, attrs, kind, self.out_shape(node)))
+            return OPS[kind](Ctx(graph, loc, args, attrs, kind, *self.out_type(node)))
         if target in self.graphs:
             return graph.apply(self.graphs[target], *args, loc=loc)
         if target in scope:
