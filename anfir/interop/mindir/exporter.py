@@ -176,9 +176,6 @@ class Writer:
         self.gp, self.graph, self.names = gp, g, {}
         gname = self.graph_names[g]
         gp.name = gname
-        if g.flags.get("loop") or _tail_calls_itself(g):
-            attr = gp.attribute.add(name="is_while_header", type=self.A.BOOL)
-            attr.i = 1
         for k, fv in enumerate(self.fvs[g]):
             name = f"{gname}:fv{k}_{fv.name or 'v'}"
             self.names[fv] = name
@@ -374,10 +371,9 @@ def _partial(w: Writer, node: CNode) -> str:
 
 @_rule(structure.identity, structure.stop_gradient)
 def _identity(w: Writer, node: CNode) -> str:
-    op = "StopGradient" if node.callee.value is structure.stop_gradient else "Depend"  # type: ignore[attr-defined]
-    if op == "Depend":
-        return w.ref(node.args[0])
-    return w.emit(op, [w.ref(node.args[0])], abstract=node.abstract)
+    if node.is_apply(structure.stop_gradient):
+        return w.emit("StopGradient", [w.ref(node.args[0])], abstract=node.abstract)
+    return w.ref(node.args[0])  # identity: the value itself
 
 
 @_rule(tensor.cast)
@@ -635,11 +631,6 @@ def _env_get(w: Writer, node: CNode) -> str:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _tail_calls_itself(g: FuncGraph) -> bool:
-    """Whether ``g`` is a loop header: some graph it selects or calls calls ``g`` back."""
-    return False
-
-
 def _key(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
