@@ -23,7 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+# One thread on both sides (numpy's BLAS, MindSpore's kernels), as the other benchmarks
+# run torch: on a shared 2-core machine, spinning BLAS threads swamp a 1 ms step.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
