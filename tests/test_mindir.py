@@ -417,3 +417,24 @@ def test_the_cnn_and_its_gradient_round_trip(entry: str) -> None:
     back = import_mindir(data)
     for seed in (4, 5):
         same(anfir.run(module[entry], *cnn_args(seed)), anfir.run(back.entry, *cnn_args(seed)), entry)
+
+
+HEAD = """
+def head(x: f32[2, 3, 4, 4], w: f32[3, 2]) =
+  let h = relu(x * 2.0) in
+  let f = flatten(global_avg_pool(h), 1) in
+  squeeze(unsqueeze(f, axis=0), axis=0) @ w
+"""
+"""Global average pooling and the static reshapes (flatten, squeeze, unsqueeze)."""
+
+
+def head_args(seed: int = 2) -> list[np.ndarray]:
+    r = np.random.default_rng(seed)
+    return [r.standard_normal((2, 3, 4, 4)).astype(np.float32), r.standard_normal((3, 2)).astype(np.float32)]
+
+
+def test_pooling_heads_and_static_reshapes_round_trip() -> None:
+    module = anfir.parse(HEAD)
+    back = import_mindir(anfir.export_mindir(module, entry="head", args=head_args()))
+    for seed in (2, 3):
+        same(anfir.run(module["head"], *head_args(seed)), anfir.run(back.entry, *head_args(seed)), "head")

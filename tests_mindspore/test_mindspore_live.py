@@ -131,6 +131,15 @@ def test_the_cnn_and_its_gradient_run_in_mindspore(entry: str, tmp_path: Path) -
     compare(anfir.run(module[entry], *args), run_in_mindspore(tmp_path, data, tuple(args)), entry)
 
 
+def test_a_pooling_head_runs_in_mindspore(tmp_path: Path) -> None:
+    from test_mindir import HEAD, head_args
+
+    module = anfir.parse(HEAD)
+    args = head_args()
+    data = anfir.export_mindir(module, entry="head", args=args)
+    compare(anfir.run(module["head"], *args), run_in_mindspore(tmp_path, data, tuple(args)), "head")
+
+
 def test_imported_weights_run_in_mindspore_as_parameters(tmp_path: Path) -> None:
     fixtures = ROOT / "tests" / "mindir_fixtures"
     mod = anfir.import_mindir(str(fixtures / "dense_relu.mindir"), params_as_inputs=True)

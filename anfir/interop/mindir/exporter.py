@@ -615,6 +615,23 @@ def _channel_sum(w: Writer, node: CNode) -> str:
                                 w.constant(False, scalar=True)], abstract=node.abstract)
 
 
+@_rule(P["global_avg_pool"])
+def _global_avg_pool(w: Writer, node: CNode) -> str:
+    rank = len(_shape(node.args[0], "global_avg_pool"))
+    return w.emit("ReduceMean", [w.ref(node.args[0]), w.constant(tuple(range(2, rank)), scalar=True),
+                                 w.constant(True, scalar=True)], abstract=node.abstract)
+
+
+@_rule(P["flatten"], P["squeeze"], P["unsqueeze"])
+def _static_reshape(w: Writer, node: CNode) -> str:
+    # a reshape to the result's static shape
+    out = node.abstract
+    if not isinstance(out, ATensor) or out.shape is None or not all(isinstance(d, int) for d in out.shape):
+        raise _Unsupported(f"{node.callee.value.name} needs a static result shape")  # type: ignore[attr-defined]
+    return w.emit("Reshape", [w.ref(node.args[0]), w.constant(tuple(int(d) for d in out.shape), scalar=True)],
+                  abstract=out)
+
+
 @_rule(gradient.newenv)
 def _newenv(w: Writer, node: CNode) -> str:
     return w.emit("EnvironCreate", [])
