@@ -438,3 +438,15 @@ def test_pooling_heads_and_static_reshapes_round_trip() -> None:
     back = import_mindir(anfir.export_mindir(module, entry="head", args=head_args()))
     for seed in (2, 3):
         same(anfir.run(module["head"], *head_args(seed)), anfir.run(back.entry, *head_args(seed)), "head")
+
+
+@pytest.mark.parametrize("body", ["x", "1.0"])
+def test_deeply_nested_tuples_round_trip_without_recursion(body: str) -> None:
+    n = 600  # far past protobuf's nesting limit and Python's recursion limit per level
+    module = anfir.parse("def main(x) = " + "(" * n + body + ",)" * n)
+    back = import_mindir(anfir.export_mindir(module, args=[2.0]))
+    got = anfir.run(back.entry, 2.0)
+    for _ in range(n):
+        assert isinstance(got, tuple) and len(got) == 1
+        got = got[0]
+    assert float(got) == (2.0 if body == "x" else 1.0)

@@ -226,8 +226,28 @@ class Writer:
                 return self.function_value(value)
             if isinstance(value, Primitive):
                 raise _Unsupported(f"the primitive {value.name} used as a value")
+            if isinstance(value, tuple) and _deeper_than(value, MAX_CONSTANT_NESTING):
+                return self.tuple_nodes(value, dtype)
             return self.constant(value, dtype)
         raise _Unsupported(f"{node!r} is not visible in @{self.graph.name if self.graph else '?'}")
+
+    def tuple_nodes(self, value: tuple[Any, ...], dtype: Optional[str]) -> str:
+        """A deeply nested constant tuple as MakeTuple nodes, built without recursion
+        (protobuf reads messages only ~100 deep: a nested constant would not load)."""
+        stack: list[tuple[Any, bool]] = [(value, False)]
+        done: list[str] = []
+        while stack:
+            item, expanded = stack.pop()
+            if not isinstance(item, tuple) or not _deeper_than(item, MAX_CONSTANT_NESTING):
+                done.append(self.constant(item, dtype))
+            elif expanded:
+                names = done[len(done) - len(item):] if item else []
+                del done[len(done) - len(item):]
+                done.append(self.emit("MakeTuple", names))
+            else:
+                stack.append((item, True))
+                stack.extend((element, False) for element in reversed(item))
+        return done[-1]
 
     def function_value(self, h: FuncGraph) -> str:
         """``h`` as a value: its name, or ``Partial(h, captured...)`` when it has free variables."""
@@ -648,6 +668,21 @@ def _env_get(w: Writer, node: CNode) -> str:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+MAX_CONSTANT_NESTING = 32
+"""Constant tuples nested deeper are written as MakeTuple nodes."""
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether the tuple ``value`` nests more than ``limit`` levels (iteratively)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((v, depth + 1) for v in item if isinstance(v, tuple))
+    return False
+
+
 def _key(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
