@@ -228,6 +228,7 @@ def dump_dot(obj: GraphOrModule) -> str:
 
 __all__ = [
     "AnfirError", "FuncGraph", "Module", "compile", "dump_dot", "dump_ir", "export_coreml",
-    "export_mindir", "export_onnx", "grad", "import_mindir", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
+    "export_onnx", "grad", "import_onnx", "import_torch", "jvp", "load", "lower", "parse", "run",
     "to_jax", "to_text", "value_and_grad", "vjp",
 ]
+__all__ += ["export_mindir", "import_mindir"]  # MindSpore .mindir files (docs/mindir.md)

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the format to write (default: onnx)")
     p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx, or an OUT.mlpackage directory)")
 
-    p = sub.add_parser("import", help="read a model (.onnx, .pt2, .mindir) and print it as ANF text",
+    p = sub.add_parser("import", help="read a model (.onnx, .pt2) and print it as ANF text",
                        formatter_class=raw,
                        epilog="examples:\n  anfir export examples/mlp.anf -o mlp.onnx\n"
                               "  anfir import mlp.onnx -o mlp_again.anf\n"

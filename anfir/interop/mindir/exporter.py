@@ -43,7 +43,7 @@ from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError,
 from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.manager import analyse
-from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.passes.pipeline import compile_program

@@ -46,7 +46,7 @@ from anfir.interop.mindir.common import TENSOR_DTYPES, MAX_MODEL_BYTES, MindirEr
 from anfir.interop.mindir.import_ops import OPS, Ctx
 from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
-from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
+from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.location import Location
 from anfir.values import SymbolicKey
 
