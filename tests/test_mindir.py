@@ -450,3 +450,20 @@ def test_deeply_nested_tuples_round_trip_without_recursion(body: str) -> None:
         assert isinstance(got, tuple) and len(got) == 1
         got = got[0]
     assert float(got) == (2.0 if body == "x" else 1.0)
+
+
+PROBS = """
+def probs(x: f64[3, 4], w: f64[4, 5]) = (softmax(x @ w), log_softmax(x @ w, axis=0))
+"""
+
+
+def test_softmax_and_log_softmax_round_trip() -> None:
+    from anfir.interop.mindir.schema import classes
+
+    module = anfir.parse(PROBS)
+    r = np.random.default_rng(2)
+    args = [r.standard_normal((3, 4)), r.standard_normal((4, 5))]
+    data = anfir.export_mindir(module, entry="probs", args=args)
+    ops = {p.op_type for p in classes()["ModelProto"].FromString(data).primitives}
+    assert {"Softmax", "LogSoftmax"} <= ops
+    same(anfir.run(module["probs"], *args), anfir.run(import_mindir(data).entry, *args), "probs")

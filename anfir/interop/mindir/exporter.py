@@ -652,6 +652,15 @@ def _static_reshape(w: Writer, node: CNode) -> str:
                   abstract=out)
 
 
+@_rule(P["softmax"], P["log_softmax"])
+def _softmax(w: Writer, node: CNode) -> str:
+    axis = int((node.attrs or {}).get("axis", -1))
+    op = "Softmax" if node.is_apply(P["softmax"]) else "LogSoftmax"
+    # the axis is an input: a tuple of one for Softmax, an int for LogSoftmax
+    where = w.constant((axis,) if op == "Softmax" else axis, scalar=True)
+    return w.emit(op, [w.ref(node.args[0]), where], abstract=node.abstract)
+
+
 @_rule(gradient.newenv)
 def _newenv(w: Writer, node: CNode) -> str:
     return w.emit("EnvironCreate", [])
