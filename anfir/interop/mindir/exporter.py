@@ -654,7 +654,7 @@ def _static_reshape(w: Writer, node: CNode) -> str:
 
 @_rule(P["softmax"], P["log_softmax"])
 def _softmax(w: Writer, node: CNode) -> str:
-    axis = int((node.attrs or {}).get("axis", -1))
+    axis = int(node.attrs.get("axis", -1)) if node.attrs else -1
     op = "Softmax" if node.is_apply(P["softmax"]) else "LogSoftmax"
     # the axis is an input: a tuple of one for Softmax, an int for LogSoftmax
     where = w.constant((axis,) if op == "Softmax" else axis, scalar=True)
