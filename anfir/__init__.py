@@ -31,6 +31,8 @@ from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
 from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_import
+from anfir.interop import mindir as _mindir
+from anfir.interop.mindir import exporter as _mindir_export
 from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
@@ -231,6 +233,30 @@ def import_torch(ep: Any) -> Module:
     return _torch_import.import_torch(ep)
 
 
+def import_mindir(path_or_bytes: Any, params_as_inputs: bool = False) -> Module:
+    """Read a MindSpore ``.mindir`` file (a path, or its bytes) into a Module: the
+    entry graph (``main``) and every function graph; ``Switch`` of two ``Partial`` closures is
+    ``if``, a while header a tail-recursive graph; weights are constants, or with
+    ``params_as_inputs=True`` the entry's first parameters, their values in
+    ``mod.params``.  Needs only protobuf (``pip install "anfir[mindir]"``); every
+    node that does not import is listed in one located :class:`AnfirError`.
+    See docs/mindir.md.
+    """
+    return _mindir.import_mindir(path_or_bytes, params_as_inputs=params_as_inputs)
+
+
+def export_mindir(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
+                  path: Optional[str] = None) -> bytes:
+    """Compile and write the entry as a MindSpore ``.mindir`` file: its bytes, also
+    written to ``path`` when given.  The graphs themselves are written — closures
+    lambda-lifted to ``Partial``, ``if`` as ``Switch``, loops (and their gradients)
+    as graphs that call themselves; a Module's ``params`` as weights.  ``args`` as
+    for :func:`compile`.  Needs only protobuf (``pip install "anfir[mindir]"``);
+    ``mindspore.load`` + ``nn.GraphCell`` run the file.  See docs/mindir.md.
+    """
+    return _mindir_export.export_mindir(mod_or_graph, entry=entry, args=args, path=path)
+
+
 def to_text(obj: GraphOrModule) -> str:
     """Canonical ANF text that parses back to the same graphs."""
     return _to_text(obj)
@@ -268,3 +294,4 @@ def custom_jvp(f: FuncGraph, jvp_rule: FuncGraph) -> FuncGraph:
 
 __all__ += ["custom_jvp", "custom_vjp"]  # structured loops' branch: custom derivatives
 __all__ += ["checkpoint"]
+__all__ += ["export_mindir", "import_mindir"]  # MindSpore .mindir files (docs/mindir.md)

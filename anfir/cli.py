@@ -28,6 +28,8 @@ from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
 from anfir.interop import coreml_export, onnx_export, onnx_import, torch_import
+from anfir.interop import mindir
+from anfir.interop.mindir import exporter as mindir_exporter, schema as mindir_schema
 from anfir.ir.walk import reachable_graphs
 from anfir.loading import load_file
 from anfir.nested import nested_text, tuple_items
@@ -441,10 +443,27 @@ def _onnx_summary(model: Any, path: str) -> str:
             f"{total} nodes" + (f" ({control})" if control else ""))
 
 
+def _save_mindir(data: Any, path: str) -> Any:
+    """Write the ``.mindir`` bytes to ``path``; the bytes."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return data
+
+
+def _mindir_summary(data: Any, path: str) -> str:
+    """``exported to f.mindir: MindIR, 3 graphs, 9 nodes, 1,234 bytes``."""
+    model = mindir_schema.classes()["ModelProto"].FromString(data)
+    graphs = [model.graph, *model.functions]
+    nodes = sum(len(g.node) for g in graphs)
+    return (f"exported @{model.graph.name} to {path}: MindIR, {len(graphs)} graph"
+            f"{'s' * (len(graphs) != 1)}, {nodes} nodes, {len(data):,} bytes")
+
+
 EXPORTERS: dict[str, tuple[Callable[[str, Optional[str], Optional[list[Any]]], Any],
                            Callable[[Any, str], Any], Callable[[Any, str], str]]] = {
     "onnx": (onnx_export.export_onnx, _save_onnx, _onnx_summary),
     "coreml": (coreml_export.export_coreml, _save_coreml, _coreml_summary),
+    "mindir": (mindir_exporter.export_mindir, _save_mindir, _mindir_summary),
 }
 """``--to`` format → (make the model of FILE, ENTRY, ARGS; save it to OUT, returning what
 to summarize; describe that in one line)."""
@@ -453,6 +472,7 @@ to summarize; describe that in one line)."""
 IMPORTERS: dict[str, Callable[[str], Any]] = {
     ".onnx": onnx_import.import_onnx,
     ".pt2": torch_import.load_pt2,
+    ".mindir": mindir.import_mindir,
 }
 """A model file's extension → the importer that reads it into a Module."""
 

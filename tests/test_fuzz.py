@@ -302,3 +302,58 @@ def test_the_fuzz_property_holds_for_the_issues_own_cases(text: str) -> None:
 
 def test_the_fuzz_property_holds_for_a_cyclic_dump() -> None:
     check_ir("subgraph @main() {\n  %1 = add(%1, 1)\n  return %1\n}\n")
+
+
+# -- .mindir files (issue 29) --------------------------------------------------------------------
+MINDIR_FIXTURES = ROOT / "tests" / "mindir_fixtures"
+
+
+def check_mindir(data: bytes, inputs: list[Any]) -> None:
+    """A mutated ``.mindir``: imported (bytes), printed and run on the fixture's inputs;
+    only located AnfirErrors, in bounded time and memory."""
+    text = repr(data[:200])
+
+    def body() -> None:
+        try:
+            module = anfir.import_mindir(data)
+        except Exception as error:  # noqa: BLE001 - checked
+            _check_error(error, text)
+            return
+        try:
+            anfir.to_text(module)
+        except Exception as error:  # noqa: BLE001 - checked
+            _check_error(error, text, located=False)
+        try:
+            with within(RUN_SECONDS):
+                anfir.run(module.entry, *inputs)
+        except Hang as hang:
+            if not _inside_the_evaluator(hang):
+                raise
+        except Exception as error:  # noqa: BLE001 - checked
+            _check_error(error, text, located=False)
+
+    _bounded_case(text, body)
+
+
+@QUIET_ALARMS
+@FUZZ
+@given(data=st.data())
+def test_mutated_mindir_files_give_located_errors(data: st.DataObject) -> None:
+    import numpy as np
+
+    name = data.draw(st.sampled_from(["dense_relu", "control_flow", "while_grad"]))
+    blob = bytearray((MINDIR_FIXTURES / f"{name}.mindir").read_bytes())
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(blob) - 1))
+        kind = data.draw(st.sampled_from(["byte", "byte", "delete", "duplicate"]))
+        if kind == "byte":
+            blob[at] = data.draw(st.integers(0, 255))
+        elif kind == "delete":
+            del blob[at:at + data.draw(st.integers(1, 16))]
+        else:
+            blob[at:at] = blob[at:at + data.draw(st.integers(1, 64))]
+        if not blob:
+            blob = bytearray(b"\0")
+    arrays = np.load(MINDIR_FIXTURES / f"{name}.npz")
+    inputs = [arrays[f"in{k}"] for k in range(sum(1 for f in arrays.files if f.startswith("in")))]
+    check_mindir(bytes(blob), inputs)

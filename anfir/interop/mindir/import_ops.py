@@ -1,0 +1,526 @@
+"""The table from MindSpore op names to anfir primitives (``.mindir`` import).
+
+Each entry of :data:`OPS` builds one MindSpore node from its converted inputs
+and its primitive's attributes, over the op library's objects.  Many
+MindSpore primitives take their former attributes as inputs
+(``MatMul(x, w, transpose_a, transpose_b)``, ``ReduceSum(x, axis, keep_dims,
+skip_mode)``, ``SumExt(x, dim, keepdim, dtype)``): those inputs must be
+constants, read with :meth:`Ctx.static`.  The monad plumbing (``Load``,
+``UpdateState``, ``Depend``) only orders reads of parameters here, so it is
+dropped: ``Load(x, u)`` and ``Depend(x, ...)`` are ``x`` and ``UpdateState``
+is a dead ``None``.  An op that writes state (``Assign``) has no entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from anfir.interop.mindir.common import TYPE_IDS, NodeError
+from anfir.ir.attrs import Attrs, NO_ATTRS
+from anfir.ir.graph import FuncGraph
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.location import Location
+from anfir.primitives import arith, gradient, structure, tensor
+from anfir.primitives.registry import PRIMITIVES
+from anfir.values import SymbolicKey
+
+P = PRIMITIVES
+
+
+@dataclass
+class Ctx:
+    """One MindSpore node being converted: the graph, its place, its inputs (anfir
+    nodes) and its primitive's attributes (decoded)."""
+
+    graph: FuncGraph
+    loc: Location
+    args: list[Node]
+    attrs: dict[str, Any]
+    op: str
+    out_shape: Optional[tuple[int, ...]] = None
+    """The node's result shape as MindSpore recorded it (its ``shape`` attribute), if a tensor."""
+    out_dtype: Optional[str] = None
+    """The node's result dtype, likewise."""
+
+    def call(self, prim: Any, *args: Any, **attrs: Any) -> CNode:
+        """``prim(*args, **attrs)`` in the node's graph, at its place."""
+        return self.graph.apply(prim, *args, loc=self.loc, attrs=Attrs(attrs) if attrs else NO_ATTRS)
+
+    def arity(self, lo: int, hi: Optional[int] = None) -> None:
+        """The node has between ``lo`` and ``hi`` (default ``lo``) inputs."""
+        hi = lo if hi is None else hi
+        if not lo <= len(self.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise NodeError(f"{self.op} takes {want} inputs, not {len(self.args)}")
+
+    def static(self, k: int, default: Any = None) -> Any:
+        """The constant value of input ``k`` (``default`` when there are fewer inputs)."""
+        if k >= len(self.args):
+            return default
+        node = self.args[k]
+        if not isinstance(node, ValueNode):
+            raise NodeError(f"input {k} of {self.op} must be a constant here")
+        return node.value
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """A primitive attribute."""
+        return self.attrs.get(name, default)
+
+
+Rule = Callable[[Ctx], Node]
+OPS: dict[str, Rule] = {}
+"""MindSpore op type -> rule building it (see :class:`Ctx`)."""
+
+
+def _elementwise(prim: Primitive, n: int) -> Rule:
+    def rule(ctx: Ctx) -> Node:
+        ctx.arity(n)
+        return ctx.call(prim, *ctx.args)
+    return rule
+
+
+UNARY: dict[str, Primitive] = {
+    "Neg": arith.neg, "Exp": arith.exp, "Log": arith.log, "Sin": arith.sin, "Cos": arith.cos,
+    "Tanh": arith.tanh, "Sqrt": arith.sqrt, "Abs": arith.abs_, "Sign": arith.sign,
+    "Sigmoid": arith.sigmoid, "ReLU": arith.relu, "Softplus": arith.softplus,
+    "Erf": P["erf"], "Floor": P["floor"], "Ceil": P["ceil"], "Reciprocal": P["reciprocal"],
+    "Rsqrt": P["rsqrt"], "Atan": P["atan"], "Sinh": P["sinh"], "Cosh": P["cosh"],
+    "Expm1": P["expm1"], "Log1p": P["log1p"], "Tan": P["tan"], "Asin": P["asin"], "Acos": P["acos"],
+    "LogicalNot": arith.logical_not, "IsNan": P["isnan"], "IsInf": P["isinf"],
+    "OnesLike": tensor.ones_like, "ZerosLike": structure.zeros_like,
+    "StopGradient": structure.stop_gradient, "Round": P["round"],
+}
+"""Elementwise ops of one input, one anfir primitive each."""
+
+BINARY: dict[str, Primitive] = {
+    "Add": arith.add, "Sub": arith.sub, "Mul": arith.mul, "RealDiv": arith.div, "Div": arith.div,
+    "Maximum": arith.maximum, "Minimum": arith.minimum, "Pow": arith.pow_,
+    "Greater": arith.gt, "GreaterEqual": arith.ge, "Less": arith.lt, "LessEqual": arith.le,
+    "Equal": arith.eq, "NotEqual": arith.ne, "LogicalAnd": arith.logical_and,
+    "LogicalOr": arith.logical_or, "FloorDiv": P["floor_div"], "FloorMod": P["mod"],
+    "Atan2": P["atan2"],
+    # the scalar forms (Python numbers at run time: the same primitives)
+    "ScalarAdd": arith.add, "ScalarSub": arith.sub, "ScalarMul": arith.mul,
+    "ScalarDiv": arith.div, "ScalarPow": arith.pow_, "ScalarLt": arith.lt, "ScalarGt": arith.gt,
+    "ScalarLe": arith.le, "ScalarGe": arith.ge, "ScalarEq": arith.eq, "ScalarNe": arith.ne,
+    "scalar_add": arith.add, "scalar_sub": arith.sub, "scalar_mul": arith.mul,
+    "scalar_lt": arith.lt, "scalar_gt": arith.gt, "scalar_eq": arith.eq,
+    "ScalarFloorDiv": P["floor_div"], "ScalarMod": P["mod"],
+    # tensor-with-scalar forms
+    "Muls": arith.mul, "Adds": arith.add, "Subs": arith.sub, "Divs": arith.div,
+    "PowTensorScalar": arith.pow_, "PowScalarTensor": arith.pow_,
+}
+"""Ops of two inputs (``MakeTuple`` of any number) that are one primitive each."""
+
+for _name, _prim in UNARY.items():
+    OPS[_name] = _elementwise(_prim, 1)
+for _name, _prim in BINARY.items():
+    OPS[_name] = _elementwise(_prim, 2)
+
+
+def _make_tuple(ctx: Ctx) -> Node:
+    return ctx.call(structure.make_tuple, *ctx.args)
+
+
+OPS["MakeTuple"] = _make_tuple
+OPS["make_tuple"] = _make_tuple
+
+
+def _op(*names: str) -> Callable[[Rule], Rule]:
+    def register(rule: Rule) -> Rule:
+        for name in names:
+            OPS[name] = rule
+        return rule
+    return register
+
+
+def _dtype(code: Any, what: str) -> str:
+    if isinstance(code, bool) or not isinstance(code, int) or code not in TYPE_IDS:
+        raise NodeError(f"{what}: {code!r} is not a MindSpore type id anfir knows")
+    return TYPE_IDS[code]
+
+
+def _axes(value: Any) -> Any:
+    # MindSpore writes "all axes" as an empty tuple (with skip_mode false).
+    if value is None or value == ():
+        return None
+    if isinstance(value, list):
+        value = tuple(value)
+    return value
+
+
+# -- structure and control ---------------------------------------------------------------
+@_op("TupleGetItem", "tuple_getitem", "ListGetItem", "list_getitem")
+def _getitem(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(structure.tuple_getitem, *ctx.args)
+
+
+@_op("Switch", "switch")
+def _switch(ctx: Ctx) -> Node:
+    ctx.arity(3)
+    # MindSpore's condition is a bool tensor of one element (or a bool): anfir's
+    # `switch` takes a bool, which `all` of it is.
+    return ctx.call(structure.switch, ctx.call(P["all"], ctx.args[0]), ctx.args[1], ctx.args[2])
+
+
+@_op("Partial", "partial")
+def _partial(ctx: Ctx) -> Node:
+    ctx.arity(1, 1_000_000)
+    return ctx.call(structure.partial, *ctx.args)
+
+
+@_op("Load", "Depend")
+def _first(ctx: Ctx) -> Node:
+    # Load(param, u) reads the parameter; Depend(x, state) is x: with only pure
+    # reads there is nothing left to order.
+    ctx.arity(1, 1_000_000)
+    return ctx.args[0]
+
+
+@_op("UpdateState")
+def _update_state(ctx: Ctx) -> Node:
+    return ValueNode(None, ctx.loc)
+
+
+@_op("AddN")
+def _addn(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    items = _tuple_items(ctx.args[0])
+    if items is None:
+        raise NodeError("AddN's input must be a tuple made in the model (MakeTuple)")
+    total: Node = items[0]
+    for item in items[1:]:
+        total = ctx.call(arith.add, total, item)
+    return total
+
+
+def _tuple_items(node: Node) -> Optional[list[Node]]:
+    if isinstance(node, CNode) and node.is_apply(structure.make_tuple) and len(node.args):
+        return list(node.args)
+    if isinstance(node, ValueNode) and isinstance(node.value, tuple) and node.value:
+        return [ValueNode(v) for v in node.value]
+    return None
+
+
+@_op("EnvironCreate")
+def _environ_create(ctx: Ctx) -> Node:
+    return ctx.call(gradient.newenv)
+
+
+def _env_key(ctx: Ctx) -> Node:
+    # anfir writes a key as its name (a string constant)
+    key = ctx.args[1]
+    if isinstance(key, ValueNode) and isinstance(key.value, str):
+        return ValueNode(SymbolicKey(key.value), ctx.loc)
+    return key
+
+
+@_op("EnvironSet")
+def _environ_set(ctx: Ctx) -> Node:
+    ctx.arity(3)
+    return ctx.call(gradient.env_setitem, ctx.args[0], _env_key(ctx), ctx.args[2])
+
+
+@_op("EnvironGet")
+def _environ_get(ctx: Ctx) -> Node:
+    ctx.arity(3)
+    return ctx.call(gradient.env_getitem, ctx.args[0], _env_key(ctx), ctx.args[2])
+
+
+# -- types ---------------------------------------------------------------------------------
+@_op("Cast")
+def _cast(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(tensor.cast, ctx.args[0], _dtype(ctx.static(1), "Cast"))
+
+
+@_op("ScalarToTensor")
+def _scalar_to_tensor(ctx: Ctx) -> Node:
+    ctx.arity(1, 2)
+    code = ctx.static(1, 43)
+    return ctx.call(P["full"], (), ctx.args[0], dtype=_dtype(code, "ScalarToTensor"))
+
+
+@_op("TensorToScalar", "ScalarCast")
+def _to_scalar(ctx: Ctx) -> Node:
+    ctx.arity(1, 2)
+    if len(ctx.args) == 2:
+        return ctx.call(tensor.cast, ctx.args[0], _dtype(ctx.static(1), ctx.op))
+    return ctx.call(structure.identity, ctx.args[0])
+
+
+# -- linear algebra -------------------------------------------------------------------------
+@_op("MatMul", "BatchMatMul")
+def _matmul(ctx: Ctx) -> Node:
+    ctx.arity(2, 4)
+    ta = bool(ctx.static(2, ctx.attr("transpose_a", False)))
+    tb = bool(ctx.static(3, ctx.attr("transpose_b", False)))
+    x, y = ctx.args[0], ctx.args[1]
+    if ta:
+        x = _swap_last(ctx, x)
+    if tb:
+        y = _swap_last(ctx, y)
+    return ctx.call(tensor.matmul, x, y)
+
+
+def _swap_last(ctx: Ctx, x: Node) -> Node:
+    # MatMul's operands are 2-d (a transpose); BatchMatMul's swap their last two axes.
+    if ctx.op == "MatMul":
+        return ctx.call(tensor.transpose, x)
+    return ctx.call(P["einsum"], "...ij->...ji", x)
+
+
+@_op("MatMulExt", "BatchMatMulExt", "Mm", "Bmm")
+def _matmul_ext(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(tensor.matmul, *ctx.args)
+
+
+@_op("BiasAdd")
+def _bias_add(ctx: Ctx) -> Node:
+    ctx.arity(2, 3)
+    fmt = ctx.static(2, 0)
+    if fmt not in (0, None, "NCHW"):
+        raise NodeError(f"BiasAdd with data format {fmt!r}: anfir reads NCHW (0) only")
+    if ctx.out_shape is None or len(ctx.out_shape) < 2:
+        raise NodeError("BiasAdd needs its result's rank (the node's shape attribute)")
+    view = (-1,) + (1,) * (len(ctx.out_shape) - 2)  # the bias along axis 1
+    return ctx.call(arith.add, ctx.args[0], ctx.call(tensor.reshape, ctx.args[1], view))
+
+
+@_op("Transpose")
+def _transpose(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(tensor.transpose, ctx.args[0], tuple(ctx.static(1)))
+
+
+@_op("Reshape")
+def _reshape(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(tensor.reshape, ctx.args[0], ctx.args[1] if not isinstance(ctx.args[1], ValueNode)
+                    else tuple(ctx.static(1)))
+
+
+@_op("Flatten")
+def _flatten(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    return ctx.call(P["flatten"], ctx.args[0], start=1)
+
+
+@_op("ExpandDims")
+def _expand_dims(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(P["unsqueeze"], ctx.args[0], axis=int(ctx.static(1)))
+
+
+@_op("Squeeze")
+def _squeeze(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    axis = ctx.attr("axis", ())
+    return ctx.call(P["squeeze"], ctx.args[0], axis=tuple(axis) if axis else None)
+
+
+@_op("Tile")
+def _tile(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(P["tile"], ctx.args[0], reps=tuple(ctx.static(1)))
+
+
+@_op("BroadcastTo")
+def _broadcast_to(ctx: Ctx) -> Node:
+    ctx.arity(1, 2)
+    shape = ctx.static(1) if len(ctx.args) == 2 else ctx.attr("shape")
+    return ctx.call(tensor.broadcast_to, ctx.args[0], tuple(shape))
+
+
+@_op("Select")
+def _select(ctx: Ctx) -> Node:
+    ctx.arity(3)
+    return ctx.call(tensor.where, *ctx.args)
+
+
+@_op("Concat")
+def _concat(ctx: Ctx) -> Node:
+    ctx.arity(1, 2)
+    return ctx.call(P["concat"], ctx.args[0], axis=int(ctx.static(1, ctx.attr("axis", 0))))
+
+
+@_op("Stack")
+def _stack(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    return ctx.call(P["stack"], ctx.args[0], axis=int(ctx.attr("axis", 0)))
+
+
+# -- reductions ----------------------------------------------------------------------------
+def _reduction(prim: Primitive) -> Rule:
+    def rule(ctx: Ctx) -> Node:
+        ctx.arity(1, 4)
+        axis = _axes(ctx.static(1, ()))
+        keep = bool(ctx.static(2, ctx.attr("keep_dims", False)))
+        if len(ctx.args) == 4 and ctx.static(3) and axis is None:
+            return ctx.args[0]  # skip_mode: an empty axis means "reduce nothing"
+        return ctx.call(prim, ctx.args[0], axis=axis, keepdims=keep)
+    return rule
+
+
+for _name, _prim in {"ReduceSum": tensor.sum_, "ReduceMean": tensor.mean, "ReduceMax": P["max"],
+                     "ReduceMin": P["min"], "ReduceProd": P["prod"], "ReduceAll": P["all"],
+                     "ReduceAny": P["any"]}.items():
+    OPS[_name] = _reduction(_prim)
+
+
+@_op("SumExt", "MeanExt")
+def _sum_ext(ctx: Ctx) -> Node:
+    ctx.arity(1, 4)
+    dim = ctx.static(1, None)
+    axis = _axes(dim if not isinstance(dim, list) else tuple(dim))
+    keep = bool(ctx.static(2, False))
+    prim = tensor.sum_ if ctx.op == "SumExt" else tensor.mean
+    out: Node = ctx.call(prim, ctx.args[0], axis=axis, keepdims=keep)
+    code = ctx.static(3, None)
+    if code is not None:
+        out = ctx.call(tensor.cast, out, _dtype(code, ctx.op))
+    return out
+
+
+# -- neural network ------------------------------------------------------------------------
+@_op("Square")
+def _square(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    return ctx.call(arith.mul, ctx.args[0], ctx.args[0])
+
+
+@_op("TanhGrad")
+def _tanh_grad(ctx: Ctx) -> Node:
+    ctx.arity(2)  # (y, dy) -> dy * (1 - y * y)
+    y, dy = ctx.args
+    return ctx.call(arith.mul, dy, ctx.call(arith.sub, 1.0, ctx.call(arith.mul, y, y)))
+
+
+@_op("SigmoidGrad")
+def _sigmoid_grad(ctx: Ctx) -> Node:
+    ctx.arity(2)  # (y, dy) -> dy * y * (1 - y)
+    y, dy = ctx.args
+    return ctx.call(arith.mul, dy, ctx.call(arith.mul, y, ctx.call(arith.sub, 1.0, y)))
+
+
+@_op("ReluGrad")
+def _relu_grad(ctx: Ctx) -> Node:
+    ctx.arity(2)  # (dy, y) -> dy where y > 0
+    dy, y = ctx.args
+    return ctx.call(tensor.where, ctx.call(arith.gt, y, 0.0), dy, ctx.call(structure.zeros_like, dy))
+
+
+@_op("Softmax", "LogSoftmax")
+def _softmax(ctx: Ctx) -> Node:
+    ctx.arity(1, 2)
+    axis = ctx.static(1, ctx.attr("axis", -1))
+    if isinstance(axis, (tuple, list)):
+        if len(axis) != 1:
+            raise NodeError(f"{ctx.op} over {len(axis)} axes: anfir's takes one")
+        axis = axis[0]
+    prim = P["softmax"] if ctx.op == "Softmax" else P["log_softmax"]
+    return ctx.call(prim, ctx.args[0], axis=int(axis))
+
+
+def _pairs(value: Any, n: int, what: str) -> tuple[int, ...]:
+    # MindSpore writes 2-d window attributes as (1, 1, h, w) or (h, w) or h.
+    if isinstance(value, int):
+        return (value,) * n
+    items = tuple(int(v) for v in value)
+    if len(items) == n + 2:
+        items = items[2:]
+    if len(items) != n:
+        raise NodeError(f"{what} {value!r} is not {n} numbers")
+    return items
+
+
+@_op("Conv2D")
+def _conv2d(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(P["conv"], ctx.args[0], ctx.args[1], **_conv_attrs(ctx))
+
+
+def _conv_attrs(ctx: Ctx) -> dict[str, Any]:
+    """anfir's conv attributes from a MindSpore convolution primitive's."""
+    if str(ctx.attr("format", "NCHW")) != "NCHW":
+        raise NodeError(f"{ctx.op} in a format other than NCHW")
+    stride = _pairs(ctx.attr("stride", 1), 2, "stride")
+    dilation = _pairs(ctx.attr("dilation", 1), 2, "dilation")
+    groups = int(ctx.attr("group", ctx.attr("groups", 1)))
+    mode = str(ctx.attr("pad_mode", "valid")).lower()
+    if mode == "same":
+        padding: Any = "same"
+    elif mode == "valid":
+        padding = 0
+    else:  # MindSpore's pad list is (top, bottom, left, right); anfir's begins then ends
+        top, bottom, left, right = _pairs(ctx.attr("pad_list", ctx.attr("pad", 0)), 4, "pad")
+        padding = (top, left, bottom, right)
+    return {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+
+
+def _dtype_of_result(ctx: Ctx) -> str:
+    if ctx.out_dtype is None:
+        raise NodeError(f"{ctx.op} needs its result's dtype (the node's shape attribute)")
+    return ctx.out_dtype
+
+
+@_op("Conv2DBackpropInput")
+def _conv_input_grad(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (dout, w, input_size): anfir's rule reads only x's shape
+    attrs = _conv_attrs(ctx)
+    like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
+    return ctx.call(P["conv_input_grad"], ctx.args[0], ctx.args[1], like, **attrs)
+
+
+@_op("Conv2DBackpropFilter")
+def _conv_weight_grad(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (dout, x, filter_size)
+    attrs = _conv_attrs(ctx)
+    like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
+    return ctx.call(P["conv_weight_grad"], ctx.args[1], ctx.args[0], like, **attrs)
+
+
+@_op("MaxPoolGrad")
+def _max_pool_grad(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (x, out, dout)
+    kernel = _pairs(ctx.attr("kernel_size", 1), 2, "kernel_size")
+    stride = _pairs(ctx.attr("strides", 1), 2, "strides")
+    if str(ctx.attr("pad_mode", "VALID")).upper() != "VALID":
+        raise NodeError("MaxPoolGrad with a pad mode other than VALID")
+    return ctx.call(P["max_pool_grad"], ctx.args[0], ctx.args[2], kernel=kernel, stride=stride)
+
+
+@_op("AvgPoolGrad")
+def _avg_pool_grad(ctx: Ctx) -> Node:
+    ctx.arity(7)  # (x, out, dout, kernel, strides, pad_mode, data_format)
+    if ctx.static(5) != 2 or ctx.static(6) != 0:
+        raise NodeError("AvgPoolGrad other than VALID, NCHW")
+    kernel = _pairs(ctx.static(3), 2, "kernel_size")
+    stride = _pairs(ctx.static(4), 2, "strides")
+    return ctx.call(P["avg_pool_grad"], ctx.args[2], ctx.args[0], kernel=kernel, stride=stride)
+
+
+@_op("MaxPool", "AvgPool")
+def _pool(ctx: Ctx) -> Node:
+    if len(ctx.args) == 1:  # the attributes on the primitive
+        kernel = _pairs(ctx.attr("kernel_size", 1), 2, "kernel_size")
+        stride = _pairs(ctx.attr("strides", 1), 2, "strides")
+        mode = str(ctx.attr("pad_mode", "VALID")).upper()
+        fmt = str(ctx.attr("format", ctx.attr("data_format", "NCHW")))
+    else:  # the attributes as inputs: (x, kernel, strides, pad_mode, data_format)
+        ctx.arity(5)
+        kernel = _pairs(ctx.static(1), 2, "kernel_size")
+        stride = _pairs(ctx.static(2), 2, "strides")
+        mode = {0: "PAD", 1: "SAME", 2: "VALID"}.get(ctx.static(3), str(ctx.static(3)))
+        fmt = {0: "NCHW", 1: "NHWC"}.get(ctx.static(4), str(ctx.static(4)))
+    if mode != "VALID" or fmt != "NCHW":
+        raise NodeError(f"{ctx.op} with pad mode {mode} and format {fmt}: anfir reads VALID, NCHW")
+    prim = P["max_pool"] if ctx.op == "MaxPool" else P["avg_pool"]
+    return ctx.call(prim, ctx.args[0], kernel=kernel, stride=stride)
+
+
+__all__ = ["BINARY", "Ctx", "OPS", "UNARY"]
