@@ -23,6 +23,7 @@ from anfir.autodiff import api as _ad
 from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
+from anfir.eval import mesh as _mesh
 from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
@@ -31,6 +32,7 @@ from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
 from anfir.passes.pipeline import PHASES, compile_program
+from anfir.passes import sharding as _sharding
 from anfir.printers.dot import dump_dot as _dump_dot
 from anfir.printers.ir import dump_ir as _dump_ir
 from anfir.printers.text import to_text as _to_text
@@ -56,6 +58,8 @@ def run(graph: Any, *args: Any) -> Any:
     a low-level program (``anfir.lower``, a loaded ``.lir``) runs on its arena."""
     if isinstance(graph, _lowlevel.LowProgram):
         return _lowlevel.run_low(graph, *args)
+    if _mesh.spmd_info(graph) is not None:  # a per-device program: simulate its mesh
+        return _mesh.run_spmd(graph, *args)
     return _run(graph, *args)
 
 
@@ -85,7 +89,8 @@ def jvp(graph: FuncGraph) -> FuncGraph:
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
             dump_dir: Optional[str] = None, backend: Optional[str] = None,
-            lower: bool = False) -> FuncGraph:
+            lower: bool = False, mesh: Optional[dict] = None,
+            in_shardings: Optional[Sequence[Any]] = None) -> FuncGraph:
     """Run the whole pipeline (parse ... validate) and return the optimized graph.
 
     ``args`` are example values (or abstract types); without them the entry's
@@ -101,12 +106,27 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     ``lower=True`` adds the low-level phases after ``validate`` (``lower``,
     ``share_buffers``, ``plan_memory``; docs/lowlevel.md), each dumped as
     ``NN_phase.lir``; :func:`lower` returns that program itself.
+
+    ``mesh={"dp": 4, "mp": 2}`` (with ``in_shardings``, one layout per argument:
+    a tuple with an axis name or None per dimension, None = replicated) adds
+    the SPMD phases (``flatten``, ``sharding``, ``spmd``; docs/parallelism.md)
+    and returns the per-device program: ``anfir.run`` of it simulates the mesh
+    on global arguments, ``anfir.to_jax`` of it runs under ``jax.shard_map``.
+    ``args`` are then the global example values or types.
     """
     phases = None
     if backend == "jax":
         phases = [*PHASES, _tojax.lowering_phase()]
     elif backend not in (None, "eval"):
         raise UsageError(f"unknown backend {backend!r}: 'eval' (the default) or 'jax'")
+    if mesh is not None:
+        if backend == "jax":
+            raise UsageError("backend='jax' with a mesh: compile without it and run "
+                             "anfir.to_jax(cg) under jax.shard_map (docs/parallelism.md)")
+        phases = [*(phases or PHASES), *_sharding.phases(mesh, in_shardings)]
+    elif in_shardings is not None:
+        raise UsageError("in_shardings needs a mesh: anfir.compile(..., mesh={'dp': 8}, "
+                         "in_shardings=[...])")
     if lower:
         phases = [*(phases or PHASES), *_lowlevel.PHASES]
     return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir,

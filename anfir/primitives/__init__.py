@@ -6,6 +6,7 @@ name (only the front ends need that: everything after them holds the object).
 
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, indexing, meta, nn, reduce, shaping, structure, tensor  # noqa: F401  (the declarations)
+from anfir.primitives import collective  # noqa: F401  (the SPMD primitives)
 from anfir.primitives.registry import META_FUNCTIONS, PRIMITIVES, declare, lookup
 
 __all__ = ["PRIMITIVES", "META_FUNCTIONS", "Primitive", "MetaFunction", "declare", "lookup"]
