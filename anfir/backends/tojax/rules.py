@@ -37,6 +37,7 @@ from anfir.backends.tojax.conv_rules import CONV_RULES
 from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.backends.tojax.shaping_rules import SHAPING_RULES
+from anfir.backends.tojax.collective_rules import COLLECTIVE_RULES
 from anfir.values import DType, GradEnv
 
 Rule = Callable[..., Any]
@@ -777,6 +778,7 @@ RULES: dict[Primitive, Rule] = {
 }
 """The JAX rule of each primitive (called when an argument holds a JAX array)."""
 RULES.update(SHAPING_RULES)
+RULES.update(COLLECTIVE_RULES)  # all_reduce, all_gather...: tojax/collective_rules.py
 
 STRUCTURAL: frozenset[Primitive] = frozenset({
     structure.make_tuple, structure.tuple_getitem, structure.len_, structure.switch,
