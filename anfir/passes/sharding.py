@@ -113,9 +113,17 @@ def global_shape(node: Node) -> tuple[int, ...]:
     a = node.abstract
     if isinstance(a, AScalar):
         return ()
-    if isinstance(a, ATensor) and a.shape is not None and all(isinstance(d, int) for d in a.shape):
-        return tuple(int(d) for d in a.shape)
+    if isinstance(a, ATensor) and a.shape is not None:
+        shape = _SHAPES.get(a.shape)
+        if shape is None and all(isinstance(d, int) for d in a.shape):
+            shape = _SHAPES[a.shape] = tuple(int(d) for d in a.shape)
+        if shape is not None:
+            return shape
     raise ShardingError(f"the sharding phases need concrete shapes; this value is {a}", node.loc)
+
+
+_SHAPES: dict[tuple, tuple[int, ...]] = {}
+"""Concrete shapes already checked (the search propagates one program many times)."""
 
 
 def known_value(a: Any) -> Any:
@@ -782,7 +790,8 @@ def user_spec(layout: AnyLayout) -> Any:
 
 
 def propagate(graph: FuncGraph, mesh: Mapping[str, int], in_shardings: Optional[Sequence[Any]],
-              rules: Optional[Mapping[Primitive, Rule]] = None) -> Sharded:
+              rules: Optional[Mapping[Primitive, Rule]] = None,
+              order: Optional[Sequence[Node]] = None) -> Sharded:
     """Give every value of the first-order ``graph`` a layout (see the module doc)."""
     mesh = check_mesh(mesh)
     params = graph.parameters
@@ -798,8 +807,9 @@ def propagate(graph: FuncGraph, mesh: Mapping[str, int], in_shardings: Optional[
         in_layouts.append(layouts[p])
     ctx = Context(mesh, layouts)
     plans: dict[CNode, Plan] = {}
-    order: list[CNode] = []
-    for node in toposort(graph):
+    walk = toposort(graph) if order is None else order
+    calls: list[CNode] = []
+    for node in walk:
         if not isinstance(node, CNode):
             continue
         if node.graph is not graph:
@@ -810,7 +820,7 @@ def propagate(graph: FuncGraph, mesh: Mapping[str, int], in_shardings: Optional[
             raise ShardingError("the sharding phases need a program of primitive calls; "
                                 "this call of a function value remains after inlining",
                                 node.loc)
-        order.append(node)
+        calls.append(node)
         if known_value(node.abstract) is not UNKNOWN and prim not in collective.COLLECTIVES:
             layouts[node] = CONST
             continue
@@ -823,7 +833,7 @@ def propagate(graph: FuncGraph, mesh: Mapping[str, int], in_shardings: Optional[
             raise ShardingError(f"{prim.name}: {exc}", node.loc) from None
         plans[node] = plan
         layouts[node] = plan.out
-    return Sharded(graph, mesh, in_layouts, layouts, plans, order)
+    return Sharded(graph, mesh, in_layouts, layouts, plans, calls)
 
 
 # -- redistribution and emission ---------------------------------------------------------------------------
@@ -835,10 +845,20 @@ class Emission:
     graph: FuncGraph
     layouts: dict[Node, AnyLayout]
     collectives: list[CNode] = field(default_factory=list)
+    dry: bool = False
+    """Only log the calls (what the cost model reads), build no graph."""
+    calls: list[Any] = field(default_factory=list)
+    """Every call made, in order (``CNode``s, or stand-ins when dry)."""
+    local_types: dict[Any, Any] = field(default_factory=dict)
 
     def apply(self, prim: Primitive, *args: Any, **kwargs: Any) -> CNode:
         """``graph.apply`` with the new constants typed (the callee's included)."""
+        if self.dry:
+            dry = DryCall(prim, kwargs.get("attrs") or {}, list(args))
+            self.calls.append(dry)
+            return dry  # type: ignore[return-value]
         node = self.graph.apply(prim, *args, **kwargs)
+        self.calls.append(node)
         head = node.inputs[0]
         head.abstract = AFunction(frozenset({PrimFn(prim)}))
         for inp in node.inputs[1:]:
@@ -858,18 +878,24 @@ class Emission:
         (or ``abstract``), located at ``origin``."""
         node_attrs = origin.attrs if attrs is True else (attrs or None)
         kwargs = {"attrs": node_attrs} if node_attrs else {}
-        loc = origin.loc.derive("spmd") if origin.loc is not None else None
+        loc = origin.loc.derive("spmd") if origin.loc is not None and not self.dry else None
         node = self.apply(prim, *args, loc=loc, **kwargs)
         if abstract is None:
-            abstract = local_abstract(origin.abstract, self.layouts[origin], self.mesh)
+            layout = self.layouts[origin]
+            key = (origin.abstract, layout)
+            abstract = self.local_types.get(key)
+            if abstract is None:
+                abstract = self.local_types[key] = local_abstract(origin.abstract, layout,
+                                                                  self.mesh)
         node.abstract = abstract
         return node
 
     def collective(self, prim: Primitive, value: Node, attrs: dict[str, Any],
                    abstract: AbstractValue, origin: Optional[Node]) -> CNode:
         """A collective (or ``axis_slice``) on ``value``, recorded for the cost count."""
-        loc = origin.loc.derive("spmd") if origin is not None and origin.loc is not None else None
-        node = self.apply(prim, value, loc=loc, attrs=prim.canonical_attrs(attrs))
+        loc = (origin.loc.derive("spmd") if origin is not None and origin.loc is not None
+               and not self.dry else None)
+        node = self.apply(prim, value, loc=loc, attrs=_canonical(prim, attrs))
         node.abstract = abstract
         if prim is not collective.axis_slice:
             self.collectives.append(node)
@@ -915,6 +941,33 @@ class Emission:
         return value
 
 
+_ATTRS: dict[tuple, Any] = {}
+
+
+def _canonical(prim: Primitive, attrs: dict[str, Any]) -> Any:
+    key = (prim, tuple(attrs.items()))
+    found = _ATTRS.get(key)
+    if found is None:
+        found = _ATTRS[key] = prim.canonical_attrs(attrs)
+    return found
+
+
+class DryCall:
+    """A call the dry emission logs instead of building (see :class:`Emission`)."""
+
+    def __init__(self, prim: Primitive, attrs: Mapping[str, Any], args: list[Any]) -> None:
+        self.prim = prim
+        self.attrs = attrs
+        self.args = args
+        self.abstract: Any = None
+        self.loc = None
+
+    def argument_abstracts(self) -> list[Any]:
+        """The abstract values of the arguments."""
+        return [a.abstract if hasattr(a, "abstract") else _abstract_of_constant(a)
+                for a in self.args]
+
+
 def _abstract_of_constant(value: Any) -> AbstractValue:
     if isinstance(value, tuple):
         return ATuple(tuple(_abstract_of_constant(v) for v in value))
@@ -943,16 +996,21 @@ class SpmdProgram:
     in_specs: list[Any]
     out_spec: Any
     collectives: list[CNode]
+    calls: list[Any] = field(default_factory=list)
+    """Every call of the program in order (stand-ins for a dry emission)."""
+    param_abstracts: list[Any] = field(default_factory=list)
+    """The local abstract values of the parameters."""
 
 
-def emit(sharded: Sharded, name: Optional[str] = None) -> SpmdProgram:
-    """The per-device program of a propagated graph."""
+def emit(sharded: Sharded, name: Optional[str] = None, dry: bool = False) -> SpmdProgram:
+    """The per-device program of a propagated graph (``dry``: only its calls logged,
+    ``result.calls``, for the cost model)."""
     old = sharded.graph
     mesh = sharded.mesh
     new = FuncGraph(name or old.name, old.loc)
     new.flags = dict(old.flags) if isinstance(old.flags, dict) else {}
     layouts = sharded.layouts
-    em = Emission(mesh, new, layouts)
+    em = Emission(mesh, new, layouts, dry=dry)
     mapped: dict[Node, Node] = {}
     for p in old.parameters:
         q = new.add_parameter(p.name if isinstance(p, ParameterNode) else "x", p.loc)
@@ -984,6 +1042,9 @@ def emit(sharded: Sharded, name: Optional[str] = None) -> SpmdProgram:
     out = old.output
     out_layout = CONST if isinstance(out, ValueNode) else layouts[out]
     result = _finish(em, local(out), out_layout, out)
+    if dry:
+        return SpmdProgram(new, dict(mesh), [], None, em.collectives, em.calls,
+                           [q.abstract for q in new.parameters])
     new.output = result[0]
     meta = dict(new.flags.get("meta") or {})
     in_specs = [user_spec(l) for l in sharded.in_layouts]
@@ -992,7 +1053,8 @@ def emit(sharded: Sharded, name: Optional[str] = None) -> SpmdProgram:
                       "out": encode_spec(out_spec)}
     new.flags["meta"] = meta
     new.abstract = GraphSig(tuple(p.abstract for p in new.parameters), new.output.abstract)
-    return SpmdProgram(new, dict(mesh), in_specs, out_spec, em.collectives)
+    return SpmdProgram(new, dict(mesh), in_specs, out_spec, em.collectives, em.calls,
+                       [q.abstract for q in new.parameters])
 
 
 def _finish(em: Emission, value: Node, layout: AnyLayout, origin: Node) -> tuple[Node, AnyLayout]:
