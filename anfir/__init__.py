@@ -32,7 +32,7 @@ from anfir.ir.graph import FuncGraph, Module
 from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
 from anfir.passes.pipeline import PHASES, compile_program
-from anfir.passes import sharding as _sharding
+from anfir.passes import sharding as _sharding, sharding_search as _sharding_search
 from anfir.printers.dot import dump_dot as _dump_dot
 from anfir.printers.ir import dump_ir as _dump_ir
 from anfir.printers.text import to_text as _to_text
@@ -113,6 +113,8 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     and returns the per-device program: ``anfir.run`` of it simulates the mesh
     on global arguments, ``anfir.to_jax`` of it runs under ``jax.shard_map``.
     ``args`` are then the global example values or types.
+    ``in_shardings="auto"`` chooses the layouts by the cost model's search
+    (:mod:`anfir.passes.sharding_search`), recorded in the program's metadata.
     """
     phases = None
     if backend == "jax":
@@ -123,7 +125,8 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
         if backend == "jax":
             raise UsageError("backend='jax' with a mesh: compile without it and run "
                              "anfir.to_jax(cg) under jax.shard_map (docs/parallelism.md)")
-        phases = [*(phases or PHASES), *_sharding.phases(mesh, in_shardings)]
+        chosen = _sharding_search.chooser() if in_shardings == "auto" else in_shardings
+        phases = [*(phases or PHASES), *_sharding.phases(mesh, chosen)]
     elif in_shardings is not None:
         raise UsageError("in_shardings needs a mesh: anfir.compile(..., mesh={'dp': 8}, "
                          "in_shardings=[...])")

@@ -27,10 +27,12 @@ def block_module() -> anfir.Module:
                        str(EXAMPLES / "transformer.anf"))
 
 
-def mlp_args(dtype: Any = np.float64, seed: int = 0) -> list[Any]:
-    """w1 (16, 32), w2 (32, 8), x (16, 16), y (16, 8)."""
+def mlp_args(dtype: Any = np.float64, seed: int = 0, scale: int = 1) -> list[Any]:
+    """w1 (16, 32), w2 (32, 8), x (16, 16), y (16, 8), every size times ``scale``."""
     rng = np.random.default_rng(seed)
-    return [(rng.normal(size=s) * 0.3).astype(dtype) for s in ((16, 32), (32, 8), (16, 16), (16, 8))]
+    shapes = ((16, 32), (32, 8), (16, 16), (16, 8))
+    return [(rng.normal(size=(a * scale, b * scale)) * 0.3 / scale).astype(dtype)
+            for a, b in shapes]
 
 
 E, F, N, L = 32, 64, 8, 4

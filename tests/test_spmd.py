@@ -291,3 +291,17 @@ def test_on_eight_jax_devices_under_shard_map() -> None:
     assert set(results) == expected
     for name, error in results.items():
         assert error < (F32 if name.endswith("f32") else F64), (name, error)
+
+
+def test_compile_auto_chooses_layouts_and_records_the_strategy(mlp: anfir.Module) -> None:
+    args = cases.mlp_args(scale=8)  # large enough that compute outweighs communication
+    cg = anfir.compile(mlp, entry="step", args=args, mesh={"dp": 4, "mp": 2},
+                       in_shardings="auto")
+    info = cg.flags["meta"]["spmd"]
+    assert info["strategy"].startswith("mesh {'dp': 4, 'mp': 2}: modeled")
+    assert info["modeled_cost"] == pytest.approx(sharding_search.cost(cg).total, rel=1e-12)
+    # Not everything replicated: the search found a cheaper partitioning.
+    replicated, _ = sharding_search.evaluate(
+        sharding_search.flat_entry(mlp, "step", args), {"dp": 4, "mp": 2}, [None] * 4)
+    assert info["modeled_cost"] < replicated.total
+    assert cases.max_rel_error(anfir.run(cg, *args), anfir.run(mlp["step"], *args)) < F64

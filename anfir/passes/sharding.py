@@ -512,9 +512,10 @@ def reduction_rule(node: CNode, ctx: Context) -> Plan:
     need = list(lay.spec)
     partial = list(lay.partial)
     for d in axes:
-        if need[d] is not None:
+        axis_d = need[d]
+        if axis_d is not None:
             if linear:
-                partial.append(need[d])
+                partial.append(axis_d)
             else:
                 need[d] = None
     out = [None if d in axes else need[d] for d in range(rank) if keep or d not in axes]
@@ -544,8 +545,9 @@ def sum_to_rule(node: CNode, ctx: Context) -> Plan:
             if axis is not None:
                 partial.add(axis)
     for d in range(offset):
-        if lay.spec[d] is not None:
-            partial.add(lay.spec[d])
+        lead = lay.spec[d]
+        if lead is not None:
+            partial.add(lead)
     if lay.partial and lay.reduce != "sum":
         return replicated_rule(node, ctx)
     out = Layout(tuple(spec), tuple(sorted(partial)))
@@ -928,15 +930,15 @@ class Emission:
             else:
                 value = self.collective(collective.all_reduce, value,
                                         {"axis": axis, "op": src.reduce}, typed(), origin)
-        for d, axis in enumerate(spec):
-            if axis is not None and dst.spec[d] != axis:
+        for d, held in enumerate(spec):
+            if held is not None and dst.spec[d] != held:
                 spec[d] = None
-                value = self.collective(collective.all_gather, value, {"axis": axis, "dim": d},
+                value = self.collective(collective.all_gather, value, {"axis": held, "dim": d},
                                         typed(), origin)
-        for d, axis in enumerate(dst.spec):
-            if axis is not None and spec[d] != axis:
-                spec[d] = axis
-                value = self.collective(collective.axis_slice, value, {"axis": axis, "dim": d},
+        for d, wanted in enumerate(dst.spec):
+            if wanted is not None and spec[d] != wanted:
+                spec[d] = wanted
+                value = self.collective(collective.axis_slice, value, {"axis": wanted, "dim": d},
                                         typed(), origin)
         return value
 
@@ -1013,7 +1015,7 @@ def emit(sharded: Sharded, name: Optional[str] = None, dry: bool = False) -> Spm
     em = Emission(mesh, new, layouts, dry=dry)
     mapped: dict[Node, Node] = {}
     for p in old.parameters:
-        q = new.add_parameter(p.name if isinstance(p, ParameterNode) else "x", p.loc)
+        q = new.add_parameter(p.name or "x", p.loc)
         q.abstract = local_abstract(p.abstract, layouts[p], mesh)
         mapped[p] = q
 
@@ -1077,7 +1079,7 @@ def _finish(em: Emission, value: Node, layout: AnyLayout, origin: Node) -> tuple
 def _finish_leaf(em: Emission, value: Node, layout: AnyLayout, a: Any,
                  origin: Node) -> tuple[Node, AnyLayout]:
     if isinstance(layout, tuple) and isinstance(a, ATuple):
-        return _finish(em, value, layout, _Typed(a))
+        return _finish(em, value, layout, _Typed(a))  # type: ignore[arg-type]
     if isinstance(layout, Layout) and layout.partial:
         shape = () if isinstance(a, AScalar) else tuple(int(d) for d in a.shape)
         value = em.redistribute(value, layout, layout.whole(), origin, shape, _dtype_of(a))
@@ -1109,14 +1111,23 @@ def flatten(program: Program) -> Program:
     return program
 
 
-def phases(mesh: Mapping[str, int], in_shardings: Optional[Sequence[Any]]) -> list[Phase]:
-    """The phases ``anfir.compile(..., mesh=..., in_shardings=...)`` appends."""
+Chooser = Callable[[FuncGraph, Mapping[str, int]], tuple[list[Any], dict[str, Any]]]
+"""Chooses the argument layouts of a flat program (the automatic search): returns them
+and what to record about the choice in the program's metadata."""
+
+
+def phases(mesh: Mapping[str, int], in_shardings: Union[None, Sequence[Any], Chooser]) -> list[Phase]:
+    """The phases ``anfir.compile(..., mesh=..., in_shardings=...)`` appends
+    (``in_shardings`` may be a :data:`Chooser`: the layouts are then its choice)."""
     mesh = check_mesh(mesh)
     state: dict[str, Any] = {}
 
     def sharding(program: Program) -> Program:
         assert program.entry is not None
-        sharded = propagate(program.entry, mesh, in_shardings)
+        layouts = in_shardings
+        if callable(layouts):
+            layouts, state["note"] = layouts(program.entry, mesh)
+        sharded = propagate(program.entry, mesh, layouts)
         state["sharded"] = sharded
         _annotate(sharded)
         program.artifacts["sharding"] = sharded
@@ -1127,6 +1138,8 @@ def phases(mesh: Mapping[str, int], in_shardings: Optional[Sequence[Any]]) -> li
         for node in sharded.order:  # the annotations belong to the sharding dump only
             sharded.graph.node_meta.pop(node, None)
         result = emit(sharded)
+        if "note" in state:
+            result.graph.flags["meta"]["spmd"].update(state["note"])
         program.entry = result.graph
         program.manager = Manager([result.graph])
         program.artifacts["spmd"] = result

@@ -358,5 +358,16 @@ def search(graph: FuncGraph, mesh: Optional[Mapping[str, int]] = None, *,
     return best
 
 
-__all__ = ["BYTES_PER_SECOND", "Cost", "FLOPS_PER_SECOND", "LATENCY", "Strategy", "Transfer",
+def chooser(memory_limit: Optional[int] = None) -> sharding.Chooser:
+    """The automatic mode of ``anfir.compile(..., mesh=..., in_shardings="auto")``: the
+    search on the compile's mesh; the chosen layouts and modeled cost are recorded in
+    the per-device program's metadata (``spmd.strategy``, ``spmd.modeled_cost``)."""
+    def choose(graph: FuncGraph, mesh: Mapping[str, int]) -> tuple[list[Any], dict[str, Any]]:
+        strategy = search(graph, mesh, memory_limit=memory_limit)
+        return strategy.in_shardings, {"strategy": str(strategy),
+                                       "modeled_cost": strategy.cost.total}
+    return choose
+
+
+__all__ = ["chooser", "BYTES_PER_SECOND", "Cost", "FLOPS_PER_SECOND", "LATENCY", "Strategy", "Transfer",
            "communication", "cost", "evaluate", "flat_entry", "flops", "graph_ops", "memory", "meshes_for", "search"]

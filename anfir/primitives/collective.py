@@ -197,7 +197,7 @@ def on_device(ctx: DeviceContext) -> Iterator[None]:
 
 
 def _device(what: str) -> DeviceContext:
-    ctx = getattr(_DEVICE, "ctx", None)
+    ctx: Optional[DeviceContext] = getattr(_DEVICE, "ctx", None)
     if ctx is None:
         raise MeshError(f"{what} runs only on a mesh: compile with anfir.compile(..., mesh=...) "
                         "and anfir.run the result, or simulate it (anfir.eval.mesh.simulate)")
