@@ -305,3 +305,55 @@ def test_compile_auto_chooses_layouts_and_records_the_strategy(mlp: anfir.Module
         sharding_search.flat_entry(mlp, "step", args), {"dp": 4, "mp": 2}, [None] * 4)
     assert info["modeled_cost"] < replicated.total
     assert cases.max_rel_error(anfir.run(cg, *args), anfir.run(mlp["step"], *args)) < F64
+
+
+# -- the rules of the other families, each against the single-device program ------------------------
+FAMILIES = """
+def cnn(x, w, b, y) = mean((avg_pool(relu(conv(x, w, b, padding=1)), 2) - y) ** 2)
+def cnn_step(x, w, b, y) = value_and_grad(cnn, 1, 2)(x, w, b, y)
+def ein(a, b) = sum(tanh(einsum("bij,jk->bik", a, b)) * 2.0)
+def ein_step(a, b) = value_and_grad(ein, 0, 1)(a, b)
+def red(x) = (sum(x, 1), max(x, 0), mean(x), softmax(x, axis=1),
+              sum(log_softmax(x, axis=0) * ones((8, 6))))
+"""
+
+
+@pytest.fixture(scope="module")
+def families() -> anfir.Module:
+    return anfir.parse(FAMILIES)
+
+
+def test_convolution_is_data_parallel_over_the_batch(families: anfir.Module) -> None:
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=(8, 3, 6, 6)), rng.normal(size=(4, 3, 3, 3)),
+            rng.normal(size=(4,)), rng.normal(size=(8, 4, 3, 3))]
+    batch = ("dp", None, None, None)
+    cg = anfir.compile(families, entry="cnn_step", args=args, mesh={"dp": 4},
+                       in_shardings=[batch, None, None, batch])
+    text = anfir.dump_ir(cg)
+    assert "conv(%para1_x, %para2_w, %para3_b)" in text and "<f64[2, 4, 6, 6]>" in text
+    kinds = [(t.kind, t.axis) for t in sharding_search.communication(cg)]
+    assert kinds.count(("all_reduce", "dp")) >= 3  # the loss and the two gradients
+    want = anfir.run(families["cnn_step"], *args)
+    assert cases.max_rel_error(anfir.run(cg, *args), want) < F64
+
+
+def test_einsum_contracts_by_labels(families: anfir.Module) -> None:
+    rng = np.random.default_rng(1)
+    args = [rng.normal(size=(4, 6, 8)), rng.normal(size=(8, 10))]
+    cg = anfir.compile(families, entry="ein_step", args=args, mesh={"dp": 2, "mp": 2},
+                       in_shardings=[("dp", None, "mp"), ("mp", None)])
+    layouts = sharding.propagate(sharding_search.flat_entry(families, "ein_step", args),
+                                 {"dp": 2, "mp": 2}, [("dp", None, "mp"), ("mp", None)])
+    first = next(n for n in layouts.order if sharding.callee_primitive(n) is sharding.nn.einsum)
+    assert str(layouts.layouts[first]) == "[dp, _, _] partial sum(mp)"  # j split: row parallel
+    assert cases.max_rel_error(anfir.run(cg, *args), anfir.run(families["ein_step"], *args)) < F64
+
+
+def test_reductions_and_softmax_over_split_axes(families: anfir.Module) -> None:
+    x = np.random.default_rng(2).normal(size=(8, 6))
+    cg = anfir.compile(families, entry="red", args=[x], mesh={"dp": 2, "mp": 3},
+                       in_shardings=[("dp", "mp")])
+    kinds = {t.kind for t in sharding_search.communication(cg)}
+    assert {"all_reduce", "all_gather"} <= kinds  # sums reduce partial terms; max/softmax gather
+    assert cases.max_rel_error(anfir.run(cg, x), anfir.run(families["red"], x)) < F64

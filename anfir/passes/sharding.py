@@ -57,7 +57,7 @@ from anfir.ir.primitive import Primitive, callee_primitive
 from anfir.ir.walk import toposort
 from anfir.passes import inline, optimize, validate
 from anfir.passes.pipeline import Phase, Program
-from anfir.primitives import arith, collective, elementwise, gradient, nn, reduce, structure, tensor
+from anfir.primitives import arith, collective, conv, elementwise, gradient, nn, reduce, structure, tensor
 
 
 class ShardingError(AnfirError):
@@ -193,10 +193,8 @@ class Context:
     layouts: dict[Node, AnyLayout]
 
     def layout(self, node: Node) -> AnyLayout:
-        """The layout of an input (constants are :data:`CONST`)."""
-        if isinstance(node, ValueNode):
-            return CONST
-        return self.layouts[node]
+        """The layout of an input (see :func:`input_layout`)."""
+        return input_layout(self.layouts, node)
 
     def fits(self, axis: Optional[str], size: int) -> bool:
         """Whether a dimension of ``size`` splits in equal blocks over ``axis``."""
@@ -204,6 +202,17 @@ class Context:
 
 
 Rule = Callable[[CNode, Context], Plan]
+
+
+def input_layout(layouts: Mapping[Node, AnyLayout], node: Node) -> AnyLayout:
+    """The layout of a call's input: constants are :data:`CONST`, but a constant
+    tensor is replicated (a rule may cut it to the blocks it needs)."""
+    if isinstance(node, ValueNode):
+        a = node.abstract
+        if isinstance(a, ATensor) and a.shape is not None:
+            return replicated(len(a.shape))
+        return CONST
+    return layouts[node]
 
 
 def _tensor_layout(ctx: Context, node: Node) -> Layout:
@@ -649,6 +658,68 @@ def _emit_shape_only(em: "Emission", node: CNode, args: list[Node]) -> Node:
     return em.constant(prim.impl(*samples, **dict(node.attrs)))
 
 
+def _batch_only(ctx: Context, node: Node, axis: Optional[str]) -> Layout:
+    rank = len(global_shape(node))
+    return Layout(((axis,) + (None,) * (rank - 1)) if rank else ())
+
+
+def batch_rule(node: CNode, ctx: Context) -> Plan:
+    """Convolution and pooling (``conv``, ``conv_core``, ``max_pool``, ``avg_pool``,
+    ``conv_input_grad``): data parallel over the batch — the first input's batch
+    dimension keeps its split, its other dimensions are whole, the weights
+    replicated; a shape operand (the gradient's ``x``) takes the result's layout."""
+    prim = callee_primitive(node)
+    first = node.inputs[1]
+    axis = _tensor_layout(ctx, first).spec[0] if global_shape(first) else None
+    if axis is not None and not ctx.fits(axis, global_shape(node)[0]):
+        axis = None
+    inputs: list[Optional[AnyLayout]] = [_batch_only(ctx, first, axis)]
+    for k, inp in enumerate(node.inputs[2:], start=1):
+        if not isinstance(ctx.layout(inp), Layout):
+            inputs.append(None)
+        elif prim is conv.conv_input_grad and k == 2:
+            inputs.append(_batch_only(ctx, inp, axis))  # x: read for its shape
+        else:
+            inputs.append(replicated(len(global_shape(inp))))
+    return Plan(inputs, _batch_only(ctx, node, axis))
+
+
+def batch_reduction_rule(node: CNode, ctx: Context) -> Plan:
+    """``conv_weight_grad(x, dout, w)`` and ``channel_sum(dout)``: sums over the batch, so
+    a batch split over an axis makes a partial sum over it (the weight gradient of
+    data parallelism)."""
+    prim = callee_primitive(node)
+    first = node.inputs[1]
+    axis = _tensor_layout(ctx, first).spec[0] if global_shape(first) else None
+    inputs: list[Optional[AnyLayout]] = [_batch_only(ctx, first, axis)]
+    for k, inp in enumerate(node.inputs[2:], start=1):
+        if not isinstance(ctx.layout(inp), Layout):
+            inputs.append(None)
+        elif prim is conv.conv_weight_grad and k == 1:
+            inputs.append(_batch_only(ctx, inp, axis))  # dout: the same batch blocks
+        else:
+            inputs.append(replicated(len(global_shape(inp))))
+    return Plan(inputs, Layout((None,) * len(global_shape(node)), (axis,) if axis else ()))
+
+
+def einsum_rule(node: CNode, ctx: Context) -> Plan:
+    """``einsum("ij,jk->ik", a, b)``: the contraction rule by the equation's labels
+    (a split summed label makes a partial sum); ``...`` runs replicated."""
+    spec = node.inputs[1].abstract
+    text = getattr(spec, "value", None)
+    if not isinstance(text, str) or "..." in text or "->" not in text:
+        return replicated_rule(node, ctx)
+    lhs, out = text.replace(" ", "").split("->")
+    terms = lhs.split(",")
+    operands = node.inputs[2:]
+    if len(terms) != len(operands) or any(len(t) != len(global_shape(o))
+                                          for t, o in zip(terms, operands)):
+        return replicated_rule(node, ctx)
+    if any(len(set(t)) != len(t) for t in terms):  # a diagonal: keep it simple
+        return replicated_rule(node, ctx)
+    return _contraction(node, ctx, [(k + 1, list(t)) for k, t in enumerate(terms)], list(out))
+
+
 def make_tuple_rule(node: CNode, ctx: Context) -> Plan:
     """A tuple holds its items' layouts."""
     return Plan([None] * (len(node.inputs) - 1),
@@ -725,6 +796,14 @@ RULES: dict[Primitive, Rule] = {
     structure.stop_gradient: passthrough_rule,
     gradient.grad_arg_check: grad_arg_check_rule,
     collective.shard: shard_rule,
+    conv.conv: batch_rule,
+    conv.conv_core: batch_rule,
+    conv.conv_input_grad: batch_rule,
+    conv.max_pool: batch_rule,
+    conv.avg_pool: batch_rule,
+    conv.conv_weight_grad: batch_reduction_rule,
+    conv.channel_sum: batch_reduction_rule,
+    nn.einsum: einsum_rule,
 }
 """The sharding rule of each primitive, keyed by the primitive object; a primitive
 without one runs replicated (:func:`replicated_rule`)."""
@@ -1031,7 +1110,7 @@ def emit(sharded: Sharded, name: Optional[str] = None, dry: bool = False) -> Spm
         plan = sharded.plans[node]
         args: list[Node] = []
         for inp, need in zip(node.inputs[1:], plan.inputs):
-            src = CONST if isinstance(inp, ValueNode) else layouts[inp]
+            src = input_layout(layouts, inp)
             shape = global_shape(inp) if isinstance(src, Layout) else None
             args.append(em.redistribute(local(inp), src, need, node, shape, _dtype_of(inp.abstract)))
         if plan.emit is not None:
@@ -1163,7 +1242,7 @@ def _annotate(sharded: Sharded) -> None:
         if plan is not None:
             moves = []
             for k, (inp, need) in enumerate(zip(node.inputs[1:], plan.inputs)):
-                src = CONST if isinstance(inp, ValueNode) else sharded.layouts[inp]
+                src = input_layout(sharded.layouts, inp)
                 if isinstance(need, Layout) and isinstance(src, Layout) and need != src:
                     moves.append(f"input {k}: {src} -> {need}")
             if moves:

@@ -791,6 +791,10 @@ whose rule computes what their ``impl`` does on known values too: the machine
 calls the rule without first searching the arguments — which may be long chains
 of closures — for a traced leaf."""
 
+STRUCTURAL = STRUCTURAL | frozenset(COLLECTIVE_RULES)
+"""(The collectives too: on a known value — a constant cut to this device's block —
+their rule still runs, under ``shard_map``, where the device is known.)"""
+
 UNMAPPED: dict[Primitive, str] = {}
 """Primitives without a rule, each with the reason (a program calling one on
 traced values is refused with it)."""
