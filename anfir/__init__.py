@@ -27,6 +27,7 @@ from anfir.autodiff.checkpoint import checkpoint_api as _checkpoint_api
 from anfir.backends import tojax as _tojax
 from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
+from anfir.eval import mesh as _mesh
 from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
@@ -38,6 +39,7 @@ from anfir.loading import load_file
 from anfir import lowlevel as _lowlevel
 from anfir.lowlevel import remat as _remat
 from anfir.passes.pipeline import PHASES, compile_program
+from anfir.passes import sharding as _sharding, sharding_search as _sharding_search
 from anfir.printers.dot import dump_dot as _dump_dot
 from anfir.printers.ir import dump_ir as _dump_ir
 from anfir.printers.text import to_text as _to_text
@@ -63,6 +65,8 @@ def run(graph: Any, *args: Any) -> Any:
     a low-level program (``anfir.lower``, a loaded ``.lir``) runs on its arena."""
     if isinstance(graph, _lowlevel.LowProgram):
         return _lowlevel.run_low(graph, *args)
+    if _mesh.spmd_info(graph) is not None:  # a per-device program: simulate its mesh
+        return _mesh.run_spmd(graph, *args)
     return _run(graph, *args)
 
 
@@ -115,6 +119,8 @@ def hessian(graph: FuncGraph, wrt: int = 0) -> FuncGraph:
     """A new FuncGraph returning the Hessian of scalar ``graph`` w.r.t. argument ``wrt``."""
 
     return _jac.api_graph(_meta.hessian, _ad.entry_graph(graph), wrt)
+
+
 def checkpoint(graph: FuncGraph) -> FuncGraph:
     """A new FuncGraph computing what ``graph`` does, whose gradient keeps only its
     inputs and recomputes ``graph``'s forward pass in the backward pass (as
@@ -124,7 +130,8 @@ def checkpoint(graph: FuncGraph) -> FuncGraph:
 
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
             dump_dir: Optional[str] = None, backend: Optional[str] = None,
-            lower: bool = False, remat: Any = None) -> FuncGraph:
+            lower: bool = False, remat: Any = None, mesh: Optional[dict] = None,
+            in_shardings: Optional[Sequence[Any]] = None) -> FuncGraph:
     """Run the whole pipeline (parse ... validate) and return the optimized graph.
 
     ``args`` are example values (or abstract types); without them the entry's
@@ -144,12 +151,29 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     ``remat="min-cut"`` (or a memory budget in bytes) adds the ``remat`` phase
     before ``validate``: a gradient program recomputes forward values in its
     backward pass instead of keeping them (docs/remat.md).
+    ``mesh={"dp": 4, "mp": 2}`` (with ``in_shardings``, one layout per argument:
+    a tuple with an axis name or None per dimension, None = replicated) adds
+    the SPMD phases (``flatten``, ``sharding``, ``spmd``; docs/parallelism.md)
+    and returns the per-device program: ``anfir.run`` of it simulates the mesh
+    on global arguments, ``anfir.to_jax`` of it runs under ``jax.shard_map``.
+    ``args`` are then the global example values or types.
+    ``in_shardings="auto"`` chooses the layouts by the cost model's search
+    (:mod:`anfir.passes.sharding_search`), recorded in the program's metadata.
     """
     phases = None
     if backend == "jax":
         phases = [*PHASES, _tojax.lowering_phase()]
     elif backend not in (None, "eval"):
         raise UsageError(f"unknown backend {backend!r}: 'eval' (the default) or 'jax'")
+    if mesh is not None:
+        if backend == "jax":
+            raise UsageError("backend='jax' with a mesh: compile without it and run "
+                             "anfir.to_jax(cg) under jax.shard_map (docs/parallelism.md)")
+        chosen = _sharding_search.chooser() if in_shardings == "auto" else in_shardings
+        phases = [*(phases or PHASES), *_sharding.phases(mesh, chosen)]
+    elif in_shardings is not None:
+        raise UsageError("in_shardings needs a mesh: anfir.compile(..., mesh={'dp': 8}, "
+                         "in_shardings=[...])")
     if lower:
         phases = [*(phases or PHASES), *_lowlevel.PHASES]
     if remat is not None:

@@ -534,7 +534,8 @@ def test_compile_backend_jax_runs_the_lowered_program() -> None:
 
 # -- many devices ------------------------------------------------------------------------------------
 def recipe() -> str:
-    """The data-parallel training step of docs/jax.md (its python block under "Many devices")."""
+    """The data-parallel training step of docs/jax.md (its python block under "Many devices"):
+    anfir's per-device program under jax.shard_map."""
     text = (ROOT / "docs" / "jax.md").read_text(encoding="utf-8")
     section = text.split("## Many devices", 1)[1]
     return section.split("```python\n", 1)[1].split("\n```", 1)[0]
@@ -545,7 +546,7 @@ def test_the_data_parallel_step_on_8_virtual_devices() -> None:
     code = recipe() + (
         "\nimport json\n"
         "print(json.dumps({'devices': jax.device_count(), 'all_reduce': 'all-reduce' in hlo,\n"
-        "                  'x_shards': len(jax.device_put(x, batch).addressable_shards),\n"
+        "                  'x_shards': len(step.place(w1, w2, x, y)[2].addressable_shards),\n"
         "                  'difference': float(max(abs(new_w1 - one[0]).max(), abs(new_w2 - one[1]).max()))}))\n")
     proc = _python(code, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
                               "JAX_PLATFORMS": "cpu"}, timeout=240)

@@ -60,6 +60,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
+from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
@@ -1177,7 +1178,14 @@ RULES: dict[Primitive, MilRule] = {
 apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
 
+_SPMD_REASON = ("a primitive of per-device (SPMD) programs: Core ML describes one device's "
+                "program and has no collective communication; export the global program "
+                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
+                "under jax.shard_map")
+
 UNSUPPORTED: dict[Primitive, str] = {
+    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
+                                       collective.shard)},
     elementwise.bitwise_and: "MIL has no bitwise operations",
     elementwise.bitwise_or: "MIL has no bitwise operations",
     elementwise.bitwise_xor: "MIL has no bitwise operations",

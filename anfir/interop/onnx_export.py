@@ -60,6 +60,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
+from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
@@ -1896,7 +1897,14 @@ takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 
 RULES.update(SHAPING_RULES)
 
+_SPMD_REASON = ("a primitive of per-device (SPMD) programs: ONNX describes one device's "
+                "program and has no collective communication; export the global program "
+                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
+                "under jax.shard_map")
+
 UNSUPPORTED: dict[Primitive, str] = {
+    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
+                                       collective.shard)},
     **UNSUPPORTED_SHAPING,
     **{prim: "ONNX has no complex element types in its operators (complex64/128 are "
              "storage types only: no Real, Imag or Complex operator)"

@@ -34,6 +34,7 @@ from anfir.ir.primitive import Primitive
 from anfir.lowlevel import kernels
 from anfir.lowlevel.kernels import ScratchFactory
 from anfir.lowlevel.program import COPY
+from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
 from anfir.primitives import loops
@@ -344,7 +345,14 @@ RULES: dict[Primitive, LowRule] = {
 
 _WALKED = "taken apart by the flattening walk (anfir/interop/flatten.py) before lowering"
 
+_SPMD_REASON = ("a primitive of per-device (SPMD) programs: the low-level buffer program describes one device's "
+                "program and has no collective communication; export the global program "
+                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
+                "under jax.shard_map")
+
 UNLOWERED: dict[Primitive, str] = {
+    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
+                                       collective.shard)},
     DIM: "a dimension known only at run time: the low level needs concrete shapes",
     structure.make_tuple: _WALKED, structure.tuple_getitem: _WALKED, structure.len_: _WALKED,
     structure.partial: _WALKED, structure.identity: _WALKED, structure.stop_gradient: _WALKED,

@@ -40,6 +40,7 @@ from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_
 from anfir.backends.tojax.shaping_rules import SHAPING_RULES
 from anfir.backends.tojax.loop_rules import FUNCTION_ARGUMENTS, LOOP_RULES  # noqa: F401
 from anfir.backends.tojax.batching_rules import BATCHING_RULES, loop_rule
+from anfir.backends.tojax.collective_rules import COLLECTIVE_RULES
 from anfir.values import DType, GradEnv
 
 Rule = Callable[..., Any]
@@ -784,6 +785,7 @@ RULES.update(SHAPING_RULES)
 RULES.update(LOOP_RULES)  # scan, fori_loop, custom rules: tojax/loop_rules.py
 RULES.update(BATCHING_RULES)  # vmap's primitives: tojax/batching_rules.py
 RULES[batching.batch_loop] = loop_rule(RULES)
+RULES.update(COLLECTIVE_RULES)  # all_reduce, all_gather...: tojax/collective_rules.py
 
 STRUCTURAL: frozenset[Primitive] = frozenset({
     structure.make_tuple, structure.tuple_getitem, structure.len_, structure.switch,
@@ -795,6 +797,10 @@ STRUCTURAL: frozenset[Primitive] = frozenset({
 whose rule computes what their ``impl`` does on known values too: the machine
 calls the rule without first searching the arguments — which may be long chains
 of closures — for a traced leaf."""
+
+STRUCTURAL = STRUCTURAL | frozenset(COLLECTIVE_RULES)
+"""(The collectives too: on a known value — a constant cut to this device's block —
+their rule still runs, under ``shard_map``, where the device is known.)"""
 
 UNMAPPED: dict[Primitive, str] = {}
 """Primitives without a rule, each with the reason (a program calling one on
