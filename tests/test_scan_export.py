@@ -136,17 +136,22 @@ def test_onnx_of_a_symbolic_length_runs_any_length() -> None:
     onnx.checker.check_model(model, full_check=True)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = anfir.compile(MOD, entry="g_rnn", args=[W, U, XS])
-    for steps in (1, 4, 9):
+    for steps in (0, 1, 4, 9):
         xs = RNG.randn(steps, 2)
         feed = {i.name: a for i, a in zip(model.graph.input, (W, U, xs))}
         for g, w in zip(session.run(None, feed), leaves(anfir.run(compiled, W, U, xs))):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
-def test_a_loop_without_steps_is_refused_with_the_reason() -> None:
-    mod = anfir.parse("def f(x) = fori_loop(3, 3, lambda (i, c) c * x end, x)")
-    with pytest.raises(anfir.AnfirError, match="runs no step"):
-        anfir.export_onnx(mod, entry="f", args=[1.0])
+def test_a_loop_of_no_steps_exports_and_passes_its_state_through() -> None:
+    mod = anfir.parse("def f(x, n) = fori_loop(3, n, lambda (i, c) c * x + 1.0 end, x)")
+    model = anfir.export_onnx(mod, entry="f", args=[1.5, 5])
+    onnx.checker.check_model(model, full_check=True)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (0, 3, 4, 6):
+        feed = {model.graph.input[0].name: np.asarray(1.5), model.graph.input[1].name: np.asarray(n)}
+        for got in (session.run(None, feed), ReferenceEvaluator(model).run(None, feed)):
+            np.testing.assert_allclose(np.asarray(got[0]).ravel()[0], anfir.run(mod["f"], 1.5, n))
 
 
 # -- counted tail-recursive loops become fori_loop before AD ------------------------------------

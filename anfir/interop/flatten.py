@@ -611,8 +611,9 @@ class Walker:
         """``scan``/``fori_loop`` as a :class:`LoopOp` whose state is ``(i, carry...,
         ys...)``: each step reads row ``i`` of ``xs`` (``gather``), walks the body
         once, writes ``y`` into row ``i`` of the stacked buffers (``scatter_nd``), and
-        goes on while ``i + 1 < n``.  The do-while form runs one step before testing,
-        so a loop of zero steps does not export (it is refused when the count is known)."""
+        goes on while ``i + 1 < n``.  The Loop runs its body once before testing, so
+        the step sits in an ``If`` on ``i < n``: a loop of zero steps passes its state
+        through (the initial carry, empty stacked outputs)."""
         loc, what, outer = node.loc, _describe(node), frame.block
         scan = prim is loops.scan
         if scan:
@@ -645,8 +646,6 @@ class Walker:
         else:
             start = self._operand(_typed(lo, i64), what, loc)
             count = self._operand(_typed(hi, i64), what, loc)
-        if isinstance(count, Const) and isinstance(start, Const) and count.value <= start.value:
-            raise ExportError(f"{what} runs no step: an exported loop runs at least one", loc)
         buffers: list[Operand] = []
         for t in ys_types:
             assert isinstance(t, ATensor) and t.shape is not None
@@ -655,11 +654,14 @@ class Walker:
             buffers.append(self._emit(tensor.zeros, (shape, Const(t.dtype)), t, outer, loc, "ys"))
         ys_in = [Value(self.names.take("ys"), t, body) for t in ys_types]
         body.params = [i_in, *carry_in, *ys_in]
+        guard = self._emit(arith.lt, (i_in, count), AScalar("bool"), body, loc, "in_range")
+        work, keep = Block(parent=body), Block(parent=body)
+        keep.results = [*carry_in, *ys_in]
         index: Operand = i_in
         if scan and prim.bound_attrs(node.attrs)["reverse"]:
             last = self._emit(arith.sub, (count, Const(1)), i64, body, loc, "last")
             index = self._emit(arith.sub, (last, i_in), i64, body, loc, "index")
-        x_values = [self._emit(indexing.gather, (leaf, index), _row_type(t), body, loc, "x",
+        x_values = [self._emit(indexing.gather, (leaf, index), _row_type(t), work, loc, "x",
                                {"axis": 0}) for leaf, t in zip(xs_leaves, xs_types)]
         x_sv = _rebuild(_row_abstract(xs_t), iter(x_values))
         carry_sv = _rebuild(carry_t, iter(carry_in))
@@ -683,18 +685,21 @@ class Walker:
                          for s, t in zip(self._to_slots(carry_out, carry_t, what, loc, 0), carry_types)]
             y_leaves = self._to_slots(y, _row_abstract(ys_t), what, loc, 0)
             position = self._emit(tensor.reshape, (index, Const((1, 1))), ATensor("i64", (1, 1)),
-                                  body, loc, "row")
+                                  work, loc, "row")
             new_ys: list[Operand] = []
             for buf, y_sv, t in zip(ys_in, y_leaves, ys_types):
                 row = self._operand(_typed(y_sv, _row_type(t)), what, loc)
                 update = self._emit(shaping.unsqueeze, (row,), ATensor(t.dtype, (1, *t.shape[1:]))
-                                    if isinstance(t, ATensor) and t.shape else t, body, loc, "y",
+                                    if isinstance(t, ATensor) and t.shape else t, work, loc, "y",
                                     {"axis": 0})
-                new_ys.append(self._emit(indexing.scatter_nd, (buf, position, update), t, body,
+                new_ys.append(self._emit(indexing.scatter_nd, (buf, position, update), t, work,
                                          loc, "ys"))
             step = self._emit(arith.add, (i_in, Const(1)), i64, body, loc, "i")
             flag = self._emit(arith.lt, (step, count), AScalar("bool"), body, loc, "more")
-            body.results = [flag, step, *new_carry, *new_ys]
+            work.results = [*new_carry, *new_ys]
+            stepped = [Value(self.names.take(v.name), v.type, body) for v in [*carry_in, *ys_in]]
+            body.ops.append(IfOp(guard, work, keep, tuple(stepped), loc))
+            body.results = [flag, step, *stepped]
             outs = [Value(self.names.take(v.name), v.type, outer) for v in body.params]
             outer.ops.append(LoopOp(tuple([*first, *buffers]), body, tuple(outs), loc))
             carry_value = _rebuild(carry_t, iter(outs[1:1 + len(carry_in)]))
@@ -703,7 +708,7 @@ class Walker:
             else:
                 done(carry_value)
 
-        self._call(fn, call_args, body, None, node, finish)
+        self._call(fn, call_args, work, None, node, finish)
 
     def _leading_dim(self, leaves: list[Operand], types: list[AbstractValue], block: Block,
                      loc: Optional[Location], what: str) -> Operand:
