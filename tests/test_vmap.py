@@ -45,6 +45,8 @@ def grad_of_vmap(w, xs) = grad(lambda (v) sum(vmap(lambda (x) tanh(v @ x) end)(x
 def jac_rev(w1, w2, x) = jacrev(net, 2)(w1, w2, x)
 def jac_fwd(w1, w2, x) = jacfwd(net, 0)(w1, w2, x)
 def hess(p) = hessian(scal)(p)
+def add3(a, b, c) = a + b * c
+def partial_fn(xs, s) = vmap(partial(add3, 1.0, s))(xs)
 """
 
 R = np.random.default_rng(0)
@@ -92,6 +94,7 @@ CASES: list[tuple[str, tuple, Callable[..., Any]]] = [
     ("jac_rev", (W1, W2, X3), jax.jacrev(jnet, 2)),
     ("jac_fwd", (W1, W2, X3), jax.jacfwd(jnet, 0)),
     ("hess", (R.normal(size=(10,)),), jax.hessian(jscal)),
+    ("partial_fn", (XS, 0.5), lambda xs, s: jax.vmap(lambda c: 1.0 + s * c)(xs)),
 ]
 
 MOD = anfir.parse(SOURCE)
@@ -116,7 +119,7 @@ def test_to_jax_agrees_with_jax(case: tuple[str, tuple, Callable[..., Any]]) -> 
 
 
 COMPILED = ["broadcast_arg", "closure", "hof", "batched_if", "loop_trips", "recursion", "nested",
-            "out_axis", "per_example_grads", "closure_grads"]
+            "out_axis", "per_example_grads", "closure_grads", "partial_fn"]
 
 
 @pytest.mark.parametrize("name", COMPILED)
