@@ -27,9 +27,12 @@ How each call ``y = f(x...)`` is transformed:
   value; one from outside (a parameter, a captured function, ``J(f)``) is
   batched when called, at run time, by ``batch_fn`` (JAX's ``vmap`` of a
   traced function).
-* ``grad``/``value_and_grad``/``jvp``/``vmap`` of a lambda capturing batched
-  values: the lambda is differentiated (or batched) first, in the unbatched
-  world, and the result batched — JAX's order for ``vmap(grad(f))``.
+* ``grad``/``value_and_grad``/``jvp``/``vmap`` of a known function called on
+  batched values: the function is differentiated (or batched) first, in the
+  unbatched world, and the result batched — JAX's order for ``vmap(grad(f))``;
+  when the function itself differentiates (``vmap(jvp(f))``, whose ``jvp`` is a
+  ``grad`` of a ``grad``), it is batched first and the batched function
+  differentiated (``grad`` of the sum over the independent examples).
 * ``if`` on a batched condition (``switch(c, ✓, ✗)()``): both branches run and
   ``batch_select`` picks per example (JAX's ``select``).  When a branch
   recurses (a loop), that cannot run unconditionally: while *some* example
@@ -551,6 +554,10 @@ class _Body:
         static = (isinstance(fn, ValueNode) and isinstance(fn.value, FuncGraph)
                   and all(isinstance(a, ValueNode) for a in args[1:])
                   and any(m is k for k in (*_META_DIFF, VMAP)))
+        if static and self.inst.batched and any(m is k for k in _META_DIFF) and \
+                _differentiates(fn.value):  # type: ignore[union-attr]
+            return self._batched_first(m, fn.value, [a.value for a in args[1:]  # type: ignore[union-attr]
+                                                     if isinstance(a, ValueNode)])
         if static and self.inst.batched and not _differentiates(fn.value):  # type: ignore[union-attr]
             # Differentiate (or batch) the known function first, then batch that graph
             # for each call's own arguments: no run-time batching left (compilable).
@@ -587,6 +594,29 @@ class _Body:
             # Only called: each call batches ``made`` for its own arguments' trees.
             return ValueNode(None, node.loc), False
         return self.constant(ValueNode(made, node.loc))
+
+    def _batched_first(self, m: MetaFunction, fn: FuncGraph, consts: list[Any]) -> tuple[Node, BT]:
+        """A derivative of a function that itself differentiates, inside vmap: batch
+        first, then differentiate the batched function — the examples are independent,
+        so ``grad`` of the sum over the batch is each example's gradient (every argument
+        batched), and ``jvp`` of the batched function each example's derivative."""
+        n = len(fn.parameters)
+        batched = self.b.instance(fn, (True,) * n, self.inst)
+        whole = ValueNode(batched.new, self.loc)
+        if m is meta.jvp:
+            return self.apply(ValueNode(meta.jvp), whole), True
+        total = FuncGraph(f"Σ{fn.name}", self.loc)
+        ps = [total.add_parameter(p.name or f"x{i}") for i, p in enumerate(fn.parameters)]
+        total.output = CNode(total, [ValueNode(tensor.sum_), CNode(total, [whole, *ps], self.loc)],
+                             self.loc)
+        grads = self.apply(ValueNode(meta.grad), ValueNode(total), *(ValueNode(c) for c in consts))
+        if m is meta.grad:
+            return grads, True
+        pair = FuncGraph(f"value_and_grad_{fn.name}", self.loc)
+        qs = [pair.add_parameter(p.name or f"x{i}") for i, p in enumerate(fn.parameters)]
+        pair.output = CNode(pair, [ValueNode(structure.make_tuple), CNode(pair, [whole, *qs], self.loc),
+                                   CNode(pair, [grads, *qs], self.loc)], self.loc)
+        return ValueNode(pair, self.loc), True
 
     # -- if ------------------------------------------------------------------------------
     def call_if(self, node: CNode, switch: CNode) -> tuple[Node, BT]:
@@ -732,11 +762,10 @@ def expand_meta(m: MetaFunction, fn: FuncGraph, consts: list[Any], loc: Any) -> 
     """``m(fn, consts...)`` as a graph of the unbatched world with ``fn``'s free
     variables (then batched like any closure): differentiate first, batch after."""
     if m in _META_DIFF and _differentiates(fn):
-        # Known gap: the GradEnv of an inner grad's closure is lost in the batched copy
-        # (the result would be silently zero), so this is refused, located.
-        raise BatchingError(f"vmap: {m.name} of a lambda that captures batched values and "
-                            "itself differentiates (a second-order derivative through a "
-                            "captured value inside vmap) is not supported", loc)
+        # A second derivative through a captured batched value: the body batches the
+        # function first (_Body._batched_first); this entry is for known functions only.
+        raise BatchingError(f"vmap: {m.name} of a function that itself differentiates needs "
+                            "the batched body's rule", loc)
     if m is meta.grad or m is meta.value_and_grad:
         check_differentiable_graph(fn)
         wrt, multi = normalize_wrt(consts, len(fn.parameters))
@@ -1348,8 +1377,9 @@ RULES: dict[Primitive, Rule] = {
     gradient.matmul_dx: matmul_dx_rule,
     gradient.matmul_dy: matmul_dy_rule,
     gradient.grad_seed: grad_seed_rule,
+    # grad_arg_check(x, g) only reads x's dtype, the same for every example: g as it is.
     gradient.grad_arg_check: lambda b, prim, mapped, attrs: (
-        b.apply(prim, mapped[0][0], mapped[1][0]), mapped[1][1]) if not bt_any(mapped[0][1]) else None,
+        b.apply(prim, mapped[0][0], mapped[1][0]), mapped[1][1]),
     gradient.clip_grad: clip_grad_rule,
     gradient.size: shape_of_rule("size"),
     tensor.shape: shape_of_rule("shape"),

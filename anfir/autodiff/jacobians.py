@@ -1,7 +1,8 @@
 """``jacfwd``, ``jacrev`` and ``hessian``: Jacobians from ``vmap`` and the derivatives.
 
-* ``jacfwd(f, i)(x...)`` has JAX's shape ``out.shape + x_i.shape``; it is computed
-  as ``jacrev`` is (see :func:`jacfwd_graph` for why);
+* ``jacfwd(f, i)(x...)`` pushes every basis vector of argument ``i``'s space
+  through ``jvp(f)`` at once — ``vmap`` over the tangents, the batch axis put
+  last (``out_axes=-1``) — so the result has shape ``out.shape + x_i.shape``;
 * ``jacrev(f, i)(x...)`` pulls every basis vector of the output's space back
   through ``f``'s pullback (``J(f)``), ``vmap`` over the cotangents;
 * ``hessian(f, i)`` is ``jacrev(grad(f, i), i)``: reverse over reverse, whose
@@ -54,15 +55,6 @@ def _prim(graph: FuncGraph, prim: Any, *args: Node, attrs: Any = None) -> CNode:
 
 
 def jacfwd_graph(n: int, i: int, nargs: int) -> FuncGraph:
-    """The forward Jacobian.  The push of every basis vector through ``jvp`` under
-    ``vmap`` (:func:`jacfwd_push_graph`) needs a second-order gradient through a captured
-    batched tangent, which the batching transform refuses (anfir's ``jvp`` is the
-    transpose of a pullback); the same matrix comes from pulling back the output basis,
-    so ``jacfwd`` is that, with JAX's shape ``out.shape + arg.shape``."""
-    return jacrev_graph(n, i, nargs, "jacfwd")
-
-
-def jacfwd_push_graph(n: int, i: int, nargs: int) -> FuncGraph:
     """``(f, i) -> (x...) -> reshape(vmap(t ↦ jvp(f)(x, e_i(t))[1], 0, -1)(basis(x_i)))``."""
     outer, f, inner = _maker("jacfwd", nargs)
     xs = [inner.add_parameter(f"x{k}") for k in range(n)]
@@ -77,9 +69,9 @@ def jacfwd_push_graph(n: int, i: int, nargs: int) -> FuncGraph:
     return outer
 
 
-def jacrev_graph(n: int, i: int, nargs: int, name: str = "jacrev") -> FuncGraph:
+def jacrev_graph(n: int, i: int, nargs: int) -> FuncGraph:
     """``(f, i) -> (x...) -> reshape(vmap(u ↦ pullback(u)[i], 0, 0)(basis(f(x))))``."""
-    outer, f, inner = _maker(name, nargs)
+    outer, f, inner = _maker("jacrev", nargs)
     xs = [inner.add_parameter(f"x{k}") for k in range(n)]
     forward = _call(inner, _prim(inner, gradient.J, f), *xs)
     out = _prim(inner, structure.tuple_getitem, forward, ValueNode(0))
@@ -136,4 +128,4 @@ def api_graph(which: Any, graph: FuncGraph, wrt: int) -> FuncGraph:
 
 
 __all__ = ["api_graph", "generate_hessian", "generate_jacfwd", "generate_jacrev", "hessian_graph",
-           "jacfwd_graph", "jacfwd_push_graph", "jacrev_graph"]
+           "jacfwd_graph", "jacrev_graph"]

@@ -75,6 +75,20 @@ def _target(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
         return fn.value
     if isinstance(fn, ValueNode) and isinstance(fn.value, Primitive):
         return primitive_graph(fn.value)
+    if isinstance(fn, CNode) and fn.is_apply(structure.partial) and len(fn.inputs) > 1:
+        # vmap(partial(g, a...)): a wrapper taking the remaining arguments, which may
+        # capture the bound ones (computed where the partial was).
+        inner = fn.inputs[1]
+        if isinstance(inner, ValueNode) and isinstance(inner.value, Primitive):
+            inner = ValueNode(primitive_graph(inner.value), inner.loc)
+        if not (isinstance(inner, ValueNode) and isinstance(inner.value, FuncGraph)):
+            return None
+        bound = list(fn.inputs[2:])
+        wrapper = FuncGraph(f"partial_{inner.value.name}", fn.loc)
+        rest = [wrapper.add_parameter(p.name or f"x{i}")
+                for i, p in enumerate(inner.value.parameters[len(bound):])]
+        wrapper.output = CNode(wrapper, [inner, *bound, *rest], fn.loc)
+        return wrapper
     if isinstance(fn, CNode) and isinstance(fn.inputs[0], ValueNode) and \
             isinstance(fn.inputs[0].value, MetaFunction) and \
             all(isinstance(a, ValueNode) for a in fn.inputs[1:]) and len(fn.inputs) > 1:
