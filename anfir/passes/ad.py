@@ -56,10 +56,15 @@ def run(program: "Program") -> "Program":
     context = JContext(static=True)
     count = 0
     untyped: list[tuple[FuncGraph, Node]] = []
-    if _meta_calls(manager):  # counted loops become fori_loop; loop bodies carry their captures
-        rewritten = loops.recognise_counted_loops(program)
-        if rewritten:
-            program.stats["ad: counted loops as fori_loop"] += rewritten
+    calls = _meta_calls(manager)
+    if calls:  # counted loops become fori_loop; loop bodies carry their captures
+        if not _nested_derivatives(calls):
+            # A counted loop differentiated twice (grad of a function that itself takes
+            # a gradient through the loop) stays a recursion: the second J of the
+            # rewritten loop's backward scan would stack gradient environments.
+            rewritten = loops.recognise_counted_loops(program)
+            if rewritten:
+                program.stats["ad: counted loops as fori_loop"] += rewritten
         loops.run(program)
     # checkpoint(f) first: the J transform then meets a call of a flagged wrapper.
     count += _expand_checkpoints(manager, untyped)
@@ -181,6 +186,29 @@ def _track_entry_only(program: "Program") -> None:
     if entry is not None and (manager is None or entry.manager is not manager
                               or list(manager.roots) != [entry]):
         program.manager = rebuild_manager([entry])
+
+
+def _nested_derivatives(calls: list[CNode]) -> bool:
+    """Whether a differentiated function may reach another derivative call (an order
+    above 1); a function known only at run time counts as one that may."""
+    owners = {call.graph for call in calls}
+    for call in calls:
+        if len(call.inputs) < 2:
+            continue
+        fn = call.inputs[1]
+        if isinstance(fn, ValueNode):
+            roots = [fn.value] if isinstance(fn.value, FuncGraph) else []
+        elif isinstance(fn, CNode):  # partial(g, ...) made where the call is
+            head = fn.inputs[0]
+            if isinstance(head, ValueNode) and isinstance(head.value, MetaFunction):
+                return True  # grad(grad(f)): a derivative of a derivative
+            roots = [i.value for i in fn.inputs
+                     if isinstance(i, ValueNode) and isinstance(i.value, FuncGraph)]
+        else:
+            return True
+        if any(g in owners for g in reachable_graphs(roots)):
+            return True
+    return False
 
 
 def _meta_calls(manager: Manager) -> list[CNode]:

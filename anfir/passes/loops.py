@@ -225,6 +225,12 @@ def _counted_loop(manager: Manager, loop: FuncGraph) -> Optional[tuple[Node, Fun
         return None
     # The then-branch may read the loop's parameters, nothing else the loop computes.
     scope = manager.scope(then_g)
+    if set(manager.scope(loop)) != {loop, then_g, else_g}:
+        # A closure made inside the step (``ap(lambda (z) ... acc end, x)``, owned by the
+        # loop, not the branch): the body's clone would leave it reading the loop's old
+        # parameters (the manager's parent repair then never settled), so such a loop
+        # stays a recursion, as it ran before.
+        return None
     inside = set(scope)
     for g in scope:
         for node in toposort(g, manager):
