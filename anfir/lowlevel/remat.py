@@ -132,6 +132,7 @@ class RematSummary:
     tried: list[tuple[str, float, int]] = field(default_factory=list)
     """With a budget: (level, fraction, planned arena) of each candidate measured."""
     kept_nodes: list[CNode] = field(default_factory=list)
+    """The kept forward nodes, in the forward pass's order (for inspection)."""
     """With a budget: (level, fraction, planned arena) of each candidate measured."""
 
     def line(self) -> str:
