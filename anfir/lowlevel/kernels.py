@@ -247,6 +247,7 @@ def conv_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any], ws: W
     out3 = out.reshape(out.shape[0], out.shape[1], positions)
     bias = _Spread(args[2], out, ws) if len(args) == 3 else None
     rows = _row_chunk(step, sizes, depth * out.itemsize, out.nbytes)
+    chunks: list[tuple[Any, ...]]
     if rows is None:
         cols = ws.array(1, (step, *windows.shape[1:]), out.dtype)
         cols3 = cols.reshape(step, depth, positions)
@@ -259,7 +260,7 @@ def conv_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any], ws: W
         rest = math.prod(sizes[1:])
         flat = ws.array(1, (depth * rows * rest,), out.dtype)
         product = ws.array(4, (w.shape[0] * rows * rest,), out.dtype)
-        chunks = []
+        chunks = []  # (the annotation above: the two kinds of chunk)
         for i in range(batch):
             for r0 in range(0, sizes[0], rows):
                 r = min(rows, sizes[0] - r0)

@@ -132,6 +132,7 @@ class RematSummary:
     tried: list[tuple[str, float, int]] = field(default_factory=list)
     """With a budget: (level, fraction, planned arena) of each candidate measured."""
     kept_nodes: list[CNode] = field(default_factory=list)
+    """The kept forward nodes, in the forward pass's order (for inspection)."""
     """With a budget: (level, fraction, planned arena) of each candidate measured."""
 
     def line(self) -> str:
@@ -283,11 +284,21 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
     before = sum(nbytes(v.abstract) or 0 for v in read_by_backward if v not in aliases)
     after = sum(nbytes(v.abstract) or 0 for v in kept)
 
+    # A backward node's depth: 0 when it reads no backward value (it is computed from
+    # forward values alone: the 1 - y^2 of tanh's rule, a relu's mask), else one more
+    # than its deepest backward input.  A copy waits for the deepest backward input of
+    # its reader (an incoming gradient), never for one of depth 0, which is ready as
+    # early as the forward values it is made from.
+    depth: dict[Node, int] = {}
+    for node in order:
+        if node in backward:
+            depth[node] = max((depth[i] + 1 for i in node.inputs if i in depth), default=0)
     anchors: dict[CNode, Optional[Node]] = {}
     for node in reversed(order):
         if node not in backward:
             continue
-        anchor: Optional[Node] = next((i for i in node.inputs if i in backward), None)
+        deepest = max((i for i in node.inputs if i in depth), key=lambda i: depth[i], default=None)
+        anchor: Optional[Node] = deepest if deepest is not None and depth[deepest] > 0 else None
         if anchor is None:
             # A backward node computed from forward values only (the 1 - y^2 of tanh's
             # rule): the anchor of its first backward reader, if that comes before it.
