@@ -50,15 +50,25 @@ if TYPE_CHECKING:  # pragma: no cover
 _GRADS = (metas.grad, metas.value_and_grad, metas.jvp)
 
 
-def run(program: "Program") -> "Program":
-    """Expand every ``grad``/``value_and_grad`` call of the program (innermost first)."""
+def run_keeping_recursion(program: "Program") -> "Program":
+    """:func:`run` without rewriting counted tail-recursive loops into ``fori_loop``:
+    for a target that writes recursion itself (MindIR's while-header graphs)."""
+    return run(program, counted_loops=False)
+
+
+def run(program: "Program", counted_loops: bool = True) -> "Program":
+    """Expand every ``grad``/``value_and_grad`` call of the program (innermost first).
+
+    With ``counted_loops``, a counted tail-recursive loop that is differentiated
+    becomes a ``fori_loop`` first, so its gradient is a reversed scan (first-order
+    data, which the flat exporters write)."""
     manager = program.require_manager()
     context = JContext(static=True)
     count = 0
     untyped: list[tuple[FuncGraph, Node]] = []
     calls = _meta_calls(manager)
     if calls:  # counted loops become fori_loop; loop bodies carry their captures
-        if not _nested_derivatives(calls):
+        if counted_loops and not _nested_derivatives(calls):
             # A counted loop differentiated twice (grad of a function that itself takes
             # a gradient through the loop) stays a recursion: the second J of the
             # rewritten loop's backward scan would stack gradient environments.

@@ -46,7 +46,8 @@ from anfir.ir.manager import analyse
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.passes.pipeline import compile_program
+from anfir.passes import ad
+from anfir.passes.pipeline import PHASES, Phase, compile_program
 from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.conv import conv_params
 from anfir.primitives.registry import PRIMITIVES
@@ -717,7 +718,11 @@ def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Seque
     Module's ``params`` are used by default)."""
     if params is None and isinstance(source, Module):
         params = dict(source.params)
-    graph = compile_program(source, entry=entry, args=args).graph
+    # MindIR writes a loop as a graph that calls itself (a while header), so the
+    # tail recursion stays: no counted loop becomes a fori_loop/scan in the ad phase.
+    phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run else p
+              for p in PHASES]
+    graph = compile_program(source, entry=entry, args=args, phases=phases).graph
     model = Writer(params).run(graph)
     data: bytes = model.SerializeToString(deterministic=True)
     if path is not None:
