@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from anfir.abstract.values import AFunction
 from anfir.autodiff.jtransform import check_function_value
-from anfir.autodiff.partials import atom_arity, call_node
+from anfir.autodiff.partials import call_node, fixed_arity
 from anfir.autodiff.runtime import arity_of
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
@@ -68,14 +67,8 @@ def generate_checkpoint(args: tuple) -> FuncGraph:
 
 def generate_checkpoint_for_types(args: tuple) -> Optional[FuncGraph]:
     """The graph for ``checkpoint(f)`` when ``f``'s abstract value fixes its arity."""
-    if len(args) != 1 or not isinstance(args[0], AFunction):
-        return None
-    arities = {atom_arity(atom) for atom in args[0].options}
-    if len(arities) != 1 or None in arities:
-        return None
-    (nparams,) = arities
-    assert nparams is not None
-    return checkpoint_graph(nparams)
+    nparams = fixed_arity(args[0]) if len(args) == 1 else None
+    return None if nparams is None else checkpoint_graph(nparams)
 
 
 def checkpoint_api(graph: Any) -> FuncGraph:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from anfir.abstract.values import AFunction
-from anfir.autodiff.partials import atom_arity, call_node
+from anfir.autodiff.partials import call_node, fixed_arity
 from anfir.autodiff.jtransform import check_function_value
 from anfir.autodiff.runtime import arity_of
 from anfir.errors import GradientError
@@ -94,14 +93,8 @@ def generate_jvp(args: tuple) -> FuncGraph:
 
 def generate_jvp_for_types(args: tuple) -> Optional[FuncGraph]:
     """The graph for ``jvp(f)`` when ``f``'s abstract value fixes its arity (for typing)."""
-    if len(args) != 1 or not isinstance(args[0], AFunction):
-        return None
-    arities = {atom_arity(atom) for atom in args[0].options}
-    if len(arities) != 1 or None in arities:
-        return None
-    (nparams,) = arities
-    assert nparams is not None
-    return jvp_graph(nparams)
+    nparams = fixed_arity(args[0]) if len(args) == 1 else None
+    return None if nparams is None else jvp_graph(nparams)
 
 
 def jvp_api(graph: FuncGraph) -> FuncGraph:

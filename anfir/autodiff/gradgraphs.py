@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from anfir.abstract.values import AFunction, AScalar
-from anfir.autodiff.partials import atom_arity, call_node, item_node
+from anfir.abstract.values import AScalar
+from anfir.autodiff.partials import call_node, fixed_arity, item_node
 from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -101,13 +101,9 @@ def build_grad_body(graph: FuncGraph, jf: Node, xs: Sequence[Node], wrt: tuple[i
 def grad_graph_for_types(args: tuple, with_value: bool) -> Optional[FuncGraph]:
     """:func:`grad_graph` for a call ``grad(f, i...)`` on abstract arguments, when they
     fix it (the arity of every function ``f`` may be, constant indices); else None."""
-    if not args or not isinstance(args[0], AFunction):
+    nparams = fixed_arity(args[0]) if args else None
+    if nparams is None:
         return None
-    arities = {atom_arity(atom) for atom in args[0].options}
-    if len(arities) != 1 or None in arities:
-        return None
-    (nparams,) = arities
-    assert nparams is not None
     indices = []
     for a in args[1:]:
         if not (isinstance(a, AScalar) and type(a.value) is int):

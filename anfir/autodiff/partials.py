@@ -236,6 +236,19 @@ def static_arity(node: Node) -> Optional[int]:
     return arities.pop() if len(arities) == 1 else None
 
 
+def fixed_arity(fn: Any) -> Optional[int]:
+    """The one arity every option of an abstract function ``fn`` has (None when ``fn`` is
+    not an AFunction, or its options differ or vary): what typing a call of a meta
+    function (``grad(f)``, ``jvp(f)``, ``checkpoint(f)``) needs of ``f``."""
+    if not isinstance(fn, AFunction):
+        return None
+    arities = {atom_arity(atom) for atom in fn.options}
+    if len(arities) != 1 or None in arities:
+        return None
+    (nparams,) = arities
+    return nparams
+
+
 def atom_arity(atom: Any) -> Optional[int]:
     """The number of arguments a function atom takes (None if it varies or is unknown)."""
     bound = 0
