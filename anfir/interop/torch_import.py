@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 
 from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_ops import aten_table, reads_pool_indices
+from anfir.interop.torch_ops import Rule, aten_table, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
@@ -128,6 +128,11 @@ def _describe_op(loc: Optional[Location], fx_node: Any) -> str:
     return f"{fx_node.target} (node {fx_node.name}, {where})"
 
 
+class _PoisonedOutput(TorchImportError):
+    """A (sub)graph whose output depends on a refused op: not built; the refusal
+    itself is in the importer's list."""
+
+
 @dataclass
 class Builder:
     """What an op's builder sees: the graph being built, the FX node's location,
@@ -169,8 +174,6 @@ class Builder:
         return len(fx_arg.meta["val"].shape)
 
 
-Rule = Callable[..., Any]
-"""A table entry: ``rule(b: Builder, *args, **kwargs) -> Node`` (args converted)."""
 
 
 @dataclass
@@ -183,6 +186,14 @@ class Importer:
     symbols: dict[Any, Node] = field(default_factory=dict)
     """sympy symbol -> the node computing it (made in the entry graph)."""
     depth: int = 0
+    problems: list[str] = field(default_factory=list)
+    """Every op refused so far (unsupported, or refused by its rule), with its line."""
+    first: Optional[Location] = None
+    """The location of the first refused op."""
+    poisoned: set[Any] = field(default_factory=set)
+    """FX nodes not built (refused, or fed by a refused one): their users are
+    skipped silently, so one refusal is listed once and the import goes on to
+    find the others."""
 
     # -- symbolic sizes ---------------------------------------------------------
     def size_value(self, dim: Any, b: Builder) -> Any:
@@ -261,22 +272,38 @@ class Importer:
                 env[node] = ValueNode(getattr(owner, node.target), loc)
                 continue
             if node.op == "output":
+                if any(a in self.poisoned for a in node.all_input_nodes):
+                    self.depth -= 1
+                    raise _PoisonedOutput("a refused op feeds this graph's output")
                 result = self.convert(node.args[0], env, b)
                 continue
-            rule = self.table[node.target]
+            rule = self.table.get(node.target)
+            if rule is None or any(a in self.poisoned for a in node.all_input_nodes):
+                # Listed already (collect_unsupported), or fed by a refused op.
+                self.poisoned.add(node)
+                continue
             args = [self.convert(a, env, b) for a in node.args]
             kwargs = {k: self.convert(v, env, b) for k, v in node.kwargs.items()}
             try:
                 made = rule(b, *args, **kwargs)
+            except _PoisonedOutput:
+                self.poisoned.add(node)  # a branch fed by a refused op: listed already
+                continue
             except AnfirError as err:
-                if err.loc is None:
-                    err.loc = loc
-                raise
+                # A rule's refusal joins the one up-front list; the import goes on.
+                self.refuse(node, err.loc or loc, err.message)
+                continue
             if not isinstance(made, Node):
                 made = ValueNode(made, loc)
             env[node] = made
         self.depth -= 1
         return result
+
+    def refuse(self, fx_node: Any, loc: Optional[Location], why: str) -> None:
+        """Record that ``fx_node`` cannot be imported (and poison it)."""
+        self.first = self.first or loc
+        self.problems.append(f"{_describe_op(loc, fx_node)}: {why}")
+        self.poisoned.add(fx_node)
 
     def subgraph(self, gm_value: Any, name: str, inputs: list[Any], loc: Optional[Location],
                  params: int = 0) -> tuple[FuncGraph, list[Node]]:
@@ -368,6 +395,20 @@ def _annotation(val: Any) -> Any:
     return None
 
 
+def _storage_key(torch: Any, value: Any) -> Optional[tuple[Any, ...]]:
+    """What makes two lifted tensors one (the same storage, offset, shape, strides
+    and dtype), or None for a user input or a tensor without storage."""
+    if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+        return None
+    try:
+        ptr = value.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if ptr == 0:
+        return None
+    return (ptr, value.storage_offset(), tuple(value.shape), value.stride(), str(value.dtype))
+
+
 def _to_numpy(value: Any, name: str) -> Any:
     torch = require_torch()
     if not isinstance(value, torch.Tensor):
@@ -409,23 +450,45 @@ def import_torch(ep: Any) -> Module:
 
     if not isinstance(ep, torch.export.ExportedProgram):
         raise UsageError(f"import_torch takes a torch.export.ExportedProgram, not {type(ep).__name__}")
+    table = aten_table(torch)
+    ep = _decompose(torch, ep, table)
+    importer = Importer(torch, table, os.path.dirname(torch.__file__) + os.sep)
+    gm = ep.graph_module
+    importer.problems, importer.first = importer.collect_unsupported(gm)
+    module = _build(torch, ep, importer)
+    if importer.problems:
+        n = len(importer.problems)
+        raise TorchImportError(
+            f"{n} unsupported op{'s' if n > 1 else ''} (nothing imported):\n  "
+            + "\n  ".join(importer.problems), importer.first)
+    return module
+
+
+def _decompose(torch: Any, ep: Any, table: dict[Any, Rule]) -> Any:
+    """``ep`` lowered to core ATen, except the ops anfir maps whole (attention,
+    ``linear``, ``hardsigmoid``, ...: every op of the table), which are kept — so
+    the import keeps their meaning, their gradient convention and their speed,
+    and does not depend on torch decomposing them (torch 2.13's own decomposition
+    of GPT-2's attention fails).  Should torch's lowering fail anyway, the
+    program is imported as exported (its ops outside the table are then listed)."""
+    decompositions = torch.export.default_decompositions()
+    for op in table:
+        if op in decompositions:
+            decompositions.pop(op)
     try:
         with warnings.catch_warnings():
             # torch 2.13's own pytree deprecation notice, raised while it copies the program.
             warnings.simplefilter("ignore", FutureWarning)
-            ep = ep.run_decompositions()
-    except Exception as err:  # torch's own failure: say so with its message
-        raise TorchImportError(f"torch could not decompose the program: {err}") from None
-    importer = Importer(torch, aten_table(torch), os.path.dirname(torch.__file__) + os.sep)
-    gm = ep.graph_module
-    missing, first = importer.collect_unsupported(gm)
-    if missing:
-        raise TorchImportError(
-            f"{len(missing)} unsupported op{'s' if len(missing) > 1 else ''} (nothing imported):\n  "
-            + "\n  ".join(missing), first)
+            return ep.run_decompositions(decompositions)
+    except Exception:  # torch's own failure: import the program as it was exported
+        return ep
 
+
+def _build(torch: Any, ep: Any, importer: "Importer") -> Module:
+    """The Module of a decomposed program (refusals are collected in ``importer``)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
+    gm = ep.graph_module
     signature = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     entry = FuncGraph(ENTRY, None)
@@ -433,21 +496,34 @@ def import_torch(ep: Any) -> Module:
     env: dict[Any, Node] = {}
     shape_nodes: list[tuple[Node, int, Any]] = []
     kinds: list[str] = []
+    owners: dict[tuple[Any, ...], tuple[Node, str]] = {}
+    aliases: dict[str, str] = {}
     for spec, ph in zip(signature.input_specs, placeholders):
+        kind = spec.kind
+        value: Any = None
+        if kind == InputKind.PARAMETER:
+            value = ep.state_dict[spec.target]
+        elif kind == InputKind.BUFFER:
+            value = (ep.state_dict if spec.persistent else ep.constants)[spec.target]
+        elif kind == InputKind.CONSTANT_TENSOR:
+            value = ep.constants[spec.target]
+        elif kind != InputKind.USER_INPUT:
+            raise TorchImportError(f"input {spec.arg.name} of kind {kind.name} is not supported")
+        key = _storage_key(torch, value)
+        if key is not None and key in owners:
+            # A tied weight (GPT-2's LM head is its token embedding): torch.export
+            # lifts each alias, the source model has one tensor.  One parameter,
+            # read wherever either alias is, so its gradient is the sum.
+            env[ph], aliases[spec.target] = owners[key]
+            continue
         name = _identifier(ph.name)
         param = entry.add_parameter(name, _placeholder_location(ph, importer.torch_dir))
         param.annotation = _annotation(ph.meta.get("val"))
         env[ph] = param
-        kind = spec.kind
-        if kind == InputKind.PARAMETER:
-            module.params[name] = _to_numpy(ep.state_dict[spec.target], spec.target)
-        elif kind == InputKind.BUFFER:
-            source = ep.state_dict if spec.persistent else ep.constants
-            module.params[name] = _to_numpy(source[spec.target], spec.target)
-        elif kind == InputKind.CONSTANT_TENSOR:
-            module.params[name] = _to_numpy(ep.constants[spec.target], spec.target)
-        elif kind != InputKind.USER_INPUT:
-            raise TorchImportError(f"input {spec.arg.name} of kind {kind.name} is not supported")
+        if value is not None:
+            module.params[name] = _to_numpy(value, spec.target)
+        if key is not None:
+            owners[key] = (param, spec.target)
         kinds.append(f"{kind.name.lower()} {spec.target or name}")
         val = ph.meta.get("val")
         if isinstance(val, torch.Tensor):
@@ -463,7 +539,10 @@ def import_torch(ep: Any) -> Module:
             importer.symbols[sym] = sizes.call(
                 structure.tuple_getitem, sizes.call(tensor.shape, holder), axis)
 
-    outputs = importer.build_body(gm.graph, entry, env, gm)
+    try:
+        outputs = importer.build_body(gm.graph, entry, env, gm)
+    except _PoisonedOutput:
+        return module  # the refusals are in importer.problems: the caller raises
     out_specs = signature.output_specs
     mutated = [o for o, s in zip(outputs, out_specs)
                if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
@@ -484,6 +563,8 @@ def import_torch(ep: Any) -> Module:
     module.default_entry = ENTRY
     module.metadata["producer"] = f"torch.export (torch {torch.__version__})"
     module.metadata["inputs"] = kinds
+    if aliases:
+        module.metadata["aliases"] = aliases
     module.metadata["mutations"] = [f"{s.kind.name.lower()} {s.target}" for s in out_specs
                                     if s.kind in (OutputKind.BUFFER_MUTATION,
                                                   OutputKind.USER_INPUT_MUTATION)]
