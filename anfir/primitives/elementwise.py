@@ -313,8 +313,9 @@ hard_sigmoid = declare("hard_sigmoid", 1, _elementwise(_hard_sigmoid), family=FA
         let u = alpha * x + beta in (where(u > 0.0 and u < 1.0, dout * alpha, dout * 0.0),) end""")
 hard_swish = _unary("hard_swish", _hard_swish,
                     "hard_swish(x) — x * max(0, min(1, x / 6 + 1/2))",
+                    # At the kinks PyTorch's (hardswish_backward): 0 at -3, 1 at 3.
                     """lambda (x, out, dout)
-                        (where(x < -3.0, dout * 0.0, where(x > 3.0, dout, dout * (x / 3.0 + 0.5))),)
+                        (where(x <= -3.0, dout * 0.0, where(x >= 3.0, dout, dout * (x / 3.0 + 0.5))),)
                     end""")
 clip = declare("clip", (1, 3), _elementwise(_clip), family=FAMILY,
                infer=rules.elementwise("clip", _clip_check), attrs={"min": None, "max": None},
@@ -335,8 +336,11 @@ floor_div = declare("floor_div", 2, _elementwise(_numpy_binary(np.floor_divide))
                     infer=rules.elementwise("floor_div"), family=FAMILY, differentiable=False,
                     doc="floor_div(x, y) — floor(x / y) (numpy floor_divide; integers stay integers)")
 mod = declare("mod", 2, _elementwise(_numpy_binary(np.mod)), infer=rules.elementwise("mod"),
-              family=FAMILY, differentiable=False,
-              doc="mod(x, y) — x - floor_div(x, y) * y: the sign of y (numpy mod, Python %)")
+              family=FAMILY,
+              doc="mod(x, y) — x - floor_div(x, y) * y: the sign of y (numpy mod, Python %)",
+    # out = x - floor(x / y) * y, piecewise linear: PyTorch's remainder gradient
+    # (at a jump, the side floor_div picks).
+    bprop="lambda (x, y, out, dout) (sum_to(dout, x), sum_to(-(dout * floor_div(x, y)), y)) end")
 fmod = declare("fmod", 2, _elementwise(_numpy_binary(np.fmod)), infer=rules.elementwise("fmod"),
                family=FAMILY, doc="fmod(x, y) — the remainder with the sign of x (C fmod)",
     # out = x - trunc(x / y) * y, so trunc(x / y) = (x - out) / y.
