@@ -36,7 +36,8 @@ from typing import Any, Callable, Optional
 
 from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_ops import Rule, aten_table, reads_pool_indices
+from anfir.interop.torch_core_ops import full_table
+from anfir.interop.torch_ops import Rule, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
@@ -450,7 +451,7 @@ def import_torch(ep: Any) -> Module:
 
     if not isinstance(ep, torch.export.ExportedProgram):
         raise UsageError(f"import_torch takes a torch.export.ExportedProgram, not {type(ep).__name__}")
-    table = aten_table(torch)
+    table = full_table(torch)
     ep = _decompose(torch, ep, table)
     importer = Importer(torch, table, os.path.dirname(torch.__file__) + os.sep)
     gm = ep.graph_module

@@ -345,9 +345,16 @@ def _max_pool_with_indices(n: int) -> Rule:
 
 
 def reads_pool_indices(fx_node: Any) -> bool:
-    """Whether a ``max_pool*_with_indices`` node's indices (result 1) are used."""
-    return any(not (user.target is operator.getitem and user.args[1] == 0)
-               for user in fx_node.users)
+    """Whether a ``max_pool*_with_indices`` node's indices (result 1) are used —
+    other than by ``max_pool*_with_indices_backward``, whose rule finds the same
+    first maxima itself."""
+    def reader(user: Any) -> bool:
+        if user.target is operator.getitem and user.args[1] == 0:
+            return False
+        if user.target is operator.getitem:
+            return any("_with_indices_backward" not in str(u.target) for u in user.users)
+        return True
+    return "_backward" not in str(fx_node.target) and any(reader(u) for u in fx_node.users)
 
 
 def _avg_pool(n: int) -> Rule:
