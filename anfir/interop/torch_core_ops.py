@@ -21,8 +21,27 @@ from typing import Any
 import numpy as np
 
 from anfir.errors import AnfirError
-from anfir.interop.torch_ops import (Rule, _array_node, _axes, _div_mode, _int_tuple, _layer_norm,
-                                     _prim, _static_ints, aten_table)
+from anfir.ir.nodes import CNode, ValueNode
+from anfir.interop.torch_ops import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
+                                     _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple,
+                                     _max_pool_with_indices, _prim, _reshape_to_result,
+                                     _softmax_core, _static_ints, aten_table)
+
+def core_overloads(torch: Any) -> list[Any]:
+    """Every overload PyTorch tags ``torch.Tag.core``.  ``torch.ops.aten`` loads its
+    op packets lazily, so each is named from the registered schemas first."""
+    aten = torch.ops.aten
+    names = sorted({s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas()
+                    if s.name.startswith("aten::")})
+    found = []
+    for name in names:
+        packet = getattr(aten, name, None)
+        for overload in packet.overloads() if packet is not None else ():
+            op = getattr(packet, overload)
+            if torch.Tag.core in op.tags:
+                found.append(op)
+    return found
+
 
 EXCLUDED = {
     "aten.rand.default": "random numbers: anfir's programs are deterministic (dropout takes its key)",
@@ -135,6 +154,20 @@ def _sym_query(b: Any, *_: Any, **__: Any) -> Any:
     """``sym_numel`` / ``sym_stride`` / ``sym_storage_offset``: the value torch traced
     (an int, or an expression of the inputs' sizes)."""
     return b.importer.size_value(_out_val(b), b)
+
+
+def _resize(b: Any, x: Any, size: Any, memory_format: Any = None) -> Any:
+    """``resize_`` (functionalized): the elements in order, cut or extended with
+    zeros (PyTorch leaves new memory uninitialised) to the new shape."""
+    _static_ints(b, "resize_", *size)
+    old = int(np.prod(_static_shape(b, "resize_")))
+    new = int(np.prod([int(d) for d in size]))
+    flat = b.call(_prim("reshape"), x, b.tuple_of((-1,)))
+    if new < old:
+        flat = b.call(_prim("slice"), flat, starts=0, ends=new, axes=0)
+    elif new > old:
+        flat = b.call(_prim("pad"), flat, pads=(0, new - old))
+    return b.call(_prim("reshape"), flat, b.tuple_of(tuple(int(d) for d in size)))
 
 
 # -- reductions, norms, distances -------------------------------------------------------------
@@ -769,6 +802,214 @@ def _group_norm_backward(b: Any, grad: Any, x: Any, mean: Any, rstd: Any, weight
     return b.call(_prim("make_tuple"), dx if mask[0] else None, dw, db)
 
 
+# -- ops of torch.export's training IR (a program imported without decomposition) ------------
+def _conv_nd(n: int) -> Rule:
+    """``conv{n}d`` (numeric or ``"same"``/``"valid"`` padding) -> ``convolution``."""
+    def rule(b: Any, x: Any, w: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+             dilation: Any = 1, groups: int = 1) -> Any:
+        if isinstance(padding, str):
+            kernel = _static_shape(b, f"conv{n}d's weight", 1)[2:]
+            dil = _int_tuple(dilation, n)
+            if padding == "valid":
+                padding = 0
+            else:  # "same": PyTorch pads the extra element of an even kernel at the end
+                totals = [d * (k - 1) for d, k in zip(dil, kernel)]
+                begins = [t // 2 for t in totals]
+                if any(t % 2 for t in totals):
+                    rank = n + 2
+                    pads = [0, 0] + begins + [0, 0] + [t - t // 2 for t in totals]
+                    x = b.call(_prim("pad"), x, pads=tuple(pads[:rank] + pads[rank:]))
+                    padding = 0
+                else:
+                    padding = begins
+        return _convolution(b, x, w, bias, _int_tuple(stride, n), _int_tuple(padding, n),
+                            _int_tuple(dilation, n), False, [0] * n, groups)
+    return rule
+
+
+def _batch_norm_op(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any, training: bool,
+                   momentum: float, eps: float, cudnn_enabled: bool = True) -> Any:
+    """``batch_norm`` in eval (training mode mutates the running statistics: such a
+    program goes through torch's functionalization instead)."""
+    if training:
+        raise AnfirError("batch_norm in training mode outside torch's functionalization", b.loc)
+    return b.call(_prim("tuple_getitem"), _batch_norm_eval(b, x, weight, bias, mean, var, momentum, eps), 0)
+
+
+def _group_norm_op(b: Any, x: Any, groups: int, weight: Any = None, bias: Any = None,
+                   eps: float = 1e-5, cudnn_enabled: bool = True) -> Any:
+    shape = _shape(b)
+    hxw = 1
+    for d in shape[2:]:
+        hxw = hxw * d
+    n = b.importer.size_value(shape[0], b)
+    trio = _native_group_norm(b, x, weight, bias, n, shape[1], hxw, groups, eps)
+    return b.call(_prim("tuple_getitem"), trio, 0)
+
+
+def _pad_op(b: Any, x: Any, pad: Any, mode: str = "constant", value: Any = None) -> Any:
+    if mode == "constant":
+        return _constant_pad_nd(b, x, pad, 0 if value is None else value)
+    modes = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+    if mode not in modes:
+        raise AnfirError(f"pad with mode {mode!r}", b.loc)
+    return _mode_pad(modes[mode], len(pad) // 2)(b, x, pad)
+
+
+def _max_pool_op(n: int) -> Rule:
+    inner = _max_pool_with_indices(n)
+
+    def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+             ceil_mode: bool = False) -> Any:
+        return b.call(_prim("tuple_getitem"), inner(b, x, kernel, stride, padding, dilation, ceil_mode), 0)
+    return rule
+
+
+def _dropout_op(b: Any, x: Any, p: float = 0.5, train: Any = False) -> Any:
+    if train and float(p) > 0.0:
+        raise AnfirError("dropout in training mode (random numbers)", b.loc)
+    return b.call(_prim("identity"), x)
+
+
+def _to_op(b: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+    """``to`` (dtype, device, layout): a ``cast`` to the result's dtype."""
+    val = _out_val(b)
+    before = b.fx_node.args[0].meta["val"]
+    if val.dtype == before.dtype:
+        return b.call(_prim("identity"), x)
+    return b.call(_prim("cast"), x, b.out_dtype())
+
+
+def _split_op(b: Any, x: Any, split_size: Any, dim: int = 0) -> Any:
+    """``split`` into pieces of ``split_size`` (the last smaller): their sizes are the
+    results' (static) sizes."""
+    axis = int(dim)
+    sizes = [piece.shape[axis] for piece in _out_val(b)]
+    if not all(isinstance(s, int) for s in sizes):
+        raise AnfirError("split into pieces of a dynamic size", b.loc)
+    return b.call(_prim("split"), x, sizes=tuple(int(s) for s in sizes), axis=axis)
+
+
+def _unbind_op(b: Any, x: Any, dim: int = 0) -> Any:
+    axis = int(dim)
+    n = _shape(b)[axis]
+    if not isinstance(n, int):
+        raise AnfirError("unbind along a dynamic axis", b.loc)
+    pieces = b.call(_prim("split"), x, sizes=(1,) * n, axis=axis)
+    return b.call(_prim("make_tuple"), *(b.call(_prim("squeeze"), b.call(_prim("tuple_getitem"), pieces, i),
+                                                axis=axis) for i in range(n)))
+
+
+def _new_filled(fill: Any) -> Rule:
+    def rule(b: Any, x: Any, size: Any, *args: Any, **kwargs: Any) -> Any:
+        value = args[0] if fill is None else fill
+        zeros = b.call(_prim("zeros"), b.out_shape(), b.out_dtype())
+        return b.call(_prim("add"), zeros, b.call(_prim("cast"), value, b.out_dtype()))
+    return rule
+
+
+def _filled(fill: Any) -> Rule:
+    def rule(b: Any, size: Any, *args: Any, **kwargs: Any) -> Any:
+        zeros = b.call(_prim("zeros"), b.out_shape(), b.out_dtype())
+        return zeros if fill == 0 else b.call(_prim("add"), zeros, b.call(_prim("cast"), fill, b.out_dtype()))
+    return rule
+
+
+def _diff_op(b: Any, x: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Any:
+    """``diff``: ``x[1:] - x[:-1]`` along ``dim``, ``n`` times (after prepend/append)."""
+    axis = int(dim)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        x = b.call(_prim("concat"), b.tuple_of(parts), axis=axis)
+    bool_input = _shape(b) is not None and b.fx_node.args[0].meta["val"].dtype == b.importer.torch.bool
+    for _ in range(int(n)):
+        hi = b.call(_prim("slice"), x, starts=1, ends=2 ** 63 - 1, axes=axis)
+        lo = b.call(_prim("slice"), x, starts=0, ends=-1, axes=axis)
+        x = b.call(_prim("logical_xor"), hi, lo) if bool_input else b.call(_prim("sub"), hi, lo)
+    return x
+
+
+def _masked_fill(b: Any, x: Any, mask: Any, value: Any) -> Any:
+    return b.call(_prim("where"), mask, b.call(_prim("cast"), value, b.out_dtype()), x)
+
+
+def _softmax_op(log: bool) -> Rule:
+    def rule(b: Any, x: Any, dim: int, dtype: Any = None, **_: Any) -> Any:
+        if dtype is not None:
+            x = b.call(_prim("cast"), x, dtype)
+        return _softmax_core(b, x, dim, log=log)
+    return rule
+
+
+def _set_grad_enabled(b: Any, enabled: bool, body: Any, *args: Any) -> Any:
+    """``wrap_with_set_grad_enabled`` (a ``torch.no_grad()`` block): its body's graph
+    called on the operands; with gradients disabled, its results go through
+    ``stop_gradient`` (no gradient flows back through the block, as in PyTorch)."""
+    graph, _ = b.importer.subgraph(body, "grad_enabled" if enabled else "no_grad", list(args), b.loc)
+    out = CNode(b.graph, [ValueNode(graph, b.loc)], b.loc)
+    if enabled:
+        return out
+    module = body.value if hasattr(body, "value") else body
+    count = len(next(n for n in module.graph.nodes if n.op == "output").args[0])
+    return b.call(_prim("make_tuple"), *(b.call(_prim("stop_gradient"), b.call(_prim("tuple_getitem"), out, i))
+                                         for i in range(count)))
+
+
+def needs_functionalization(torch: Any, node: Any) -> bool:
+    """Whether a training-IR node mutates state only torch's functionalization makes
+    explicit (batch norm in training mode updates its running statistics)."""
+    return node.target is torch.ops.aten.batch_norm.default and bool(node.args[5])
+
+
+def training_ir_table(torch: Any) -> dict[Any, Rule]:
+    """Rules for the ops of torch.export's own (training) IR that core ATen
+    decomposes, so a program made only of mapped ops imports without torch's
+    re-tracing."""
+    aten = torch.ops.aten
+    table: dict[Any, Rule] = {}
+
+    def put(name: str, overload: str, rule: Rule) -> None:
+        op = getattr(getattr(aten, name, None), overload, None)
+        if op is not None:
+            table[op] = rule
+
+    for n in (1, 2, 3):
+        put(f"conv{n}d", "default", _conv_nd(n))
+        put(f"conv{n}d", "padding", _conv_nd(n))
+        put(f"max_pool{n}d", "default", _max_pool_op(n))
+        put(f"adaptive_avg_pool{n}d", "default", _adaptive_avg_pool(n))
+    put("batch_norm", "default", _batch_norm_op)
+    put("group_norm", "default", _group_norm_op)
+    put("pad", "default", _pad_op)
+    for name in ("dropout", "feature_dropout", "alpha_dropout"):
+        put(name, "default", _dropout_op)
+    for overload in ("dtype", "dtype_layout", "device", "other"):
+        put("to", overload, _to_op)
+    put("type_as", "default", _to_op)
+    put("split", "Tensor", _split_op)
+    put("unbind", "int", _unbind_op)
+    for dunder, prim in (("__and__", "bitwise_and"), ("__or__", "bitwise_or"), ("__xor__", "bitwise_xor")):
+        put(dunder, "Tensor", (lambda p: lambda b, x, y: b.call(_prim(p), x, y))(prim))
+    put("new_ones", "default", _new_filled(1))
+    put("new_zeros", "default", _new_filled(0))
+    put("new_full", "default", _new_filled(None))
+    put("new_empty", "default", _new_filled(0))
+    put("zeros", "default", _filled(0))
+    put("ones", "default", _filled(1))
+    put("diff", "default", _diff_op)
+    put("masked_fill", "Scalar", _masked_fill)
+    put("masked_fill", "Tensor", _masked_fill)
+    put("softmax", "int", _softmax_op(False))
+    put("log_softmax", "int", _softmax_op(True))
+    for name, overload in (("view_as", "default"), ("reshape_as", "default"), ("unflatten", "int")):
+        put(name, overload, _reshape_to_result)
+    put("expand_as", "default", _expand)
+    wrap = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+    if wrap is not None:
+        table[wrap] = _set_grad_enabled
+    return table
+
+
 def core_table(torch: Any) -> dict[Any, Rule]:
     """The rules of this module, by ``OpOverload``."""
     aten = torch.ops.aten
@@ -799,6 +1040,8 @@ def core_table(torch: Any) -> dict[Any, Rule]:
     put("sym_numel", "default", _sym_query)
     put("sym_stride", "int", _sym_query)
     put("sym_storage_offset", "default", _sym_query)
+    put("sym_is_contiguous", "default", _sym_query)
+    put("resize_", "default", _resize)
     put("var", "dim", _var_dim)
     put("linalg_vector_norm", "default", _vector_norm)
     put("_cdist_forward", "default", _cdist)
@@ -844,7 +1087,8 @@ def full_table(torch: Any) -> dict[Any, Rule]:
     this module's."""
     table = aten_table(torch)
     table.update(core_table(torch))
+    table.update(training_ir_table(torch))
     return table
 
 
-__all__ = ["EXCLUDED", "core_table", "full_table"]
+__all__ = ["EXCLUDED", "core_overloads", "core_table", "full_table", "needs_functionalization", "training_ir_table"]

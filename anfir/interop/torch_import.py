@@ -28,6 +28,7 @@ built then.  ``torch`` is imported only when a program is imported.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import warnings
@@ -36,7 +37,7 @@ from typing import Any, Callable, Optional
 
 from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_core_ops import full_table
+from anfir.interop.torch_core_ops import full_table, needs_functionalization
 from anfir.interop.torch_ops import Rule, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
@@ -452,7 +453,12 @@ def import_torch(ep: Any) -> Module:
     if not isinstance(ep, torch.export.ExportedProgram):
         raise UsageError(f"import_torch takes a torch.export.ExportedProgram, not {type(ep).__name__}")
     table = full_table(torch)
-    ep = _decompose(torch, ep, table)
+    direct = _direct_table(torch, ep, table)
+    if direct is None:
+        ep = _decompose(torch, ep, table)
+        table = _direct_table(torch, ep, table, require_all=False) or table
+    else:
+        table = direct
     importer = Importer(torch, table, os.path.dirname(torch.__file__) + os.sep)
     gm = ep.graph_module
     importer.problems, importer.first = importer.collect_unsupported(gm)
@@ -463,6 +469,96 @@ def import_torch(ep: Any) -> Module:
             f"{n} unsupported op{'s' if n > 1 else ''} (nothing imported):\n  "
             + "\n  ".join(importer.problems), importer.first)
     return module
+
+
+def _graphs(gm: Any, torch: Any) -> list[Any]:
+    """``gm`` and every FX graph module it holds (cond branches, loop bodies)."""
+    found, stack, seen = [], [gm], set()
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        found.append(module)
+        for node in module.graph.nodes:
+            if node.op == "get_attr":
+                sub = getattr(module, node.target, None)
+                if isinstance(sub, torch.fx.GraphModule):
+                    stack.append(sub)
+    return found
+
+
+def _is_view(target: Any) -> bool:
+    """Whether an op's result may alias its input (``view``, ``transpose``, ...)."""
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def _inplace_twin(torch: Any, node: Any, table: dict[Any, Rule]) -> Optional[Rule]:
+    """The rule of ``node``'s functional twin when ``node`` is an in-place op
+    (``add_``, ``dropout_``) whose mutation nothing can observe: it writes only
+    its first argument, an intermediate value made by an op that is not a view,
+    none of whose other uses comes after it or is a view.  Then ``x.add_(y)`` is
+    ``x + y``; anything else (a mutated input or buffer, a mutated view) is left
+    to torch's functionalization."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.is_mutable or not schema.name.endswith("_"):
+        return None
+    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if len(written) != 1 or written[0] is not schema.arguments[0]:
+        return None
+    packet = getattr(torch.ops.aten, schema.name.split("::")[-1][:-1], None)
+    twin = getattr(packet, node.target._overloadname, None)
+    rule = table.get(twin)
+    if rule is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if schema.name in _EVAL_NO_OPS and len(node.args) > 2 and not node.args[2]:
+        return rule  # dropout_ outside training writes nothing
+    base = node.args[0]
+    if base.op != "call_function" or _is_view(base.target) or base.target in _INPLACE_UNSAFE_BASES:
+        return None
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    for user in base.users:
+        if user is not node and (order[user] > order[node] or _is_view(user.target)
+                                 or user.target is operator.getitem):
+            return None
+    return rule
+
+
+_EVAL_NO_OPS = frozenset({"aten::dropout_", "aten::feature_dropout_", "aten::alpha_dropout_"})
+"""In-place ops that change nothing when their ``train`` argument is false."""
+
+_INPLACE_UNSAFE_BASES: frozenset[Any] = frozenset()
+"""Producers whose result must not be treated as a fresh value (none so far)."""
+
+
+def _direct_table(torch: Any, ep: Any, table: dict[Any, Rule],
+                  require_all: bool = True) -> Optional[dict[Any, Rule]]:
+    """The table extended by the program's safe in-place ops, or None when
+    ``require_all`` and some op is neither in it nor such an in-place op (the
+    program then goes through torch's decomposition first).  A program whose
+    every op anfir maps is imported as exported: torch's re-tracing, most of an
+    import's time, is skipped."""
+    safe: dict[Any, Rule] = {}
+    unsafe: set[Any] = set()
+    for gm in _graphs(ep.graph_module, torch):
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target in table:
+                if require_all and needs_functionalization(torch, node):
+                    return None
+                continue
+            rule = _inplace_twin(torch, node, table)
+            if rule is None:
+                if require_all:
+                    return None
+                unsafe.add(node.target)
+            else:
+                safe[node.target] = rule
+    extended = dict(table)
+    extended.update((op, rule) for op, rule in safe.items() if op not in unsafe)
+    return extended
 
 
 def _decompose(torch: Any, ep: Any, table: dict[Any, Rule]) -> Any:

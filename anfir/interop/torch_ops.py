@@ -584,7 +584,8 @@ def _select(b: Any, x: Any, dim: int, index: int) -> Any:
     dim = int(dim) % rank
     size = shape[dim]
     if not isinstance(size, int):
-        raise AnfirError(f"select on the dynamic axis {dim} is not supported", b.loc)
+        # A dynamic axis: a gather of the one (0-d) index, which drops the axis.
+        return b.call(_prim("gather"), x, b.call(_prim("cast"), int(index), "i64"), axis=dim)
     mask_shape = [1] * rank
     mask_shape[dim] = size
     mask = np.zeros(mask_shape, dtype=bool)
