@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from anfir.errors import AnfirError
-from anfir.ir.nodes import CNode, ValueNode
+from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.interop.torch_ops import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
                                      _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple,
                                      _max_pool_with_indices, _prim, _reshape_to_result,
@@ -353,31 +353,66 @@ def _as_strided(b: Any, x: Any, size: Any, stride: Any, storage_offset: Any = No
 def _slice_scatter(b: Any, x: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
                    step: int = 1) -> Any:
     """``slice_scatter``: x with ``x[start:end:step]`` along ``dim`` replaced by src —
-    ``where`` of a static mask and src read back in place by a ``gather``."""
-    _static_ints(b, "slice_scatter", start, end, step)
-    shape = _static_shape(b, "slice_scatter")
+    ``where`` of a mask and src read back in place by a ``gather``.  A static axis
+    and bounds give constant masks; a dynamic axis (BART's ``shift_tokens_right``
+    on a dynamic sequence) or bound computes them with ``arange``."""
+    _static_ints(b, "slice_scatter's step", step)
+    shape = _shape(b)
     axis = int(dim) % len(shape)
-    positions = list(range(shape[axis]))[slice(start, end, int(step))]
-    return _place_along(b, x, src, axis, positions, shape)
+    size = shape[axis]
+    if isinstance(size, int) and not isinstance(start, Node) and not isinstance(end, Node):
+        positions = list(range(size))[slice(start, end, int(step))]
+        return _place_along(b, x, src, axis, positions, size, len(shape))
+    n = b.importer.size_value(size, b)
+    begin: Any = 0 if start is None else start
+    if isinstance(begin, int) and begin < 0:
+        begin = b.call(_prim("maximum"), b.call(_prim("add"), n, begin), 0)
+    stop: Any = n
+    if isinstance(end, int) and end < 0:
+        stop = b.call(_prim("add"), n, end)
+    elif end is not None and not (isinstance(end, int) and end >= size_limit(size)):
+        stop = b.call(_prim("minimum"), end, n)
+    index = b.call(_prim("arange"), 0, n, dtype="i64")
+    rel = b.call(_prim("sub"), index, begin)
+    inside = b.call(_prim("logical_and"), b.call(_prim("ge"), rel, 0), b.call(_prim("lt"), index, stop))
+    if int(step) != 1:
+        inside = b.call(_prim("logical_and"), inside,
+                        b.call(_prim("eq"), b.call(_prim("mod"), rel, int(step)), 0))
+    src_len = b.call(_prim("tuple_getitem"), b.call(_prim("shape"), src), axis)
+    pos = b.call(_prim("floor_div"), rel, int(step))
+    pos = b.call(_prim("minimum"), b.call(_prim("maximum"), pos, 0),
+                 b.call(_prim("maximum"), b.call(_prim("sub"), src_len, 1), 0))
+    view = [1] * len(shape)
+    view[axis] = -1
+    spread = b.call(_prim("gather"), src, pos, axis=axis)
+    return b.call(_prim("where"), b.call(_prim("reshape"), inside, b.tuple_of(view)), spread, x)
+
+
+def size_limit(size: Any) -> int:
+    """An end at or past which a slice reaches the end of an axis of ``size``
+    (a static size itself; for a dynamic one, torch's ``sys.maxsize``-like ends)."""
+    return size if isinstance(size, int) else 2 ** 62
 
 
 def _select_scatter(b: Any, x: Any, src: Any, dim: int, index: int) -> Any:
-    shape = _static_shape(b, "select_scatter")
-    axis = int(dim) % len(shape)
-    at = int(index) % shape[axis]
-    return _place_along(b, x, b.call(_prim("unsqueeze"), src, axis=axis), axis, [at], shape)
+    """``select_scatter``: a ``slice_scatter`` of the one position (src unsqueezed)."""
+    rank = len(_shape(b))
+    axis = int(dim) % rank
+    at = int(index)
+    end = None if at == -1 else at + 1
+    return _slice_scatter(b, x, b.call(_prim("unsqueeze"), src, axis=axis), axis, at, end, 1)
 
 
-def _place_along(b: Any, x: Any, src: Any, axis: int, positions: list[int],
-                 shape: tuple[int, ...]) -> Any:
+def _place_along(b: Any, x: Any, src: Any, axis: int, positions: list[int], size: int,
+                 rank: int) -> Any:
     if not positions:
         return b.call(_prim("identity"), x)
-    source = np.zeros(shape[axis], dtype=np.int64)
-    mask = np.zeros(shape[axis], dtype=bool)
+    source = np.zeros(size, dtype=np.int64)
+    mask = np.zeros(size, dtype=bool)
     for k, p in enumerate(positions):
         source[p], mask[p] = k, True
-    view = [1] * len(shape)
-    view[axis] = shape[axis]
+    view = [1] * rank
+    view[axis] = size
     spread = b.call(_prim("gather"), src, _array_node(b, source), axis=axis)
     return b.call(_prim("where"), _array_node(b, mask.reshape(view)), spread, x)
 
@@ -955,6 +990,95 @@ def _set_grad_enabled(b: Any, enabled: bool, body: Any, *args: Any) -> Any:
                                          for i in range(count)))
 
 
+def _recurrent(kind: str) -> Rule:
+    """``lstm.input`` / ``gru.input`` (``nn.LSTM``, ``nn.GRU``; layers, bidirectional,
+    batch-first): unrolled over the static time axis — each direction's input
+    projections in one ``matmul``, then one cell per step, PyTorch's gate order
+    (LSTM: input, forget, cell, output; GRU: reset, update, new).  Returns
+    ``(output, h_n[, c_n])``; dropout between layers only in training (refused)."""
+    gates = 4 if kind == "lstm" else 3
+
+    def rule(b: Any, x: Any, hx: Any, params: Any, has_biases: bool, num_layers: int,
+             dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> Any:
+        if train and float(dropout) > 0.0 and int(num_layers) > 1:
+            raise AnfirError(f"{kind} with dropout in training mode", b.loc)
+        shape = _shape(b)
+        steps = shape[1] if batch_first else shape[0]
+        if not isinstance(steps, int):
+            raise AnfirError(f"{kind} over a dynamic number of time steps", b.loc)
+        dirs = 2 if bidirectional else 1
+        per = 4 if has_biases else 2
+        if len(params) != int(num_layers) * dirs * per:
+            raise AnfirError(f"{kind} with projections (proj_size)", b.loc)
+        seq = b.call(_prim("transpose"), x, b.tuple_of((1, 0, 2))) if batch_first else x
+        h0 = hx[0] if isinstance(hx, (list, tuple)) else hx
+        c0 = hx[1] if kind == "lstm" else None
+        finals_h, finals_c = [], []
+        layer_in = seq
+        for layer in range(int(num_layers)):
+            outs = []
+            for d in range(dirs):
+                k = (layer * dirs + d) * per
+                w_ih, w_hh = params[k], params[k + 1]
+                b_ih, b_hh = (params[k + 2], params[k + 3]) if has_biases else (None, None)
+                h = b.call(_prim("gather"), h0, b.call(_prim("cast"), layer * dirs + d, "i64"), axis=0)
+                c = (b.call(_prim("gather"), c0, b.call(_prim("cast"), layer * dirs + d, "i64"), axis=0)
+                     if c0 is not None else None)
+                proj = b.call(_prim("matmul"), layer_in, b.call(_prim("transpose"), w_ih))
+                if b_ih is not None:
+                    proj = b.call(_prim("add"), proj, b_ih)
+                pieces = b.call(_prim("split"), proj, sizes=(1,) * steps, axis=0)
+                w_hh_t = b.call(_prim("transpose"), w_hh)
+                order = range(steps) if d == 0 else range(steps - 1, -1, -1)
+                hs: dict[int, Any] = {}
+                for t in order:
+                    xi = b.call(_prim("squeeze"), b.call(_prim("tuple_getitem"), pieces, t), axis=0)
+                    hh = b.call(_prim("matmul"), h, w_hh_t)
+                    if b_hh is not None:
+                        hh = b.call(_prim("add"), hh, b_hh)
+                    if kind == "lstm":
+                        z = b.call(_prim("split"), b.call(_prim("add"), xi, hh), sizes=gates, axis=-1)
+                        i_, f_, g_, o_ = (b.call(_prim("tuple_getitem"), z, j) for j in range(4))
+                        i_, f_, o_ = (b.call(_prim("sigmoid"), v) for v in (i_, f_, o_))
+                        c = b.call(_prim("add"), b.call(_prim("mul"), f_, c),
+                                   b.call(_prim("mul"), i_, b.call(_prim("tanh"), g_)))
+                        h = b.call(_prim("mul"), o_, b.call(_prim("tanh"), c))
+                    else:
+                        xs = b.call(_prim("split"), xi, sizes=gates, axis=-1)
+                        hs3 = b.call(_prim("split"), hh, sizes=gates, axis=-1)
+                        xr, xz, xn = (b.call(_prim("tuple_getitem"), xs, j) for j in range(3))
+                        hr, hz, hn = (b.call(_prim("tuple_getitem"), hs3, j) for j in range(3))
+                        r = b.call(_prim("sigmoid"), b.call(_prim("add"), xr, hr))
+                        u = b.call(_prim("sigmoid"), b.call(_prim("add"), xz, hz))
+                        n = b.call(_prim("tanh"), b.call(_prim("add"), xn, b.call(_prim("mul"), r, hn)))
+                        h = b.call(_prim("add"), n, b.call(_prim("mul"), u, b.call(_prim("sub"), h, n)))
+                    hs[t] = h
+                outs.append(b.call(_prim("stack"), b.tuple_of([hs[t] for t in range(steps)]), axis=0))
+                finals_h.append(h)
+                if c is not None:
+                    finals_c.append(c)
+            layer_in = outs[0] if dirs == 1 else b.call(_prim("concat"), b.tuple_of(outs), axis=-1)
+        out = b.call(_prim("transpose"), layer_in, b.tuple_of((1, 0, 2))) if batch_first else layer_in
+        results = [out, b.call(_prim("stack"), b.tuple_of(finals_h), axis=0)]
+        if kind == "lstm":
+            results.append(b.call(_prim("stack"), b.tuple_of(finals_c), axis=0))
+        return b.call(_prim("make_tuple"), *results)
+    return rule
+
+
+def _weight_norm(b: Any, v: Any, g: Any, dim: int = 0) -> Any:
+    """``_weight_norm``: ``v * g / ‖v‖`` with the norm over every axis but ``dim``."""
+    rank = len(_shape(b))
+    axes = tuple(a for a in range(rank) if a != int(dim) % rank) if int(dim) != -1 else None
+    norm = b.call(_prim("norm"), v, ord=2, axis=axes, keepdims=True)
+    return b.call(_prim("mul"), v, b.call(_prim("div"), g, norm))
+
+
+def _where_scalars(b: Any, cond: Any, x: Any, y: Any) -> Any:
+    dt = b.out_dtype()
+    return b.call(_prim("where"), cond, b.call(_prim("cast"), x, dt), b.call(_prim("cast"), y, dt))
+
+
 def needs_functionalization(torch: Any, node: Any) -> bool:
     """Whether a training-IR node mutates state only torch's functionalization makes
     explicit (batch norm in training mode updates its running statistics)."""
@@ -1004,6 +1128,14 @@ def training_ir_table(torch: Any) -> dict[Any, Rule]:
     for name, overload in (("view_as", "default"), ("reshape_as", "default"), ("unflatten", "int")):
         put(name, overload, _reshape_to_result)
     put("expand_as", "default", _expand)
+    put("lstm", "input", _recurrent("lstm"))
+    put("_weight_norm", "default", _weight_norm)
+    for overload in ("ScalarOther", "ScalarSelf", "Scalar"):
+        put("where", overload, _where_scalars)
+    put("min", "other", lambda b, x, y: b.call(_prim("minimum"), x, y))
+    put("max", "other", lambda b, x, y: b.call(_prim("maximum"), x, y))
+    put("fill", "Tensor", _fill)
+    put("gru", "input", _recurrent("gru"))
     wrap = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
     if wrap is not None:
         table[wrap] = _set_grad_enabled

@@ -295,6 +295,12 @@ class Importer:
                 # A rule's refusal joins the one up-front list; the import goes on.
                 self.refuse(node, err.loc or loc, err.message)
                 continue
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as err:
+                # Arguments a rule did not expect (an overload's rarer form): a refusal
+                # with the reason, never a bare exception out of import_torch.
+                self.refuse(node, loc, f"arguments this rule cannot read "
+                                       f"({type(err).__name__}: {err})")
+                continue
             if not isinstance(made, Node):
                 made = ValueNode(made, loc)
             env[node] = made
