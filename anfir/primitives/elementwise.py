@@ -55,14 +55,22 @@ def _float_dtype(x: Any) -> Any:
     return dtype if numpy_kind(dtype) in ("float", "complex") else np.dtype(np.float64)
 
 
-_ERF = np.frompyfunc(math.erf, 1, 1)
+_SPECIAL: list[Any] = []
+"""scipy.special, once loaded (its import takes ~0.3 s: not paid by ``import anfir``)."""
 
 
 def _erf(x: Any) -> Any:
-    """erf(x), elementwise."""
-    # numpy has no erf: math.erf element by element, in f64, back to x's float dtype.
+    """erf(x), elementwise: scipy's vectorised ufunc (Cephes in f64, rounded to
+    x's float dtype — what math.erf element by element gave, ~10x faster)."""
+    if not _SPECIAL:
+        import scipy.special
+
+        _SPECIAL.append(scipy.special)
     dtype = _float_dtype(x)
-    return np.asarray(_ERF(np.asarray(x, np.float64)), np.float64).astype(dtype)
+    array = np.asarray(x)
+    if array.dtype not in (np.float32, np.float64):
+        array = array.astype(np.float64)  # f16/bf16/ints: computed in f64
+    return np.asarray(_SPECIAL[0].erf(array)).astype(dtype, copy=False)
 
 
 def _float_unary(np_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
