@@ -543,8 +543,13 @@ def _linear(b: Any, x: Any, w: Any, bias: Any = None) -> Any:
 
 def _layer_norm_whole(b: Any, x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,
                       eps: float = 1e-5, cudnn_enable: bool = True) -> Any:
-    """``layer_norm`` (kept whole): the output of the ``native_layer_norm`` composition."""
-    return b.call(_prim("tuple_getitem"), _layer_norm(b, x, normalized_shape, weight, bias, eps), 0)
+    """``layer_norm`` (kept whole): anfir's ``layer_norm`` primitive over the trailing
+    ``normalized_shape`` axes (one kernel, its own gradient rule); a bias without a
+    weight is the ``native_layer_norm`` composition."""
+    if weight is None and bias is not None:
+        return b.call(_prim("tuple_getitem"), _layer_norm(b, x, normalized_shape, weight, bias, eps), 0)
+    args = [x] + [a for a in (weight, bias) if a is not None]
+    return b.call(_prim("layer_norm"), *args, axis=-len(normalized_shape), eps=float(eps))
 
 
 def _elu(b: Any, x: Any, alpha: Any = 1.0, scale: Any = 1.0, input_scale: Any = 1.0) -> Any:
@@ -725,7 +730,7 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
     put(aten.sort.stable, _sort_stable, "topk", "gather_elements")
     put(aten.scaled_dot_product_attention.default, _sdpa, "attention")
     put(aten.linear.default, _linear, "matmul")
-    put(aten.layer_norm.default, _layer_norm_whole, "rsqrt")
+    put(aten.layer_norm.default, _layer_norm_whole, "rsqrt", "layer_norm")
     put(aten.gelu.default, _gelu, "gelu")
     put(aten.leaky_relu.default, _leaky_relu, "leaky_relu")
     put(aten._to_copy.default, _to_copy, "cast")

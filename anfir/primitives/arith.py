@@ -98,7 +98,20 @@ def _pow(x: Any, y: Any) -> Any:
             with np.errstate(all="ignore"):
                 return float(np.power(float(x), float(y)))
         return float("nan") if isinstance(result, complex) else result
+    if x.__class__ is np.ndarray and type(y) in (int, float) and y in _POW_BY_PRODUCT \
+            and x.dtype.kind in "fc":
+        # x ** 2, x ** 3, x ** 0.5: products and sqrt (exact to the ulp, as PyTorch's
+        # own fast paths are) instead of numpy's general pow, ~20x slower per element.
+        return _POW_BY_PRODUCT[y](x)
     return np.power(*weak_scalars(x, y))
+
+
+_POW_BY_PRODUCT: dict[Any, Callable[[Any], Any]] = {
+    2: np.square, 2.0: np.square,
+    3: lambda x: x * x * x, 3.0: lambda x: x * x * x,
+    0.5: np.sqrt,
+    1: lambda x: x.copy(), 1.0: lambda x: x.copy(),
+}
 
 
 def _mul(x: Any, y: Any) -> Any:
