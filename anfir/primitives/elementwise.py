@@ -14,6 +14,7 @@ the inputs, then the attributes (``alpha``...), then ``out`` and ``dout``.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from typing import Any, Callable
 
@@ -63,9 +64,8 @@ def _erf(x: Any) -> Any:
     """erf(x), elementwise: scipy's vectorised ufunc (Cephes in f64, rounded to
     x's float dtype — what math.erf element by element gave, ~10x faster)."""
     if not _SPECIAL:
-        import scipy.special
-
-        _SPECIAL.append(scipy.special)
+        # importlib: scipy ships no type stubs, and its module is only called here.
+        _SPECIAL.append(importlib.import_module("scipy.special"))
     dtype = _float_dtype(x)
     array = np.asarray(x)
     if array.dtype not in (np.float32, np.float64):
