@@ -267,8 +267,8 @@ def test_cli_import_prints_text_that_reparses(tmp_path: object) -> None:
 
 class Unsupported(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        values, _ = torch.sort(x)
-        return torch.fft.fft(values).real + torch.nn.functional.relu(x)
+        picked = x[x > 0]  # a boolean mask: refused by aten.index's rule, not by the table
+        return torch.fft.rfft(x).real.sum() + torch.nn.functional.relu(picked).sum()
 
 
 def test_unsupported_ops_are_listed_with_their_lines() -> None:
@@ -276,7 +276,9 @@ def test_unsupported_ops_are_listed_with_their_lines() -> None:
     with pytest.raises(anfir.AnfirError) as info:
         anfir.import_torch(ep)
     message = str(info.value)
-    assert "aten.sort" in message and f"{__file__}:" in message
+    assert "aten._fft_r2c" in message and f"{__file__}:" in message
+    # The refusal inside a rule is in the same up-front list, with its reason.
+    assert "aten.index.Tensor" in message and "boolean mask" in message
     assert message.count("\n  ") >= 2  # every unsupported op, not only the first
 
 

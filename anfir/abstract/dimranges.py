@@ -140,6 +140,16 @@ def _check(graph: FuncGraph, ranges: dict[str, Range], trees: list[Any]) -> None
             if "*" in ann.dims or len(ann.dims) != len(shape):
                 continue  # the rank is the specializer's (or the code's) to report
             for axis, (name, size) in enumerate(zip(ann.dims, shape)):
+                if isinstance(name, int) and not isinstance(name, bool) and size is not None \
+                        and size != name:
+                    # A static size of a graph that declares ranges (an imported
+                    # torch.export program): torch's guard refuses it too, and
+                    # inside it would fail deep, as a broadcast of other sizes.
+                    raise DimensionRangeError(
+                        f"{what}, dimension {axis} has size {size}, but @{graph.name} was "
+                        f"exported for size {name} there (annotation {ann})", loc,
+                        "the dimension is static in the program: export it with a "
+                        "torch.export.Dim to let it vary")
                 if not isinstance(name, str) or name not in ranges or size is None:
                     continue
                 where = f"{what}, dimension {axis}"

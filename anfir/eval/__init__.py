@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from anfir.abstract.dimranges import check_argument_ranges
 from anfir.abstract.values import AString, ATuple, GraphSig
 from anfir.errors import AnfirError, AnfirTypeError
@@ -63,6 +65,8 @@ def run(graph: Any, *args: Any) -> Any:
     as FuncGraph, Closure, Partial or Primitive objects)."""
     if isinstance(graph, Module):
         graph = graph.entry
+    if any(type(a) not in _NATIVE for a in args):
+        args = tuple(host_value(a, i) for i, a in enumerate(args))
     if not isinstance(graph, FuncGraph):
         return call_function(graph, args)
     # A graph, the common case, in one cache lookup (a small program's whole
@@ -82,6 +86,31 @@ def run(graph: Any, *args: Any) -> Any:
         if not check_specialized_arguments(graph, sig, args):
             code.string_free = sig  # nothing to compare on later runs either
     return execute(code, [*args, *code.template])
+
+
+_NATIVE = frozenset({np.ndarray, int, float, bool, complex, str, tuple, type(None)})
+"""Argument types the evaluator takes as they are (the common case: one set lookup each)."""
+
+
+def host_value(value: Any, index: int) -> Any:
+    """An argument of another array type as a numpy array: anything with
+    ``__array__`` (a CPU ``torch.Tensor``, a JAX array...) or DLPack; tuples
+    element by element.  A tensor that requires grad is refused with what to do."""
+    if type(value) in _NATIVE or isinstance(value, (np.generic, np.ndarray)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(host_value(v, index) for v in value)
+    if hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
+        if getattr(value, "requires_grad", False):
+            raise AnfirTypeError(
+                f"argument {index + 1} is a {type(value).__name__} that requires grad: pass "
+                "tensor.detach() (anfir differentiates with anfir.grad, not through autograd)")
+        try:
+            return np.asarray(value) if hasattr(value, "__array__") else np.from_dlpack(value)
+        except (TypeError, RuntimeError, ValueError, BufferError) as err:
+            raise AnfirTypeError(f"argument {index + 1} ({type(value).__name__}) cannot be read "
+                                 f"as a numpy array: {err}") from None
+    return value
 
 
 def check_specialized_arguments(graph: FuncGraph, sig: GraphSig, args: tuple) -> bool:

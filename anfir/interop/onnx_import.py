@@ -51,6 +51,7 @@ from anfir import limits
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError
 from anfir.interop.onnx_export import _ONNX_TYPES
+from anfir.interop.onnx_external import ExternalDataError, read_external
 from anfir.abstract.lattice import abstract_of_value
 from anfir.abstract.rules import static_of_abstract
 from anfir.abstract.typeann import abstract_from_annotation
@@ -101,6 +102,8 @@ class Importer:
         self.functions: dict[tuple[str, str], Any] = {(f.domain, f.name): f for f in model.functions}
         self.function_graphs: dict[Any, FuncGraph] = {}
         self.module = Module(filename=filename)
+        self.base_dir: Optional[str] = None
+        """The model file's directory, where external data is read (None for a ModelProto)."""
         self._fresh = itertools.count()
         self._graph_names: set[str] = set()
         # anfir's own abstract value of nodes built (kept with the node: ids stay unique).
@@ -141,8 +144,12 @@ class Importer:
             raise NodeError(f"tensor {proto.name!r} has {count} elements: more than the "
                             "constant size limit")
         if proto.data_location == self.onnx.TensorProto.EXTERNAL:
-            raise NodeError(f"tensor {proto.name!r} keeps its data in an external file; "
-                            "load the model with its external data first")
+            # MODEL.onnx.data beside the model (torch.onnx.export's default): read
+            # within the model's directory and the size limits (onnx_external).
+            try:
+                proto = read_external(self.onnx, proto, self.base_dir, itemsize)
+            except ExternalDataError as e:
+                raise NodeError(e.message) from None
         array = self.onnx.numpy_helper.to_array(proto)
         return np.array(array, dtype=BY_NAME[DTYPE_OF_ELEM[proto.data_type]].numpy)
 
@@ -796,6 +803,8 @@ def read_model(model_or_path: Any) -> tuple[Any, str]:
             data = limits.read_bounded(path)
         except OSError as e:
             raise OnnxImportError(f"cannot read {path}: {e.strerror or e}") from None
+        except limits.ReadError as e:
+            raise OnnxImportError(f"cannot read {path}: {e}") from None
         model = onnx.ModelProto()
         try:
             model.ParseFromString(data)
@@ -817,6 +826,8 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False,
     onnx = require_onnx()
     model, filename = read_model(model_or_path)
     importer = Importer(onnx, model, params_as_inputs, filename)
+    if isinstance(model_or_path, (str, os.PathLike)):
+        importer.base_dir = os.path.dirname(os.path.abspath(os.fspath(model_or_path)))
     opsets = importer.opsets
     default = opsets.get("")
     if default is not None and default < MIN_OPSET:

@@ -2150,8 +2150,10 @@ def _recurrent(ctx: Ctx, gates: int, defaults: Sequence[str]) -> list[Optional[N
     x = ctx.need(0)
     if layout:
         x = ctx.call(P("transpose"), x, (1, 0, 2))
-    shape = _input_shape(ctx, 0)
-    steps, batch = (shape[1], shape[0]) if layout else (shape[0], shape[1])
+    # Only the number of steps must be static (the loop is unrolled); the batch
+    # may be symbolic (torch.onnx.export's dynamic batch): the zero initial
+    # state takes its size from x.
+    steps = _dim(ctx, 0, 1 if layout else 0)
     hidden = int(ctx.attr("hidden_size"))
     direction = str(ctx.attr("direction", "forward"))
     dirs = 2 if direction == "bidirectional" else 1
@@ -2179,7 +2181,11 @@ def _recurrent(ctx: Ctx, gates: int, defaults: Sequence[str]) -> list[Optional[N
             wb, rb = (ctx.call(structure.tuple_getitem, halves, i) for i in range(2))
         else:
             wb = rb = ctx.const(np.zeros(gates * hidden, dtype=BY_NAME[d].numpy))
-        zeros = ctx.const(np.zeros((batch, hidden), dtype=BY_NAME[d].numpy))
+        # (batch, 1) zeros from x's first step, broadcast against (1, hidden):
+        # shapes inference follows, with a symbolic batch.
+        column = ctx.call(P("slice"), ctx.call(P("zeros_like"), ctx.call(P("gather"), x, ctx.const(0, "i64"), axis=0)),
+                          starts=(0,), ends=(1,), axes=(1,))
+        zeros = ctx.call(P("add"), column, ctx.const(np.zeros((1, hidden), dtype=BY_NAME[d].numpy)))
         h = zeros if ctx.input(5) is None else ctx.call(P("gather"), ctx.need(5), pick, axis=0)
         c = zeros if ctx.input(6) is None else ctx.call(P("gather"), ctx.need(6), pick, axis=0)
         peep = None if ctx.input(7) is None or gates != 4 else ctx.call(P("gather"), ctx.need(7), pick, axis=0)

@@ -28,6 +28,7 @@ built then.  ``torch`` is imported only when a program is imported.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import warnings
@@ -36,7 +37,8 @@ from typing import Any, Callable, Optional
 
 from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_ops import aten_table, reads_pool_indices
+from anfir.interop.torch_core_ops import full_table, needs_functionalization
+from anfir.interop.torch_ops import Rule, reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
@@ -128,6 +130,11 @@ def _describe_op(loc: Optional[Location], fx_node: Any) -> str:
     return f"{fx_node.target} (node {fx_node.name}, {where})"
 
 
+class _PoisonedOutput(TorchImportError):
+    """A (sub)graph whose output depends on a refused op: not built; the refusal
+    itself is in the importer's list."""
+
+
 @dataclass
 class Builder:
     """What an op's builder sees: the graph being built, the FX node's location,
@@ -169,8 +176,6 @@ class Builder:
         return len(fx_arg.meta["val"].shape)
 
 
-Rule = Callable[..., Any]
-"""A table entry: ``rule(b: Builder, *args, **kwargs) -> Node`` (args converted)."""
 
 
 @dataclass
@@ -183,6 +188,14 @@ class Importer:
     symbols: dict[Any, Node] = field(default_factory=dict)
     """sympy symbol -> the node computing it (made in the entry graph)."""
     depth: int = 0
+    problems: list[str] = field(default_factory=list)
+    """Every op refused so far (unsupported, or refused by its rule), with its line."""
+    first: Optional[Location] = None
+    """The location of the first refused op."""
+    poisoned: set[Any] = field(default_factory=set)
+    """FX nodes not built (refused, or fed by a refused one): their users are
+    skipped silently, so one refusal is listed once and the import goes on to
+    find the others."""
 
     # -- symbolic sizes ---------------------------------------------------------
     def size_value(self, dim: Any, b: Builder) -> Any:
@@ -261,22 +274,44 @@ class Importer:
                 env[node] = ValueNode(getattr(owner, node.target), loc)
                 continue
             if node.op == "output":
+                if any(a in self.poisoned for a in node.all_input_nodes):
+                    self.depth -= 1
+                    raise _PoisonedOutput("a refused op feeds this graph's output")
                 result = self.convert(node.args[0], env, b)
                 continue
-            rule = self.table[node.target]
+            rule = self.table.get(node.target)
+            if rule is None or any(a in self.poisoned for a in node.all_input_nodes):
+                # Listed already (collect_unsupported), or fed by a refused op.
+                self.poisoned.add(node)
+                continue
             args = [self.convert(a, env, b) for a in node.args]
             kwargs = {k: self.convert(v, env, b) for k, v in node.kwargs.items()}
             try:
                 made = rule(b, *args, **kwargs)
+            except _PoisonedOutput:
+                self.poisoned.add(node)  # a branch fed by a refused op: listed already
+                continue
             except AnfirError as err:
-                if err.loc is None:
-                    err.loc = loc
-                raise
+                # A rule's refusal joins the one up-front list; the import goes on.
+                self.refuse(node, err.loc or loc, err.message)
+                continue
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as err:
+                # Arguments a rule did not expect (an overload's rarer form): a refusal
+                # with the reason, never a bare exception out of import_torch.
+                self.refuse(node, loc, f"arguments this rule cannot read "
+                                       f"({type(err).__name__}: {err})")
+                continue
             if not isinstance(made, Node):
                 made = ValueNode(made, loc)
             env[node] = made
         self.depth -= 1
         return result
+
+    def refuse(self, fx_node: Any, loc: Optional[Location], why: str) -> None:
+        """Record that ``fx_node`` cannot be imported (and poison it)."""
+        self.first = self.first or loc
+        self.problems.append(f"{_describe_op(loc, fx_node)}: {why}")
+        self.poisoned.add(fx_node)
 
     def subgraph(self, gm_value: Any, name: str, inputs: list[Any], loc: Optional[Location],
                  params: int = 0) -> tuple[FuncGraph, list[Node]]:
@@ -368,6 +403,20 @@ def _annotation(val: Any) -> Any:
     return None
 
 
+def _storage_key(torch: Any, value: Any) -> Optional[tuple[Any, ...]]:
+    """What makes two lifted tensors one (the same storage, offset, shape, strides
+    and dtype), or None for a user input or a tensor without storage."""
+    if not isinstance(value, torch.Tensor) or value.device.type == "meta":
+        return None
+    try:
+        ptr = value.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if ptr == 0:
+        return None
+    return (ptr, value.storage_offset(), tuple(value.shape), value.stride(), str(value.dtype))
+
+
 def _to_numpy(value: Any, name: str) -> Any:
     torch = require_torch()
     if not isinstance(value, torch.Tensor):
@@ -409,23 +458,140 @@ def import_torch(ep: Any) -> Module:
 
     if not isinstance(ep, torch.export.ExportedProgram):
         raise UsageError(f"import_torch takes a torch.export.ExportedProgram, not {type(ep).__name__}")
+    table = full_table(torch)
+    direct = _direct_table(torch, ep, table)
+    if direct is None:
+        ep = _decompose(torch, ep, table)
+        table = _direct_table(torch, ep, table, require_all=False) or table
+    else:
+        table = direct
+    importer = Importer(torch, table, os.path.dirname(torch.__file__) + os.sep)
+    gm = ep.graph_module
+    importer.problems, importer.first = importer.collect_unsupported(gm)
+    module = _build(torch, ep, importer)
+    if importer.problems:
+        n = len(importer.problems)
+        raise TorchImportError(
+            f"{n} unsupported op{'s' if n > 1 else ''} (nothing imported):\n  "
+            + "\n  ".join(importer.problems), importer.first)
+    return module
+
+
+def _graphs(gm: Any, torch: Any) -> list[Any]:
+    """``gm`` and every FX graph module it holds (cond branches, loop bodies)."""
+    found, stack, seen = [], [gm], set()
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        found.append(module)
+        for node in module.graph.nodes:
+            if node.op == "get_attr":
+                sub = getattr(module, node.target, None)
+                if isinstance(sub, torch.fx.GraphModule):
+                    stack.append(sub)
+    return found
+
+
+def _is_view(target: Any) -> bool:
+    """Whether an op's result may alias its input (``view``, ``transpose``, ...)."""
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def _inplace_twin(torch: Any, node: Any, table: dict[Any, Rule]) -> Optional[Rule]:
+    """The rule of ``node``'s functional twin when ``node`` is an in-place op
+    (``add_``, ``dropout_``) whose mutation nothing can observe: it writes only
+    its first argument, an intermediate value made by an op that is not a view,
+    none of whose other uses comes after it or is a view.  Then ``x.add_(y)`` is
+    ``x + y``; anything else (a mutated input or buffer, a mutated view) is left
+    to torch's functionalization."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.is_mutable or not schema.name.endswith("_"):
+        return None
+    written = [a for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    if len(written) != 1 or written[0] is not schema.arguments[0]:
+        return None
+    packet = getattr(torch.ops.aten, schema.name.split("::")[-1][:-1], None)
+    twin = getattr(packet, node.target._overloadname, None)
+    rule = table.get(twin)
+    if rule is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if schema.name in _EVAL_NO_OPS and len(node.args) > 2 and not node.args[2]:
+        return rule  # dropout_ outside training writes nothing
+    base = node.args[0]
+    if base.op != "call_function" or _is_view(base.target) or base.target in _INPLACE_UNSAFE_BASES:
+        return None
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    for user in base.users:
+        if user is not node and (order[user] > order[node] or _is_view(user.target)
+                                 or user.target is operator.getitem):
+            return None
+    return rule
+
+
+_EVAL_NO_OPS = frozenset({"aten::dropout_", "aten::feature_dropout_", "aten::alpha_dropout_"})
+"""In-place ops that change nothing when their ``train`` argument is false."""
+
+_INPLACE_UNSAFE_BASES: frozenset[Any] = frozenset()
+"""Producers whose result must not be treated as a fresh value (none so far)."""
+
+
+def _direct_table(torch: Any, ep: Any, table: dict[Any, Rule],
+                  require_all: bool = True) -> Optional[dict[Any, Rule]]:
+    """The table extended by the program's safe in-place ops, or None when
+    ``require_all`` and some op is neither in it nor such an in-place op (the
+    program then goes through torch's decomposition first).  A program whose
+    every op anfir maps is imported as exported: torch's re-tracing, most of an
+    import's time, is skipped."""
+    safe: dict[Any, Rule] = {}
+    unsafe: set[Any] = set()
+    for gm in _graphs(ep.graph_module, torch):
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target in table:
+                if require_all and needs_functionalization(torch, node):
+                    return None
+                continue
+            rule = _inplace_twin(torch, node, table)
+            if rule is None:
+                if require_all:
+                    return None
+                unsafe.add(node.target)
+            else:
+                safe[node.target] = rule
+    extended = dict(table)
+    extended.update((op, rule) for op, rule in safe.items() if op not in unsafe)
+    return extended
+
+
+def _decompose(torch: Any, ep: Any, table: dict[Any, Rule]) -> Any:
+    """``ep`` lowered to core ATen, except the ops anfir maps whole (attention,
+    ``linear``, ``hardsigmoid``, ...: every op of the table), which are kept — so
+    the import keeps their meaning, their gradient convention and their speed,
+    and does not depend on torch decomposing them (torch 2.13's own decomposition
+    of GPT-2's attention fails).  Should torch's lowering fail anyway, the
+    program is imported as exported (its ops outside the table are then listed)."""
+    decompositions = torch.export.default_decompositions()
+    for op in table:
+        if op in decompositions:
+            decompositions.pop(op)
     try:
         with warnings.catch_warnings():
             # torch 2.13's own pytree deprecation notice, raised while it copies the program.
             warnings.simplefilter("ignore", FutureWarning)
-            ep = ep.run_decompositions()
-    except Exception as err:  # torch's own failure: say so with its message
-        raise TorchImportError(f"torch could not decompose the program: {err}") from None
-    importer = Importer(torch, aten_table(torch), os.path.dirname(torch.__file__) + os.sep)
-    gm = ep.graph_module
-    missing, first = importer.collect_unsupported(gm)
-    if missing:
-        raise TorchImportError(
-            f"{len(missing)} unsupported op{'s' if len(missing) > 1 else ''} (nothing imported):\n  "
-            + "\n  ".join(missing), first)
+            return ep.run_decompositions(decompositions)
+    except Exception:  # torch's own failure: import the program as it was exported
+        return ep
 
+
+def _build(torch: Any, ep: Any, importer: "Importer") -> Module:
+    """The Module of a decomposed program (refusals are collected in ``importer``)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
+    gm = ep.graph_module
     signature = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     entry = FuncGraph(ENTRY, None)
@@ -433,21 +599,34 @@ def import_torch(ep: Any) -> Module:
     env: dict[Any, Node] = {}
     shape_nodes: list[tuple[Node, int, Any]] = []
     kinds: list[str] = []
+    owners: dict[tuple[Any, ...], tuple[Node, str]] = {}
+    aliases: dict[str, str] = {}
     for spec, ph in zip(signature.input_specs, placeholders):
+        kind = spec.kind
+        value: Any = None
+        if kind == InputKind.PARAMETER:
+            value = ep.state_dict[spec.target]
+        elif kind == InputKind.BUFFER:
+            value = (ep.state_dict if spec.persistent else ep.constants)[spec.target]
+        elif kind == InputKind.CONSTANT_TENSOR:
+            value = ep.constants[spec.target]
+        elif kind != InputKind.USER_INPUT:
+            raise TorchImportError(f"input {spec.arg.name} of kind {kind.name} is not supported")
+        key = _storage_key(torch, value)
+        if key is not None and key in owners:
+            # A tied weight (GPT-2's LM head is its token embedding): torch.export
+            # lifts each alias, the source model has one tensor.  One parameter,
+            # read wherever either alias is, so its gradient is the sum.
+            env[ph], aliases[spec.target] = owners[key]
+            continue
         name = _identifier(ph.name)
         param = entry.add_parameter(name, _placeholder_location(ph, importer.torch_dir))
         param.annotation = _annotation(ph.meta.get("val"))
         env[ph] = param
-        kind = spec.kind
-        if kind == InputKind.PARAMETER:
-            module.params[name] = _to_numpy(ep.state_dict[spec.target], spec.target)
-        elif kind == InputKind.BUFFER:
-            source = ep.state_dict if spec.persistent else ep.constants
-            module.params[name] = _to_numpy(source[spec.target], spec.target)
-        elif kind == InputKind.CONSTANT_TENSOR:
-            module.params[name] = _to_numpy(ep.constants[spec.target], spec.target)
-        elif kind != InputKind.USER_INPUT:
-            raise TorchImportError(f"input {spec.arg.name} of kind {kind.name} is not supported")
+        if value is not None:
+            module.params[name] = _to_numpy(value, spec.target)
+        if key is not None:
+            owners[key] = (param, spec.target)
         kinds.append(f"{kind.name.lower()} {spec.target or name}")
         val = ph.meta.get("val")
         if isinstance(val, torch.Tensor):
@@ -463,7 +642,10 @@ def import_torch(ep: Any) -> Module:
             importer.symbols[sym] = sizes.call(
                 structure.tuple_getitem, sizes.call(tensor.shape, holder), axis)
 
-    outputs = importer.build_body(gm.graph, entry, env, gm)
+    try:
+        outputs = importer.build_body(gm.graph, entry, env, gm)
+    except _PoisonedOutput:
+        return module  # the refusals are in importer.problems: the caller raises
     out_specs = signature.output_specs
     mutated = [o for o, s in zip(outputs, out_specs)
                if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.USER_INPUT_MUTATION)]
@@ -484,6 +666,8 @@ def import_torch(ep: Any) -> Module:
     module.default_entry = ENTRY
     module.metadata["producer"] = f"torch.export (torch {torch.__version__})"
     module.metadata["inputs"] = kinds
+    if aliases:
+        module.metadata["aliases"] = aliases
     module.metadata["mutations"] = [f"{s.kind.name.lower()} {s.target}" for s in out_specs
                                     if s.kind in (OutputKind.BUFFER_MUTATION,
                                                   OutputKind.USER_INPUT_MUTATION)]

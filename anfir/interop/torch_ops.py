@@ -121,7 +121,65 @@ def _clamp(b: Any, x: Any, min: Any = None, max: Any = None) -> Any:
 
 
 def _hardtanh(b: Any, x: Any, min_val: Any = -1.0, max_val: Any = 1.0) -> Any:
-    return b.call(_prim("clip"), x, min=float(min_val), max=float(max_val))
+    """``hardtanh`` (ReLU6 is ``hardtanh(x, 0, 6)``): the value of ``clip``, but
+    PyTorch's gradient, which is 0 at the bounds (``clamp``'s, and anfir
+    ``clip``'s, is 1 there): ``x`` strictly inside, else the clipped value read
+    through ``stop_gradient``.  Exact: inside, ``clip`` would return ``x``."""
+    lo, hi = float(min_val), float(max_val)
+    inside = b.call(_prim("logical_and"), b.call(_prim("gt"), x, lo), b.call(_prim("lt"), x, hi))
+    held = b.call(_prim("clip"), b.call(_prim("stop_gradient"), x), min=lo, max=hi)
+    return b.call(_prim("where"), inside, x, held)
+
+
+def _hardsigmoid(b: Any, x: Any) -> Any:
+    """``hardsigmoid``: anfir's ``hard_sigmoid`` with PyTorch's slope; its gradient
+    is 0 at -3 and 3, as PyTorch's (the decomposed form, through ``clamp``, is not)."""
+    return b.call(_prim("hard_sigmoid"), x, alpha=1.0 / 6.0, beta=0.5)
+
+
+def _extreme_dim(name: str) -> Rule:
+    """``max.dim`` / ``min.dim`` -> ``(values, indices)``: the index of the first
+    extreme (``argmax``), the values read there with ``gather_elements`` — so the
+    gradient goes to that one element, as PyTorch's does (``amax`` spreads it
+    evenly over ties instead)."""
+    def rule(b: Any, x: Any, dim: int, keepdim: bool = False) -> Any:
+        axis = int(dim)
+        index = b.call(_prim(name), x, axis=axis, keepdims=True)
+        values = b.call(_prim("gather_elements"), x, index, axis=axis)
+        if not keepdim:
+            values = b.call(_prim("squeeze"), values, axis=axis)
+            index = b.call(_prim("squeeze"), index, axis=axis)
+        return b.call(_prim("make_tuple"), values, index)
+    return rule
+
+
+def _topk(b: Any, x: Any, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+    """``topk`` -> anfir's ``topk`` for the indices (ties: the lower index first, as
+    PyTorch's CPU kernel), the values read there with ``gather_elements``: the
+    gradient goes to the selected elements."""
+    _static_ints(b, "topk's k", k)
+    axis = int(dim)
+    pair = b.call(_prim("topk"), x, k=int(k), axis=axis, largest=bool(largest))
+    index = b.call(_prim("tuple_getitem"), pair, 1)
+    return b.call(_prim("make_tuple"), b.call(_prim("gather_elements"), x, index, axis=axis), index)
+
+
+def _sort(b: Any, x: Any, dim: int = -1, descending: bool = False) -> Any:
+    """``sort`` (stable: equal elements keep their order) as a ``topk`` of the
+    whole (static) axis."""
+    shape = b.fx_node.args[0].meta["val"].shape
+    if not shape:
+        return b.call(_prim("make_tuple"), b.call(_prim("identity"), x),
+                      b.call(_prim("cast"), b.call(_prim("zeros_like"), x), "i64"))
+    size = shape[int(dim)]
+    if not isinstance(size, int):
+        raise AnfirError("sort along a dynamic axis", b.loc)
+    return _topk(b, x, size, dim, largest=bool(descending))
+
+
+def _sort_stable(b: Any, x: Any, *, stable: Any = None, dim: int = -1,
+                 descending: bool = False) -> Any:
+    return _sort(b, x, dim, descending)
 
 
 def _gelu(b: Any, x: Any, *, approximate: str = "none") -> Any:
@@ -287,9 +345,16 @@ def _max_pool_with_indices(n: int) -> Rule:
 
 
 def reads_pool_indices(fx_node: Any) -> bool:
-    """Whether a ``max_pool*_with_indices`` node's indices (result 1) are used."""
-    return any(not (user.target is operator.getitem and user.args[1] == 0)
-               for user in fx_node.users)
+    """Whether a ``max_pool*_with_indices`` node's indices (result 1) are used —
+    other than by ``max_pool*_with_indices_backward``, whose rule finds the same
+    first maxima itself."""
+    def reader(user: Any) -> bool:
+        if user.target is operator.getitem and user.args[1] == 0:
+            return False
+        if user.target is operator.getitem:
+            return any("_with_indices_backward" not in str(u.target) for u in user.users)
+        return True
+    return "_backward" not in str(fx_node.target) and any(reader(u) for u in fx_node.users)
 
 
 def _avg_pool(n: int) -> Rule:
@@ -339,14 +404,33 @@ def _cat(b: Any, tensors: Any, dim: int = 0) -> Any:
 
 def _slice(b: Any, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
     """``x[start:end:step]`` along ``dim``: anfir's ``slice`` (its ends are clamped
-    to the axis, as torch's are); the whole axis is the identity."""
-    _static_ints(b, "slice", start, end, step)
+    to the axis, as torch's are); the whole axis is the identity.  A symbolic
+    bound (``position_ids[:, :seq_len]`` with a dynamic ``seq_len``) is a
+    ``gather`` of ``arange(start, min(end, size), step)``: same elements, and its
+    gradient is the same scatter."""
+    _static_ints(b, "slice's step", step)
     size = b.fx_node.args[0].meta["val"].shape[int(dim)]
+    if isinstance(start, Node) or isinstance(end, Node):
+        return _slice_symbolic(b, x, int(dim), start, end, int(step), size)
     start = 0 if start is None else int(start)
     end = _INT64_MAX if end is None else min(int(end), _INT64_MAX)
     if start == 0 and int(step) == 1 and isinstance(size, int) and end >= size:
         return b.call(_prim("identity"), x)
     return b.call(_prim("slice"), x, starts=start, ends=end, axes=int(dim), steps=int(step))
+
+
+def _slice_symbolic(b: Any, x: Any, dim: int, start: Any, end: Any, step: int, size: Any) -> Any:
+    """A slice whose start or end is a symbolic size (a node): non-negative bounds
+    and a positive step (what torch.export's dynamic slices are), clamped to the
+    axis as torch clamps them."""
+    if step <= 0 or any(isinstance(v, int) and v < 0 for v in (start, end)):
+        raise AnfirError("slice with a symbolic bound and a negative start, end or step", b.loc)
+    length = b.importer.size_value(size, b)
+    start = 0 if start is None else start
+    end = length if end is None else b.call(_prim("minimum"), end, length)
+    start = b.call(_prim("minimum"), start, end) if isinstance(start, Node) else start
+    index = b.call(_prim("arange"), start, end, step=step, dtype="i64")
+    return b.call(_prim("gather"), x, index, axis=dim)
 
 
 def _split_with_sizes(b: Any, x: Any, sizes: Any, dim: int = 0) -> Any:
@@ -391,15 +475,88 @@ def _gather_elements(b: Any, x: Any, dim: int, index: Any, *, sparse_grad: bool 
 
 
 def _index(b: Any, x: Any, indices: Any) -> Any:
-    """``x[..., idx, ...]`` with one integer index tensor (the others ``None``):
-    ``gather`` along its axis.  Boolean masks and several index tensors (which
-    torch broadcasts together) are refused."""
+    """``x[..., i, ..., j, ...]`` (``aten.index``): one integer index tensor is a
+    ``gather`` along its axis; several (PyTorch broadcasts them together) are a
+    ``gather_nd`` on x with the indexed axes moved to the front, its result's
+    broadcast axes moved back to where the first indexed axis was when the
+    indexed axes are adjacent (NumPy's and PyTorch's rule).  The gradient adds
+    up at repeated indices, as PyTorch's ``index_put(accumulate=True)``.
+    Boolean masks (a data-dependent shape) are refused."""
     torch = b.importer.torch
+    fx_indices = b.fx_node.args[1]
     given = [i for i, v in enumerate(indices) if v is not None]
-    fx_index = b.fx_node.args[1][given[0]] if len(given) == 1 else None
-    if fx_index is None or fx_index.meta["val"].dtype in (torch.bool, torch.uint8):
-        raise AnfirError("aten.index with other than one integer index tensor", b.loc)
-    return b.call(_prim("gather"), x, indices[given[0]], axis=given[0])
+    if not given or any(fx_indices[i].meta["val"].dtype in (torch.bool, torch.uint8) for i in given):
+        raise AnfirError("aten.index with a boolean mask (its result's shape depends on the data)",
+                         b.loc)
+    if len(given) == 1:
+        return b.call(_prim("gather"), x, indices[given[0]], axis=given[0])
+    rank = b.rank(b.fx_node.args[0])
+    rest = [a for a in range(rank) if a not in given]
+    moved = b.call(_prim("transpose"), x, b.tuple_of(given + rest)) if given != list(range(len(given))) else x
+    shapes = [fx_indices[i].meta["val"].shape for i in given]
+    common = torch.broadcast_shapes(*shapes)
+    target = b.tuple_of(b.importer.size_value(d, b) for d in common)
+    parts = [b.call(_prim("broadcast_to"), b.call(_prim("cast"), indices[i], "i64"), target)
+             for i in given]
+    out = b.call(_prim("gather_nd"), moved, b.call(_prim("stack"), b.tuple_of(parts), axis=-1))
+    adjacent = given == list(range(given[0], given[-1] + 1))
+    if adjacent and given[0] > 0:
+        # result: (*common, *rest) -> rest[:given[0]], common, rest[given[0]:]
+        nb, first = len(common), given[0]
+        perm = (list(range(nb, nb + first)) + list(range(nb))
+                + list(range(nb + first, nb + len(rest))))
+        out = b.call(_prim("transpose"), out, b.tuple_of(perm))
+    return out
+
+
+def _sdpa(b: Any, q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+          is_causal: bool = False, *, scale: Any = None, enable_gqa: bool = False) -> Any:
+    """``scaled_dot_product_attention`` (kept whole, not decomposed) -> anfir's
+    ``attention`` (same mask convention: a bool mask keeps, a float one adds;
+    causal is top-left).  With ``enable_gqa`` each key/value head serves
+    ``heads / kv_heads`` query heads: they are repeated with a ``gather`` along the
+    head axis.  Dropout (training) is refused."""
+    if float(dropout_p) != 0.0:
+        raise AnfirError("scaled_dot_product_attention with dropout_p > 0 (training-mode dropout)",
+                         b.loc)
+    if enable_gqa:
+        import numpy as np
+
+        heads = b.fx_node.args[0].meta["val"].shape[-3]
+        kv_heads = b.fx_node.args[1].meta["val"].shape[-3]
+        if not (isinstance(heads, int) and isinstance(kv_heads, int)) or heads % kv_heads:
+            raise AnfirError("grouped-query attention with dynamic or uneven head counts", b.loc)
+        if heads != kv_heads:
+            rows = _array_node(b, np.arange(heads, dtype=np.int64) // (heads // kv_heads))
+            k = b.call(_prim("gather"), k, rows, axis=-3)
+            v = b.call(_prim("gather"), v, rows, axis=-3)
+    args = [q, k, v] if attn_mask is None else [q, k, v, attn_mask]
+    return b.call(_prim("attention"), *args, scale=None if scale is None else float(scale),
+                  causal=bool(is_causal))
+
+
+def _linear(b: Any, x: Any, w: Any, bias: Any = None) -> Any:
+    """``linear`` (kept whole): ``x @ w^T + bias``."""
+    out = b.call(_prim("matmul"), x, b.call(_prim("transpose"), w))
+    return out if bias is None else b.call(_prim("add"), out, bias)
+
+
+def _layer_norm_whole(b: Any, x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,
+                      eps: float = 1e-5, cudnn_enable: bool = True) -> Any:
+    """``layer_norm`` (kept whole): anfir's ``layer_norm`` primitive over the trailing
+    ``normalized_shape`` axes (one kernel, its own gradient rule); a bias without a
+    weight is the ``native_layer_norm`` composition."""
+    if weight is None and bias is not None:
+        return b.call(_prim("tuple_getitem"), _layer_norm(b, x, normalized_shape, weight, bias, eps), 0)
+    args = [x] + [a for a in (weight, bias) if a is not None]
+    return b.call(_prim("layer_norm"), *args, axis=-len(normalized_shape), eps=float(eps))
+
+
+def _elu(b: Any, x: Any, alpha: Any = 1.0, scale: Any = 1.0, input_scale: Any = 1.0) -> Any:
+    """``elu`` -> anfir's ``elu`` (its gradient at 0 is alpha's branch, as PyTorch's)."""
+    if float(scale) != 1.0 or float(input_scale) != 1.0:
+        raise AnfirError("elu with scale or input_scale other than 1", b.loc)
+    return b.call(_prim("elu"), x, alpha=float(alpha))
 
 
 def _arange(b: Any, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
@@ -432,7 +589,8 @@ def _select(b: Any, x: Any, dim: int, index: int) -> Any:
     dim = int(dim) % rank
     size = shape[dim]
     if not isinstance(size, int):
-        raise AnfirError(f"select on the dynamic axis {dim} is not supported", b.loc)
+        # A dynamic axis: a gather of the one (0-d) index, which drops the axis.
+        return b.call(_prim("gather"), x, b.call(_prim("cast"), int(index), "i64"), axis=dim)
     mask_shape = [1] * rank
     mask_shape[dim] = size
     mask = np.zeros(mask_shape, dtype=bool)
@@ -560,6 +718,19 @@ def aten_table(torch: Any) -> dict[Any, Rule]:
     put(aten.where.self, lambda b, c, x, y: b.call(_prim("where"), c, x, y), "where")
     put(aten.clamp.default, _clamp, "clip")
     put(aten.hardtanh.default, _hardtanh, "clip")
+    put(aten.hardsigmoid.default, _hardsigmoid, "hard_sigmoid")
+    put(aten.hardswish.default, _unary("hard_swish"), "hard_swish")
+    put(aten.elu.default, _elu, "elu")
+    put(aten.max.dim, _extreme_dim("argmax"), "argmax", "gather_elements")
+    put(aten.min.dim, _extreme_dim("argmin"), "argmin", "gather_elements")
+    put(aten.max.default, _reduction("max"), "max")
+    put(aten.min.default, _reduction("min"), "min")
+    put(aten.topk.default, _topk, "topk", "gather_elements")
+    put(aten.sort.default, _sort, "topk", "gather_elements")
+    put(aten.sort.stable, _sort_stable, "topk", "gather_elements")
+    put(aten.scaled_dot_product_attention.default, _sdpa, "attention")
+    put(aten.linear.default, _linear, "matmul")
+    put(aten.layer_norm.default, _layer_norm_whole, "rsqrt", "layer_norm")
     put(aten.gelu.default, _gelu, "gelu")
     put(aten.leaky_relu.default, _leaky_relu, "leaky_relu")
     put(aten._to_copy.default, _to_copy, "cast")

@@ -121,6 +121,8 @@ def attention_probs(xp: Any, q: Any, k: Any, mask: Any, scale: Optional[float],
     scaled_dot_product_attention: a bool mask says which keys take part
     (``True``), a float one is added; ``causal`` keeps keys j <= i (top left)."""
     q = float_of(xp, q)
+    if xp is np:
+        return _attention_probs_numpy(q, k, mask, scale, causal)
     logits = xp.matmul(q, swap_last(xp, k)) * default_scale(q.shape, scale)
     length, keys = logits.shape[-2], logits.shape[-1]
     keep = None
@@ -136,6 +138,39 @@ def attention_probs(xp: Any, q: Any, k: Any, mask: Any, scale: Optional[float],
     if logits.size == 0:
         return logits
     return softmax(xp, logits, -1)
+
+
+def _attention_probs_numpy(q: Any, k: Any, mask: Any, scale: Optional[float], causal: bool) -> Any:
+    """:func:`attention_probs` for numpy, in place on the one (…, L, S) buffer the
+    matmul makes: the same formula, without a temporary per step (the logits
+    are the largest array of a transformer layer)."""
+    logits = np.matmul(q, swap_last(np, np.asarray(k)))
+    if logits.size == 0:
+        return logits
+    factor = default_scale(q.shape, scale)
+    if factor != 1.0:
+        logits *= logits.dtype.type(factor)
+    length, keys = logits.shape[-2], logits.shape[-1]
+    drop = None
+    if causal:
+        drop = np.triu(np.ones((length, keys), dtype=bool), 1)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype == bool:
+            drop = np.logical_not(mask) if drop is None else np.logical_or(drop, np.logical_not(mask))
+        elif (np.broadcast_shapes(mask.shape, logits.shape) == logits.shape
+              and np.result_type(logits, mask) == logits.dtype):
+            logits += mask
+        else:
+            logits = logits + mask
+    if drop is not None:
+        if np.broadcast_shapes(drop.shape, logits.shape) != logits.shape:
+            logits = np.array(np.broadcast_to(logits, np.broadcast_shapes(drop.shape, logits.shape)))
+        np.copyto(logits, logits.dtype.type(-np.inf), where=drop)
+    logits -= np.max(logits, axis=-1, keepdims=True)
+    np.exp(logits, out=logits)
+    logits /= np.sum(logits, axis=-1, keepdims=True)
+    return logits
 
 
 def attention(xp: Any, q: Any, k: Any, v: Any, mask: Any, scale: Optional[float],

@@ -281,9 +281,7 @@ max_ = declare("max", (1, 2), _max, infer=_extreme_rule("max", arith.maximum), f
                    let m = cast_like(x == unreduce(out, x, axis, keepdims), dout) in
                    (unreduce(dout, x, axis, keepdims) * m / unreduce(sum(m, axis, true), x, axis, true),)
                  end""",
-           2: """lambda (x, y, axis, keepdims, out, dout)
-                   (sum_to(dout * cast_like(x >= y, dout), x), sum_to(dout * cast_like(x < y, dout), y))
-                 end"""})
+           2: arith.TIE_SPLIT_2ARG.format(win=">", lose="<")})
 min_ = declare("min", (1, 2), _min, infer=_extreme_rule("min", arith.minimum), family=FAMILY,
                attrs=_REDUCE,
                doc="min(x, axis=None, keepdims=false) — the smallest element, or along axes; "
@@ -292,9 +290,7 @@ min_ = declare("min", (1, 2), _min, infer=_extreme_rule("min", arith.minimum), f
                    let m = cast_like(x == unreduce(out, x, axis, keepdims), dout) in
                    (unreduce(dout, x, axis, keepdims) * m / unreduce(sum(m, axis, true), x, axis, true),)
                  end""",
-           2: """lambda (x, y, axis, keepdims, out, dout)
-                   (sum_to(dout * cast_like(x <= y, dout), x), sum_to(dout * cast_like(x > y, dout), y))
-                 end"""})
+           2: arith.TIE_SPLIT_2ARG.format(win="<", lose=">")})
 prod = declare("prod", 1, _prod, infer=rules.reduction("prod"), family=FAMILY,
                attrs=_REDUCE, positional_attrs=2,
                doc="prod(x, axis=None, keepdims=false) — the product of the elements, or along axes",
