@@ -1,4 +1,4 @@
-"""Write the three tutorial notebooks from the cell lists below, executed.
+"""Write the tutorial notebooks from the cell lists below, executed.
 
 The notebooks are generated so that they stay reviewable (a diff of this file
 is a diff of the notebooks' code), and committed *with their outputs* so that
@@ -907,6 +907,180 @@ multiply-adds a forward, each convolution an im2col and one matmul.
 against PyTorch (the figures are in `benchmarks/README.md`)."""),
 ]
 
+IMPORTING_GPT2: list[Cell] = [
+    ("md", """\
+# A Hugging Face GPT-2, imported, differentiated, trained and exported
+
+A language model nobody on this project wrote: `transformers`' GPT-2 with a
+tiny random configuration (one layer, width 16, a vocabulary of 50: nothing is
+downloaded). Its loss is exported with `torch.export` — dynamic batch and
+sequence length — and imported with `anfir.import_torch`; then the dumps of
+its gradient are read, the gradient is checked against `torch.autograd`, a few
+training steps are taken with anfir's gradient beside PyTorch's own, and the
+loss and its gradient are exported to ONNX (run by onnxruntime) and lowered to
+JAX (run under `jax.jit`). This notebook needs PyTorch and transformers
+(`pip install "anfir[torch]" transformers`), onnxruntime and JAX;
+`docs/torch.md` is the reference."""),
+    ("py", SETUP),
+    ("md", """\
+The model and its loss: the next-token cross-entropy of the logits. GPT-2
+ties its output layer to its token embedding (`lm_head.weight` *is*
+`wte.weight`), and is called with an explicit attention mask, as a
+tokenizer's batch has."""),
+    ("py", '''\
+import warnings
+
+warnings.filterwarnings("ignore")  # torch.export's, transformers' and tqdm's notices
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=50, n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                    bos_token_id=0, eos_token_id=0)
+gpt2 = GPT2LMHeadModel(config).eval()
+
+
+class NextTokenLoss(torch.nn.Module):
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, tokens, targets):
+        mask = torch.ones_like(tokens)
+        logits = self.lm(tokens, attention_mask=mask, use_cache=False).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+loss_model = NextTokenLoss(gpt2)
+rng = np.random.default_rng(0)
+tokens = rng.integers(0, 50, (2, 8))
+targets = np.roll(tokens, -1, axis=1)
+batch = torch.export.Dim("batch", min=1, max=16)
+seq = torch.export.Dim("seq", min=3, max=64)
+ep = torch.export.export(loss_model, (torch.from_numpy(tokens), torch.from_numpy(targets)),
+                         dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+print("tied:", gpt2.lm_head.weight is gpt2.transformer.wte.weight)'''),
+    ("md", """\
+## The imported module
+
+One parameter per tensor, as in the source model: torch.export lifts the
+tied output weight as an input of its own, and the importer folds it back
+into the embedding it aliases (`#@ aliases`), so its gradient is the sum of
+both uses and a training step keeps the two tied. The batch and sequence
+dimensions are the dimension variables torch named, with their ranges."""),
+    ("py", '''\
+mod = anfir.import_torch(ep)
+text = anfir.to_text(mod).splitlines()
+start = next(i for i, line in enumerate(text) if line.startswith("def forward"))
+print("\\n".join(line[:150] for line in text[:start + 16]))
+print("...", len(text), "lines")
+print("aliases:", mod.metadata["aliases"])
+n_params = sum(1 for kind in mod.metadata["inputs"] if kind.startswith("parameter"))
+print(n_params, "parameters;", sum(1 for _ in gpt2.parameters()), "in torch")'''),
+    ("md", """\
+At another batch size and sequence length than the exported ones, against
+eager PyTorch:"""),
+    ("py", '''\
+tokens3 = rng.integers(0, 50, (3, 5))
+targets3 = np.roll(tokens3, -1, axis=1)
+ours = anfir.run(mod.entry, *mod.params.values(), tokens3, targets3)
+theirs = loss_model(torch.from_numpy(tokens3), torch.from_numpy(targets3)).item()
+print(f"anfir {float(ours):.6f}   torch {theirs:.6f}")
+assert np.isclose(ours, theirs, rtol=1e-5)'''),
+    ("md", """\
+The forward program once compiled — inlined, specialized to these shapes,
+optimized — drawn. The attention is one `attention` primitive and each layer
+norm one `layer_norm` (anfir's own, whose gradients are written once)."""),
+    ("py", '''\
+args = [*mod.params.values(), tokens, targets]
+forward = anfir.compile(mod.entry, args=args)
+forward'''),
+    ("md", """\
+## The gradient, and its dumps
+
+`anfir.grad` with respect to all sixteen parameters, compiled with a numbered
+dump after every phase. The optimized dump keeps the model's structure: its
+`layer_norm` and `attention` calls, typed with the shapes of this batch."""),
+    ("py", '''\
+import tempfile
+
+dumps = Path(tempfile.mkdtemp(prefix="anfir-gpt2-"))
+dloss = anfir.compile(anfir.grad(mod.entry, wrt=tuple(range(n_params))), args=args,
+                      dump_dir=str(dumps))
+files = sorted(p.name for p in dumps.glob("*.ir"))
+print(", ".join(files))
+lines = (dumps / "05_optimize.ir").read_text().splitlines()
+for i, line in enumerate(lines):
+    if "= attention(" in line or "= layer_norm(" in line:
+        print(line.strip()[:140])
+        print("   ", lines[i + 1].strip())'''),
+    ("md", "Every dump loads back and computes the same gradient:"),
+    ("py", '''\
+grads = anfir.run(dloss, *args)
+for name in files:
+    again = anfir.run(anfir.load(str(dumps / name)).ir_entry, *args)
+    assert all(np.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(again, grads)), name
+print(len(files), "dumps reloaded and run")'''),
+    ("md", "Against `torch.autograd.grad` of the same loss, parameter by parameter:"),
+    ("py", '''\
+want = torch.autograd.grad(loss_model(torch.from_numpy(tokens), torch.from_numpy(targets)),
+                           list(gpt2.parameters()))
+for (name, p), ours, theirs in zip(gpt2.named_parameters(), grads, want):
+    error = float(np.abs(ours - theirs.numpy()).max() / theirs.abs().max())
+    print(f"{name:34} {str(tuple(p.shape)):9} relative difference {error:.0e}")
+    assert np.allclose(ours, theirs.numpy(), rtol=1e-4, atol=1e-6 * float(theirs.abs().max()))'''),
+    ("md", """\
+## Training
+
+Gradient descent on the imported parameters with `anfir.value_and_grad`,
+beside PyTorch's SGD on the model from the same start: the same losses, step
+by step (the tied embedding stays one tensor in both)."""),
+    ("py", '''\
+step_fn = anfir.compile(anfir.value_and_grad(mod.entry, wrt=tuple(range(n_params))), args=args)
+params = [p.copy() for p in mod.params.values()]
+optimizer = torch.optim.SGD(gpt2.parameters(), lr=0.5)
+losses = []
+for step in range(6):
+    value, step_grads = anfir.run(step_fn, *params, tokens, targets)
+    params = [p - 0.5 * g for p, g in zip(params, step_grads)]
+    optimizer.zero_grad()
+    reference = loss_model(torch.from_numpy(tokens), torch.from_numpy(targets))
+    reference.backward()
+    optimizer.step()
+    losses.append(float(value))
+    print(f"step {step}: anfir {float(value):.5f}   torch {reference.item():.5f}")
+    assert abs(float(value) - reference.item()) < 1e-4
+assert losses[-1] < losses[0]'''),
+    ("md", """\
+## Out to ONNX and JAX
+
+The compiled gradient program written as ONNX (opset 21) and run by
+onnxruntime, and lowered to JAX and run under `jax.jit`: both give anfir's
+gradient."""),
+    ("py", '''\
+import jax
+import onnxruntime
+
+from anfir.interop.onnx_export import onnx_inputs
+
+onnx_model = anfir.export_onnx(dloss)
+print(len(onnx_model.graph.node), "ONNX nodes, opset", onnx_model.opset_import[0].version)
+session = onnxruntime.InferenceSession(onnx_model.SerializeToString())
+on_ort = session.run(None, onnx_inputs(onnx_model, *args))
+print("onnxruntime vs anfir:", max(float(np.abs(a - b).max()) for a, b in zip(on_ort, grads)))
+assert all(np.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(on_ort, grads))
+
+on_jax = jax.jit(anfir.to_jax(dloss))(*args)
+print("jax.jit vs anfir:", max(float(np.abs(np.asarray(a) - b).max()) for a, b in zip(on_jax, grads)))
+assert all(np.allclose(np.asarray(a), b, rtol=1e-4, atol=1e-6) for a, b in zip(on_jax, grads))'''),
+    ("py", '''\
+import shutil
+
+shutil.rmtree(dumps)'''),
+]
+
 NOTEBOOKS: dict[str, list[Cell]] = {
     "01_writing_ir_by_hand.ipynb": WRITING_IR,
     "02_differentiating.ipynb": DIFFERENTIATING,
@@ -914,6 +1088,7 @@ NOTEBOOKS: dict[str, list[Cell]] = {
     "04_importing_onnx.ipynb": IMPORTING_ONNX,
     "05_models_in_anf.ipynb": MODELS_IN_ANF,
     "06_importing_torch.ipynb": IMPORTING_TORCH,
+    "07_importing_gpt2.ipynb": IMPORTING_GPT2,
 }
 
 
@@ -1053,11 +1228,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--clear", action="store_true",
                         help="write the notebooks without outputs (no kernel, no Graphviz)")
+    parser.add_argument("--only", metavar="NAME", action="append", default=None,
+                        help="write only this notebook (repeatable), e.g. 07_importing_gpt2.ipynb")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.only or ()) - set(NOTEBOOKS))
+    if unknown:
+        parser.error(f"no such notebook: {', '.join(unknown)} (choose from {', '.join(NOTEBOOKS)})")
     if not args.clear and shutil.which("dot") is None:
         parser.error("Graphviz's dot is not installed (apt-get install graphviz): the committed "
                      "notebooks show the pictures it draws (--clear writes them without outputs)")
-    notebooks = {name: build(cells) for name, cells in NOTEBOOKS.items()}
+    notebooks = {name: build(cells) for name, cells in NOTEBOOKS.items()
+                 if args.only is None or name in args.only}
     if not args.clear:
         with tempfile.TemporaryDirectory(prefix="anfir-notebooks-") as scratch:
             os.environ.update(kernel_environment(Path(scratch)), PYTHONHASHSEED="0")
