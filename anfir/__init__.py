@@ -31,6 +31,7 @@ from anfir.eval import mesh as _mesh
 from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
+from anfir.interop import onnx_external as _onnx_external
 from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_import
 from anfir.interop import mindir as _mindir
 from anfir.interop.mindir import exporter as _mindir_export
@@ -221,6 +222,18 @@ def export_onnx(mod_or_graph: Any, entry: Optional[str] = None,
     return _onnx_export.export_onnx(mod_or_graph, entry=entry, args=args)
 
 
+def save_onnx(model: Any, path: str, external_data: Optional[bool] = None) -> Any:
+    """Write an ONNX ``model`` (from :func:`export_onnx`) to ``path``; the model as written.
+
+    ``external_data=True`` puts every tensor of 1 KiB or more in ``PATH.data``
+    beside it (what ``torch.onnx.export`` does, and what protobuf's 2 GB limit
+    needs for a large model); None (default) does so only past that limit;
+    False never (a model past the limit is then an error).  The data file is
+    written anew, never appended to; :func:`import_onnx` reads it back by path.
+    """
+    return _onnx_external.save_model(model, path, external_data)
+
+
 def export_coreml(mod_or_graph: Any, entry: Optional[str] = None,
                   args: Optional[Sequence[Any]] = None) -> Any:
     """Compile and write the optimized entry as a coremltools MIL ``Program``
@@ -319,3 +332,4 @@ def custom_jvp(f: FuncGraph, jvp_rule: FuncGraph) -> FuncGraph:
 __all__ += ["custom_jvp", "custom_vjp"]  # structured loops' branch: custom derivatives
 __all__ += ["checkpoint"]
 __all__ += ["export_mindir", "import_mindir"]  # MindSpore .mindir files (docs/mindir.md)
+__all__ += ["save_onnx"]  # ONNX files with external data (docs/onnx.md)

@@ -27,7 +27,7 @@ from anfir.lowlevel import remat
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import coreml_export, onnx_export, onnx_import, torch_import
+from anfir.interop import coreml_export, onnx_export, onnx_external, onnx_import, torch_import
 from anfir.interop import mindir
 from anfir.interop.mindir import exporter as mindir_exporter, schema as mindir_schema
 from anfir.ir.walk import reachable_graphs
@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=sorted(EXPORTERS), default="onnx",
                    help="the format to write (default: onnx)")
     p.add_argument("-o", "--output", required=True, help="the file to write (OUT.onnx, or an OUT.mlpackage directory)")
+    p.add_argument("--external-data", action="store_true",
+                   help="ONNX: write the weights to OUT.onnx.data beside the model (chosen by itself "
+                        "when one file would pass protobuf's 2 GB limit)")
 
     p = sub.add_parser("import", help="read a model (.onnx, .pt2) and print it as ANF text",
                        formatter_class=raw,
@@ -391,17 +394,24 @@ def cmd_export(ns: argparse.Namespace) -> int:
     if not os.path.exists(ns.file):
         raise UsageError(f"no such file: {ns.file}")
     write, save, summary = EXPORTERS[ns.to]
+    if ns.external_data:
+        if ns.to != "onnx":
+            raise UsageError(f"--external-data is for ONNX files, not --to {ns.to}")
+        save = _save_onnx_external
     model = write(ns.file, ns.entry, compile_args(ns.args))
     print(summary(save(model, ns.output), ns.output))
     return 0
 
 
 def _save_onnx(model: Any, path: str) -> Any:
-    """Write the ONNX model's deterministic bytes to ``path``; the model."""
-    data = model.SerializeToString(deterministic=True)
-    with open(path, "wb") as handle:
-        handle.write(data)
-    return model
+    """Write the ONNX model's deterministic bytes to ``path`` (its weights beside it
+    in ``PATH.data`` if one file would pass protobuf's limit); the model."""
+    return onnx_external.save_model(model, path)
+
+
+def _save_onnx_external(model: Any, path: str) -> Any:
+    """Write the ONNX model to ``path``, its weights to ``PATH.data``; the model."""
+    return onnx_external.save_model(model, path, external_data=True)
 
 
 def _save_coreml(program: Any, path: str) -> Any:
@@ -440,7 +450,9 @@ def _onnx_summary(model: Any, path: str) -> str:
     n_in, n_out = len(model.graph.input), len(model.graph.output)
     return (f"exported @{entry} to {path}: ONNX opset {model.opset_import[0].version}, "
             f"{n_in} input{'s' * (n_in != 1)}, {n_out} output{'s' * (n_out != 1)}, "
-            f"{total} nodes" + (f" ({control})" if control else ""))
+            f"{total} nodes" + (f" ({control})" if control else "")
+            + (f", weights in {path}.data" if os.path.exists(path + ".data")
+               and onnx_external.uses_external_data(model) else ""))
 
 
 def _save_mindir(data: Any, path: str) -> Any:

@@ -138,3 +138,83 @@ def test_a_model_proto_with_unloaded_external_data_says_how_to_load_it(tmp_path:
 def test_an_unreadable_model_path_is_an_anfir_error(tmp_path: object) -> None:
     with pytest.raises(anfir.AnfirError, match="cannot read"):
         anfir.import_onnx(os.path.join(str(tmp_path), "absent.onnx"))
+
+
+# -- writing: anfir.save_onnx / anfir export --external-data ---------------------------------------
+def _wide() -> object:
+    """An MLP whose first two weights (2 and 4 KiB) go to the data file; its last (192 B) stays inline."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("W1", (8, 64)), ("W2", (64, 16)), ("W3", (16, 3)))]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h0"]), helper.make_node("Relu", ["h0"], ["h1"]),
+             helper.make_node("MatMul", ["h1", "W2"], ["h2"]), helper.make_node("Tanh", ["h2"], ["h3"]),
+             helper.make_node("MatMul", ["h3", "W3"], ["y"])]
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _external(model: object) -> list[object]:
+    return [t for t in model.graph.initializer  # type: ignore[attr-defined]
+            if t.data_location == TensorProto.EXTERNAL]
+
+
+def test_save_onnx_writes_the_weights_beside_the_model(tmp_path: object) -> None:
+    mod = anfir.import_onnx(_wide())
+    exported = anfir.export_onnx(mod)
+    path = os.path.join(str(tmp_path), "wide.onnx")
+    written = anfir.save_onnx(exported, path, external_data=True)
+    external = _external(written)
+    sizes = sorted(int(dict((e.key, e.value) for e in t.external_data)["length"]) for t in external)
+    assert sizes == [2048, 4096], sizes  # W1 and W2; W3 (192 bytes) stays in the .onnx
+    assert all(int(dict((e.key, e.value) for e in t.external_data)["offset"]) % 64 == 0 for t in external)
+    assert not _external(exported), "the exported model itself is not changed"
+    assert os.path.getsize(path + ".data") >= 6144 and os.path.getsize(path) < 2048
+    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    want = anfir.run(mod.entry, x)
+    session = ort.InferenceSession(path)  # onnxruntime reads the data file by the model's path
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(anfir.run(anfir.import_onnx(path).entry, x), want, rtol=1e-6)
+    loaded = onnx.load(path)
+    assert all(t.data_location != TensorProto.EXTERNAL for t in loaded.graph.initializer)
+
+
+def test_saving_twice_writes_the_same_bytes_not_appended(tmp_path: object) -> None:
+    exported = anfir.export_onnx(anfir.import_onnx(_wide()))
+    path = os.path.join(str(tmp_path), "wide.onnx")
+    anfir.save_onnx(exported, path, external_data=True)
+    first = (open(path, "rb").read(), open(path + ".data", "rb").read())
+    anfir.save_onnx(exported, path, external_data=True)
+    assert (open(path, "rb").read(), open(path + ".data", "rb").read()) == first
+
+
+def test_external_data_is_chosen_past_protobufs_limit(tmp_path: object,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from anfir.interop import onnx_external
+
+    exported = anfir.export_onnx(anfir.import_onnx(_wide()))
+    path = os.path.join(str(tmp_path), "wide.onnx")
+    anfir.save_onnx(exported, path)  # small: one file
+    assert not os.path.exists(path + ".data") and not _external(onnx.load(path, load_external_data=False))
+    monkeypatch.setattr(onnx_external, "PROTOBUF_LIMIT", 2000)  # as if the model passed 2 GB
+    written = anfir.save_onnx(exported, path)
+    assert _external(written) and os.path.exists(path + ".data")
+    with pytest.raises(anfir.AnfirError, match="protobuf's limit"):
+        anfir.save_onnx(exported, path, external_data=False)
+
+
+def test_the_cli_exports_with_external_data(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = str(tmp_path)
+    source = os.path.join(folder, "wide.anf")
+    with open(source, "w") as handle:
+        handle.write(anfir.to_text(anfir.import_onnx(_wide())))
+    out = os.path.join(folder, "out.onnx")
+    assert cli_main(["export", source, "-o", out, "--external-data"]) == 0
+    assert "weights in" in capsys.readouterr().out
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    session = ort.InferenceSession(out)
+    want = anfir.run(anfir.import_onnx(_wide()).entry, x)
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x})[0], want, rtol=1e-5, atol=1e-5)
+    assert cli_main(["export", source, "-o", os.path.join(folder, "m.mlpackage"), "--to", "coreml",
+                     "--external-data"]) == 2
+    assert "--external-data is for ONNX" in capsys.readouterr().err

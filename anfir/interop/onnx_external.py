@@ -16,6 +16,12 @@ They are read as ``onnx.load`` reads them, with anfir's limits on every read:
   a given ``length`` must be that count, and ``offset + length`` must lie
   within the file — a truncated data file is an error naming the tensor, the
   file and both sizes, never a short array.
+
+:func:`save_model` writes a model the other way: its large tensors' bytes in
+``MODEL.onnx.data`` beside it (always, when asked, and by itself when the
+model would pass protobuf's 2 GB limit), the ``.onnx`` file keeping only
+their references.  The data file is written anew each time (``onnx.save``
+appends to an existing one), and both files' bytes depend only on the model.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 
 from anfir import limits
 from anfir.errors import AnfirError
+from anfir.interop.onnx_export import require_onnx
 
 PACKED_4BIT = frozenset({"INT4", "UINT4", "FLOAT4E2M1"})
 """Element types stored two to a byte."""
@@ -151,9 +158,110 @@ def read_external(onnx: Any, proto: Any, base: Optional[str], itemsize: int) -> 
     return copy
 
 
+PROTOBUF_LIMIT = 2**31 - 1
+"""The largest message protobuf serialises (2 GB): a larger model must keep its
+weights in an external file."""
+
+EXTERNAL_THRESHOLD = 1024
+"""Tensors of at least this many bytes go to the data file (``onnx.save``'s own
+default); smaller ones stay inline."""
+
+DATA_ALIGNMENT = 64
+"""Each tensor starts at a multiple of this offset in the data file (so a
+reader may map it aligned)."""
+
+
+def _tensors(onnx: Any, graph: Any) -> list[Any]:
+    """Every TensorProto of ``graph`` and its subgraphs: initializers and the
+    tensor attributes of nodes (``Constant``), walked without recursion."""
+    found: list[Any] = []
+    graphs = [graph]
+    while graphs:
+        g = graphs.pop()
+        found.extend(g.initializer)
+        for node in g.node:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.TENSOR:
+                    found.append(attribute.t)
+                elif attribute.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(attribute.g)
+                elif attribute.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(attribute.graphs)
+    return found
+
+
+def save_model(model: Any, path: str, external_data: Optional[bool] = None) -> Any:
+    """Write the ONNX ``model`` to ``path``; the model as written.
+
+    ``external_data``: True writes every tensor of at least
+    :data:`EXTERNAL_THRESHOLD` bytes to ``PATH.data`` beside the model (as
+    ``torch.onnx.export`` does), False keeps everything in one file (an error
+    past protobuf's 2 GB limit), None (the default) chooses external data only
+    when one file would pass that limit.  ``model`` itself is not changed.
+    """
+    onnx = require_onnx()
+    if external_data is None:
+        external_data = model.ByteSize() > PROTOBUF_LIMIT
+    data_path = path + ".data"
+    if not external_data:
+        if model.ByteSize() > PROTOBUF_LIMIT:
+            raise ExternalDataError(
+                f"the model has {model.ByteSize():,} bytes, more than protobuf's limit of "
+                f"{PROTOBUF_LIMIT:,}: write its weights to an external file (external_data=True, "
+                "or `anfir export --external-data`)")
+        _write(path, model.SerializeToString(deterministic=True))
+        return model
+    written = onnx.ModelProto()
+    written.CopyFrom(model)
+    location = os.path.basename(data_path)
+    chunks: list[bytes] = []
+    offset = 0
+    for tensor in _tensors(onnx, written.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise ExternalDataError(f"tensor {tensor.name!r} already refers to external data: "
+                                    "load it first (onnx.load with load_external_data=True)")
+        raw = tensor.raw_data if tensor.HasField("raw_data") else None
+        if raw is None:  # typed fields (float_data, ...): to raw little-endian bytes
+            if tensor.data_type == onnx.TensorProto.STRING:
+                continue
+            raw = onnx.numpy_helper.to_array(tensor).astype(
+                onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).tobytes()
+        if len(raw) < EXTERNAL_THRESHOLD:
+            continue
+        padding = -offset % DATA_ALIGNMENT
+        chunks.append(b"\0" * padding)
+        offset += padding
+        for field in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+            tensor.ClearField(field)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+        chunks.append(raw)
+        offset += len(raw)
+    _write(data_path, b"".join(chunks))
+    _write(path, written.SerializeToString(deterministic=True))
+    return written
+
+
+def uses_external_data(model: Any) -> bool:
+    """Whether any tensor of the ONNX ``model`` keeps its bytes in an external file."""
+    onnx = require_onnx()
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(onnx, model.graph))
+
+
+def _write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path``, replacing what was there (never appending)."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
 def itemsize_of(dtype: Any) -> int:
     """The byte size of one element of a numpy dtype."""
     return int(np.dtype(dtype).itemsize)
 
 
-__all__ = ["ExternalDataError", "read_external", "itemsize_of"]
+__all__ = ["ExternalDataError", "read_external", "itemsize_of", "save_model", "uses_external_data", "PROTOBUF_LIMIT",
+           "EXTERNAL_THRESHOLD"]
