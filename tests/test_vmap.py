@@ -119,7 +119,8 @@ def test_to_jax_agrees_with_jax(case: tuple[str, tuple, Callable[..., Any]]) -> 
 
 
 COMPILED = ["broadcast_arg", "closure", "hof", "batched_if", "loop_trips", "recursion", "nested",
-            "out_axis", "per_example_grads", "closure_grads", "partial_fn"]
+            "out_axis", "per_example_grads", "closure_grads", "partial_fn", "grad_of_vmap", "jac_rev",
+            "jac_fwd", "hess"]
 
 
 @pytest.mark.parametrize("name", COMPILED)
@@ -249,3 +250,17 @@ def c(xs) = vmap(f, (0, 0), in_axes=1)(xs, xs)
         anfir.parse("def f(x) = x\ndef c(xs) = vmap(f, 0, in_axes=1)(xs)")
     with pytest.raises(anfir.AnfirError, match="no keyword argument 'axes'"):
         anfir.parse("def f(x) = x\ndef c(xs) = vmap(f, axes=1)(xs)")
+
+
+def test_compiled_api_jacobians_and_hessian_equal_jax() -> None:
+    """``anfir.compile`` of the API's ``hessian``/``jacrev``/``jacfwd`` graphs: the pullback
+    (a run-time function value) is called example by example in a ``scan``."""
+    p = R.normal(size=(10,))
+    hess = anfir.compile(anfir.hessian(MOD["scal"]), args=[p])
+    assert "scan" in anfir.to_text(hess)
+    _close(anfir.run(hess, p), jax.hessian(jscal)(p))
+    w1, w2, x = R.normal(size=(5, 4)), R.normal(size=(3, 5)), R.normal(size=(4,))
+    ref = jax.jacrev(lambda a, b, c: jnp.tanh(b @ jnp.tanh(a @ c)), 0)(w1, w2, x)
+    for make in (anfir.jacrev, anfir.jacfwd):
+        compiled = anfir.compile(make(MOD["net"], 0), args=[w1, w2, x])
+        _close(anfir.run(compiled, w1, w2, x), ref)

@@ -61,7 +61,7 @@ from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import toposort
 from anfir.primitives import (arith, batching as bp, complexes, conv, elementwise, gradient, indexing,
-                              meta, nn, reduce, shaping, structure, tensor)
+                              loops, meta, nn, reduce, shaping, structure, tensor)
 from anfir.primitives.registry import PRIMITIVES
 from anfir.values import Closure, Partial
 
@@ -122,7 +122,12 @@ class _Instance:
 class Batcher:
     """One batching transformation: its batched copies, keyed by graph, trees and scope."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_example_loops: bool = False) -> None:
+        self.per_example_loops = per_example_loops
+        """For the compiler: a call of a function value from outside (a pullback, a
+        captured function) on batched values becomes a ``scan`` over the examples,
+        which the specializer types and every back end runs, instead of ``batch_fn``
+        (batching at run time, which only the evaluator and JAX can do)."""
         self.instances: dict[tuple, _Instance] = {}
         self.todo: list[_Instance] = []
         self.global_refs: list[Node] = []
@@ -508,7 +513,22 @@ class _Body:
                 return self.call_meta(node, value, args)
         fn, fbt = self.lookup(callee)
         mapped = [self.lookup(a) for a in args]
-        return self.call_value(fn, fbt, mapped)
+        return self.call_value(fn, fbt, mapped, items=self._items_read(node))
+
+    def _items_read(self, node: CNode) -> Optional[frozenset[int]]:
+        """When every use of ``node`` reads a constant item of it (``node[k]``), those
+        ``k``; else None."""
+        users = self.b.manager(self.inst.graph).users.get(node)
+        if not users:
+            return None
+        read = set()
+        for user, index in users:
+            if not (isinstance(user, CNode) and index == 1 and user.is_apply(structure.tuple_getitem)
+                    and len(user.inputs) == 3 and isinstance(user.inputs[2], ValueNode)
+                    and type(user.inputs[2].value) is int and user.inputs[2].value >= 0):
+                return None
+            read.add(user.inputs[2].value)
+        return frozenset(read)
 
     def _static(self, node: Node) -> Optional[FuncGraph]:
         """The graph a meta call on a lambda made here (called with exact batch trees)."""
@@ -521,16 +541,50 @@ class _Body:
         return None
 
     def call_value(self, fn: Node, fbt: BT, mapped: list[tuple[Node, BT]],
-                   graph: Optional[FuncGraph] = None) -> tuple[Node, BT]:
+                   graph: Optional[FuncGraph] = None, items: Optional[frozenset[int]] = None) -> tuple[Node, BT]:
         """Call a function value: as it is, batched-world, or batched at run time."""
         if fbt is True:
             return self.apply(fn, *(self.expand(n, b, graph) for n, b in mapped), graph=graph), True
         if not any(bt_any(b) for _, b in mapped):
             return self.apply(fn, *(n for n, _ in mapped), graph=graph), False
+        if self.b.per_example_loops and all(isinstance(b, bool) for _, b in mapped):
+            return self.scan_call(fn, mapped, graph, items), True
         axes = tuple(bt_axes(b) for _, b in mapped)
         batched = self.apply(bp.batch_fn, fn, self.ref(), attrs=Attrs({"in_axes": axes, "inner": True}),
                              graph=graph)
         return self.apply(batched, *(n for n, _ in mapped), graph=graph), True
+
+    def scan_call(self, fn: Node, mapped: list[tuple[Node, BT]], graph: Optional[FuncGraph],
+                  items: Optional[frozenset[int]] = None) -> Node:
+        """``fn`` called example by example: ``scan((c, x) -> (c, fn(..x..)), 0, xs)[1]``, the
+        batched arguments sliced by the scan, the others captured; every result leaf
+        stacked on axis 0 (batched, as ``batch_fn``'s result).  With ``items``, only those
+        items of the result are read (by constant index): the scan stacks them, ``None`` in place of the ones nobody reads (a pullback's environment of
+        free-variable gradients, which is no tensor to stack)."""
+        body = FuncGraph("per_example", self.loc)
+        carry = body.add_parameter("carry")
+        example = body.add_parameter("example")
+        batched = [n for n, b in mapped if b is True]
+        args: list[Node] = []
+        sliced = 0
+        for n, b in mapped:
+            if b is not True:
+                args.append(n)  # the same for every example: captured
+            elif len(batched) == 1:
+                args.append(example)
+            else:
+                args.append(CNode(body, [ValueNode(structure.tuple_getitem), example,
+                                         ValueNode(sliced)], self.loc))
+                sliced += 1
+        out: Node = CNode(body, [fn, *args], self.loc)
+        if items is not None:
+            out = CNode(body, [ValueNode(structure.make_tuple), *(
+                CNode(body, [ValueNode(structure.tuple_getitem), out, ValueNode(k)], self.loc)
+                if k in items else ValueNode(None) for k in range(max(items) + 1))], self.loc)
+        body.output = CNode(body, [ValueNode(structure.make_tuple), carry, out], self.loc)
+        xs = batched[0] if len(batched) == 1 else self.apply(structure.make_tuple, *batched, graph=graph)
+        result = self.apply(loops.scan, ValueNode(body, self.loc), ValueNode(0), xs, graph=graph)
+        return self.apply(structure.tuple_getitem, result, ValueNode(1), graph=graph)
 
     # -- primitives ----------------------------------------------------------------------
     def call_primitive(self, node: CNode, prim: Primitive, args: tuple[Node, ...]) -> tuple[Node, BT]:

@@ -15,7 +15,7 @@ those.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from anfir.autodiff.batching import BatchingError
 from anfir.autodiff.runtime import arity_of
@@ -36,14 +36,16 @@ def _wrt(args: tuple, what: str) -> tuple[int, int]:
     return n, i % n
 
 
-def _maker(name: str, nargs: int) -> tuple[FuncGraph, Node, FuncGraph]:
+def _maker(name: str, nargs: int, known: Optional[Node] = None) -> tuple[FuncGraph, Node, FuncGraph]:
+    """The maker ``(f, i) -> inner``, ``f`` (its parameter, or ``known``: the function
+    itself when the compiler knows it, and the maker is then not used) and ``inner``."""
     outer = FuncGraph(name)
     f = outer.add_parameter("f")
     for k in range(nargs - 1):
         outer.add_parameter(f"i{k}")
     inner = FuncGraph(name + "▸")
     outer.output = ValueNode(inner)
-    return outer, f, inner
+    return outer, (f if known is None else known), inner
 
 
 def _call(graph: FuncGraph, fn: Node, *args: Node) -> CNode:
@@ -54,9 +56,9 @@ def _prim(graph: FuncGraph, prim: Any, *args: Node, attrs: Any = None) -> CNode:
     return CNode(graph, [ValueNode(prim), *args], attrs=prim.canonical_attrs(attrs) if attrs else NO_ATTRS)
 
 
-def jacfwd_graph(n: int, i: int, nargs: int) -> FuncGraph:
+def jacfwd_graph(n: int, i: int, nargs: int, known: Optional[Node] = None) -> FuncGraph:
     """``(f, i) -> (x...) -> reshape(vmap(t ↦ jvp(f)(x, e_i(t))[1], 0, -1)(basis(x_i)))``."""
-    outer, f, inner = _maker("jacfwd", nargs)
+    outer, f, inner = _maker("jacfwd", nargs, known)
     xs = [inner.add_parameter(f"x{k}") for k in range(n)]
     push = FuncGraph("jacfwd_push")
     t = push.add_parameter("t")
@@ -69,9 +71,9 @@ def jacfwd_graph(n: int, i: int, nargs: int) -> FuncGraph:
     return outer
 
 
-def jacrev_graph(n: int, i: int, nargs: int) -> FuncGraph:
+def jacrev_graph(n: int, i: int, nargs: int, known: Optional[Node] = None) -> FuncGraph:
     """``(f, i) -> (x...) -> reshape(vmap(u ↦ pullback(u)[i], 0, 0)(basis(f(x))))``."""
-    outer, f, inner = _maker("jacrev", nargs)
+    outer, f, inner = _maker("jacrev", nargs, known)
     xs = [inner.add_parameter(f"x{k}") for k in range(n)]
     forward = _call(inner, _prim(inner, gradient.J, f), *xs)
     out = _prim(inner, structure.tuple_getitem, forward, ValueNode(0))
@@ -85,14 +87,28 @@ def jacrev_graph(n: int, i: int, nargs: int) -> FuncGraph:
     return outer
 
 
-def hessian_graph(n: int, i: int, nargs: int) -> FuncGraph:
+def hessian_graph(n: int, i: int, nargs: int, known: Optional[Node] = None) -> FuncGraph:
     """``(f, i) -> (x...) -> jacrev(grad(f, i), i)(x...)``."""
-    outer, f, inner = _maker("hessian", nargs)
+    outer, f, inner = _maker("hessian", nargs, known)
     xs = [inner.add_parameter(f"x{k}") for k in range(n)]
     g = _call(inner, ValueNode(meta.grad), f, *([ValueNode(i)] if n > 1 else []))
     jac = _call(inner, ValueNode(meta.jacrev), g, ValueNode(i))
     inner.output = _call(inner, jac, *xs)
     return outer
+
+
+def known_jacobian(which: Any, fn: FuncGraph, wrt: int, loc: Any = None) -> FuncGraph:
+    """``which(fn, wrt)`` (``which`` one of ``meta.jacfwd``/``jacrev``/``hessian``) for a
+    function the compiler knows: the graph ``(x...) -> ...`` itself, calling ``fn`` as a
+    constant (what :func:`anfir.passes.vmap.expand_batching` puts in place of the call)."""
+    builders = {meta.jacfwd: jacfwd_graph, meta.jacrev: jacrev_graph, meta.hessian: hessian_graph}
+    n, i = _wrt((fn, wrt), which.name)
+    outer = builders[which](n, i, 2, ValueNode(fn, loc))
+    inner = outer.output
+    assert isinstance(inner, ValueNode) and isinstance(inner.value, FuncGraph)
+    made: FuncGraph = inner.value
+    made.name = f"{which.name}_{fn.name}"
+    return made
 
 
 def generate_jacfwd(args: tuple) -> FuncGraph:
@@ -127,5 +143,5 @@ def api_graph(which: Any, graph: FuncGraph, wrt: int) -> FuncGraph:
     return made
 
 
-__all__ = ["api_graph", "generate_hessian", "generate_jacfwd", "generate_jacrev", "hessian_graph",
+__all__ = ["api_graph", "known_jacobian", "generate_hessian", "generate_jacfwd", "generate_jacrev", "hessian_graph",
            "jacfwd_graph", "jacrev_graph"]

@@ -59,7 +59,7 @@ from anfir.printers.dot import dump_dot
 from anfir.printers.ir import dump_ir, side_file_path, write_side_file
 from anfir.autodiff.api import in_program_form
 from anfir.passes import ad, inline, optimize, validate
-from anfir.passes.vmap import expand_vmaps
+from anfir.passes.vmap import expand_batching
 
 Source = Union[Module, FuncGraph, str, "os.PathLike[str]"]
 
@@ -217,7 +217,7 @@ def specialize_phase(program: Program) -> Program:
     """Type every node for the argument types (per-signature clones of the graphs)."""
 
     assert program.entry is not None
-    expand_vmaps(program.entry)  # vmap of known functions: ordinary graphs to type
+    expand_batching(program.entry)  # vmap, jacobians of known functions: ordinary graphs to type
     program.arg_abstracts = argument_abstracts(program.args)
     entry = program.entry = specialize(program.entry, program.arg_abstracts)
     # A manager of the specialized program only: reuse the specializer's when

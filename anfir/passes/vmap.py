@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from anfir.autodiff.batching import Batcher, BatchingError, primitive_graph
+from anfir.autodiff.jacobians import known_jacobian
 from anfir.errors import AnfirError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
@@ -21,6 +22,57 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import meta, structure
+
+
+JACOBIANS = (meta.jacfwd, meta.jacrev, meta.hessian)
+"""The meta functions built from ``vmap`` and a derivative (anfir/autodiff/jacobians.py)."""
+
+MAX_ROUNDS = 64
+"""Each round expands the calls the previous one made (``hessian`` makes a
+``jacrev``, which makes a ``vmap``); nesting deeper than this is left to the
+evaluator (compiling it is then a located error of the specializer)."""
+
+
+def expand_batching(entry: FuncGraph) -> int:
+    """Expand ``jacfwd``/``jacrev``/``hessian`` and ``vmap`` calls on known functions
+    in ``entry``'s reach, round by round until none is left; the count."""
+    total = 0
+    for _ in range(MAX_ROUNDS):
+        count = expand_jacobians(entry) + expand_vmaps(entry)
+        if not count:
+            break
+        total += count
+    return total
+
+
+def expand_jacobians(entry: FuncGraph) -> int:
+    """Replace every ``jacfwd``/``jacrev``/``hessian`` call ``which(f, i)`` whose ``f`` and
+    ``i`` are known by the graph it makes (whose ``vmap`` the next round expands); the count."""
+    manager = entry.manager or manage(entry)
+    calls = []
+    for graph in reachable_graphs([entry]):
+        for node in toposort(graph, manager):
+            if isinstance(node, CNode) and node.graph is graph and any(
+                    node.is_apply(which) for which in JACOBIANS):
+                calls.append(node)
+    count = 0
+    for call in calls:
+        consts = [_constant(a) for a in call.inputs[2:]]
+        if any(c is _UNKNOWN for c in consts) or len(consts) > 1:
+            continue
+        fn = _target(call, [None])
+        if fn is None:
+            continue
+        which = call.inputs[0].value  # type: ignore[attr-defined]
+        try:
+            made = known_jacobian(which, fn, consts[0] if consts else 0, call.loc)
+        except AnfirError as err:
+            if err.loc is None:
+                raise BatchingError(err.message, call.loc) from None
+            raise
+        manager.replace(call, ValueNode(made, call.loc, call.name))
+        count += 1
+    return count
 
 
 def expand_vmaps(entry: FuncGraph) -> int:
@@ -42,7 +94,7 @@ def expand_vmaps(entry: FuncGraph) -> int:
         in_axes = consts[0] if consts else 0
         out_axes = consts[1] if len(consts) > 1 else 0
         try:
-            made = Batcher().entry(target, in_axes, out_axes, call.loc)
+            made = Batcher(per_example_loops=True).entry(target, in_axes, out_axes, call.loc)
         except AnfirError as err:
             if err.loc is None:
                 raise BatchingError(err.message, call.loc) from None
@@ -119,4 +171,4 @@ def _arity(m: MetaFunction, fn: FuncGraph, in_axes: Any) -> int:
     raise BatchingError(f"vmap of {m.name}(...) needs in_axes as a tuple (one per argument)")
 
 
-__all__ = ["expand_vmaps"]
+__all__ = ["expand_batching", "expand_jacobians", "expand_vmaps"]
