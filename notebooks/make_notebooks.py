@@ -1081,6 +1081,134 @@ import shutil
 shutil.rmtree(dumps)'''),
 ]
 
+BATCHING: list[Cell] = [
+    ("md", """\
+# Batching: per-example gradients, Jacobians and Hessians
+
+`vmap` is anfir's third transformation, beside `grad` and `jvp`: it makes a
+function written for one example run on a batch, as JAX's `vmap` does — over
+the whole language (closures, `if`, loops, recursion) and composed with the
+derivatives in any order. From it come per-example gradients, `jacfwd`,
+`jacrev` and `hessian`. Everything here is checked against JAX in float64.
+`docs/language.md` ("Batching") is the reference."""),
+    ("py", SETUP),
+    ("md", """\
+## vmap in the language
+
+`vmap(f, in_axes)` batches `f` along the axes given per argument (`None`: not
+batched, shared by every example). Here `y` is shared:"""),
+    ("py", '''\
+import numpy as np
+
+mod = anfir.parse("""
+def f(x, y) = sin(x) * y + sum(x)
+def main(xs, y) = vmap(f, (0, None))(xs, y)
+""")
+xs = np.arange(6.0).reshape(3, 2)
+y = np.array([10.0, 20.0])
+batched = anfir.run(mod["main"], xs, y)
+print(batched)
+assert np.allclose(batched, [anfir.run(mod["f"], row, y) for row in xs])'''),
+    ("md", """\
+Compiled, the batched function is an ordinary graph (the compiler expands
+`vmap` at the start of `specialize`): `sum` became a sum over the example
+axis only, and the shared `y` is broadcast against the batch."""),
+    ("py", '''\
+compiled = anfir.compile(mod, entry="main", args=[xs, y])
+compiled'''),
+    ("md", """\
+An `if` on a batched condition runs both branches and selects per example
+(JAX's `select`); a loop whose trip count depends on the example runs until
+every example is done, the finished ones keeping their state:"""),
+    ("py", '''\
+loops = anfir.parse("""
+def absv(x) = if x > 0.0 then x else 0.0 - x
+def power(x, n) =
+  let loop = lambda (i, acc)
+    if i < n then loop(i + 1, acc * x) else acc end in
+  loop(0, 1.0)
+""")
+print(anfir.run(anfir.vmap(loops["absv"]), np.array([-2.0, 3.0, -0.5])))
+print(anfir.run(anfir.vmap(loops["power"]), np.array([2.0, 3.0, 0.5]), np.array([3, 2, 4])))'''),
+    ("md", """\
+## Per-example gradients
+
+The gradient of `examples/mlp.anf`'s loss with respect to both weights, for
+each of 64 examples separately — what differential privacy and influence
+functions need: `vmap(grad(loss))`, the weights shared, the examples batched.
+JAX's `vmap(grad(...))` gives the same numbers."""),
+    ("py", '''\
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+loss = anfir.load(str(EXAMPLES / "mlp.anf"))["mlp_loss"]
+rng = np.random.default_rng(0)
+w1, w2 = 0.3 * rng.standard_normal((8, 16)), 0.3 * rng.standard_normal((16, 4))
+x, y = rng.standard_normal((64, 1, 8)), rng.standard_normal((64, 1, 4))
+per_example = anfir.vmap(anfir.grad(loss, wrt=(0, 1)), in_axes=(None, None, 0, 0))
+g1, g2 = anfir.run(per_example, w1, w2, x, y)
+print("per-example gradients:", g1.shape, g2.shape)
+
+
+def jax_loss(w1, w2, x, y):
+    return jnp.sum((jnp.tanh(x @ w1) @ w2 - y) ** 2) / 2
+
+
+j1, j2 = jax.vmap(jax.grad(jax_loss, (0, 1)), (None, None, 0, 0))(w1, w2, x, y)
+print("largest difference from JAX:", max(np.abs(g1 - j1).max(), np.abs(g2 - j2).max()))
+assert np.allclose(g1, j1, rtol=1e-12, atol=1e-13) and np.allclose(g2, j2, rtol=1e-12, atol=1e-13)'''),
+    ("md", """\
+One batched program instead of a Python loop of 64 gradient runs (the times
+depend on the machine; `benchmarks/bench_vmap.py` measures them properly):"""),
+    ("py-varies", '''\
+import time
+
+one = anfir.grad(loss, wrt=(0, 1))
+start = time.perf_counter()
+looped = [anfir.run(one, w1, w2, x[i], y[i]) for i in range(64)]
+loop_s = time.perf_counter() - start
+start = time.perf_counter()
+anfir.run(per_example, w1, w2, x, y)
+batched_s = time.perf_counter() - start
+print(f"loop {loop_s * 1e3:.1f} ms, vmap {batched_s * 1e3:.2f} ms: {loop_s / batched_s:.0f}x")'''),
+    ("md", """\
+## Jacobians and a Hessian
+
+`jacrev(f, i)` pulls every basis vector of the output back through `f`
+(`vmap` of the pullback), `jacfwd(f, i)` pushes every basis vector of
+argument `i` through `jvp(f)`; both have JAX's shape `out.shape + arg.shape`.
+`hessian(f, i)` is `jacrev(grad(f, i), i)`."""),
+    ("py", '''\
+net = anfir.parse("def net(x, w1, w2) = tanh(w2 @ tanh(w1 @ x))")["net"]
+xv = rng.standard_normal(100)
+a, b = 0.1 * rng.standard_normal((30, 100)), 0.3 * rng.standard_normal((10, 30))
+reverse = anfir.run(anfir.jacrev(net, 0), xv, a, b)
+forward = anfir.run(anfir.jacfwd(net, 0), xv, a, b)
+reference = jax.jacrev(lambda x, a, b: jnp.tanh(b @ jnp.tanh(a @ x)))(xv, a, b)
+print("Jacobian", reverse.shape, "- jacrev vs JAX", np.abs(reverse - reference).max(),
+      "- jacfwd vs JAX", np.abs(forward - reference).max())
+assert np.allclose(reverse, reference, rtol=1e-12, atol=1e-14)
+assert np.allclose(forward, reference, rtol=1e-12, atol=1e-14)'''),
+    ("md", """\
+The Hessian of a function of ten parameters, run and compiled: compiled, the
+pullback that `jacrev` batches is a function value only known at run time,
+so the compiled program calls it once per basis vector in a `scan`."""),
+    ("py", '''\
+scal = anfir.parse("def scal(p) = sum(sin(p) * p) + sum(p) * sum(p * p * p)")["scal"]
+p = rng.standard_normal(10)
+hess = anfir.hessian(scal)
+ours = anfir.run(hess, p)
+theirs = jax.hessian(lambda p: jnp.sum(jnp.sin(p) * p) + jnp.sum(p) * jnp.sum(p ** 3))(p)
+compiled_hess = anfir.compile(hess, args=[p])
+print("Hessian", ours.shape, "- vs JAX", np.abs(ours - theirs).max(),
+      "- compiled vs run", np.abs(anfir.run(compiled_hess, p) - ours).max())
+print("symmetric:", np.allclose(ours, ours.T))
+assert np.allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+assert np.allclose(anfir.run(compiled_hess, p), ours, rtol=1e-12, atol=1e-12)
+assert "scan(" in anfir.to_text(compiled_hess)'''),
+]
+
 NOTEBOOKS: dict[str, list[Cell]] = {
     "01_writing_ir_by_hand.ipynb": WRITING_IR,
     "02_differentiating.ipynb": DIFFERENTIATING,
@@ -1089,6 +1217,7 @@ NOTEBOOKS: dict[str, list[Cell]] = {
     "05_models_in_anf.ipynb": MODELS_IN_ANF,
     "06_importing_torch.ipynb": IMPORTING_TORCH,
     "07_importing_gpt2.ipynb": IMPORTING_GPT2,
+    "08_batching.ipynb": BATCHING,
 }
 
 
