@@ -63,11 +63,10 @@ from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.onnx_common import (
-    DTYPE_OF_ELEM, MIN_OPSET, Ctx, MissingPrimitive, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, require_onnx,
+    DTYPE_OF_ELEM, MIN_OPSET, Ctx, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, UseFunctionBody, require_onnx,
 )
 from anfir.interop.onnx_ops import OPS
-from anfir.primitives import structure
-from anfir.primitives.registry import PRIMITIVES
+from anfir.primitives import structure, tensor
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
            "require_onnx", "with_input_shapes"]
@@ -80,7 +79,7 @@ def _fold_ok(prim: Any, values: Sequence[Any]) -> bool:
     return not any(isinstance(v, FuncGraph) for v in values)
 
 
-BF16_CAST = PRIMITIVES["cast"]
+BF16_CAST = tensor.cast
 
 FOLD_LIMIT = 1 << 20
 """Folded constants up to this many elements are kept; bigger ones stay calls."""
@@ -418,7 +417,7 @@ class Importer:
         if rule is not None:
             try:
                 return rule(Ctx(self, scope, node, opset))
-            except MissingPrimitive:
+            except UseFunctionBody:
                 body = self.schema_function(node, opset, scope)
                 if body is None:
                     raise
