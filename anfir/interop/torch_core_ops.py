@@ -22,10 +22,10 @@ import numpy as np
 
 from anfir.errors import AnfirError
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import arith, conv, elementwise, indexing, reduce, shaping, structure, tensor
+from anfir.primitives import arith, conv, elementwise, indexing, nn, reduce, shaping, structure, tensor
 from anfir.interop.torch_ops import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
                                      _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple,
-                                     _max_pool_with_indices, _binary, _reshape_to_result,
+                                     _max_pool_with_indices, _binary, _channel_fill, _reshape_to_result,
                                      _softmax_core, _static_ints, aten_table)
 
 def core_overloads(torch: Any) -> list[Any]:
@@ -230,19 +230,17 @@ def _group_stats(b: Any, x: Any, n: Any, groups: int) -> tuple[Any, Any, Any]:
 
 def _native_group_norm(b: Any, x: Any, weight: Any, bias: Any, n: Any, c: Any, hxw: Any,
                        group: int, eps: float) -> Any:
-    """``native_group_norm`` -> ``(out, mean, rstd)`` composed of primitives (the
-    gradient is theirs: PyTorch's formula)."""
-    rank = len(_shape(b))
+    """``native_group_norm`` -> ``(out, mean, rstd)``: ``out`` is anfir's ``group_norm``
+    primitive (what ONNX's ``GroupNormalization`` imports as; its gradient rule is
+    PyTorch's formula), with scale 1 / bias 0 when the norm has none; the saved
+    statistics are composed beside it (dead code when nothing reads them)."""
     groups = int(group)
     grouped, mean, var = _group_stats(b, x, n, groups)
     rstd = b.call(elementwise.rsqrt, b.call(arith.add, var, float(eps)))
-    normed = b.call(arith.mul, b.call(arith.sub, grouped, mean), rstd)
-    out = b.call(tensor.reshape, normed, b.call(tensor.shape, x))
-    per_channel = (-1,) + (1,) * (rank - 2)
-    if weight is not None:
-        out = b.call(arith.mul, out, b.call(tensor.reshape, weight, b.tuple_of(per_channel)))
-    if bias is not None:
-        out = b.call(arith.add, out, b.call(tensor.reshape, bias, b.tuple_of(per_channel)))
+    fx_x = b.fx_node.args[0]
+    weight = _channel_fill(b, fx_x, tensor.ones) if weight is None else weight
+    bias = _channel_fill(b, fx_x, tensor.zeros) if bias is None else bias
+    out = b.call(nn.group_norm, x, groups, weight, bias, eps=float(eps))
     flat = b.tuple_of((n, groups))
     return b.call(structure.make_tuple, out, b.call(tensor.reshape, mean, flat),
                   b.call(tensor.reshape, rstd, flat))
@@ -872,6 +870,25 @@ def _batch_norm_op(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any, 
     return b.call(structure.tuple_getitem, _batch_norm_eval(b, x, weight, bias, mean, var, momentum, eps), 0)
 
 
+def _instance_norm_op(b: Any, x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                      use_input_stats: bool, momentum: float, eps: float,
+                      cudnn_enabled: bool = True) -> Any:
+    """``instance_norm``: anfir's ``instance_norm`` (ONNX's ``InstanceNormalization``)
+    over each sample's own statistics; with the running statistics instead
+    (``use_input_stats`` false: eval with ``track_running_stats``), ``batch_norm``.
+    Updating running statistics (training with them) is a mutation: such a program
+    goes through torch's functionalization (see :func:`needs_functionalization`)."""
+    fx_x = b.fx_node.args[0]
+    weight = _channel_fill(b, fx_x, tensor.ones) if weight is None else weight
+    bias = _channel_fill(b, fx_x, tensor.zeros) if bias is None else bias
+    if not use_input_stats:
+        return b.call(conv.batch_norm, x, weight, bias, running_mean, running_var, eps=float(eps))
+    if running_mean is not None:
+        raise AnfirError("instance_norm updating running statistics outside torch's "
+                         "functionalization", b.loc)
+    return b.call(nn.instance_norm, x, weight, bias, eps=float(eps))
+
+
 def _group_norm_op(b: Any, x: Any, groups: int, weight: Any = None, bias: Any = None,
                    eps: float = 1e-5, cudnn_enabled: bool = True) -> Any:
     shape = _shape(b)
@@ -1082,8 +1099,14 @@ def _where_scalars(b: Any, cond: Any, x: Any, y: Any) -> Any:
 
 def needs_functionalization(torch: Any, node: Any) -> bool:
     """Whether a training-IR node mutates state only torch's functionalization makes
-    explicit (batch norm in training mode updates its running statistics)."""
-    return node.target is torch.ops.aten.batch_norm.default and bool(node.args[5])
+    explicit (batch norm in training mode, and instance norm over its input's
+    statistics with running ones, update their running statistics)."""
+    aten = torch.ops.aten
+    if node.target is aten.batch_norm.default:
+        return bool(node.args[5])
+    if node.target is aten.instance_norm.default:
+        return bool(node.args[5]) and node.args[3] is not None
+    return False
 
 
 def training_ir_table(torch: Any) -> dict[Any, Rule]:
@@ -1105,6 +1128,7 @@ def training_ir_table(torch: Any) -> dict[Any, Rule]:
         put(f"adaptive_avg_pool{n}d", "default", _adaptive_avg_pool(n))
     put("batch_norm", "default", _batch_norm_op)
     put("group_norm", "default", _group_norm_op)
+    put("instance_norm", "default", _instance_norm_op)
     put("pad", "default", _pad_op)
     for name in ("dropout", "feature_dropout", "alpha_dropout"):
         put(name, "default", _dropout_op)

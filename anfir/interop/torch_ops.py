@@ -66,6 +66,13 @@ def _reshape_to_result(b: Any, x: Any, *_: Any, **__: Any) -> Any:
 
 
 def _expand(b: Any, x: Any, *_: Any, **__: Any) -> Any:
+    """``expand`` / ``expand_as``: ``broadcast_to`` the result's shape — or ``x`` itself
+    when that is already its static shape (torch's decomposition of a batched
+    ``matmul`` expands each operand to its own shape; ONNX's ``MatMul`` has no such step)."""
+    before = tuple(b.fx_node.args[0].meta["val"].shape)
+    after = tuple(b.fx_node.meta["val"].shape)
+    if before == after and all(isinstance(d, int) for d in after):
+        return x
     return b.call(tensor.broadcast_to, x, b.out_shape())
 
 
@@ -240,14 +247,11 @@ def _cumsum(b: Any, x: Any, dim: int, *, dtype: Any = None) -> Any:
 
 
 def _softmax_core(b: Any, x: Any, dim: int, log: bool) -> Any:
-    axis = int(dim)
-    shifted = b.call(arith.sub, x, b.call(structure.stop_gradient,
-                                             b.call(reduce.max_, x, axis=axis, keepdims=True)))
-    if log:
-        lse = b.call(reduce.logsumexp, shifted, axis=axis, keepdims=True)
-        return b.call(arith.sub, shifted, lse)
-    e = b.call(arith.exp, shifted)
-    return b.call(arith.div, e, b.call(tensor.sum_, e, axis=axis, keepdims=True))
+    """(log) softmax along ``dim`` as anfir's ``softmax`` / ``log_softmax`` primitive —
+    what ONNX's importer makes of ``Softmax`` / ``LogSoftmax``, so a model gives the same
+    graph by either route.  Their gradient rules are PyTorch's backward formulas
+    (``out * (g - sum(g * out))``, ``g - exp(out) * sum(g)``)."""
+    return b.call(nn.log_softmax if log else nn.softmax, x, axis=int(dim))
 
 
 def _softmax(b: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
@@ -259,39 +263,43 @@ def _log_softmax(b: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
 
 
 def _layer_norm(b: Any, x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> Any:
+    """``native_layer_norm`` -> ``(out, mean, rstd)``: ``out`` is anfir's ``layer_norm``
+    primitive (as ONNX's ``LayerNormalization`` imports; its gradient rule is PyTorch's
+    formula), the saved statistics are composed beside it (a program that does not read
+    them loses them to dead-code elimination).  A bias without a weight, which
+    ``layer_norm`` cannot take, is the composition throughout."""
     rank = b.rank(b.fx_node.args[0])
     axes = tuple(range(rank - len(normalized_shape), rank))
     mean = b.call(tensor.mean, x, axis=axes, keepdims=True)
     centered = b.call(arith.sub, x, mean)
     var = b.call(tensor.mean, b.call(arith.mul, centered, centered), axis=axes, keepdims=True)
     rstd = b.call(elementwise.rsqrt, b.call(arith.add, var, float(eps)))
-    out = b.call(arith.mul, centered, rstd)
-    if weight is not None:
-        out = b.call(arith.mul, out, weight)
-    if bias is not None:
-        out = b.call(arith.add, out, bias)
+    if weight is None and bias is not None:
+        out = b.call(arith.add, b.call(arith.mul, centered, rstd), bias)
+    else:
+        args = [x] + [a for a in (weight, bias) if a is not None]
+        out = b.call(nn.layer_norm, *args, axis=-len(normalized_shape), eps=float(eps))
     return b.call(structure.make_tuple, out, mean, rstd)
+
+
+def _channel_fill(b: Any, fx_x: Any, fill: Any) -> Any:
+    """A vector of ones (``fill`` is ``tensor.ones``) or zeros, one per channel (axis 1)
+    of the FX argument ``fx_x``, in its dtype: the scale or bias of a norm that has
+    none, so the norm is still the op library's primitive (ONNX's carry both)."""
+    channels = b.importer.size_value(fx_x.meta["val"].shape[1], b)
+    return b.call(fill, b.tuple_of((channels,)), b.arg_dtype(fx_x))
 
 
 def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any,
                      momentum: Any, eps: float) -> Any:
     """``_native_batch_norm_legit_no_training`` (batch norm in eval): anfir's
-    ``batch_norm`` when the norm is affine, else the same formula composed."""
-    if weight is not None and bias is not None:
-        out = b.call(conv.batch_norm, x, weight, bias, mean, var, eps=float(eps))
-        # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
-        return b.call(structure.make_tuple, out, mean, var)
-    rank = b.rank(b.fx_node.args[0])
-    per_channel = (-1,) + (1,) * (rank - 2)
-
-    def chan(v: Any) -> Any:
-        return b.call(tensor.reshape, v, b.tuple_of(per_channel))
-    scale = b.call(elementwise.rsqrt, b.call(arith.add, chan(var), float(eps)))
-    out = b.call(arith.mul, b.call(arith.sub, x, chan(mean)), scale)
-    if weight is not None:
-        out = b.call(arith.mul, out, chan(weight))
-    if bias is not None:
-        out = b.call(arith.add, out, chan(bias))
+    ``batch_norm`` (what ONNX's ``BatchNormalization`` imports as), with scale 1 /
+    bias 0 for a norm without them."""
+    fx_x = b.fx_node.args[0]
+    weight = _channel_fill(b, fx_x, tensor.ones) if weight is None else weight
+    bias = _channel_fill(b, fx_x, tensor.zeros) if bias is None else bias
+    out = b.call(conv.batch_norm, x, weight, bias, mean, var, eps=float(eps))
+    # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
     return b.call(structure.make_tuple, out, mean, var)
 
 
