@@ -55,6 +55,15 @@ def primitives_of(graph: FuncGraph) -> set[Primitive]:
     return found
 
 
+def attrs_of(graph: FuncGraph, prim: Primitive) -> list[tuple[tuple[str, Any], ...]]:
+    """The attributes of every call of ``prim`` in ``graph`` (sorted): with the weights
+    as parameters on one route and constants on the other, the calls' other inputs
+    differ, but each call's attributes are the importer's to write."""
+    return sorted((node.attrs.pairs() for node in graph.nodes()
+                   if isinstance(node, CNode) and isinstance(node.inputs[0], ValueNode)
+                   and node.inputs[0].value is prim), key=repr)
+
+
 def _names(prims: set[Primitive]) -> list[str]:
     return sorted(p.name for p in prims)
 
@@ -84,9 +93,9 @@ def _loss(mod: anfir.Module, cotangent: np.ndarray) -> FuncGraph:
     return g
 
 
-def check_torch_route(model: Any, x: Any, decomposed: bool) -> set[Primitive]:
+def check_torch_route(model: Any, x: Any, decomposed: bool) -> FuncGraph:
     """Import by torch.export, check value and every parameter's gradient against
-    PyTorch, return the optimized graph's primitives."""
+    PyTorch, return the optimized graph."""
     mod = via_torch(model, x, decomposed)
     lifted = list(mod.params.values())
     xs = x.numpy()
@@ -104,15 +113,15 @@ def check_torch_route(model: Any, x: Any, decomposed: bool) -> set[Primitive]:
     for target, got, ref in zip(targets, grads, refs):
         np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-6 * float(ref.abs().max()),
                                    err_msg=f"gradient of {target} (decomposed={decomposed})")
-    return primitives_of(compiled)
+    return compiled
 
 
-def check_onnx_route(model: Any, x: Any) -> set[Primitive]:
+def check_onnx_route(model: Any, x: Any) -> FuncGraph:
     mod = via_onnx(model, x)
     xs = x.numpy()
     compiled = anfir.compile(mod, args=[xs])
     np.testing.assert_allclose(anfir.run(compiled, xs), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
-    return primitives_of(compiled)
+    return compiled
 
 
 class Block(torch.nn.Module):
@@ -141,12 +150,19 @@ def test_transformer_block_is_one_graph_by_either_route() -> None:
     torch.manual_seed(0)
     model = Block().eval()
     x = torch.randn(2, 5, 16)
-    from_onnx = check_onnx_route(model, x)
+    onnx_graph = check_onnx_route(model, x)
+    from_onnx = primitives_of(onnx_graph)
     for decomposed in (False, True):
-        from_torch = check_torch_route(model, x, decomposed)
+        torch_graph = check_torch_route(model, x, decomposed)
+        from_torch = primitives_of(torch_graph)
         assert from_torch == from_onnx, (
             f"decomposed={decomposed}: only via torch {_names(from_torch - from_onnx)}, "
             f"only via ONNX {_names(from_onnx - from_torch)}")
+        # The same attributes too: ONNX's epsilon (a float32, 9.99999975e-06) reads as
+        # torch's 1e-05, the default, which the canonical form leaves out.
+        for prim in (nn.layer_norm, nn.softmax, elementwise.gelu):
+            assert attrs_of(torch_graph, prim) == attrs_of(onnx_graph, prim), prim.name
+        assert attrs_of(onnx_graph, nn.layer_norm) == [(), ()]
     # The composites stay whole (a regression to the core-op spelling fails here too).
     assert {nn.softmax, nn.layer_norm, elementwise.gelu} <= from_onnx
     assert not {arith.exp, reduce.max_, reduce.logsumexp, elementwise.rsqrt} & from_onnx
@@ -189,11 +205,48 @@ def test_norms_map_to_the_same_primitives() -> None:
         model.bn.running_var.uniform_(0.5, 2.0)
         model.bn_plain.running_mean.uniform_(-1, 1)
     x = torch.randn(2, 3, 6, 6)
-    from_onnx = check_onnx_route(model, x)
+    onnx_graph = check_onnx_route(model, x)
+    from_onnx = primitives_of(onnx_graph)
     assert {conv.batch_norm, nn.instance_norm, nn.log_softmax} <= from_onnx
-    whole = check_torch_route(model, x, decomposed=False)
+    torch_graph = check_torch_route(model, x, decomposed=False)
+    whole = primitives_of(torch_graph)
     assert whole - from_onnx == GROUP_NORM_VIA_ONNX and from_onnx <= whole
     assert {conv.batch_norm, nn.group_norm, nn.instance_norm, nn.log_softmax} <= whole
-    lowered = check_torch_route(model, x, decomposed=True)
+    # One spelling of the window attributes: ONNX's strides (1, 1), pads (1, 1, 1, 1)
+    # and torch's stride [1, 1], padding [1, 1] are both `padding=1` (stride 1 the default).
+    assert attrs_of(torch_graph, conv.conv) == attrs_of(onnx_graph, conv.conv) == [(("padding", 1),)]
+    # (ONNX's route has one more instance_norm: the group norm's, see GROUP_NORM_VIA_ONNX.)
+    for prim in (conv.batch_norm, nn.instance_norm):
+        assert set(attrs_of(torch_graph, prim)) == set(attrs_of(onnx_graph, prim)) == {()}, prim.name
+    lowered = primitives_of(check_torch_route(model, x, decomposed=True))
     assert lowered - from_onnx == GROUP_NORM_VIA_ONNX | INSTANCE_NORM_PRE_DECOMPOSED
     assert from_onnx - lowered == {nn.instance_norm}
+
+
+def test_window_attributes_have_one_short_form() -> None:
+    from anfir.interop import window_attrs as w
+    assert w.per_axis((1, 1), 2) == 1 and w.per_axis([2, 3], 2) == (2, 3) and w.per_axis(4, 3) == 4
+    assert w.per_axis([5], 2) == 5
+    assert w.padding((1, 1, 1, 1), 2) == 1          # begins == ends, all equal
+    assert w.padding((1, 2, 1, 2), 2) == (1, 2)     # begins == ends, per axis
+    assert w.padding((1, 0, 0, 0), 2) == (1, 0, 0, 0)
+    assert w.padding((1, 1), 1) == 1 and w.padding((0, 1), 1) == (0, 1)  # 1-d: begin, end
+    assert w.padding("same", 2) == "same" and w.padding(3, 2) == 3
+    assert w.window({"stride": (2, 2), "kernel": (3, 3), "padding": (0, 0, 0, 0), "groups": 2,
+                     "ceil_mode": True}, 2) == {"stride": 2, "kernel": 3, "padding": 0, "groups": 2,
+                                                "ceil_mode": True}
+    with pytest.raises(ValueError):
+        w.per_axis((1, 2, 3), 2)
+    with pytest.raises(ValueError):
+        w.padding((1, 2, 3), 2)
+    # The shortest decimal of the float32 an ONNX file stores.
+    assert w.float32_attr(float(np.float32(1e-5))) == 1e-5
+    assert w.float32_attr(float(np.float32(0.1))) == 0.1
+    assert np.float32(w.float32_attr(0.123456789)) == np.float32(0.123456789)
+    # The short form means the same: the op library computes the same convolution.
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    k = np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    long = conv.conv.impl(x, k, stride=(1, 2), padding=(1, 2, 1, 2), dilation=(1, 1))
+    short = conv.conv.impl(x, k, **w.window({"stride": (1, 2), "padding": (1, 2, 1, 2),
+                                             "dilation": (1, 1)}, 2))
+    np.testing.assert_array_equal(long, short)

@@ -66,6 +66,7 @@ from anfir.interop.onnx_common import (
     DTYPE_OF_ELEM, MIN_OPSET, Ctx, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, UseFunctionBody, require_onnx,
 )
 from anfir.interop.onnx_ops import OPS
+from anfir.interop.window_attrs import float32_attr
 from anfir.primitives import structure, tensor
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
@@ -160,7 +161,7 @@ class Importer:
                             "outside a function")
         kind = attr.type
         if kind == A.FLOAT:
-            return float(attr.f)
+            return float32_attr(attr.f)
         if kind == A.INT:
             return int(attr.i)
         if kind == A.STRING:
@@ -170,7 +171,7 @@ class Importer:
         if kind == A.GRAPH:
             return attr.g
         if kind == A.FLOATS:
-            return [float(x) for x in attr.floats]
+            return [float32_attr(x) for x in attr.floats]
         if kind == A.INTS:
             return [int(x) for x in attr.ints]
         if kind == A.STRINGS:

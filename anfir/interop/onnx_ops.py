@@ -40,6 +40,7 @@ from anfir.interop.onnx_common import (
     TypeInfo,
     UseFunctionBody,
 )
+from anfir.interop import window_attrs
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -1276,7 +1277,14 @@ def _cross_entropy(ctx: Ctx) -> Sequence[Optional[Node]]:
 def call_named(ctx: Ctx, prim: Primitive, inputs: Sequence[Node], named: dict[str, Any]) -> Node:
     """``prim(*inputs, ...)`` where each ``named`` value goes as an attribute when the
     primitive declares one of that name, else as the next positional argument (the
-    operator library decides which of its parameters are static)."""
+    operator library decides which of its parameters are static).  A convolution's or
+    pool's window attributes are written in their one short form (every rule gives
+    ``stride`` as its n per-axis values, n the spatial rank)."""
+    if prim in window_attrs.WINDOWED and isinstance(named.get("stride"), tuple):
+        try:
+            named = window_attrs.window(named, len(named["stride"]))
+        except ValueError as e:
+            raise NodeError(f"{prim.name}: {e}") from None
     args: list[Any] = list(inputs)
     attrs: dict[str, Any] = {}
     for key, value in named.items():

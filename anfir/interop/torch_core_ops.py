@@ -24,7 +24,7 @@ from anfir.errors import AnfirError
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import arith, conv, elementwise, indexing, nn, reduce, shaping, structure, tensor
 from anfir.interop.torch_ops import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
-                                     _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple,
+                                     _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple, _ints,
                                      _max_pool_with_indices, _binary, _channel_fill, _reshape_to_result,
                                      _softmax_core, _static_ints, aten_table)
 
@@ -722,10 +722,10 @@ def _avg_pool2d_backward(b: Any, grad: Any, x: Any, kernel: Any, stride: Any, pa
                          ceil_mode: bool, count_include_pad: bool, divisor_override: Any) -> Any:
     if divisor_override is not None:
         raise AnfirError("avg_pool2d_backward with divisor_override", b.loc)
-    k = _int_tuple(kernel, 2)
-    s = _int_tuple(stride, 2) if stride else k
+    k = _ints(kernel, 2)
+    s = _ints(stride, 2) if stride else k
     return b.call(conv.avg_pool_grad, grad, x, kernel=k, stride=s,
-                  padding=_int_tuple(padding, 2), ceil_mode=bool(ceil_mode),
+                  padding=_ints(padding, 2), ceil_mode=bool(ceil_mode),
                   count_include_pad=bool(count_include_pad))
 
 
@@ -744,10 +744,10 @@ def _max_pool2d_backward(b: Any, grad: Any, x: Any, kernel: Any, stride: Any, pa
                          dilation: Any, ceil_mode: bool, indices: Any) -> Any:
     """``max_pool2d_with_indices_backward``: ``max_pool_grad`` (to each window's first
     maximum, the index PyTorch's kernel records)."""
-    k = _int_tuple(kernel, 2)
+    k = _ints(kernel, 2)
     return b.call(conv.max_pool_grad, x, grad, kernel=k,
-                  stride=_int_tuple(stride, 2) if stride else k, padding=_int_tuple(padding, 2),
-                  dilation=_int_tuple(dilation, 2), ceil_mode=bool(ceil_mode))
+                  stride=_ints(stride, 2) if stride else k, padding=_ints(padding, 2),
+                  dilation=_ints(dilation, 2), ceil_mode=bool(ceil_mode))
 
 
 def _embedding_dense_backward(b: Any, grad: Any, indices: Any, num_weights: int, padding_idx: int,
@@ -776,8 +776,8 @@ def _convolution_backward(b: Any, grad: Any, x: Any, w: Any, bias_sizes: Any, st
     if transposed:
         raise AnfirError("convolution_backward of a transposed convolution", b.loc)
     n = len(_shape(b, 2)) - 2
-    attrs = {"stride": _int_tuple(stride, n), "padding": _int_tuple(padding, n),
-             "dilation": _int_tuple(dilation, n), "groups": int(groups)}
+    attrs = {"stride": _ints(stride, n), "padding": _ints(padding, n),
+             "dilation": _ints(dilation, n), "groups": int(groups)}
     mask = list(output_mask)
     gx = b.call(conv.conv_input_grad, grad, w, x, **attrs) if mask[0] else None
     gw = b.call(conv.conv_weight_grad, x, grad, w, **attrs) if mask[1] else None

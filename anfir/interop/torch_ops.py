@@ -19,6 +19,7 @@ import operator
 from typing import Any, Callable, Optional
 
 from anfir.errors import AnfirError
+from anfir.interop import window_attrs
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -312,10 +313,9 @@ def _int_tuple(values: Any, n: int) -> tuple[int, ...]:
 
 
 def _ints(values: Any, n: int) -> Any:
-    """A torch int-list argument as an anfir per-axis attribute: one int when it is
-    the same on every axis (``padding=1``, as one would write it), else n ints."""
-    ints = _int_tuple(values, n)
-    return ints[0] if len(set(ints)) == 1 else ints
+    """A torch int-list argument (stride, padding per axis, dilation, kernel) as an
+    anfir window attribute in its one short form (:mod:`anfir.interop.window_attrs`)."""
+    return window_attrs.per_axis(_int_tuple(values, n), n)
 
 
 def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,

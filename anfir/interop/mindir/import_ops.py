@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from anfir.interop import window_attrs
 from anfir.interop.mindir.common import TYPE_IDS, NodeError
-from anfir.ir.attrs import Attrs, NO_ATTRS
+from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -42,8 +43,16 @@ class Ctx:
     """The node's result dtype, likewise."""
 
     def call(self, prim: Any, *args: Any, **attrs: Any) -> CNode:
-        """``prim(*args, **attrs)`` in the node's graph, at its place."""
-        return self.graph.apply(prim, *args, loc=self.loc, attrs=Attrs(attrs) if attrs else NO_ATTRS)
+        """``prim(*args, **attrs)`` in the node's graph, at its place, the attributes in
+        the op library's canonical form (a window's in its short form: MindSpore's
+        convolutions and pools are 2-d)."""
+        if prim in window_attrs.WINDOWED:
+            try:
+                attrs = window_attrs.window(attrs, 2)
+            except ValueError as e:
+                raise NodeError(f"{self.op}: {e}") from None
+        return self.graph.apply(prim, *args, loc=self.loc,
+                                attrs=prim.canonical_attrs(attrs) if attrs else NO_ATTRS)
 
     def arity(self, lo: int, hi: Optional[int] = None) -> None:
         """The node has between ``lo`` and ``hi`` (default ``lo``) inputs."""
