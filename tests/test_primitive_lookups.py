@@ -24,6 +24,7 @@ is caught where it does the lookup, and so is every call of it in its module.  E
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 from typing import Iterator
 
@@ -169,15 +170,21 @@ def lookups_in(source: str, imported_helpers: dict[str, set[str]] | None = None)
 
 def _scan(source: str, imported_helpers: dict[str, set[str]]) -> tuple[list[tuple[int, str]], set[str]]:
     """(the lookups, the module-level functions that do one)."""
+    # Every lookup spells one of these names (an alias or a helper is found from one),
+    # so a module that spells none has none: skip parsing it (most of the package).
+    names = {*REGISTRY_NAMES, "getattr", *(h for hs in imported_helpers.values() for h in hs)}
+    if not any(name in source for name in names):
+        return [], set()
     tree = ast.parse(source)
     finder = _Finder()
-    outside = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    outside = {alias.asname or alias.name for node in imports if isinstance(node, ast.ImportFrom)
                for alias in node.names if alias.name in imported_helpers.get(node.module or "", ())}
     # Imports first (anywhere in the module, functions included), then the uses.
-    for node in ast.walk(tree):
+    for node in imports:
         if isinstance(node, ast.Import):
             finder.visit_Import(node)
-        elif isinstance(node, ast.ImportFrom):
+        else:
             finder.visit_ImportFrom(node)
     finder.visit(tree)
     # A module-level function whose body does a lookup is a lookup helper: its calls
@@ -191,6 +198,7 @@ def _scan(source: str, imported_helpers: dict[str, set[str]]) -> tuple[list[tupl
     return sorted(set(finder.hits)), helpers
 
 
+@functools.lru_cache(maxsize=None)
 def lookups(package: Path = PACKAGE) -> dict[str, list[tuple[int, str]]]:
     """Every module of ``package`` (a directory named ``anfir``) with string lookups."""
     sources = {module_name(path, package.parent): path.read_text(encoding="utf-8")
