@@ -44,9 +44,9 @@ class NodeError(Exception):
     """Raised by an op rule for one node; collected into an :class:`OnnxImportError`."""
 
 
-class MissingPrimitive(NodeError):
-    """A rule needs a primitive the operator library does not have (yet): the op
-    is then expanded through its ONNX function body, when it has one."""
+class UseFunctionBody(NodeError):
+    """A rule does not cover this node's inputs or attributes (e.g. a loss's class
+    weights): the op is then expanded through its ONNX function body, when it has one."""
 
 
 class NeedsValue(NodeError):

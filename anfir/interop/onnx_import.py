@@ -63,11 +63,11 @@ from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.onnx_common import (
-    DTYPE_OF_ELEM, MIN_OPSET, Ctx, MissingPrimitive, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, require_onnx,
+    DTYPE_OF_ELEM, MIN_OPSET, Ctx, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, UseFunctionBody, require_onnx,
 )
 from anfir.interop.onnx_ops import OPS
-from anfir.primitives import structure
-from anfir.primitives.registry import PRIMITIVES
+from anfir.interop.window_attrs import float32_attr
+from anfir.primitives import structure, tensor
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
            "require_onnx", "with_input_shapes"]
@@ -80,7 +80,7 @@ def _fold_ok(prim: Any, values: Sequence[Any]) -> bool:
     return not any(isinstance(v, FuncGraph) for v in values)
 
 
-BF16_CAST = PRIMITIVES["cast"]
+BF16_CAST = tensor.cast
 
 FOLD_LIMIT = 1 << 20
 """Folded constants up to this many elements are kept; bigger ones stay calls."""
@@ -161,7 +161,7 @@ class Importer:
                             "outside a function")
         kind = attr.type
         if kind == A.FLOAT:
-            return float(attr.f)
+            return float32_attr(attr.f)
         if kind == A.INT:
             return int(attr.i)
         if kind == A.STRING:
@@ -171,7 +171,7 @@ class Importer:
         if kind == A.GRAPH:
             return attr.g
         if kind == A.FLOATS:
-            return [float(x) for x in attr.floats]
+            return [float32_attr(x) for x in attr.floats]
         if kind == A.INTS:
             return [int(x) for x in attr.ints]
         if kind == A.STRINGS:
@@ -418,7 +418,7 @@ class Importer:
         if rule is not None:
             try:
                 return rule(Ctx(self, scope, node, opset))
-            except MissingPrimitive:
+            except UseFunctionBody:
                 body = self.schema_function(node, opset, scope)
                 if body is None:
                     raise

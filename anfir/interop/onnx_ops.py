@@ -5,9 +5,10 @@ rule used for a node is the last whose ``since_version`` is at most the
 model's opset of that domain (a rule may also read ``ctx.opset`` for details
 that changed between versions, such as axes moving from an attribute to an
 input).  A rule takes a :class:`~anfir.interop.onnx_import.Ctx` and returns
-the nodes of the ONNX node's outputs.  Primitives are found by name in the
-registry, so a rule for an operator the library does not have yet says so
-(``anfir has no primitive 'concat'``) instead of failing at import.
+the nodes of the ONNX node's outputs.  Rules hold the primitive objects of
+:mod:`anfir.primitives` (``arith.add``, ``nn.softmax``...), never their names:
+a misspelt or missing primitive is an import error of this module, which mypy
+sees, not an error of the first model that uses the op.
 
 An op with no rule here whose ONNX schema is a function (``Gelu`` before it had
 a rule, ``Celu``, ``Range``...) is expanded through that function body by
@@ -33,16 +34,17 @@ from anfir.dtypes import (
 from anfir.interop.onnx_common import (
     DTYPE_OF_ELEM,
     Ctx,
-    MissingPrimitive,
     NeedsValue,
     NodeError,
     OpRule,
     TypeInfo,
+    UseFunctionBody,
 )
+from anfir.interop import window_attrs
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
-from anfir.primitives import structure
-from anfir.primitives.registry import PRIMITIVES
+from anfir.ir.primitive import Primitive
+from anfir.primitives import arith, conv, elementwise, gradient, indexing, nn, reduce, shaping, structure, tensor
 
 OPS: dict[tuple[str, str], list[tuple[int, OpRule]]] = {}
 """``(domain, op_type)`` → ``[(since_version, rule)]``, oldest first."""
@@ -57,33 +59,25 @@ def op(op_type: str, since: int = 1, domain: str = "") -> Callable[[OpRule], OpR
     return register
 
 
-def P(name: str) -> Any:
-    """The primitive ``name`` of the operator library (a NodeError if it has none)."""
-    prim = PRIMITIVES.get(name)
-    if prim is None:
-        raise MissingPrimitive(f"anfir has no primitive {name!r} yet")
-    return prim
-
-
 # -- elementwise -------------------------------------------------------------------------------
-def _unary(name: str) -> OpRule:
+def _unary(prim: Primitive) -> OpRule:
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
-        return [ctx.call(P(name), ctx.need(0))]
+        return [ctx.call(prim, ctx.need(0))]
     return rule
 
 
 for _onnx, _anfir in {
-    "Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Sin": "sin",
-    "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Sinh": "sinh", "Cosh": "cosh", "Asin": "asin",
-    "Acos": "acos", "Atan": "atan", "Sigmoid": "sigmoid", "Relu": "relu", "Floor": "floor",
-    "Ceil": "ceil", "Round": "round", "Reciprocal": "reciprocal", "Erf": "erf", "Sign": "sign",
-    "IsNaN": "isnan", "Softplus": "softplus", "Softsign": "softsign", "Not": "logical_not",
-    "HardSwish": "hard_swish", "Mish": "mish", "BitwiseNot": "bitwise_not", "Identity": "identity",
+    "Abs": arith.abs_, "Neg": arith.neg, "Exp": arith.exp, "Log": arith.log, "Sqrt": arith.sqrt, "Sin": arith.sin,
+    "Cos": arith.cos, "Tan": elementwise.tan, "Tanh": arith.tanh, "Sinh": elementwise.sinh, "Cosh": elementwise.cosh, "Asin": elementwise.asin,
+    "Acos": elementwise.acos, "Atan": elementwise.atan, "Sigmoid": arith.sigmoid, "Relu": arith.relu, "Floor": elementwise.floor,
+    "Ceil": elementwise.ceil, "Round": elementwise.round_, "Reciprocal": elementwise.reciprocal, "Erf": elementwise.erf, "Sign": arith.sign,
+    "IsNaN": elementwise.isnan, "Softplus": arith.softplus, "Softsign": elementwise.softsign, "Not": arith.logical_not,
+    "HardSwish": elementwise.hard_swish, "Mish": elementwise.mish, "BitwiseNot": elementwise.bitwise_not, "Identity": structure.identity,
 }.items():
     op(_onnx)(_unary(_anfir))
 
 
-def _variadic(name: str) -> OpRule:
+def _variadic(prim: Primitive) -> OpRule:
     # Sum, Max, Min of any number of inputs: a left fold of the binary operator.
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
         args = [a for a in ctx.inputs() if a is not None]
@@ -91,37 +85,37 @@ def _variadic(name: str) -> OpRule:
             raise NodeError("needs at least one input")
         acc = args[0]
         for a in args[1:]:
-            acc = ctx.call(P(name), acc, a)
+            acc = ctx.call(prim, acc, a)
         if len(args) == 1:
-            acc = ctx.call(P("identity"), acc)
+            acc = ctx.call(structure.identity, acc)
         return [acc]
     return rule
 
 
-def _binary(name: str) -> OpRule:
+def _binary(prim: Primitive) -> OpRule:
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
-        return [ctx.call(P(name), ctx.need(0), ctx.need(1))]
+        return [ctx.call(prim, ctx.need(0), ctx.need(1))]
     return rule
 
 
 for _onnx, _anfir in {
-    "Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "eq", "Less": "lt", "LessOrEqual": "le",
-    "Greater": "gt", "GreaterOrEqual": "ge", "And": "logical_and", "Or": "logical_or",
-    "Xor": "logical_xor", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
-    "BitwiseXor": "bitwise_xor",
+    "Add": arith.add, "Sub": arith.sub, "Mul": arith.mul, "Equal": arith.eq, "Less": arith.lt, "LessOrEqual": arith.le,
+    "Greater": arith.gt, "GreaterOrEqual": arith.ge, "And": arith.logical_and, "Or": arith.logical_or,
+    "Xor": elementwise.logical_xor, "BitwiseAnd": elementwise.bitwise_and, "BitwiseOr": elementwise.bitwise_or,
+    "BitwiseXor": elementwise.bitwise_xor,
 }.items():
     op(_onnx)(_binary(_anfir))
 
-op("Sum")(_variadic("add"))
-op("Max")(_variadic("maximum"))
-op("Min")(_variadic("minimum"))
+op("Sum")(_variadic(arith.add))
+op("Max")(_variadic(arith.maximum))
+op("Min")(_variadic(arith.minimum))
 
 
 @op("Mean")
 def _mean(ctx: Ctx) -> Sequence[Optional[Node]]:
     args = [a for a in ctx.inputs() if a is not None]
-    total = _variadic("add")(ctx)[0]
-    return [ctx.call(P("div"), total, ctx.const(len(args), ctx.dtype(0)))]
+    total = _variadic(arith.add)(ctx)[0]
+    return [ctx.call(arith.div, total, ctx.const(len(args), ctx.dtype(0)))]
 
 
 @op("Div")
@@ -129,16 +123,16 @@ def _div(ctx: Ctx) -> Sequence[Optional[Node]]:
     x, y = ctx.need(0), ctx.need(1)
     d = ctx.dtype(0)
     if is_float(d):
-        return [ctx.call(P("div"), x, y)]
+        return [ctx.call(arith.div, x, y)]
     # ONNX divides integers toward zero; floor division corrected where the
     # signs differ and the division is inexact.
-    q = ctx.call(P("floor_div"), x, y)
-    r = ctx.call(P("mod"), x, y)
+    q = ctx.call(elementwise.floor_div, x, y)
+    r = ctx.call(elementwise.mod, x, y)
     zero = ctx.const(0, d)
-    inexact = ctx.call(P("ne"), r, zero)
-    differ = ctx.call(P("ne"), ctx.call(P("lt"), x, zero), ctx.call(P("lt"), y, zero))
-    fix = ctx.call(P("logical_and"), inexact, differ)
-    return [ctx.call(P("where"), fix, ctx.call(P("add"), q, ctx.const(1, d)), q)]
+    inexact = ctx.call(arith.ne, r, zero)
+    differ = ctx.call(arith.ne, ctx.call(arith.lt, x, zero), ctx.call(arith.lt, y, zero))
+    fix = ctx.call(arith.logical_and, inexact, differ)
+    return [ctx.call(tensor.where, fix, ctx.call(arith.add, q, ctx.const(1, d)), q)]
 
 
 @op("Pow")
@@ -146,66 +140,66 @@ def _pow(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(0)
     y = ctx.need(1)
     if ctx.dtype(1) != d:
-        y = ctx.call(P("cast"), y, d)
-    return [ctx.call(P("pow"), ctx.need(0), y)]
+        y = ctx.call(tensor.cast, y, d)
+    return [ctx.call(arith.pow_, ctx.need(0), y)]
 
 
 @op("Mod")
 def _mod(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("fmod" if ctx.attr("fmod", 0) else "mod"), ctx.need(0), ctx.need(1))]
+    return [ctx.call(elementwise.fmod if ctx.attr("fmod", 0) else elementwise.mod, ctx.need(0), ctx.need(1))]
 
 
 @op("BitShift")
 def _bit_shift(ctx: Ctx) -> Sequence[Optional[Node]]:
     direction = ctx.attr("direction", "LEFT").lower()
-    return [ctx.call(P("bit_shift"), ctx.need(0), ctx.need(1), direction=direction)]
+    return [ctx.call(elementwise.bit_shift, ctx.need(0), ctx.need(1), direction=direction)]
 
 
 @op("IsInf")
 def _isinf(ctx: Ctx) -> Sequence[Optional[Node]]:
     x = ctx.need(0)
     pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
-    inf = ctx.call(P("isinf"), x)
+    inf = ctx.call(elementwise.isinf, x)
     if pos and neg:
         return [inf]
     zero = ctx.const(0, ctx.dtype(0))
-    side = ctx.call(P("gt" if pos else "lt"), x, zero)
+    side = ctx.call(arith.gt if pos else arith.lt, x, zero)
     if not pos and not neg:
-        return [ctx.call(P("logical_and"), inf, ctx.call(P("logical_not"), inf))]
-    return [ctx.call(P("logical_and"), inf, side)]
+        return [ctx.call(arith.logical_and, inf, ctx.call(arith.logical_not, inf))]
+    return [ctx.call(arith.logical_and, inf, side)]
 
 
 @op("Where")
 def _where(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("where"), ctx.need(0), ctx.need(1), ctx.need(2))]
+    return [ctx.call(tensor.where, ctx.need(0), ctx.need(1), ctx.need(2))]
 
 
 @op("PRelu")
 def _prelu(ctx: Ctx) -> Sequence[Optional[Node]]:
     x, slope = ctx.need(0), ctx.need(1)
-    neg = ctx.call(P("lt"), x, ctx.const(0, ctx.dtype(0)))
-    return [ctx.call(P("where"), neg, ctx.call(P("mul"), x, slope), x)]
+    neg = ctx.call(arith.lt, x, ctx.const(0, ctx.dtype(0)))
+    return [ctx.call(tensor.where, neg, ctx.call(arith.mul, x, slope), x)]
 
 
 @op("LeakyRelu")
 def _leaky_relu(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("leaky_relu"), ctx.need(0), alpha=float(ctx.attr("alpha", 0.01)))]
+    return [ctx.call(elementwise.leaky_relu, ctx.need(0), alpha=float(ctx.attr("alpha", 0.01)))]
 
 
 @op("Elu")
 def _elu(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("elu"), ctx.need(0), alpha=float(ctx.attr("alpha", 1.0)))]
+    return [ctx.call(elementwise.elu, ctx.need(0), alpha=float(ctx.attr("alpha", 1.0)))]
 
 
 @op("HardSigmoid")
 def _hard_sigmoid(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("hard_sigmoid"), ctx.need(0), alpha=float(ctx.attr("alpha", 0.2)),
+    return [ctx.call(elementwise.hard_sigmoid, ctx.need(0), alpha=float(ctx.attr("alpha", 0.2)),
                      beta=float(ctx.attr("beta", 0.5)))]
 
 
 @op("Gelu", 20)
 def _gelu(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("gelu"), ctx.need(0), approximate=ctx.attr("approximate", "none"))]
+    return [ctx.call(elementwise.gelu, ctx.need(0), approximate=ctx.attr("approximate", "none"))]
 
 
 _SELU_ALPHA = 1.67326319217681884765625
@@ -218,11 +212,11 @@ def _selu(ctx: Ctx) -> Sequence[Optional[Node]]:
     alpha, gamma = float(ctx.attr("alpha", _SELU_ALPHA)), float(ctx.attr("gamma", _SELU_GAMMA))
     d = ctx.dtype(0)
     if np.float32(alpha) == np.float32(_SELU_ALPHA) and np.float32(gamma) == np.float32(_SELU_GAMMA):
-        return [ctx.call(P("selu"), x)]
+        return [ctx.call(elementwise.selu, x)]
     # gamma * (x if x > 0 else alpha * (exp(x) - 1))
-    neg = ctx.call(P("mul"), ctx.const(alpha, d), ctx.call(P("expm1"), x))
-    pos = ctx.call(P("gt"), x, ctx.const(0, d))
-    return [ctx.call(P("mul"), ctx.const(gamma, d), ctx.call(P("where"), pos, x, neg))]
+    neg = ctx.call(arith.mul, ctx.const(alpha, d), ctx.call(elementwise.expm1, x))
+    pos = ctx.call(arith.gt, x, ctx.const(0, d))
+    return [ctx.call(arith.mul, ctx.const(gamma, d), ctx.call(tensor.where, pos, x, neg))]
 
 
 @op("Clip")
@@ -237,11 +231,11 @@ def _clip(ctx: Ctx) -> Sequence[Optional[Node]]:
         lo_node, hi_node = ctx.input(1), ctx.input(2)
     out = x
     if lo_node is not None:
-        out = ctx.call(P("maximum"), out, lo_node)
+        out = ctx.call(arith.maximum, out, lo_node)
     if hi_node is not None:
-        out = ctx.call(P("minimum"), out, hi_node)
+        out = ctx.call(arith.minimum, out, hi_node)
     if out is x:
-        out = ctx.call(P("identity"), x)
+        out = ctx.call(structure.identity, x)
     return [out]
 
 
@@ -280,7 +274,7 @@ def _onnx_cast(ctx: Ctx, to: str) -> Node:
         if mode not in ("up", "down", "nearest"):
             raise NodeError(f"Cast with round_mode {mode!r} (ONNX has up, down and nearest)")
         return _to_e8m0(ctx, x, saturate, mode)
-    return ctx.call(P("cast"), x, to)
+    return ctx.call(tensor.cast, x, to)
 
 
 def _saturated(ctx: Ctx, x: Node, src: str, to: str) -> Node:
@@ -299,8 +293,8 @@ def _saturated(ctx: Ctx, x: Node, src: str, to: str) -> Node:
         bound = int(top)
     else:
         return x  # bool: 0 and 1
-    out = ctx.call(P("minimum"), x, ctx.const(bound, src))
-    return ctx.call(P("maximum"), out, ctx.const(-bound, src))
+    out = ctx.call(arith.minimum, x, ctx.const(bound, src))
+    return ctx.call(arith.maximum, out, ctx.const(-bound, src))
 
 
 def _to_e8m0(ctx: Ctx, x: Node, saturate: bool, mode: str) -> Node:
@@ -312,32 +306,32 @@ def _to_e8m0(ctx: Ctx, x: Node, saturate: bool, mode: str) -> Node:
     def c(v: float) -> Node:
         return ctx.const(v, "f64")
 
-    def call(name: str, *args: Any) -> Node:
-        return ctx.call(P(name), *args)
+    def call(prim: Primitive, *args: Any) -> Node:
+        return ctx.call(prim, *args)
 
-    a = call("abs", call("cast", call("cast", x, "f32"), "f64"))
+    a = call(arith.abs_, call(tensor.cast, call(tensor.cast, x, "f32"), "f64"))
     smallest_normal = 2.0 ** -126
-    safe = call("maximum", a, c(smallest_normal))
+    safe = call(arith.maximum, a, c(smallest_normal))
     # floor(log2(a)) exactly: the estimate from log is off by at most one either way.
-    e = call("floor", call("div", call("log", safe), c(float(np.log(2.0)))))
-    e = call("where", call("gt", call("pow", c(2.0), e), safe), call("sub", e, c(1.0)), e)
-    e = call("where", call("le", call("pow", c(2.0), call("add", e, c(1.0))), safe),
-             call("add", e, c(1.0)), e)
-    power = call("pow", c(2.0), e)
+    e = call(elementwise.floor, call(arith.div, call(arith.log, safe), c(float(np.log(2.0)))))
+    e = call(tensor.where, call(arith.gt, call(arith.pow_, c(2.0), e), safe), call(arith.sub, e, c(1.0)), e)
+    e = call(tensor.where, call(arith.le, call(arith.pow_, c(2.0), call(arith.add, e, c(1.0))), safe),
+             call(arith.add, e, c(1.0)), e)
+    power = call(arith.pow_, c(2.0), e)
     if mode == "up":
-        e = call("where", call("gt", safe, power), call("add", e, c(1.0)), e)
+        e = call(tensor.where, call(arith.gt, safe, power), call(arith.add, e, c(1.0)), e)
         below = c(-126.0)  # an f32 subnormal's exponent field 0 plus its fraction
     elif mode == "nearest":
-        e = call("where", call("ge", safe, call("mul", power, c(1.5))), call("add", e, c(1.0)), e)
-        below = call("where", call("gt", a, c(2.0 ** -127)), c(-126.0), c(-127.0))
+        e = call(tensor.where, call(arith.ge, safe, call(arith.mul, power, c(1.5))), call(arith.add, e, c(1.0)), e)
+        below = call(tensor.where, call(arith.gt, a, c(2.0 ** -127)), c(-126.0), c(-127.0))
     else:
         below = c(-127.0)
-    e = call("where", call("lt", a, c(smallest_normal)), below, e)
-    e = call("where", call("eq", a, c(0.0)), c(-127.0), e)
+    e = call(tensor.where, call(arith.lt, a, c(smallest_normal)), below, e)
+    e = call(tensor.where, call(arith.eq, a, c(0.0)), c(-127.0), e)
     nan = c(float("nan"))
-    e = call("minimum", e, c(127.0)) if saturate else call("where", call("gt", e, c(127.0)), nan, e)
-    e = call("where", call("isinf", a), nan, e)  # NaN propagates through the rest
-    return call("cast", call("pow", c(2.0), e), "f8e8m0")
+    e = call(arith.minimum, e, c(127.0)) if saturate else call(tensor.where, call(arith.gt, e, c(127.0)), nan, e)
+    e = call(tensor.where, call(elementwise.isinf, a), nan, e)  # NaN propagates through the rest
+    return call(tensor.cast, call(arith.pow_, c(2.0), e), "f8e8m0")
 
 
 # -- constants -------------------------------------------------------------------------------
@@ -363,7 +357,7 @@ def computed_shape(ctx: Ctx, index: int) -> Optional[Node]:
     length = ctx.type_of(index).static_shape
     if length is None or len(length) != 1:
         return None
-    items = [_scalar(ctx, ctx.call(P("gather"), node, ctx.const(k, "i64"), axis=0))
+    items = [_scalar(ctx, ctx.call(indexing.gather, node, ctx.const(k, "i64"), axis=0))
              for k in range(length[0])]
     return ctx.call(structure.make_tuple, *items)
 
@@ -374,7 +368,7 @@ def _constant_of_shape(ctx: Ctx) -> Sequence[Optional[Node]]:
     fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(())
     dynamic = computed_shape(ctx, 0)
     if dynamic is not None:
-        return [ctx.call(P("full"), dynamic, ctx.const(fill), dtype=dtype_name(fill.dtype))]
+        return [ctx.call(indexing.full, dynamic, ctx.const(fill), dtype=dtype_name(fill.dtype))]
     shape = ctx.static(0, "the shape")
     assert shape is not None
     dims = tuple(int(d) for d in shape.reshape(-1))
@@ -434,10 +428,10 @@ def _shape(ctx: Ctx) -> Sequence[Optional[Node]]:
         dims = _input_shape(ctx, 0)
     except NodeError:
         rank = ctx.rank(0)
-        full = ctx.call(P("shape"), node)
+        full = ctx.call(tensor.shape, node)
         lo, hi, _ = slice(start, end).indices(rank)
         items = [ctx.call(structure.tuple_getitem, full, i) for i in range(lo, hi)]
-        return [ctx.call(P("array"), ctx.call(structure.make_tuple, *items))]
+        return [ctx.call(tensor.array, ctx.call(structure.make_tuple, *items))]
     return [ctx.const(np.array(dims[slice(start, end)], dtype=np.int64))]
 
 
@@ -446,7 +440,7 @@ def _size(ctx: Ctx) -> Sequence[Optional[Node]]:
     try:
         dims = _input_shape(ctx, 0)
     except NodeError:
-        return [ctx.call(P("cast"), ctx.call(P("array"), ctx.call(P("size"), ctx.need(0))), "i64")]
+        return [ctx.call(tensor.cast, ctx.call(tensor.array, ctx.call(gradient.size, ctx.need(0))), "i64")]
     return [ctx.const(np.array(int(np.prod(dims)), dtype=np.int64))]
 
 
@@ -468,52 +462,48 @@ def _reshape(ctx: Ctx) -> Sequence[Optional[Node]]:
             dims = _input_shape(ctx, 0)
         except NodeError:
             # A symbolic dimension copied: read from x's shape when it runs.
-            known = ctx.call(P("shape"), x)
+            known = ctx.call(tensor.shape, x)
             items = [ctx.call(structure.tuple_getitem, known, i) if t == 0 else t
                      for i, t in enumerate(target)]
-            return [ctx.call(P("reshape"), x, ctx.call(structure.make_tuple, *items))]
+            return [ctx.call(tensor.reshape, x, ctx.call(structure.make_tuple, *items))]
         target = tuple(dims[i] if t == 0 else t for i, t in enumerate(target))
-    return [ctx.call(P("reshape"), x, target)]
+    return [ctx.call(tensor.reshape, x, target)]
 
 
 def _reshape_computed(ctx: Ctx, x: Node, target: Node) -> Node:
     # A 0 in a computed shape copies x's dimension (unless allowzero): chosen per item.
     if ctx.attr("allowzero", 0):
-        return ctx.call(P("reshape"), x, target)
+        return ctx.call(tensor.reshape, x, target)
     rank = ctx.rank(0)
-    dims = ctx.call(P("shape"), x)
+    dims = ctx.call(tensor.shape, x)
     n = (ctx.type_of(1).static_shape or (0,))[0]
     items = []
     for k in range(n):
         item = ctx.call(structure.tuple_getitem, target, k)
         if k < rank:
-            zero = ctx.call(P("eq"), item, ctx.const(0, "i64"))
-            item = _scalar(ctx, ctx.call(P("where"), zero, ctx.call(structure.tuple_getitem, dims, k), item))
+            zero = ctx.call(arith.eq, item, ctx.const(0, "i64"))
+            item = _scalar(ctx, ctx.call(tensor.where, zero, ctx.call(structure.tuple_getitem, dims, k), item))
         items.append(item)
-    return ctx.call(P("reshape"), x, ctx.call(structure.make_tuple, *items))
+    return ctx.call(tensor.reshape, x, ctx.call(structure.make_tuple, *items))
 
 
 @op("Transpose")
 def _transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
     perm = ctx.attr("perm")
     if perm is None:
-        return [ctx.call(P("transpose"), ctx.need(0))]
-    return [ctx.call(P("transpose"), ctx.need(0), tuple(int(p) for p in perm))]
+        return [ctx.call(tensor.transpose, ctx.need(0))]
+    return [ctx.call(tensor.transpose, ctx.need(0), tuple(int(p) for p in perm))]
 
 
 @op("Expand")
 def _expand(ctx: Ctx) -> Sequence[Optional[Node]]:
     dynamic = computed_shape(ctx, 1)
     if dynamic is not None:
-        return [ctx.call(P("expand"), ctx.need(0), dynamic)]
+        return [ctx.call(shaping.expand, ctx.need(0), dynamic)]
     raw = ctx.static(1, "the shape")
     assert raw is not None
     target = _ints(raw)
-    if "expand" in PRIMITIVES:
-        return [ctx.call(P("expand"), ctx.need(0), target)]
-    dims = _input_shape(ctx, 0)
-    out = tuple(int(d) for d in np.broadcast_shapes(dims, target))
-    return [ctx.call(P("broadcast_to"), ctx.need(0), out)]
+    return [ctx.call(shaping.expand, ctx.need(0), target)]
 
 
 def _product(dims: Sequence[Optional[int]]) -> int:
@@ -536,7 +526,7 @@ def _flatten(ctx: Ctx) -> Sequence[Optional[Node]]:
         raise NodeError("Flatten of symbolic dimensions on both sides of the axis")
     if -1 in flat and 0 in dims:
         raise NodeError("Flatten of an empty tensor with symbolic dimensions")
-    return [ctx.call(P("reshape"), ctx.need(0), flat)]
+    return [ctx.call(tensor.reshape, ctx.need(0), flat)]
 
 
 def _listed_axes(ctx: Ctx, since_input: int) -> Optional[tuple[int, ...]]:
@@ -558,12 +548,12 @@ def _squeeze(ctx: Ctx) -> Sequence[Optional[Node]]:
         # checks the lengths when it runs.
         rank = ctx.rank(0)
         axis = None if axes is None else tuple(sorted({a % rank for a in axes}))
-        return [ctx.call(P("squeeze"), ctx.need(0), axis=axis)]
+        return [ctx.call(shaping.squeeze, ctx.need(0), axis=axis)]
     rank = len(shape)
     drop = {a % rank for a in axes} if axes is not None else {i for i, d in enumerate(shape) if d == 1}
     if any(shape[a] != 1 for a in drop):
         raise NodeError(f"squeezing axes {sorted(drop)} of shape {shape}: not all of size 1")
-    return [ctx.call(P("reshape"), ctx.need(0), tuple(d for i, d in enumerate(shape) if i not in drop))]
+    return [ctx.call(tensor.reshape, ctx.need(0), tuple(d for i, d in enumerate(shape) if i not in drop))]
 
 
 @op("Unsqueeze")
@@ -575,18 +565,18 @@ def _unsqueeze(ctx: Ctx) -> Sequence[Optional[Node]]:
         shape = _input_shape(ctx, 0)
     except NodeError:
         rank = ctx.rank(0) + len(axes)
-        return [ctx.call(P("unsqueeze"), ctx.need(0), axis=tuple(sorted(a % rank for a in axes)))]
+        return [ctx.call(shaping.unsqueeze, ctx.need(0), axis=tuple(sorted(a % rank for a in axes)))]
     rank = len(shape) + len(axes)
     inserted = {a % rank for a in axes}
     dims = iter(shape)
     out = tuple(1 if i in inserted else next(dims) for i in range(rank))
-    return [ctx.call(P("reshape"), ctx.need(0), out)]
+    return [ctx.call(tensor.reshape, ctx.need(0), out)]
 
 
 # -- linear algebra ------------------------------------------------------------------------------
 @op("MatMul")
 def _matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("matmul"), ctx.need(0), ctx.need(1))]
+    return [ctx.call(tensor.matmul, ctx.need(0), ctx.need(1))]
 
 
 @op("Gemm")
@@ -594,17 +584,17 @@ def _gemm(ctx: Ctx) -> Sequence[Optional[Node]]:
     a, b, c = ctx.need(0), ctx.need(1), ctx.input(2)
     d = ctx.dtype(0)
     if ctx.attr("transA", 0):
-        a = ctx.call(P("transpose"), a)
+        a = ctx.call(tensor.transpose, a)
     if ctx.attr("transB", 0):
-        b = ctx.call(P("transpose"), b)
-    out = ctx.call(P("matmul"), a, b)
+        b = ctx.call(tensor.transpose, b)
+    out = ctx.call(tensor.matmul, a, b)
     alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
     if alpha != 1.0:
-        out = ctx.call(P("mul"), ctx.const(alpha, d), out)
+        out = ctx.call(arith.mul, ctx.const(alpha, d), out)
     if c is not None:
         if beta != 1.0:
-            c = ctx.call(P("mul"), ctx.const(beta, d), c)
-        out = ctx.call(P("add"), out, c)
+            c = ctx.call(arith.mul, ctx.const(beta, d), c)
+        out = ctx.call(arith.add, out, c)
     return [out]
 
 
@@ -627,7 +617,7 @@ def _reduction(build: Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Nod
         axes = _axes(ctx, input_opset)
         keepdims = bool(ctx.attr("keepdims", 1))
         if axes is None and ctx.attr("noop_with_empty_axes", 0):
-            return [ctx.call(P("identity"), x)]
+            return [ctx.call(structure.identity, x)]
         empty = _empty_reduction(ctx, axes, keepdims)
         if empty is not None:
             return [empty]
@@ -697,42 +687,42 @@ def _identity_padded(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]]) -> Node
     pads = [0] * rank + [1 if a in maybe_empty else 0 for a in range(rank)]
     fill = _reduction_identity(ctx)
     # (pad's value is a number: a bool tensor is padded with 0 or 1)
-    return ctx.call(P("pad"), x, pads=tuple(pads), mode="constant",
+    return ctx.call(shaping.pad, x, pads=tuple(pads), mode="constant",
                     value=int(fill) if isinstance(fill, bool) else fill)
 
 
-def _reduce_with(name: str) -> Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Node]:
+def _reduce_with(prim: Primitive) -> Callable[[Ctx, Node, Optional[tuple[int, ...]], bool], Node]:
     def build(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
-        return ctx.call(P(name), x, axis=axes, keepdims=keepdims)
+        return ctx.call(prim, x, axis=axes, keepdims=keepdims)
     return build
 
 
 def _reduce_l1(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
-    return ctx.call(P("sum"), ctx.call(P("abs"), x), axis=axes, keepdims=keepdims)
+    return ctx.call(tensor.sum_, ctx.call(arith.abs_, x), axis=axes, keepdims=keepdims)
 
 
 def _reduce_l2(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
-    return ctx.call(P("sqrt"), ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axes,
+    return ctx.call(arith.sqrt, ctx.call(tensor.sum_, ctx.call(arith.mul, x, x), axis=axes,
                                         keepdims=keepdims))
 
 
 def _reduce_sum_square(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
-    return ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axes, keepdims=keepdims)
+    return ctx.call(tensor.sum_, ctx.call(arith.mul, x, x), axis=axes, keepdims=keepdims)
 
 
 def _reduce_log_sum(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
-    return ctx.call(P("log"), ctx.call(P("sum"), x, axis=axes, keepdims=keepdims))
+    return ctx.call(arith.log, ctx.call(tensor.sum_, x, axis=axes, keepdims=keepdims))
 
 
 def _reduce_log_sum_exp(ctx: Ctx, x: Node, axes: Optional[tuple[int, ...]], keepdims: bool) -> Node:
-    return ctx.call(P("logsumexp"), x, axis=axes, keepdims=keepdims)
+    return ctx.call(reduce.logsumexp, x, axis=axes, keepdims=keepdims)
 
 
-op("ReduceSum")(_reduction(_reduce_with("sum"), input_opset=13))
-op("ReduceMean")(_reduction(_reduce_with("mean")))
-op("ReduceMax")(_reduction(_reduce_with("max")))
-op("ReduceMin")(_reduction(_reduce_with("min")))
-op("ReduceProd")(_reduction(_reduce_with("prod")))
+op("ReduceSum")(_reduction(_reduce_with(tensor.sum_), input_opset=13))
+op("ReduceMean")(_reduction(_reduce_with(tensor.mean)))
+op("ReduceMax")(_reduction(_reduce_with(reduce.max_)))
+op("ReduceMin")(_reduction(_reduce_with(reduce.min_)))
+op("ReduceProd")(_reduction(_reduce_with(reduce.prod)))
 op("ReduceL1")(_reduction(_reduce_l1))
 op("ReduceL2")(_reduction(_reduce_l2))
 op("ReduceSumSquare")(_reduction(_reduce_sum_square))
@@ -740,26 +730,26 @@ op("ReduceLogSum")(_reduction(_reduce_log_sum))
 op("ReduceLogSumExp")(_reduction(_reduce_log_sum_exp))
 
 
-def _arg(name: str) -> OpRule:
+def _arg(prim: Primitive) -> OpRule:
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
-        return [ctx.call(P(name), ctx.need(0), axis=int(ctx.attr("axis", 0)),
+        return [ctx.call(prim, ctx.need(0), axis=int(ctx.attr("axis", 0)),
                          keepdims=bool(ctx.attr("keepdims", 1)),
                          select_last=bool(ctx.attr("select_last_index", 0)))]
     return rule
 
 
-op("ArgMax")(_arg("argmax"))
-op("ArgMin")(_arg("argmin"))
+op("ArgMax")(_arg(reduce.argmax))
+op("ArgMin")(_arg(reduce.argmin))
 
 
 @op("CumSum")
 def _cumsum(ctx: Ctx) -> Sequence[Optional[Node]]:
     raw = ctx.static(1, "the axis")
     assert raw is not None
-    out = ctx.call(P("cumsum"), ctx.need(0), axis=int(raw.reshape(-1)[0]),
+    out = ctx.call(reduce.cumsum, ctx.need(0), axis=int(raw.reshape(-1)[0]),
                    exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
     # numpy sums small integers in i64; ONNX keeps the input's type.
-    return [ctx.call(P("cast"), out, ctx.dtype(0))]
+    return [ctx.call(tensor.cast, out, ctx.dtype(0))]
 
 
 # -- structure -----------------------------------------------------------------------------------
@@ -772,9 +762,9 @@ def _dropout(ctx: Ctx) -> Sequence[Optional[Node]]:
         # (A zero ratio drops nothing: the identity, as at inference.)
         raise NodeError("Dropout in training mode (anfir imports inference graphs)")
     x = ctx.need(0)
-    out: list[Optional[Node]] = [ctx.call(P("identity"), x)]
+    out: list[Optional[Node]] = [ctx.call(structure.identity, x)]
     if len(ctx.node.output) > 1:
-        out.append(ctx.call(P("ones_like"), ctx.call(P("cast"), x, "bool")))
+        out.append(ctx.call(tensor.ones_like, ctx.call(tensor.cast, x, "bool")))
     return out
 
 
@@ -829,7 +819,7 @@ def _sequence_insert(ctx: Ctx) -> Sequence[Optional[Node]]:
 
 @op("SequenceLength")
 def _sequence_length(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("array"), ctx.call(P("len"), ctx.need(0)))]
+    return [ctx.call(tensor.array, ctx.call(structure.len_, ctx.need(0)))]
 
 
 @op("SequenceAt")
@@ -863,7 +853,7 @@ def _optional_get_element(ctx: Ctx) -> Sequence[Optional[Node]]:
 # -- control flow --------------------------------------------------------------------------------
 def _truth(ctx: Ctx, node: Node) -> Node:
     # ONNX conditions are bool tensors of one element; anfir's `if` takes a bool.
-    return ctx.call(P("all"), node)
+    return ctx.call(reduce.all_, node)
 
 
 @op("If")
@@ -879,7 +869,7 @@ def _if(ctx: Ctx) -> Sequence[Optional[Node]]:
             known = imp.types.get(name)
             if name and result.name in imp.types and (known is None or known.rank is None):
                 imp.types[name] = imp.types[result.name]
-        return [o if isinstance(o, ValueNode) else ctx.call(P("identity"), o) for o in outs]
+        return [o if isinstance(o, ValueNode) else ctx.call(structure.identity, o) for o in outs]
     branches = []
     produced: list[list[Node]] = []
     for attr, mark in (("then_branch", "✓"), ("else_branch", "✗")):
@@ -964,7 +954,7 @@ def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
     if body_cond or ctx.node.op_type == "Scan":
         for param, first in zip([c, *state], start):
             imp._abstracts[id(param)] = (param, imp.node_abstract(first))
-    go = imp.call(loop, P("all"), [imp.call(loop, P("logical_and"), [counter(loop, i), c], {}, None)],
+    go = imp.call(loop, reduce.all_, [imp.call(loop, arith.logical_and, [counter(loop, i), c], {}, None)],
                   {}, None)
     step = FuncGraph(imp.graph_name(f"✓{name}"))
     bound = bind(step, i, c, state)
@@ -983,11 +973,11 @@ def _build_loop(ctx: Ctx, name: str, n_state: int, n_scan: int,
                                 "result starts as an empty tensor of that shape)")
             known = found
         scan_types.append(known)
-        item = imp.call(step, P("unsqueeze"), [outs[offset + n_state + k]], {"axis": 0}, None)
+        item = imp.call(step, shaping.unsqueeze, [outs[offset + n_state + k]], {"axis": 0}, None)
         pair = (item, stacked[k]) if reverse_out[k] else (stacked[k], item)
-        new_stacked.append(imp.call(step, P("concat"), [imp.call(step, structure.make_tuple, list(pair), {}, None)],
+        new_stacked.append(imp.call(step, shaping.concat, [imp.call(step, structure.make_tuple, list(pair), {}, None)],
                                     {"axis": 0}, None))
-    next_i = imp.call(step, P("add"), [i, np.array(1, dtype=np.int64)], {}, None)
+    next_i = imp.call(step, arith.add, [i, np.array(1, dtype=np.int64)], {}, None)
     step.output = step.apply(loop, next_i, next_cond, *new_state, *new_stacked)
     done = FuncGraph(imp.graph_name(f"✗{name}"))
     done.output = done.apply(structure.make_tuple, *state, *stacked)
@@ -1016,7 +1006,7 @@ def _loop(ctx: Ctx) -> Sequence[Optional[Node]]:
     def counter(loop: FuncGraph, i: Node) -> Node:
         if trip is None:
             return ValueNode(np.array(True))
-        return ctx.importer.call(loop, P("lt"), [i, trip], {}, None)
+        return ctx.importer.call(loop, arith.lt, [i, trip], {}, None)
 
     def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
         names = [v.name for v in body.input]
@@ -1068,10 +1058,10 @@ def _unrolled_loop(ctx: Ctx, body: Any, trips: int, start: list[Node], n_state: 
         outs = imp.convert_subgraph(body, ctx.graph, ctx.scope, _opsets(ctx), bound)
         cond, state = outs[0], list(outs[1:1 + n_state])
         for j in range(n_scan):
-            scans[j].append(ctx.call(P("unsqueeze"), outs[1 + n_state + j], axis=0))
+            scans[j].append(ctx.call(shaping.unsqueeze, outs[1 + n_state + j], axis=0))
     if any(not items for items in scans):
         raise NodeError("a loop with scan outputs that runs no iteration")
-    stacked = [ctx.call(P("concat"), ctx.call(structure.make_tuple, *items), axis=0) for items in scans]
+    stacked = [ctx.call(shaping.concat, ctx.call(structure.make_tuple, *items), axis=0) for items in scans]
     return [*state, *stacked]
 
 
@@ -1099,8 +1089,8 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
             raise NodeError(f"the scan inputs have different lengths {sorted(lengths)}")
         length_node = ctx.const(lengths.pop(), "i64")
     else:
-        length_node = ctx.call(P("array"), ctx.call(structure.tuple_getitem,
-                                                    ctx.call(P("shape"), inputs[n_state]), axes[0]))
+        length_node = ctx.call(tensor.array, ctx.call(structure.tuple_getitem,
+                                                    ctx.call(tensor.shape, inputs[n_state]), axes[0]))
     result, scan_types = _scan_loop(ctx, body, inputs, n_state, axes, length_node, in_dirs, out_dirs)
     outs: list[Optional[Node]] = [ctx.graph.apply(structure.tuple_getitem, result, k)
                                   for k in range(n_state + n_scan)]
@@ -1110,7 +1100,7 @@ def _scan(ctx: Ctx) -> Sequence[Optional[Node]]:
         if axis:
             perm = list(range(1, rank))
             perm.insert(axis, 0)
-            outs[n_state + k] = ctx.call(P("transpose"), outs[n_state + k], tuple(perm))
+            outs[n_state + k] = ctx.call(tensor.transpose, outs[n_state + k], tuple(perm))
     return outs
 
 
@@ -1133,10 +1123,10 @@ def _scan8(ctx: Ctx) -> Sequence[Optional[Node]]:
     length = ctx.const(lengths.pop(), "i64")
     per_batch: list[list[Node]] = []
     for b in range(shapes[0][0]):
-        row = [ctx.call(P("gather"), x, ctx.const(b, "i64"), axis=0) for x in inputs]
+        row = [ctx.call(indexing.gather, x, ctx.const(b, "i64"), axis=0) for x in inputs]
         result, _ = _scan_loop(ctx, body, row, n_state, [0] * m, length, dirs, [0] * n_scan)
         per_batch.append([ctx.graph.apply(structure.tuple_getitem, result, k) for k in range(n_state + n_scan)])
-    return [ctx.call(P("stack"), ctx.call(structure.make_tuple, *[r[k] for r in per_batch]), axis=0)
+    return [ctx.call(shaping.stack, ctx.call(structure.make_tuple, *[r[k] for r in per_batch]), axis=0)
             for k in range(n_state + n_scan)]
 
 
@@ -1149,7 +1139,7 @@ def _scan_loop(ctx: Ctx, body: Any, inputs: list[Node], n_state: int, axes: list
     scanned = inputs[n_state:]
 
     def counter(loop: FuncGraph, i: Node) -> Node:
-        return ctx.importer.call(loop, P("lt"), [i, length_node], {}, None)
+        return ctx.importer.call(loop, arith.lt, [i, length_node], {}, None)
 
     def bind(step: FuncGraph, i: Node, c: Node, state: list[Node]) -> dict[str, Node]:
         imp = ctx.importer
@@ -1157,9 +1147,9 @@ def _scan_loop(ctx: Ctx, body: Any, inputs: list[Node], n_state: int, axes: list
         bound: dict[str, Node] = {names[k]: state[k] for k in range(n_state)}
         for k in range(m):
             index = i if not in_dirs[k] else imp.call(
-                step, P("sub"), [imp.call(step, P("sub"), [length_node, np.array(1, dtype=np.int64)], {}, None), i],
+                step, arith.sub, [imp.call(step, arith.sub, [length_node, np.array(1, dtype=np.int64)], {}, None), i],
                 {}, None)
-            bound[names[n_state + k]] = imp.call(step, P("gather"), [scanned[k], index],
+            bound[names[n_state + k]] = imp.call(step, indexing.gather, [scanned[k], index],
                                                  {"axis": axes[k]}, None)
         return bound
 
@@ -1171,30 +1161,30 @@ def _scan_loop(ctx: Ctx, body: Any, inputs: list[Node], n_state: int, axes: list
 # -- neural-network operators ---------------------------------------------------------------------
 def _wide(ctx: Ctx, node: Node, d: str) -> Node:
     # bf16 operands of the primitives that compute in f32 or wider (softmax, einsum).
-    return ctx.call(P("cast"), node, "f32") if d == "bf16" else node
+    return ctx.call(tensor.cast, node, "f32") if d == "bf16" else node
 
 
 def _narrow(ctx: Ctx, node: Node, d: str) -> Node:
-    return ctx.call(P("cast"), node, d) if d == "bf16" else node
+    return ctx.call(tensor.cast, node, d) if d == "bf16" else node
 
 
-def _softmax_rule(name: str) -> OpRule:
+def _softmax_rule(prim: Primitive) -> OpRule:
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
         d = ctx.dtype(0)
         x = _wide(ctx, ctx.need(0), d)
         if ctx.opset >= 13:
-            return [_narrow(ctx, ctx.call(P(name), x, axis=int(ctx.attr("axis", -1))), d)]
+            return [_narrow(ctx, ctx.call(prim, x, axis=int(ctx.attr("axis", -1))), d)]
         # Before opset 13 the input is seen as 2-d: the axes before `axis`, and the rest.
         shape = _input_shape(ctx, 0)
         axis = int(ctx.attr("axis", 1)) % max(len(shape), 1)
         flat = (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
-        y = ctx.call(P(name), ctx.call(P("reshape"), x, flat), axis=-1)
-        return [_narrow(ctx, ctx.call(P("reshape"), y, shape), d)]
+        y = ctx.call(prim, ctx.call(tensor.reshape, x, flat), axis=-1)
+        return [_narrow(ctx, ctx.call(tensor.reshape, y, shape), d)]
     return rule
 
 
-op("Softmax")(_softmax_rule("softmax"))
-op("LogSoftmax")(_softmax_rule("log_softmax"))
+op("Softmax")(_softmax_rule(nn.softmax))
+op("LogSoftmax")(_softmax_rule(nn.log_softmax))
 
 
 @op("LayerNormalization", 17)
@@ -1204,14 +1194,14 @@ def _layer_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
     args = [x] + ([scale] if scale is not None else []) + ([bias] if bias is not None else [])
     if bias is not None and scale is None:
         raise NodeError("a bias without a scale")
-    out: list[Optional[Node]] = [ctx.call(P("layer_norm"), *args, axis=axis, eps=eps)]
+    out: list[Optional[Node]] = [ctx.call(nn.layer_norm, *args, axis=axis, eps=eps)]
     if len(ctx.node.output) > 1:
         # Mean and InvStdDev over the normalized axes, kept as dimensions of size 1.
         rank = ctx.rank(0)
         axes = tuple(range(axis % rank, rank))
-        out.append(ctx.call(P("mean"), x, axis=axes, keepdims=True))
-        var = ctx.call(P("var"), x, axis=axes, keepdims=True)
-        out.append(ctx.call(P("rsqrt"), ctx.call(P("add"), var, ctx.const(eps, ctx.dtype(0)))))
+        out.append(ctx.call(tensor.mean, x, axis=axes, keepdims=True))
+        var = ctx.call(reduce.var, x, axis=axes, keepdims=True)
+        out.append(ctx.call(elementwise.rsqrt, ctx.call(arith.add, var, ctx.const(eps, ctx.dtype(0)))))
     return out
 
 
@@ -1219,20 +1209,20 @@ def _layer_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
 def _rms_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
     x, scale = ctx.need(0), ctx.input(1)
     args = [x] + ([scale] if scale is not None else [])
-    return [ctx.call(P("rms_norm"), *args, axis=int(ctx.attr("axis", -1)),
+    return [ctx.call(nn.rms_norm, *args, axis=int(ctx.attr("axis", -1)),
                      eps=float(ctx.attr("epsilon", 1e-5)))]
 
 
 @op("InstanceNormalization")
 def _instance_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("instance_norm"), ctx.need(0), ctx.need(1), ctx.need(2),
+    return [ctx.call(nn.instance_norm, ctx.need(0), ctx.need(1), ctx.need(2),
                      eps=float(ctx.attr("epsilon", 1e-5)))]
 
 
 @op("GroupNormalization", 21)
 def _group_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
     groups = np.array(int(ctx.attr("num_groups")), dtype=np.int64)
-    return [ctx.call(P("group_norm"), ctx.need(0), int(groups), ctx.need(1), ctx.need(2),
+    return [ctx.call(nn.group_norm, ctx.need(0), int(groups), ctx.need(1), ctx.need(2),
                      eps=float(ctx.attr("epsilon", 1e-5)))]
 
 
@@ -1252,7 +1242,7 @@ def _einsum(ctx: Ctx) -> Sequence[Optional[Node]]:
     spec = explicit_einsum(str(ctx.attr("equation")))
     d = ctx.dtype(0)
     args = [_wide(ctx, a, d) for a in ctx.inputs() if a is not None]
-    return [_narrow(ctx, ctx.call(P("einsum"), spec, *args), d)]
+    return [_narrow(ctx, ctx.call(nn.einsum, spec, *args), d)]
 
 
 def _loss_reduction(ctx: Ctx) -> str:
@@ -1266,29 +1256,35 @@ def _loss_reduction(ctx: Ctx) -> str:
 def _nll_loss(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
         # The schema's function body computes those (with gathers and a where).
-        raise MissingPrimitive("class weights and ignore_index (anfir's nll_loss has neither)")
-    return [ctx.call(P("nll_loss"), ctx.need(0), ctx.need(1), axis=1,
+        raise UseFunctionBody("class weights and ignore_index (anfir's nll_loss has neither)")
+    return [ctx.call(nn.nll_loss, ctx.need(0), ctx.need(1), axis=1,
                      reduction=_loss_reduction(ctx))]
 
 
 @op("SoftmaxCrossEntropyLoss", 12)
 def _cross_entropy(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.input(2) is not None or ctx.attr("ignore_index") is not None:
-        raise MissingPrimitive("class weights and ignore_index (anfir's cross_entropy has neither)")
+        raise UseFunctionBody("class weights and ignore_index (anfir's cross_entropy has neither)")
     x, t = ctx.need(0), ctx.need(1)
-    out: list[Optional[Node]] = [ctx.call(P("cross_entropy"), x, t, axis=1,
+    out: list[Optional[Node]] = [ctx.call(nn.cross_entropy, x, t, axis=1,
                                           reduction=_loss_reduction(ctx))]
     if len(ctx.node.output) > 1:
-        out.append(ctx.call(P("log_softmax"), x, axis=1))
+        out.append(ctx.call(nn.log_softmax, x, axis=1))
     return out
 
 
 # -- shapes and indexing, convolution and pooling -------------------------------------------------
-def call_named(ctx: Ctx, name: str, inputs: Sequence[Node], named: dict[str, Any]) -> Node:
-    """``name(*inputs, ...)`` where each ``named`` value goes as an attribute when the
+def call_named(ctx: Ctx, prim: Primitive, inputs: Sequence[Node], named: dict[str, Any]) -> Node:
+    """``prim(*inputs, ...)`` where each ``named`` value goes as an attribute when the
     primitive declares one of that name, else as the next positional argument (the
-    operator library decides which of its parameters are static)."""
-    prim = P(name)
+    operator library decides which of its parameters are static).  A convolution's or
+    pool's window attributes are written in their one short form (every rule gives
+    ``stride`` as its n per-axis values, n the spatial rank)."""
+    if prim in window_attrs.WINDOWED and isinstance(named.get("stride"), tuple):
+        try:
+            named = window_attrs.window(named, len(named["stride"]))
+        except ValueError as e:
+            raise NodeError(f"{prim.name}: {e}") from None
     args: list[Any] = list(inputs)
     attrs: dict[str, Any] = {}
     for key, value in named.items():
@@ -1305,17 +1301,17 @@ def call_named(ctx: Ctx, name: str, inputs: Sequence[Node], named: dict[str, Any
 @op("Concat")
 def _concat(ctx: Ctx) -> Sequence[Optional[Node]]:
     parts = [a for a in ctx.inputs() if a is not None]
-    return [ctx.call(P("concat"), ctx.call(structure.make_tuple, *parts), axis=int(ctx.attr("axis", 0)))]
+    return [ctx.call(shaping.concat, ctx.call(structure.make_tuple, *parts), axis=int(ctx.attr("axis", 0)))]
 
 
 @op("Gather")
 def _gather(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [call_named(ctx, "gather", [ctx.need(0), ctx.need(1)], {"axis": int(ctx.attr("axis", 0))})]
+    return [call_named(ctx, indexing.gather, [ctx.need(0), ctx.need(1)], {"axis": int(ctx.attr("axis", 0))})]
 
 
 @op("GatherElements")
 def _gather_elements(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [call_named(ctx, "gather_elements", [ctx.need(0), ctx.need(1)],
+    return [call_named(ctx, indexing.gather_elements, [ctx.need(0), ctx.need(1)],
                        {"axis": int(ctx.attr("axis", 0))})]
 
 
@@ -1323,7 +1319,7 @@ def _gather_elements(ctx: Ctx) -> Sequence[Optional[Node]]:
 def _gather_nd(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.attr("batch_dims", 0):
         raise NodeError("batch_dims (anfir's gather_nd has none)")
-    return [ctx.call(P("gather_nd"), ctx.need(0), ctx.need(1))]
+    return [ctx.call(indexing.gather_nd, ctx.need(0), ctx.need(1))]
 
 
 @op("Slice")
@@ -1342,7 +1338,7 @@ def _slice(ctx: Ctx) -> Sequence[Optional[Node]]:
         raw_axes, raw_steps = ctx.static(3, "the axes"), ctx.static(4, "the steps")
         axes = None if raw_axes is None else _ints(raw_axes)
         steps = None if raw_steps is None else _ints(raw_steps)
-    return [call_named(ctx, "slice", [ctx.need(0)],
+    return [call_named(ctx, shaping.slice_, [ctx.need(0)],
                        {"starts": starts, "ends": ends, "axes": axes, "steps": steps})]
 
 
@@ -1356,26 +1352,26 @@ def _slice_computed(ctx: Ctx) -> Node:
     raw_axes, raw_steps = ctx.static(3, "the axes"), ctx.static(4, "the steps")
     axes = list(range(count)) if raw_axes is None else [a % rank for a in _ints(raw_axes)]
     steps = [1] * count if raw_steps is None else list(_ints(raw_steps))
-    dims = ctx.call(P("shape"), x)
+    dims = ctx.call(tensor.shape, x)
     zero = ctx.const(0, "i64")
 
     def bound(values: Node, k: int, n: Node, lo: Node, hi: Node) -> Node:
-        v = ctx.call(P("cast"), ctx.call(P("gather"), values, ctx.const(k, "i64"), axis=0), "i64")
-        v = ctx.call(P("where"), ctx.call(P("lt"), v, zero), ctx.call(P("add"), v, n), v)
-        return _scalar(ctx, ctx.call(P("minimum"), ctx.call(P("maximum"), v, lo), hi))
+        v = ctx.call(tensor.cast, ctx.call(indexing.gather, values, ctx.const(k, "i64"), axis=0), "i64")
+        v = ctx.call(tensor.where, ctx.call(arith.lt, v, zero), ctx.call(arith.add, v, n), v)
+        return _scalar(ctx, ctx.call(arith.minimum, ctx.call(arith.maximum, v, lo), hi))
 
     for k, (axis, step) in enumerate(zip(axes, steps)):
         if step == 0:
             raise NodeError("a Slice step of 0")
-        n = ctx.call(P("array"), ctx.call(structure.tuple_getitem, dims, axis))
-        last = ctx.call(P("sub"), n, ctx.const(1, "i64"))
+        n = ctx.call(tensor.array, ctx.call(structure.tuple_getitem, dims, axis))
+        last = ctx.call(arith.sub, n, ctx.const(1, "i64"))
         if step > 0:
             start, end = bound(starts, k, n, zero, n), bound(ends, k, n, zero, n)
         else:
             minus = ctx.const(-1, "i64")
             start, end = bound(starts, k, n, zero, last), bound(ends, k, n, minus, last)
-        index = ctx.call(P("arange"), start, end, step=step, dtype="i64")
-        x = ctx.call(P("gather"), x, index, axis=axis)
+        index = ctx.call(indexing.arange, start, end, step=step, dtype="i64")
+        x = ctx.call(indexing.gather, x, index, axis=axis)
     return x
 
 
@@ -1397,7 +1393,7 @@ def _pad(ctx: Ctx) -> Sequence[Optional[Node]]:
             for k, a in enumerate(axes):
                 full[a], full[rank + a] = pads[k], pads[len(axes) + k]
             pads = tuple(full)
-    return [call_named(ctx, "pad", [ctx.need(0)], {"pads": pads, "mode": mode, "value": value})]
+    return [call_named(ctx, shaping.pad, [ctx.need(0)], {"pads": pads, "mode": mode, "value": value})]
 
 
 @op("Split")
@@ -1415,13 +1411,13 @@ def _split(ctx: Ctx) -> Sequence[Optional[Node]]:
         length = _dim(ctx, 0, axis)
         piece = -(-length // sizes)
         sizes = tuple(min(piece, length - piece * k) for k in range(sizes))
-    parts = call_named(ctx, "split", [ctx.need(0)], {"sizes": sizes, "axis": axis})
+    parts = call_named(ctx, shaping.split, [ctx.need(0)], {"sizes": sizes, "axis": axis})
     return [ctx.call(structure.tuple_getitem, parts, k) for k in range(count)]
 
 
 @op("Tile")
 def _tile(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [call_named(ctx, "tile", [ctx.need(0)], {"reps": _ints(ctx.static(1, "the repeats"))})]
+    return [call_named(ctx, shaping.tile, [ctx.need(0)], {"reps": _ints(ctx.static(1, "the repeats"))})]
 
 
 @op("TopK")
@@ -1429,7 +1425,7 @@ def _topk(ctx: Ctx) -> Sequence[Optional[Node]]:
     k = int(ctx.attr("k")) if ctx.opset < 10 else int(_ints(ctx.static(1, "k"))[0])
     if not ctx.attr("sorted", 1):
         raise NodeError("unsorted TopK (anfir's topk sorts)")
-    pair = call_named(ctx, "topk", [ctx.need(0)], {"k": k, "axis": int(ctx.attr("axis", -1)),
+    pair = call_named(ctx, indexing.topk, [ctx.need(0)], {"k": k, "axis": int(ctx.attr("axis", -1)),
                                                    "largest": bool(ctx.attr("largest", 1))})
     return [ctx.call(structure.tuple_getitem, pair, 0), ctx.call(structure.tuple_getitem, pair, 1)]
 
@@ -1438,7 +1434,7 @@ def _topk(ctx: Ctx) -> Sequence[Optional[Node]]:
 def _trilu(ctx: Ctx) -> Sequence[Optional[Node]]:
     raw = ctx.static(1, "k")
     k = 0 if raw is None else int(raw.reshape(-1)[0])
-    return [call_named(ctx, "triu" if ctx.attr("upper", 1) else "tril", [ctx.need(0)], {"k": k})]
+    return [call_named(ctx, shaping.triu if ctx.attr("upper", 1) else shaping.tril, [ctx.need(0)], {"k": k})]
 
 
 def _spatial(ctx: Ctx, kernel: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
@@ -1467,7 +1463,7 @@ def _conv(ctx: Ctx) -> Sequence[Optional[Node]]:
     listed = ctx.attr("kernel_shape")
     kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 1, range(2, ctx.rank(1)))
     strides, dilations, pads = _spatial(ctx, kernel)
-    return [call_named(ctx, "conv", [ctx.need(0), ctx.need(1)],
+    return [call_named(ctx, conv.conv, [ctx.need(0), ctx.need(1)],
                        {"b": ctx.input(2), "stride": strides, "padding": pads,
                         "dilation": dilations, "groups": int(ctx.attr("group", 1))})]
 
@@ -1498,13 +1494,13 @@ def _conv_transpose(ctx: Ctx) -> Sequence[Optional[Node]]:
             pads[i], pads[n + i] = (small, big) if auto == "SAME_UPPER" else (big, small)
     elif auto == "VALID":
         pads = [0] * (2 * n)
-    return [call_named(ctx, "conv_transpose", [ctx.need(0), ctx.need(1)],
+    return [call_named(ctx, conv.conv_transpose, [ctx.need(0), ctx.need(1)],
                        {"b": ctx.input(2), "stride": strides, "padding": tuple(pads),
                         "output_padding": tuple(out_pad), "dilation": dilations,
                         "groups": int(ctx.attr("group", 1))})]
 
 
-def _pool(name: str) -> OpRule:
+def _pool(prim: Primitive) -> OpRule:
     def rule(ctx: Ctx) -> Sequence[Optional[Node]]:
         if len(ctx.node.output) > 1 and ctx.node.output[1]:
             raise NodeError("the Indices output of MaxPool")
@@ -1512,13 +1508,13 @@ def _pool(name: str) -> OpRule:
         strides, dilations, pads = _spatial(ctx, kernel)
         named: dict[str, Any] = {"kernel": kernel, "stride": strides, "padding": pads,
                                  "ceil_mode": bool(ctx.attr("ceil_mode", 0))}
-        if name == "max_pool":
+        if prim is conv.max_pool:
             named["dilation"] = dilations
         else:
             if any(d != 1 for d in dilations):
                 return [_dilated_avg_pool(ctx, kernel, strides, dilations, pads)]
             named["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
-        return [call_named(ctx, name, [ctx.need(0)], named)]
+        return [call_named(ctx, prim, [ctx.need(0)], named)]
     return rule
 
 
@@ -1532,12 +1528,12 @@ def _lp_pool(ctx: Ctx) -> Sequence[Optional[Node]]:
     if any(d != 1 for d in dilations):
         raise NodeError("dilated LpPool")
     d = ctx.dtype(0)
-    powered = ctx.call(P("pow"), ctx.call(P("abs"), ctx.need(0)), ctx.const(p, d))
-    mean = call_named(ctx, "avg_pool", [powered], {"kernel": kernel, "stride": strides, "padding": pads,
+    powered = ctx.call(arith.pow_, ctx.call(arith.abs_, ctx.need(0)), ctx.const(p, d))
+    mean = call_named(ctx, conv.avg_pool, [powered], {"kernel": kernel, "stride": strides, "padding": pads,
                                                    "ceil_mode": bool(ctx.attr("ceil_mode", 0)),
                                                    "count_include_pad": True})
-    total = ctx.call(P("mul"), mean, ctx.const(float(np.prod(kernel)), d))
-    return [ctx.call(P("pow"), total, ctx.const(1.0 / p, d))]
+    total = ctx.call(arith.mul, mean, ctx.const(float(np.prod(kernel)), d))
+    return [ctx.call(arith.pow_, total, ctx.const(1.0 / p, d))]
 
 
 def _dilated_avg_pool(ctx: Ctx, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
@@ -1560,32 +1556,32 @@ def _dilated_avg_pool(ctx: Ctx, kernel: Sequence[int], strides: Sequence[int], d
             count -= 1  # a last window that starts in the end padding is dropped
         extra[i] = max((count - 1) * strides[i] + reach - (spatial[i] + begins[i] + ends[i]), 0)
     numpy = BY_NAME[d].numpy
-    conv = {"stride": tuple(strides), "dilation": tuple(dilations)}
+    window = {"stride": tuple(strides), "dilation": tuple(dilations)}
     ones_kernel = ctx.const(np.ones((shape[1], 1, *kernel), dtype=numpy))
     padding = tuple(begins + [e + x for e, x in zip(ends, extra)])
-    total = call_named(ctx, "conv", [ctx.need(0), ones_kernel], {**conv, "padding": padding, "groups": shape[1]})
+    total = call_named(ctx, conv.conv, [ctx.need(0), ones_kernel], {**window, "padding": padding, "groups": shape[1]})
     single = ctx.const(np.ones((1, 1, *kernel), dtype=numpy))
     if ctx.attr("count_include_pad", 0):
         # The explicit padding counts, the extension for ceil_mode does not.
         region = ctx.const(np.ones((1, 1, *[s + b + e for s, b, e in zip(spatial, begins, ends)]), dtype=numpy))
-        covered = call_named(ctx, "conv", [region, single], {**conv, "padding": tuple([0] * n + extra)})
+        covered = call_named(ctx, conv.conv, [region, single], {**window, "padding": tuple([0] * n + extra)})
     else:
         region = ctx.const(np.ones((1, 1, *spatial), dtype=numpy))
-        covered = call_named(ctx, "conv", [region, single], {**conv, "padding": padding})
-    return ctx.call(P("div"), total, covered)
+        covered = call_named(ctx, conv.conv, [region, single], {**window, "padding": padding})
+    return ctx.call(arith.div, total, covered)
 
 
-op("MaxPool")(_pool("max_pool"))
-op("AveragePool")(_pool("avg_pool"))
-op("GlobalAveragePool")(_unary("global_avg_pool"))
-op("GlobalMaxPool")(_unary("global_max_pool"))
+op("MaxPool")(_pool(conv.max_pool))
+op("AveragePool")(_pool(conv.avg_pool))
+op("GlobalAveragePool")(_unary(conv.global_avg_pool))
+op("GlobalMaxPool")(_unary(conv.global_max_pool))
 
 
 @op("BatchNormalization")
 def _batch_norm(ctx: Ctx) -> Sequence[Optional[Node]]:
     if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
         return _batch_norm_training(ctx)
-    return [call_named(ctx, "batch_norm", [ctx.need(0), ctx.need(1), ctx.need(2), ctx.need(3),
+    return [call_named(ctx, conv.batch_norm, [ctx.need(0), ctx.need(1), ctx.need(2), ctx.need(3),
                                            ctx.need(4)], {"eps": float(ctx.attr("epsilon", 1e-5))})]
 
 
@@ -1599,28 +1595,28 @@ def _batch_norm_training(ctx: Ctx) -> list[Optional[Node]]:
     d = ctx.dtype(0)
     axes = tuple(a for a in range(rank) if a != 1)
     eps, momentum = float(ctx.attr("epsilon", 1e-5)), float(ctx.attr("momentum", 0.9))
-    mean = ctx.call(P("mean"), x, axis=axes, keepdims=True)
-    var = ctx.call(P("var"), x, axis=axes, keepdims=True)
+    mean = ctx.call(tensor.mean, x, axis=axes, keepdims=True)
+    var = ctx.call(reduce.var, x, axis=axes, keepdims=True)
     along = tuple(a for a in range(rank) if a != 1)
 
     def channels(node: Node) -> Node:  # a per-channel vector laid along axis 1
-        return ctx.call(P("unsqueeze"), node, axis=along)
+        return ctx.call(shaping.unsqueeze, node, axis=along)
 
-    norm = ctx.call(P("div"), ctx.call(P("sub"), x, mean),
-                    ctx.call(P("sqrt"), ctx.call(P("add"), var, ctx.const(eps, d))))
-    y = ctx.call(P("add"), ctx.call(P("mul"), norm, channels(ctx.need(1))), channels(ctx.need(2)))
+    norm = ctx.call(arith.div, ctx.call(arith.sub, x, mean),
+                    ctx.call(arith.sqrt, ctx.call(arith.add, var, ctx.const(eps, d))))
+    y = ctx.call(arith.add, ctx.call(arith.mul, norm, channels(ctx.need(1))), channels(ctx.need(2)))
     keep, take = ctx.const(momentum, d), ctx.const(1.0 - momentum, d)
-    flat_mean = ctx.call(P("reshape"), mean, (-1,))
-    flat_var = ctx.call(P("reshape"), var, (-1,))
-    running_mean = ctx.call(P("add"), ctx.call(P("mul"), ctx.need(3), keep), ctx.call(P("mul"), flat_mean, take))
-    running_var = ctx.call(P("add"), ctx.call(P("mul"), ctx.need(4), keep), ctx.call(P("mul"), flat_var, take))
+    flat_mean = ctx.call(tensor.reshape, mean, (-1,))
+    flat_var = ctx.call(tensor.reshape, var, (-1,))
+    running_mean = ctx.call(arith.add, ctx.call(arith.mul, ctx.need(3), keep), ctx.call(arith.mul, flat_mean, take))
+    running_var = ctx.call(arith.add, ctx.call(arith.mul, ctx.need(4), keep), ctx.call(arith.mul, flat_var, take))
     return [y, running_mean, running_var]
 
 
 # -- more operators, written over the library's primitives -----------------------------------------
 def _scalar(ctx: Ctx, node: Node) -> Node:
     # A one-element tensor as a number (anfir's arange takes numbers): its sum.
-    return ctx.call(P("sum"), node)
+    return ctx.call(tensor.sum_, node)
 
 
 @op("Range", 11)
@@ -1630,7 +1626,7 @@ def _range(ctx: Ctx) -> Sequence[Optional[Node]]:
     raw = ctx.static(2, "the step")
     assert raw is not None
     step = raw.reshape(-1)[0].item()
-    return [ctx.call(P("arange"), _scalar(ctx, ctx.need(0)), _scalar(ctx, ctx.need(1)), step=step,
+    return [ctx.call(indexing.arange, _scalar(ctx, ctx.need(0)), _scalar(ctx, ctx.need(1)), step=step,
                      dtype=ctx.dtype(0))]
 
 
@@ -1641,10 +1637,10 @@ for _onnx, _formula in (("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh
         d = ctx.dtype(0)
         one = ctx.const(1, d)
         if formula == "atanh":
-            ratio = ctx.call(P("div"), ctx.call(P("add"), one, x), ctx.call(P("sub"), one, x))
-            return [ctx.call(P("mul"), ctx.const(0.5, d), ctx.call(P("log"), ratio))]
-        sq = ctx.call(P("add" if formula == "asinh" else "sub"), ctx.call(P("mul"), x, x), one)
-        return [ctx.call(P("log"), ctx.call(P("add"), x, ctx.call(P("sqrt"), sq)))]
+            ratio = ctx.call(arith.div, ctx.call(arith.add, one, x), ctx.call(arith.sub, one, x))
+            return [ctx.call(arith.mul, ctx.const(0.5, d), ctx.call(arith.log, ratio))]
+        sq = ctx.call(arith.add if formula == "asinh" else arith.sub, ctx.call(arith.mul, x, x), one)
+        return [ctx.call(arith.log, ctx.call(arith.add, x, ctx.call(arith.sqrt, sq)))]
     op(_onnx)(_inverse_hyperbolic)
 
 
@@ -1652,9 +1648,9 @@ for _onnx, _formula in (("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh
 def _cumprod(ctx: Ctx) -> Sequence[Optional[Node]]:
     raw = ctx.static(1, "the axis")
     assert raw is not None
-    out = ctx.call(P("cumprod"), ctx.need(0), axis=int(raw.reshape(-1)[0]),
+    out = ctx.call(reduce.cumprod, ctx.need(0), axis=int(raw.reshape(-1)[0]),
                    exclusive=bool(ctx.attr("exclusive", 0)), reverse=bool(ctx.attr("reverse", 0)))
-    return [ctx.call(P("cast"), out, ctx.dtype(0))]
+    return [ctx.call(tensor.cast, out, ctx.dtype(0))]
 
 
 @op("EyeLike", 9)
@@ -1682,15 +1678,15 @@ def _one_hot(ctx: Ctx) -> Sequence[Optional[Node]]:
     values = ctx.need(2)
     rank = ctx.rank(0) + 1
     axis = int(ctx.attr("axis", -1)) % rank
-    index = ctx.call(P("cast"), ctx.need(0), "i64")
+    index = ctx.call(tensor.cast, ctx.need(0), "i64")
     # Negative indices count from the end of the depth.
-    negative = ctx.call(P("lt"), index, ctx.const(0, "i64"))
-    index = ctx.call(P("where"), negative, ctx.call(P("add"), index, ctx.const(depth, "i64")), index)
-    index = ctx.call(P("unsqueeze"), index, axis=axis)
-    hot = ctx.call(P("eq"), index, _along(ctx, np.arange(depth, dtype=np.int64), rank, axis))
-    off = ctx.call(P("gather"), values, ctx.const(0, "i64"), axis=0)
-    on = ctx.call(P("gather"), values, ctx.const(1, "i64"), axis=0)
-    return [ctx.call(P("where"), hot, on, off)]
+    negative = ctx.call(arith.lt, index, ctx.const(0, "i64"))
+    index = ctx.call(tensor.where, negative, ctx.call(arith.add, index, ctx.const(depth, "i64")), index)
+    index = ctx.call(shaping.unsqueeze, index, axis=axis)
+    hot = ctx.call(arith.eq, index, _along(ctx, np.arange(depth, dtype=np.int64), rank, axis))
+    off = ctx.call(indexing.gather, values, ctx.const(0, "i64"), axis=0)
+    on = ctx.call(indexing.gather, values, ctx.const(1, "i64"), axis=0)
+    return [ctx.call(tensor.where, hot, on, off)]
 
 
 @op("Hardmax")
@@ -1707,12 +1703,12 @@ def _hardmax(ctx: Ctx) -> Sequence[Optional[Node]]:
         shape = _input_shape(ctx, 0)
         cut = int(ctx.attr("axis", 1)) % max(len(shape), 1)
         rows, length = int(np.prod(shape[:cut])), int(np.prod(shape[cut:]))
-        flat, rank, axis = ctx.call(P("reshape"), x, (rows, length)), 2, 1
+        flat, rank, axis = ctx.call(tensor.reshape, x, (rows, length)), 2, 1
     # The first largest element along the axis (ties: the lowest index, as ONNX).
-    top = ctx.call(P("argmax"), flat, axis=axis, keepdims=True)
-    hot = ctx.call(P("eq"), top, _along(ctx, np.arange(length, dtype=np.int64), rank, axis))
-    out = ctx.call(P("cast"), hot, d)
-    return [out if shape is None else ctx.call(P("reshape"), out, shape)]
+    top = ctx.call(reduce.argmax, flat, axis=axis, keepdims=True)
+    hot = ctx.call(arith.eq, top, _along(ctx, np.arange(length, dtype=np.int64), rank, axis))
+    out = ctx.call(tensor.cast, hot, d)
+    return [out if shape is None else ctx.call(tensor.reshape, out, shape)]
 
 
 @op("LpNormalization")
@@ -1721,15 +1717,15 @@ def _lp_normalization(ctx: Ctx) -> Sequence[Optional[Node]]:
     p = int(ctx.attr("p", 2))
     axis = int(ctx.attr("axis", -1))
     if p == 1:
-        norm = ctx.call(P("sum"), ctx.call(P("abs"), x), axis=axis, keepdims=True)
+        norm = ctx.call(tensor.sum_, ctx.call(arith.abs_, x), axis=axis, keepdims=True)
     elif p == 2:
-        norm = ctx.call(P("sqrt"), ctx.call(P("sum"), ctx.call(P("mul"), x, x), axis=axis, keepdims=True))
+        norm = ctx.call(arith.sqrt, ctx.call(tensor.sum_, ctx.call(arith.mul, x, x), axis=axis, keepdims=True))
     else:
         raise NodeError(f"LpNormalization with p={p} (ONNX allows 1 and 2)")
     # A zero norm leaves the zeros as they are (ONNX's reference), not 0/0.
-    zero = ctx.call(P("eq"), norm, ctx.const(0, ctx.dtype(0)))
-    safe = ctx.call(P("where"), zero, ctx.const(1, ctx.dtype(0)), norm)
-    return [ctx.call(P("div"), x, safe)]
+    zero = ctx.call(arith.eq, norm, ctx.const(0, ctx.dtype(0)))
+    safe = ctx.call(tensor.where, zero, ctx.const(1, ctx.dtype(0)), norm)
+    return [ctx.call(arith.div, x, safe)]
 
 
 @op("LRN")
@@ -1745,30 +1741,30 @@ def _lrn(ctx: Ctx) -> Sequence[Optional[Node]]:
     channels = _dim(ctx, 0, 1)
     pads = [0] * (2 * rank)
     pads[1], pads[rank + 1] = before, after
-    padded = ctx.call(P("pad"), ctx.call(P("mul"), x, x), pads=tuple(pads), mode="constant", value=0)
+    padded = ctx.call(shaping.pad, ctx.call(arith.mul, x, x), pads=tuple(pads), mode="constant", value=0)
     total: Optional[Node] = None
     for k in range(size):
-        piece = ctx.call(P("slice"), padded, starts=(k,), ends=(k + channels,), axes=(1,))
-        total = piece if total is None else ctx.call(P("add"), total, piece)
+        piece = ctx.call(shaping.slice_, padded, starts=(k,), ends=(k + channels,), axes=(1,))
+        total = piece if total is None else ctx.call(arith.add, total, piece)
     assert total is not None
-    base = ctx.call(P("add"), ctx.const(bias, d), ctx.call(P("mul"), ctx.const(alpha / size, d), total))
-    return [ctx.call(P("div"), x, ctx.call(P("pow"), base, ctx.const(beta, d)))]
+    base = ctx.call(arith.add, ctx.const(bias, d), ctx.call(arith.mul, ctx.const(alpha / size, d), total))
+    return [ctx.call(arith.div, x, ctx.call(arith.pow_, base, ctx.const(beta, d)))]
 
 
 def _positive_indices(ctx: Ctx, index: Node, length: Node) -> Node:
-    negative = ctx.call(P("lt"), index, ctx.const(0, "i64"))
-    return ctx.call(P("where"), negative, ctx.call(P("add"), index, length), index)
+    negative = ctx.call(arith.lt, index, ctx.const(0, "i64"))
+    return ctx.call(tensor.where, negative, ctx.call(arith.add, index, length), index)
 
 
 def _scatter_elements(ctx: Ctx, axis: int, reduction: str) -> Node:
     x, updates = ctx.need(0), ctx.need(2)
     rank = ctx.rank(0)
     axis %= rank
-    index = ctx.call(P("cast"), ctx.need(1), "i64")
-    length = ctx.call(P("gather"), ctx.call(P("array"), ctx.call(P("shape"), x)), ctx.const(axis, "i64"), axis=0)
-    index = _positive_indices(ctx, index, ctx.call(P("cast"), length, "i64"))
+    index = ctx.call(tensor.cast, ctx.need(1), "i64")
+    length = ctx.call(indexing.gather, ctx.call(tensor.array, ctx.call(tensor.shape, x)), ctx.const(axis, "i64"), axis=0)
+    index = _positive_indices(ctx, index, ctx.call(tensor.cast, length, "i64"))
     if reduction == "add":
-        return ctx.call(P("scatter_add"), x, index, updates, axis=axis)
+        return ctx.call(indexing.scatter_add, x, index, updates, axis=axis)
     if reduction != "none":
         # mul, max, min: one element at a time, at positions known when importing.
         raw = ctx.static(1, "the indices (scattered with a reduction)")
@@ -1776,16 +1772,16 @@ def _scatter_elements(ctx: Ctx, axis: int, reduction: str) -> Node:
         shape = _input_shape(ctx, 0)
         where = np.indices(raw.shape).reshape(raw.ndim, -1).T.copy()
         where[:, axis] = np.where(raw.reshape(-1) < 0, raw.reshape(-1) + shape[axis], raw.reshape(-1))
-        flat = ctx.call(P("reshape"), updates, (-1,))
-        return _scatter_in_order(ctx, x, where, lambda k: ctx.call(P("gather"), flat, ctx.const(np.array([k])), axis=0),
+        flat = ctx.call(tensor.reshape, updates, (-1,))
+        return _scatter_in_order(ctx, x, where, lambda k: ctx.call(indexing.gather, flat, ctx.const(np.array([k])), axis=0),
                                  reduction)
     # Replacing: the updates summed into zeros where the indices point, the rest of x
     # kept (ONNX leaves repeated indices undefined without a reduction).
-    zeros = ctx.call(P("zeros_like"), x)
-    placed = ctx.call(P("scatter_add"), zeros, index, updates, axis=axis)
-    marks = ctx.call(P("scatter_add"), ctx.call(P("cast"), zeros, "i64"), index,
-                     ctx.call(P("ones_like"), ctx.call(P("cast"), updates, "i64")), axis=axis)
-    return ctx.call(P("where"), ctx.call(P("gt"), marks, ctx.const(0, "i64")), placed, x)
+    zeros = ctx.call(structure.zeros_like, x)
+    placed = ctx.call(indexing.scatter_add, zeros, index, updates, axis=axis)
+    marks = ctx.call(indexing.scatter_add, ctx.call(tensor.cast, zeros, "i64"), index,
+                     ctx.call(tensor.ones_like, ctx.call(tensor.cast, updates, "i64")), axis=axis)
+    return ctx.call(tensor.where, ctx.call(arith.gt, marks, ctx.const(0, "i64")), placed, x)
 
 
 @op("ScatterElements", 11)
@@ -1803,17 +1799,17 @@ def _scatter_nd_rule(ctx: Ctx) -> Sequence[Optional[Node]]:
     x, index, updates = ctx.need(0), ctx.need(1), ctx.need(2)
     reduction = str(ctx.attr("reduction", "none"))
     if reduction == "none":
-        return [ctx.call(P("scatter_nd"), x, index, updates)]
+        return [ctx.call(indexing.scatter_nd, x, index, updates)]
     if reduction == "add":
         # gather_nd's gradient is the scatter-add of its cotangent into zeros of x.
-        return [ctx.call(P("add"), x, ctx.call(P("gather_nd_grad"), updates, x, index))]
+        return [ctx.call(arith.add, x, ctx.call(indexing.gather_nd_grad, updates, x, index))]
     raw = ctx.static(1, "the indices (scattered with a reduction)")
     assert raw is not None
     depth = raw.shape[-1]
     where = raw.reshape(-1, depth)
     tail = _input_shape(ctx, 0)[depth:]
-    flat = ctx.call(P("reshape"), updates, (-1, *tail))
-    return [_scatter_in_order(ctx, x, where, lambda k: ctx.call(P("gather"), flat, ctx.const(np.array([k])), axis=0),
+    flat = ctx.call(tensor.reshape, updates, (-1, *tail))
+    return [_scatter_in_order(ctx, x, where, lambda k: ctx.call(indexing.gather, flat, ctx.const(np.array([k])), axis=0),
                               reduction)]
 
 
@@ -1825,7 +1821,7 @@ def _scatter_in_order(ctx: Ctx, x: Node, where: np.ndarray, update: Callable[[in
                       reduction: str) -> Node:
     """x with each ``update(k)`` combined (mul, max, min) into the place ``where[k]``, in
     order (repeated places combine every update, as ONNX's reductions do)."""
-    combine = {"mul": "mul", "max": "maximum", "min": "minimum"}.get(reduction)
+    combine = {"mul": arith.mul, "max": arith.maximum, "min": arith.minimum}.get(reduction)
     if combine is None:
         raise NodeError(f"scatter reduction {reduction!r}")
     if len(where) > SCATTER_LIMIT:
@@ -1833,8 +1829,8 @@ def _scatter_in_order(ctx: Ctx, x: Node, where: np.ndarray, update: Callable[[in
     out = x
     for k, place in enumerate(where):
         index = ctx.const(np.asarray(place, dtype=np.int64).reshape(1, -1))
-        old = ctx.call(P("gather_nd"), out, index)
-        out = ctx.call(P("scatter_nd"), out, index, ctx.call(P("cast"), ctx.call(P(combine), old, update(k)), ctx.dtype(0)))
+        old = ctx.call(indexing.gather_nd, out, index)
+        out = ctx.call(indexing.scatter_nd, out, index, ctx.call(tensor.cast, ctx.call(combine, old, update(k)), ctx.dtype(0)))
     return out
 
 
@@ -1847,9 +1843,9 @@ def _compress(ctx: Ctx) -> Sequence[Optional[Node]]:
     x = ctx.need(0)
     axis = ctx.attr("axis")
     if axis is None:
-        x = ctx.call(P("reshape"), x, (-1,))
+        x = ctx.call(tensor.reshape, x, (-1,))
         axis = 0
-    return [ctx.call(P("gather"), x, ctx.const(picked), axis=int(axis))]
+    return [ctx.call(indexing.gather, x, ctx.const(picked), axis=int(axis))]
 
 
 # -- Resize: one interpolation matrix per resized axis ---------------------------------------------
@@ -2004,7 +2000,7 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
     x = ctx.need(0)
     wide = mode != "nearest" or coords == "tf_crop_and_resize"
     if wide:
-        x = ctx.call(P("cast"), x, "f64")  # ONNX interpolates in double precision
+        x = ctx.call(tensor.cast, x, "f64")  # ONNX interpolates in double precision
     letters = "abcdefghijklmnopqrstuvwxyz"
     for axis in range(rank):
         if scales[axis] == 1.0 and sizes[axis] == shape[axis] and roi[axis] == 0.0 and roi[rank + axis] == 1.0:
@@ -2020,22 +2016,22 @@ def _resize(ctx: Ctx) -> Sequence[Optional[Node]]:
             float(ctx.attr("cubic_coeff_a", -0.75)), nearest, bool(ctx.attr("exclude_outside", 0)))
         if not wide:
             # Nearest: each output element copies one input element (any dtype, exactly).
-            x = ctx.call(P("gather"), x, ctx.const(np.argmax(matrix, axis=1).astype(np.int64)), axis=axis)
+            x = ctx.call(indexing.gather, x, ctx.const(np.argmax(matrix, axis=1).astype(np.int64)), axis=axis)
             continue
         src = letters[:rank]
         dst = src[:axis] + "z" + src[axis + 1:]
-        x = ctx.call(P("einsum"), f"{src},z{src[axis]}->{dst}", x, ctx.const(matrix))
+        x = ctx.call(nn.einsum, f"{src},z{src[axis]}->{dst}", x, ctx.const(matrix))
         if outside.any():
-            x = ctx.call(P("where"), _along(ctx, outside, rank, axis), ctx.const(extrapolation, "f64"), x)
+            x = ctx.call(tensor.where, _along(ctx, outside, rank, axis), ctx.const(extrapolation, "f64"), x)
     if wide:
         if not is_float(d):
             # Back to an integer type as ONNX does: rounded, then saturated.
             low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
-            x = ctx.call(P("clip"), ctx.call(P("round"), x), ctx.const(float(low), "f64"),
+            x = ctx.call(elementwise.clip, ctx.call(elementwise.round_, x), ctx.const(float(low), "f64"),
                          ctx.const(float(high), "f64"))
-        x = ctx.call(P("cast"), x, d)
+        x = ctx.call(tensor.cast, x, d)
     elif x is ctx.input(0):
-        x = ctx.call(P("identity"), x)
+        x = ctx.call(structure.identity, x)
     return [x]
 
 
@@ -2053,9 +2049,9 @@ def _quant_param(ctx: Ctx, index: int, axis: int, block: int) -> Optional[Node]:
     rank = ctx.rank(0)
     if block > 0:
         length = _dim(ctx, 0, axis)
-        return ctx.call(P("gather"), node, ctx.const(np.arange(length, dtype=np.int64) // block), axis=axis)
+        return ctx.call(indexing.gather, node, ctx.const(np.arange(length, dtype=np.int64) // block), axis=axis)
     if ctx.rank(index) == 1 and rank > 1:
-        return ctx.call(P("unsqueeze"), node, axis=tuple(i for i in range(rank) if i != axis))
+        return ctx.call(shaping.unsqueeze, node, axis=tuple(i for i in range(rank) if i != axis))
     return node
 
 
@@ -2087,18 +2083,18 @@ def _quantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
         # saturating unless saturate=0, its zero point being 0); FLOAT4E2M1 adds its zero point.
         if d not in SATURATING and d != "f4e2m1":
             raise NodeError(f"QuantizeLinear to {d}")
-        q = ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd))
+        q = ctx.call(arith.div, x, ctx.call(tensor.cast, scale, xd))
         if d in SATURATING and ctx.attr("saturate", 1):
             q = _saturated(ctx, q, xd, d)
         elif d == "f4e2m1" and zero is not None:
-            q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
-        return [ctx.call(P("cast"), q, d)]
-    q = ctx.call(P("round"), ctx.call(P("div"), x, ctx.call(P("cast"), scale, xd)))
+            q = ctx.call(arith.add, q, ctx.call(tensor.cast, zero, xd))
+        return [ctx.call(tensor.cast, q, d)]
+    q = ctx.call(elementwise.round_, ctx.call(arith.div, x, ctx.call(tensor.cast, scale, xd)))
     if zero is not None:
-        q = ctx.call(P("add"), q, ctx.call(P("cast"), zero, xd))
+        q = ctx.call(arith.add, q, ctx.call(tensor.cast, zero, xd))
     low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
-    q = ctx.call(P("minimum"), ctx.call(P("maximum"), q, ctx.const(low, xd)), ctx.const(high, xd))
-    return [ctx.call(P("cast"), q, d)]
+    q = ctx.call(arith.minimum, ctx.call(arith.maximum, q, ctx.const(low, xd)), ctx.const(high, xd))
+    return [ctx.call(tensor.cast, q, d)]
 
 
 @op("DequantizeLinear", 10)
@@ -2110,13 +2106,13 @@ def _dequantize_linear(ctx: Ctx) -> Sequence[Optional[Node]]:
     assert scale is not None
     d = ctx.dtype(1)
     to = ctx.attr("output_dtype", 0)
-    x = ctx.call(P("cast"), ctx.need(0), "f32")
+    x = ctx.call(tensor.cast, ctx.need(0), "f32")
     if zero is not None:
-        x = ctx.call(P("sub"), x, ctx.call(P("cast"), zero, "f32"))
-    out = ctx.call(P("mul"), x, ctx.call(P("cast"), scale, "f32"))
+        x = ctx.call(arith.sub, x, ctx.call(tensor.cast, zero, "f32"))
+    out = ctx.call(arith.mul, x, ctx.call(tensor.cast, scale, "f32"))
     if to and DTYPE_OF_ELEM.get(to) is not None:
         d = DTYPE_OF_ELEM[to]
-    return [ctx.call(P("cast"), out, d)]
+    return [ctx.call(tensor.cast, out, d)]
 
 
 # -- recurrent networks (RNN, GRU, LSTM), unrolled over a static sequence length -------------------
@@ -2124,23 +2120,23 @@ def _activation(ctx: Ctx, name: str, alpha: Optional[float], beta: Optional[floa
     """One of the activation functions the recurrent ops name."""
     d = ctx.dtype(0)
     if name == "Sigmoid":
-        return lambda v: ctx.call(P("sigmoid"), v)
+        return lambda v: ctx.call(arith.sigmoid, v)
     if name == "Tanh":
-        return lambda v: ctx.call(P("tanh"), v)
+        return lambda v: ctx.call(arith.tanh, v)
     if name == "Relu":
-        return lambda v: ctx.call(P("relu"), v)
+        return lambda v: ctx.call(arith.relu, v)
     if name == "HardSigmoid":
         a, b = 0.2 if alpha is None else alpha, 0.5 if beta is None else beta
-        return lambda v: ctx.call(P("hard_sigmoid"), v, alpha=a, beta=b)
+        return lambda v: ctx.call(elementwise.hard_sigmoid, v, alpha=a, beta=b)
     if name == "LeakyRelu":
         a = 0.01 if alpha is None else alpha
-        return lambda v: ctx.call(P("leaky_relu"), v, alpha=a)
+        return lambda v: ctx.call(elementwise.leaky_relu, v, alpha=a)
     if name == "ScaledTanh":
         a, b = 1.0 if alpha is None else alpha, 1.0 if beta is None else beta
-        return lambda v: ctx.call(P("mul"), ctx.const(a, d), ctx.call(P("tanh"), ctx.call(P("mul"), ctx.const(b, d), v)))
+        return lambda v: ctx.call(arith.mul, ctx.const(a, d), ctx.call(arith.tanh, ctx.call(arith.mul, ctx.const(b, d), v)))
     if name == "Affine":
         a, b = 1.0 if alpha is None else alpha, 0.0 if beta is None else beta
-        return lambda v: ctx.call(P("add"), ctx.call(P("mul"), ctx.const(a, d), v), ctx.const(b, d))
+        return lambda v: ctx.call(arith.add, ctx.call(arith.mul, ctx.const(a, d), v), ctx.const(b, d))
     raise NodeError(f"the activation {name!r}")
 
 
@@ -2149,7 +2145,7 @@ def _recurrent(ctx: Ctx, gates: int, defaults: Sequence[str]) -> list[Optional[N
     layout = int(ctx.attr("layout", 0))
     x = ctx.need(0)
     if layout:
-        x = ctx.call(P("transpose"), x, (1, 0, 2))
+        x = ctx.call(tensor.transpose, x, (1, 0, 2))
     # Only the number of steps must be static (the loop is unrolled); the batch
     # may be symbolic (torch.onnx.export's dynamic batch): the zero initial
     # state takes its size from x.
@@ -2172,95 +2168,95 @@ def _recurrent(ctx: Ctx, gates: int, defaults: Sequence[str]) -> list[Optional[N
     finals_c: list[Node] = []
     for k in range(dirs):
         pick = ctx.const(k, "i64")
-        w = ctx.call(P("transpose"), ctx.call(P("gather"), ctx.need(1), pick, axis=0))
-        r = ctx.call(P("transpose"), ctx.call(P("gather"), ctx.need(2), pick, axis=0))
+        w = ctx.call(tensor.transpose, ctx.call(indexing.gather, ctx.need(1), pick, axis=0))
+        r = ctx.call(tensor.transpose, ctx.call(indexing.gather, ctx.need(2), pick, axis=0))
         bias = ctx.input(3)
         if bias is not None:
-            both = ctx.call(P("gather"), bias, pick, axis=0)
-            halves = call_named(ctx, "split", [both], {"sizes": 2, "axis": 0})
+            both = ctx.call(indexing.gather, bias, pick, axis=0)
+            halves = call_named(ctx, shaping.split, [both], {"sizes": 2, "axis": 0})
             wb, rb = (ctx.call(structure.tuple_getitem, halves, i) for i in range(2))
         else:
             wb = rb = ctx.const(np.zeros(gates * hidden, dtype=BY_NAME[d].numpy))
         # (batch, 1) zeros from x's first step, broadcast against (1, hidden):
         # shapes inference follows, with a symbolic batch.
-        column = ctx.call(P("slice"), ctx.call(P("zeros_like"), ctx.call(P("gather"), x, ctx.const(0, "i64"), axis=0)),
+        column = ctx.call(shaping.slice_, ctx.call(structure.zeros_like, ctx.call(indexing.gather, x, ctx.const(0, "i64"), axis=0)),
                           starts=(0,), ends=(1,), axes=(1,))
-        zeros = ctx.call(P("add"), column, ctx.const(np.zeros((1, hidden), dtype=BY_NAME[d].numpy)))
-        h = zeros if ctx.input(5) is None else ctx.call(P("gather"), ctx.need(5), pick, axis=0)
-        c = zeros if ctx.input(6) is None else ctx.call(P("gather"), ctx.need(6), pick, axis=0)
-        peep = None if ctx.input(7) is None or gates != 4 else ctx.call(P("gather"), ctx.need(7), pick, axis=0)
+        zeros = ctx.call(arith.add, column, ctx.const(np.zeros((1, hidden), dtype=BY_NAME[d].numpy)))
+        h = zeros if ctx.input(5) is None else ctx.call(indexing.gather, ctx.need(5), pick, axis=0)
+        c = zeros if ctx.input(6) is None else ctx.call(indexing.gather, ctx.need(6), pick, axis=0)
+        peep = None if ctx.input(7) is None or gates != 4 else ctx.call(indexing.gather, ctx.need(7), pick, axis=0)
         f, g = acts[per * k], acts[per * k + 1] if per > 1 else acts[per * k]
         act_h = acts[per * k + 2] if per > 2 else g
         reverse = direction == "reverse" or k == 1
         outs: list[Node] = [zeros] * steps
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-            xt = ctx.call(P("gather"), x, ctx.const(t, "i64"), axis=0)
-            xw = ctx.call(P("add"), ctx.call(P("matmul"), xt, w), wb)
+            xt = ctx.call(indexing.gather, x, ctx.const(t, "i64"), axis=0)
+            xw = ctx.call(arith.add, ctx.call(tensor.matmul, xt, w), wb)
 
             def part(v: Node, i: int) -> Node:
-                return ctx.call(P("slice"), v, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(1,))
+                return ctx.call(shaping.slice_, v, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(1,))
 
             def clipped(v: Node) -> Node:
                 if clip is None:
                     return v
-                return ctx.call(P("clip"), v, ctx.const(-float(clip), d), ctx.const(float(clip), d))
+                return ctx.call(elementwise.clip, v, ctx.const(-float(clip), d), ctx.const(float(clip), d))
 
             if gates == 1:
-                hr = ctx.call(P("add"), ctx.call(P("matmul"), h, r), rb)
-                h = f(clipped(ctx.call(P("add"), xw, hr)))
+                hr = ctx.call(arith.add, ctx.call(tensor.matmul, h, r), rb)
+                h = f(clipped(ctx.call(arith.add, xw, hr)))
             elif gates == 3:
-                hr = ctx.call(P("add"), ctx.call(P("matmul"), h, r), rb)
-                z = f(clipped(ctx.call(P("add"), part(xw, 0), part(hr, 0))))
-                rt = f(clipped(ctx.call(P("add"), part(xw, 1), part(hr, 1))))
+                hr = ctx.call(arith.add, ctx.call(tensor.matmul, h, r), rb)
+                z = f(clipped(ctx.call(arith.add, part(xw, 0), part(hr, 0))))
+                rt = f(clipped(ctx.call(arith.add, part(xw, 1), part(hr, 1))))
                 if ctx.attr("linear_before_reset", 0):
-                    cand = ctx.call(P("mul"), rt, part(hr, 2))
+                    cand = ctx.call(arith.mul, rt, part(hr, 2))
                 else:
-                    rh = ctx.call(P("matmul"), ctx.call(P("mul"), rt, h), part_w(ctx, r, 2, hidden))
-                    cand = ctx.call(P("add"), rh, part(rb_row(ctx, rb), 2))
-                hh = g(clipped(ctx.call(P("add"), part(xw, 2), cand)))
+                    rh = ctx.call(tensor.matmul, ctx.call(arith.mul, rt, h), part_w(ctx, r, 2, hidden))
+                    cand = ctx.call(arith.add, rh, part(rb_row(ctx, rb), 2))
+                hh = g(clipped(ctx.call(arith.add, part(xw, 2), cand)))
                 one = ctx.const(1, d)
-                h = ctx.call(P("add"), ctx.call(P("mul"), ctx.call(P("sub"), one, z), hh), ctx.call(P("mul"), z, h))
+                h = ctx.call(arith.add, ctx.call(arith.mul, ctx.call(arith.sub, one, z), hh), ctx.call(arith.mul, z, h))
             else:
-                hr = ctx.call(P("add"), ctx.call(P("matmul"), h, r), rb)
-                pre = ctx.call(P("add"), xw, hr)
+                hr = ctx.call(arith.add, ctx.call(tensor.matmul, h, r), rb)
+                pre = ctx.call(arith.add, xw, hr)
                 gi, go, gf, gc = (part(pre, i) for i in range(4))
                 if peep is not None:
-                    pi, po, pf = (ctx.call(P("slice"), peep, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(0,))
+                    pi, po, pf = (ctx.call(shaping.slice_, peep, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(0,))
                                   for i in range(3))
-                    gi = ctx.call(P("add"), gi, ctx.call(P("mul"), pi, c))
-                    gf = ctx.call(P("add"), gf, ctx.call(P("mul"), pf, c))
+                    gi = ctx.call(arith.add, gi, ctx.call(arith.mul, pi, c))
+                    gf = ctx.call(arith.add, gf, ctx.call(arith.mul, pf, c))
                 it = f(clipped(gi))
-                ft = ctx.call(P("sub"), ctx.const(1, d), it) if ctx.attr("input_forget", 0) else f(clipped(gf))
-                c = ctx.call(P("add"), ctx.call(P("mul"), ft, c), ctx.call(P("mul"), it, g(clipped(gc))))
+                ft = ctx.call(arith.sub, ctx.const(1, d), it) if ctx.attr("input_forget", 0) else f(clipped(gf))
+                c = ctx.call(arith.add, ctx.call(arith.mul, ft, c), ctx.call(arith.mul, it, g(clipped(gc))))
                 if peep is not None:
-                    go = ctx.call(P("add"), go, ctx.call(P("mul"), po, c))
-                h = ctx.call(P("mul"), f(clipped(go)), act_h(c))
+                    go = ctx.call(arith.add, go, ctx.call(arith.mul, po, c))
+                h = ctx.call(arith.mul, f(clipped(go)), act_h(c))
             outs[t] = h
         ys.append(outs)
         finals_h.append(h)
         finals_c.append(c)
     # Y: (steps, directions, batch, hidden); Y_h, Y_c: (directions, batch, hidden).
-    per_step = [ctx.call(P("stack"), ctx.call(structure.make_tuple, *[ys[k][t] for k in range(dirs)]), axis=0)
+    per_step = [ctx.call(shaping.stack, ctx.call(structure.make_tuple, *[ys[k][t] for k in range(dirs)]), axis=0)
                 for t in range(steps)]
-    y = ctx.call(P("stack"), ctx.call(structure.make_tuple, *per_step), axis=0)
-    y_h = ctx.call(P("stack"), ctx.call(structure.make_tuple, *finals_h), axis=0)
-    y_c = ctx.call(P("stack"), ctx.call(structure.make_tuple, *finals_c), axis=0)
+    y = ctx.call(shaping.stack, ctx.call(structure.make_tuple, *per_step), axis=0)
+    y_h = ctx.call(shaping.stack, ctx.call(structure.make_tuple, *finals_h), axis=0)
+    y_c = ctx.call(shaping.stack, ctx.call(structure.make_tuple, *finals_c), axis=0)
     if layout:
-        y = ctx.call(P("transpose"), y, (2, 0, 1, 3))
-        y_h = ctx.call(P("transpose"), y_h, (1, 0, 2))
-        y_c = ctx.call(P("transpose"), y_c, (1, 0, 2))
+        y = ctx.call(tensor.transpose, y, (2, 0, 1, 3))
+        y_h = ctx.call(tensor.transpose, y_h, (1, 0, 2))
+        y_c = ctx.call(tensor.transpose, y_c, (1, 0, 2))
     results: list[Optional[Node]] = [y, y_h, y_c]
     return results[:max(len(ctx.node.output), 1)]
 
 
 def part_w(ctx: Ctx, r: Node, i: int, hidden: int) -> Node:
     """Columns ``i*hidden ... (i+1)*hidden`` of a transposed recurrence weight."""
-    return ctx.call(P("slice"), r, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(1,))
+    return ctx.call(shaping.slice_, r, starts=(i * hidden,), ends=((i + 1) * hidden,), axes=(1,))
 
 
 def rb_row(ctx: Ctx, rb: Node) -> Node:
     """A bias vector as one row (its gates then slice along axis 1)."""
-    return ctx.call(P("unsqueeze"), rb, axis=0)
+    return ctx.call(shaping.unsqueeze, rb, axis=0)
 
 
 op("RNN", 7)(lambda ctx: _recurrent(ctx, 1, ("Tanh",)))
@@ -2283,10 +2279,10 @@ def _split_to_sequence(ctx: Ctx) -> Sequence[Optional[Node]]:
         sizes = tuple(min(piece, length - k) for k in range(0, length, piece))
     else:
         sizes = _ints(raw)
-    parts = call_named(ctx, "split", [ctx.need(0)], {"sizes": sizes, "axis": axis})
+    parts = call_named(ctx, shaping.split, [ctx.need(0)], {"sizes": sizes, "axis": axis})
     items = [ctx.call(structure.tuple_getitem, parts, k) for k in range(len(sizes))]
     if raw is None and not ctx.attr("keepdims", 1):
-        items = [ctx.call(P("squeeze"), item, axis=axis) for item in items]
+        items = [ctx.call(shaping.squeeze, item, axis=axis) for item in items]
     return [ctx.call(structure.make_tuple, *items)]
 
 
@@ -2307,7 +2303,7 @@ def _reverse_sequence(ctx: Ctx) -> Sequence[Optional[Node]]:
         where = [slice(None)] * len(shape)
         where[batch_axis] = slice(b, b + 1)
         index[tuple(where)] = np.broadcast_to(order.reshape(view), index[tuple(where)].shape)
-    return [ctx.call(P("gather_elements"), ctx.need(0), ctx.const(index), axis=time_axis)]
+    return [ctx.call(indexing.gather_elements, ctx.need(0), ctx.const(index), axis=time_axis)]
 
 
 def _inverse_real_dft(ctx: Ctx, x: Node, axis: int, n: int, length: int, d: str) -> Node:
@@ -2316,22 +2312,22 @@ def _inverse_real_dft(ctx: Ctx, x: Node, axis: int, n: int, length: int, d: str)
     rank = ctx.rank(0)
     inner = rank - 1
     used = min(n, length // 2 + 1)
-    re = ctx.call(P("gather"), x, ctx.const(0, "i64"), axis=rank - 1)
-    im = ctx.call(P("gather"), x, ctx.const(1, "i64"), axis=rank - 1) if _dim(ctx, 0, rank - 1) == 2 else None
+    re = ctx.call(indexing.gather, x, ctx.const(0, "i64"), axis=rank - 1)
+    im = ctx.call(indexing.gather, x, ctx.const(1, "i64"), axis=rank - 1) if _dim(ctx, 0, rank - 1) == 2 else None
     if used < n:
-        re = ctx.call(P("slice"), re, starts=(0,), ends=(used,), axes=(axis,))
-        im = None if im is None else ctx.call(P("slice"), im, starts=(0,), ends=(used,), axes=(axis,))
+        re = ctx.call(shaping.slice_, re, starts=(0,), ends=(used,), axes=(axis,))
+        im = None if im is None else ctx.call(shaping.slice_, im, starts=(0,), ends=(used,), axes=(axis,))
     j = np.arange(length).reshape(-1, 1)
     k = np.arange(used).reshape(1, -1)
     weight = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
     angle = 2 * np.pi * ((j * k) % length) / length
     letters = "abcdefghijklmnopqrstuvwxy"[:inner]
     spec = f"{letters},z{letters[axis]}->{letters[:axis]}z{letters[axis + 1:]}"
-    out = ctx.call(P("einsum"), spec, re, ctx.const(weight * np.cos(angle)))
+    out = ctx.call(nn.einsum, spec, re, ctx.const(weight * np.cos(angle)))
     if im is not None:
         sine = np.where((k == 0) | (2 * k == length), 0.0, weight * np.sin(angle))
-        out = ctx.call(P("sub"), out, ctx.call(P("einsum"), spec, im, ctx.const(sine)))
-    return ctx.call(P("cast"), ctx.call(P("unsqueeze"), out, axis=rank - 1), d)
+        out = ctx.call(arith.sub, out, ctx.call(nn.einsum, spec, im, ctx.const(sine)))
+    return ctx.call(tensor.cast, ctx.call(shaping.unsqueeze, out, axis=rank - 1), d)
 
 
 @op("DFT", 17)
@@ -2350,7 +2346,7 @@ def _dft(ctx: Ctx) -> Sequence[Optional[Node]]:
         raise NodeError("DFT along the last axis (it holds the real and imaginary parts)")
     inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
     d = ctx.dtype(0)
-    x = ctx.call(P("cast"), ctx.need(0), "f64")
+    x = ctx.call(tensor.cast, ctx.need(0), "f64")
     n = _dim(ctx, 0, axis)
     raw_length = ctx.static(1, "the DFT length")
     given = raw_length is not None and raw_length.size > 0
@@ -2360,18 +2356,18 @@ def _dft(ctx: Ctx) -> Sequence[Optional[Node]]:
         return [_inverse_real_dft(ctx, x, axis, n, length, d)]
     length = n if not given else int(raw_length.reshape(-1)[0])  # type: ignore[union-attr]
     parts = _dim(ctx, 0, rank - 1)
-    re = ctx.call(P("gather"), x, ctx.const(0, "i64"), axis=rank - 1)
-    im = ctx.call(P("gather"), x, ctx.const(1, "i64"), axis=rank - 1) if parts == 2 else None
+    re = ctx.call(indexing.gather, x, ctx.const(0, "i64"), axis=rank - 1)
+    im = ctx.call(indexing.gather, x, ctx.const(1, "i64"), axis=rank - 1) if parts == 2 else None
     inner = rank - 1
 
     def fit(v: Node) -> Node:
         # Truncated or zero-padded to the transform's length.
         if length < n:
-            return ctx.call(P("slice"), v, starts=(0,), ends=(length,), axes=(axis,))
+            return ctx.call(shaping.slice_, v, starts=(0,), ends=(length,), axes=(axis,))
         if length > n:
             pads = [0] * (2 * inner)
             pads[inner + axis] = length - n
-            return ctx.call(P("pad"), v, pads=tuple(pads), mode="constant", value=0)
+            return ctx.call(shaping.pad, v, pads=tuple(pads), mode="constant", value=0)
         return v
 
     re = fit(re)
@@ -2385,20 +2381,20 @@ def _dft(ctx: Ctx) -> Sequence[Optional[Node]]:
     spec = f"{letters},z{letters[axis]}->{letters[:axis]}z{letters[axis + 1:]}"
 
     def times(v: Node, m: np.ndarray) -> Node:
-        return ctx.call(P("einsum"), spec, v, ctx.const(m))
+        return ctx.call(nn.einsum, spec, v, ctx.const(m))
 
     sign = 1.0 if inverse else -1.0
     # (a + ib)(cos + i*sign*sin) = a cos - sign b sin + i (b cos + sign a sin)
     out_re = times(re, cos)
     out_im = times(re, sign * sin)
     if im is not None:
-        out_re = ctx.call(P("sub"), out_re, times(im, sign * sin))
-        out_im = ctx.call(P("add"), out_im, times(im, cos))
+        out_re = ctx.call(arith.sub, out_re, times(im, sign * sin))
+        out_im = ctx.call(arith.add, out_im, times(im, cos))
     if inverse:
         scale = ctx.const(1.0 / length, "f64")
-        out_re, out_im = ctx.call(P("mul"), out_re, scale), ctx.call(P("mul"), out_im, scale)
-    out = ctx.call(P("stack"), ctx.call(structure.make_tuple, out_re, out_im), axis=-1)
-    return [ctx.call(P("cast"), out, d)]
+        out_re, out_im = ctx.call(arith.mul, out_re, scale), ctx.call(arith.mul, out_im, scale)
+    out = ctx.call(shaping.stack, ctx.call(structure.make_tuple, out_re, out_im), axis=-1)
+    return [ctx.call(tensor.cast, out, d)]
 
 
 # -- GridSample: taps gathered from the flattened image ----------------------------------------------
@@ -2410,38 +2406,38 @@ def _keys_taps(ctx: Ctx, t: Node, d: str) -> list[Node]:
         return ctx.const(v, d)
 
     def near(u: Node) -> Node:  # |u| <= 1: (a+2)u^3 - (a+3)u^2 + 1
-        return ctx.call(P("add"), ctx.call(P("mul"), ctx.call(P("mul"), u, u),
-                                           ctx.call(P("sub"), ctx.call(P("mul"), c(a + 2), u), c(a + 3))), c(1.0))
+        return ctx.call(arith.add, ctx.call(arith.mul, ctx.call(arith.mul, u, u),
+                                           ctx.call(arith.sub, ctx.call(arith.mul, c(a + 2), u), c(a + 3))), c(1.0))
 
     def far(u: Node) -> Node:  # 1 < |u| < 2: ((a u - 5a) u + 8a) u - 4a
-        inner = ctx.call(P("add"), ctx.call(P("mul"), ctx.call(P("sub"), ctx.call(P("mul"), c(a), u), c(5 * a)), u),
+        inner = ctx.call(arith.add, ctx.call(arith.mul, ctx.call(arith.sub, ctx.call(arith.mul, c(a), u), c(5 * a)), u),
                          c(8 * a))
-        return ctx.call(P("sub"), ctx.call(P("mul"), inner, u), c(4 * a))
+        return ctx.call(arith.sub, ctx.call(arith.mul, inner, u), c(4 * a))
 
     one = c(1.0)
-    return [far(ctx.call(P("add"), t, one)), near(t), near(ctx.call(P("sub"), one, t)),
-            far(ctx.call(P("sub"), c(2.0), t))]
+    return [far(ctx.call(arith.add, t, one)), near(t), near(ctx.call(arith.sub, one, t)),
+            far(ctx.call(arith.sub, c(2.0), t))]
 
 
 def _reflect(ctx: Ctx, v: Node, lo: float, hi: float, d: str) -> Node:
     """ONNX's reflection of a coordinate into [lo, hi] (repeatedly, as a mirror)."""
     span = ctx.const(hi - lo, d)
-    below = ctx.call(P("sub"), ctx.const(lo, d), v)
-    above = ctx.call(P("sub"), v, ctx.const(hi, d))
+    below = ctx.call(arith.sub, ctx.const(lo, d), v)
+    above = ctx.call(arith.sub, v, ctx.const(hi, d))
 
     def fold(dist: Node, near_end: float, far_end: float) -> Node:
-        turns = ctx.call(P("floor"), ctx.call(P("div"), dist, span))
-        rest = ctx.call(P("sub"), dist, ctx.call(P("mul"), turns, span))
-        even = ctx.call(P("eq"), ctx.call(P("mod"), turns, ctx.const(2.0, d)), ctx.const(0.0, d))
-        return ctx.call(P("where"), even, ctx.call(P("add"), ctx.const(near_end, d), rest) if near_end == lo
-                        else ctx.call(P("sub"), ctx.const(near_end, d), rest),
-                        ctx.call(P("sub"), ctx.const(far_end, d), rest) if far_end == hi
-                        else ctx.call(P("add"), ctx.const(far_end, d), rest))
+        turns = ctx.call(elementwise.floor, ctx.call(arith.div, dist, span))
+        rest = ctx.call(arith.sub, dist, ctx.call(arith.mul, turns, span))
+        even = ctx.call(arith.eq, ctx.call(elementwise.mod, turns, ctx.const(2.0, d)), ctx.const(0.0, d))
+        return ctx.call(tensor.where, even, ctx.call(arith.add, ctx.const(near_end, d), rest) if near_end == lo
+                        else ctx.call(arith.sub, ctx.const(near_end, d), rest),
+                        ctx.call(arith.sub, ctx.const(far_end, d), rest) if far_end == hi
+                        else ctx.call(arith.add, ctx.const(far_end, d), rest))
 
-    low = ctx.call(P("lt"), v, ctx.const(lo, d))
-    high = ctx.call(P("gt"), v, ctx.const(hi, d))
-    return ctx.call(P("where"), low, fold(below, lo, hi),
-                    ctx.call(P("where"), high, fold(above, hi, lo), v))
+    low = ctx.call(arith.lt, v, ctx.const(lo, d))
+    high = ctx.call(arith.gt, v, ctx.const(hi, d))
+    return ctx.call(tensor.where, low, fold(below, lo, hi),
+                    ctx.call(tensor.where, high, fold(above, hi, lo), v))
 
 
 @op("GridSample", 16)
@@ -2464,45 +2460,45 @@ def _grid_sample(ctx: Ctx) -> Sequence[Optional[Node]]:
     per_axis: list[list[tuple[Node, Node, Node]]] = []  # (index, weight, valid) per tap
     for a in range(r):
         size = spatial[a]
-        g = ctx.call(P("reshape"), ctx.call(P("gather"), grid, ctx.const(r - 1 - a, "i64"), axis=-1), (n, count))
+        g = ctx.call(tensor.reshape, ctx.call(indexing.gather, grid, ctx.const(r - 1 - a, "i64"), axis=-1), (n, count))
         one = ctx.const(1.0, gd)
         if aligned:
-            x = ctx.call(P("mul"), ctx.call(P("div"), ctx.call(P("add"), g, one), ctx.const(2.0, gd)),
+            x = ctx.call(arith.mul, ctx.call(arith.div, ctx.call(arith.add, g, one), ctx.const(2.0, gd)),
                          ctx.const(float(size - 1), gd))
             lo, hi = 0.0, float(size - 1)
         else:
-            x = ctx.call(P("div"), ctx.call(P("sub"), ctx.call(P("mul"), ctx.call(P("add"), g, one),
+            x = ctx.call(arith.div, ctx.call(arith.sub, ctx.call(arith.mul, ctx.call(arith.add, g, one),
                                                                ctx.const(float(size), gd)), one), ctx.const(2.0, gd))
             lo, hi = -0.5, size - 0.5
         if mode == "nearest":
-            x = ctx.call(P("round"), x)
+            x = ctx.call(elementwise.round_, x)
         if padding == "border":
-            x = ctx.call(P("minimum"), ctx.call(P("maximum"), x, ctx.const(0.0, gd)), ctx.const(float(size - 1), gd))
+            x = ctx.call(arith.minimum, ctx.call(arith.maximum, x, ctx.const(0.0, gd)), ctx.const(float(size - 1), gd))
         elif padding == "reflection":
             x = _reflect(ctx, x, lo, hi, gd)
-        base = ctx.call(P("floor"), x)
-        t = ctx.call(P("cast"), ctx.call(P("sub"), x, base), d)
+        base = ctx.call(elementwise.floor, x)
+        t = ctx.call(tensor.cast, ctx.call(arith.sub, x, base), d)
         weights: list[Node]
         if mode == "nearest":
             offsets, weights = [0], [ctx.const(1.0, d)]
         elif mode == "linear":
-            offsets, weights = [0, 1], [ctx.call(P("sub"), ctx.const(1.0, d), t), t]
+            offsets, weights = [0, 1], [ctx.call(arith.sub, ctx.const(1.0, d), t), t]
         elif mode == "cubic":
             offsets, weights = [-1, 0, 1, 2], _keys_taps(ctx, t, d)
         else:
             raise NodeError(f"GridSample mode {mode!r}")
-        start = ctx.call(P("cast"), base, "i64")
+        start = ctx.call(tensor.cast, base, "i64")
         taps: list[tuple[Node, Node, Node]] = []
         for off, w in zip(offsets, weights):
-            i = ctx.call(P("add"), start, ctx.const(off, "i64"))
+            i = ctx.call(arith.add, start, ctx.const(off, "i64"))
             if padding == "reflection":
-                i = ctx.call(P("cast"), _reflect(ctx, ctx.call(P("cast"), i, gd), lo, hi, gd), "i64")
-            inside = ctx.call(P("logical_and"), ctx.call(P("ge"), i, ctx.const(0, "i64")),
-                              ctx.call(P("lt"), i, ctx.const(size, "i64")))
-            i = ctx.call(P("minimum"), ctx.call(P("maximum"), i, ctx.const(0, "i64")), ctx.const(size - 1, "i64"))
+                i = ctx.call(tensor.cast, _reflect(ctx, ctx.call(tensor.cast, i, gd), lo, hi, gd), "i64")
+            inside = ctx.call(arith.logical_and, ctx.call(arith.ge, i, ctx.const(0, "i64")),
+                              ctx.call(arith.lt, i, ctx.const(size, "i64")))
+            i = ctx.call(arith.minimum, ctx.call(arith.maximum, i, ctx.const(0, "i64")), ctx.const(size - 1, "i64"))
             taps.append((i, w, inside))
         per_axis.append(taps)
-    flat = ctx.call(P("reshape"), ctx.need(0), (n, ch, int(np.prod(spatial))))
+    flat = ctx.call(tensor.reshape, ctx.need(0), (n, ch, int(np.prod(spatial))))
     strides = [int(np.prod(spatial[a + 1:])) for a in range(r)]
     total: Optional[Node] = None
     for combo in itertools.product(*per_axis):
@@ -2510,50 +2506,50 @@ def _grid_sample(ctx: Ctx) -> Sequence[Optional[Node]]:
         weight: Optional[Node] = None
         valid: Optional[Node] = None
         for a, (i, w, inside) in enumerate(combo):
-            part = ctx.call(P("mul"), i, ctx.const(strides[a], "i64"))
-            index = part if index is None else ctx.call(P("add"), index, part)
-            weight = w if weight is None else ctx.call(P("mul"), weight, w)
-            valid = inside if valid is None else ctx.call(P("logical_and"), valid, inside)
+            part = ctx.call(arith.mul, i, ctx.const(strides[a], "i64"))
+            index = part if index is None else ctx.call(arith.add, index, part)
+            weight = w if weight is None else ctx.call(arith.mul, weight, w)
+            valid = inside if valid is None else ctx.call(arith.logical_and, valid, inside)
         assert index is not None and weight is not None and valid is not None
         if padding == "zeros":
-            weight = ctx.call(P("where"), valid, weight, ctx.const(0.0, d))
-        spread = ctx.call(P("broadcast_to"), ctx.call(P("unsqueeze"), index, axis=1), (n, ch, count))
-        picked = ctx.call(P("gather_elements"), flat, spread, axis=2)
-        term = ctx.call(P("mul"), picked, ctx.call(P("unsqueeze"), weight, axis=1))
-        total = term if total is None else ctx.call(P("add"), total, term)
+            weight = ctx.call(tensor.where, valid, weight, ctx.const(0.0, d))
+        spread = ctx.call(tensor.broadcast_to, ctx.call(shaping.unsqueeze, index, axis=1), (n, ch, count))
+        picked = ctx.call(indexing.gather_elements, flat, spread, axis=2)
+        term = ctx.call(arith.mul, picked, ctx.call(shaping.unsqueeze, weight, axis=1))
+        total = term if total is None else ctx.call(arith.add, total, term)
     assert total is not None
-    return [ctx.call(P("reshape"), total, (n, ch, *out_spatial))]
+    return [ctx.call(tensor.reshape, total, (n, ch, *out_spatial))]
 
 
 # -- integer and quantized linear algebra ---------------------------------------------------------
 def _minus_zero(ctx: Ctx, value: int, zero: int) -> Node:
     """Input ``value`` as i32, less the zero point input ``zero`` when given."""
-    out = ctx.call(P("cast"), ctx.need(value), "i32")
+    out = ctx.call(tensor.cast, ctx.need(value), "i32")
     point = ctx.input(zero) if zero < len(ctx.node.input) else None
     if point is not None:
-        out = ctx.call(P("sub"), out, ctx.call(P("cast"), point, "i32"))
+        out = ctx.call(arith.sub, out, ctx.call(tensor.cast, point, "i32"))
     return out
 
 
 @op("MatMulInteger", 10)
 def _matmul_integer(ctx: Ctx) -> Sequence[Optional[Node]]:
-    return [ctx.call(P("matmul"), _minus_zero(ctx, 0, 2), _minus_zero(ctx, 1, 3))]
+    return [ctx.call(tensor.matmul, _minus_zero(ctx, 0, 2), _minus_zero(ctx, 1, 3))]
 
 
 @op("QLinearMatMul", 10)
 def _qlinear_matmul(ctx: Ctx) -> Sequence[Optional[Node]]:
     # The integer product, scaled by a_scale * b_scale / y_scale, rounded to even,
     # shifted by y's zero point and saturated to its type.
-    product = ctx.call(P("matmul"), _minus_zero(ctx, 0, 2), _minus_zero(ctx, 3, 5))
-    ratio = ctx.call(P("div"), ctx.call(P("mul"), ctx.need(1), ctx.need(4)), ctx.need(6))
-    y = ctx.call(P("mul"), ctx.call(P("cast"), product, "f64"), ctx.call(P("cast"), ratio, "f64"))
+    product = ctx.call(tensor.matmul, _minus_zero(ctx, 0, 2), _minus_zero(ctx, 3, 5))
+    ratio = ctx.call(arith.div, ctx.call(arith.mul, ctx.need(1), ctx.need(4)), ctx.need(6))
+    y = ctx.call(arith.mul, ctx.call(tensor.cast, product, "f64"), ctx.call(tensor.cast, ratio, "f64"))
     zero = ctx.input(7)
     d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
     if zero is not None:
-        y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
+        y = ctx.call(arith.add, y, ctx.call(tensor.cast, zero, "f64"))
     low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
-    y = ctx.call(P("clip"), ctx.call(P("round"), y), ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
-    return [ctx.call(P("cast"), y, d)]
+    y = ctx.call(elementwise.clip, ctx.call(elementwise.round_, y), ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
+    return [ctx.call(tensor.cast, y, d)]
 
 
 @op("ConvInteger", 10)
@@ -2562,16 +2558,16 @@ def _conv_integer(ctx: Ctx) -> Sequence[Optional[Node]]:
     kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 1, range(2, ctx.rank(1)))
     strides, dilations, pads = _spatial(ctx, kernel)
     x = _minus_zero(ctx, 0, 2)
-    w = ctx.call(P("cast"), ctx.need(1), "i32")
+    w = ctx.call(tensor.cast, ctx.need(1), "i32")
     point = ctx.input(3) if len(ctx.node.input) > 3 else None
     if point is not None:
-        shift = ctx.call(P("cast"), point, "i32")
+        shift = ctx.call(tensor.cast, point, "i32")
         if ctx.rank(3) == 1:  # one zero point per output channel
-            shift = ctx.call(P("unsqueeze"), shift, axis=tuple(range(1, ctx.rank(1))))
-        w = ctx.call(P("sub"), w, shift)
-    out = call_named(ctx, "conv", [x, w], {"stride": strides, "padding": pads, "dilation": dilations,
+            shift = ctx.call(shaping.unsqueeze, shift, axis=tuple(range(1, ctx.rank(1))))
+        w = ctx.call(arith.sub, w, shift)
+    out = call_named(ctx, conv.conv, [x, w], {"stride": strides, "padding": pads, "dilation": dilations,
                                           "groups": int(ctx.attr("group", 1))})
-    return [ctx.call(P("cast"), out, "i32")]
+    return [ctx.call(tensor.cast, out, "i32")]
 
 
 @op("QLinearConv", 10)
@@ -2582,28 +2578,28 @@ def _qlinear_conv(ctx: Ctx) -> Sequence[Optional[Node]]:
     kernel = tuple(int(k) for k in listed) if listed is not None else _dims(ctx, 3, range(2, ctx.rank(3)))
     strides, dilations, pads = _spatial(ctx, kernel)
     x = _minus_zero(ctx, 0, 2)
-    w = ctx.call(P("cast"), ctx.need(3), "i32")
+    w = ctx.call(tensor.cast, ctx.need(3), "i32")
     spatial = tuple(range(1, ctx.rank(3)))
     point = ctx.input(5)
     if point is not None:
-        shift = ctx.call(P("cast"), point, "i32")
+        shift = ctx.call(tensor.cast, point, "i32")
         if ctx.rank(5) == 1:
-            shift = ctx.call(P("unsqueeze"), shift, axis=spatial)
-        w = ctx.call(P("sub"), w, shift)
-    out = call_named(ctx, "conv", [x, w], {"b": ctx.input(8), "stride": strides, "padding": pads,
+            shift = ctx.call(shaping.unsqueeze, shift, axis=spatial)
+        w = ctx.call(arith.sub, w, shift)
+    out = call_named(ctx, conv.conv, [x, w], {"b": ctx.input(8), "stride": strides, "padding": pads,
                                           "dilation": dilations, "groups": int(ctx.attr("group", 1))})
     w_scale = ctx.need(4)
     if ctx.rank(4) == 1:
-        w_scale = ctx.call(P("unsqueeze"), w_scale, axis=(0, *range(2, ctx.rank(3))))
-    ratio = ctx.call(P("div"), ctx.call(P("mul"), ctx.need(1), w_scale), ctx.need(6))
-    y = ctx.call(P("mul"), ctx.call(P("cast"), ctx.call(P("cast"), out, "i32"), "f64"), ctx.call(P("cast"), ratio, "f64"))
+        w_scale = ctx.call(shaping.unsqueeze, w_scale, axis=(0, *range(2, ctx.rank(3))))
+    ratio = ctx.call(arith.div, ctx.call(arith.mul, ctx.need(1), w_scale), ctx.need(6))
+    y = ctx.call(arith.mul, ctx.call(tensor.cast, ctx.call(tensor.cast, out, "i32"), "f64"), ctx.call(tensor.cast, ratio, "f64"))
     zero = ctx.input(7)
     d = ctx.dtype(7) if zero is not None else ctx.dtype(0)
     if zero is not None:
-        y = ctx.call(P("add"), y, ctx.call(P("cast"), zero, "f64"))
+        y = ctx.call(arith.add, y, ctx.call(tensor.cast, zero, "f64"))
     low, high = int_range(numpy_dtype(d))  # (int4 too: numpy's iinfo lacks it)
-    y = ctx.call(P("clip"), y, ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
-    return [ctx.call(P("cast"), ctx.call(P("round"), y), d)]
+    y = ctx.call(elementwise.clip, y, ctx.const(float(low), "f64"), ctx.const(float(high), "f64"))
+    return [ctx.call(tensor.cast, ctx.call(elementwise.round_, y), d)]
 
 
 # -- the training domain's optimizers (ai.onnx.preview.training) --------------------------------------
@@ -2625,15 +2621,15 @@ def _adagrad(ctx: Ctx) -> Sequence[Optional[Node]]:
     d = ctx.dtype(2)
     decay, eps = float(ctx.attr("decay_factor", 0.0)), float(ctx.attr("epsilon", 1e-6))
     norm = float(ctx.attr("norm_coefficient", 0.0))
-    t = ctx.call(P("cast"), step, d)
-    r = ctx.call(P("div"), ctx.call(P("cast"), rate, d),
-                 ctx.call(P("add"), ctx.const(1.0, d), ctx.call(P("mul"), t, ctx.const(decay, d))))
+    t = ctx.call(tensor.cast, step, d)
+    r = ctx.call(arith.div, ctx.call(tensor.cast, rate, d),
+                 ctx.call(arith.add, ctx.const(1.0, d), ctx.call(arith.mul, t, ctx.const(decay, d))))
     new_x, new_h = [], []
     for x, g, h in zip(xs, gs, hs):
-        reg = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(norm, d), x), g)
-        h2 = ctx.call(P("add"), h, ctx.call(P("mul"), reg, reg))
-        adaptive = ctx.call(P("add"), ctx.call(P("sqrt"), h2), ctx.const(eps, d))
-        new_x.append(ctx.call(P("sub"), x, ctx.call(P("div"), ctx.call(P("mul"), r, reg), adaptive)))
+        reg = ctx.call(arith.add, ctx.call(arith.mul, ctx.const(norm, d), x), g)
+        h2 = ctx.call(arith.add, h, ctx.call(arith.mul, reg, reg))
+        adaptive = ctx.call(arith.add, ctx.call(arith.sqrt, h2), ctx.const(eps, d))
+        new_x.append(ctx.call(arith.sub, x, ctx.call(arith.div, ctx.call(arith.mul, r, reg), adaptive)))
         new_h.append(h2)
     return [*new_x, *new_h]
 
@@ -2645,15 +2641,15 @@ def _momentum(ctx: Ctx) -> Sequence[Optional[Node]]:
     alpha, beta = float(ctx.attr("alpha")), float(ctx.attr("beta"))
     norm = float(ctx.attr("norm_coefficient"))
     nesterov = str(ctx.attr("mode", "standard")) == "nesterov"
-    r = ctx.call(P("cast"), rate, d)
+    r = ctx.call(tensor.cast, rate, d)
     # The first step (T = 0) takes the gradient unscaled by beta.
-    b = ctx.call(P("where"), ctx.call(P("gt"), step, ctx.const(0, ctx.dtype(1))), ctx.const(beta, d), ctx.const(1.0, d))
+    b = ctx.call(tensor.where, ctx.call(arith.gt, step, ctx.const(0, ctx.dtype(1))), ctx.const(beta, d), ctx.const(1.0, d))
     new_x, new_v = [], []
     for x, g, v in zip(xs, gs, vs):
-        reg = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(norm, d), x), g)
-        v2 = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(alpha, d), v), ctx.call(P("mul"), b, reg))
-        move = ctx.call(P("add"), reg, ctx.call(P("mul"), ctx.const(alpha, d), v2)) if nesterov else v2
-        new_x.append(ctx.call(P("sub"), x, ctx.call(P("mul"), r, move)))
+        reg = ctx.call(arith.add, ctx.call(arith.mul, ctx.const(norm, d), x), g)
+        v2 = ctx.call(arith.add, ctx.call(arith.mul, ctx.const(alpha, d), v), ctx.call(arith.mul, b, reg))
+        move = ctx.call(arith.add, reg, ctx.call(arith.mul, ctx.const(alpha, d), v2)) if nesterov else v2
+        new_x.append(ctx.call(arith.sub, x, ctx.call(arith.mul, r, move)))
         new_v.append(v2)
     return [*new_x, *new_v]
 
@@ -2665,23 +2661,23 @@ def _adam(ctx: Ctx) -> Sequence[Optional[Node]]:
     alpha, beta = float(ctx.attr("alpha", 0.9)), float(ctx.attr("beta", 0.999))
     eps, norm = float(ctx.attr("epsilon", 1e-6)), float(ctx.attr("norm_coefficient", 0.0))
     post = float(ctx.attr("norm_coefficient_post", 0.0))
-    t = ctx.call(P("cast"), step, d)
-    r = ctx.call(P("cast"), rate, d)
+    t = ctx.call(tensor.cast, step, d)
+    r = ctx.call(tensor.cast, rate, d)
     one = ctx.const(1.0, d)
     # R * sqrt(1 - beta^T) / (1 - alpha^T) once T > 0 (bias correction), else R.
-    corrected = ctx.call(P("div"), ctx.call(P("mul"), r, ctx.call(P("sqrt"), ctx.call(
-        P("sub"), one, ctx.call(P("pow"), ctx.const(beta, d), t)))),
-        ctx.call(P("sub"), one, ctx.call(P("pow"), ctx.const(alpha, d), t)))
-    r = ctx.call(P("where"), ctx.call(P("gt"), step, ctx.const(0, ctx.dtype(1))), corrected, r)
+    corrected = ctx.call(arith.div, ctx.call(arith.mul, r, ctx.call(arith.sqrt, ctx.call(
+        arith.sub, one, ctx.call(arith.pow_, ctx.const(beta, d), t)))),
+        ctx.call(arith.sub, one, ctx.call(arith.pow_, ctx.const(alpha, d), t)))
+    r = ctx.call(tensor.where, ctx.call(arith.gt, step, ctx.const(0, ctx.dtype(1))), corrected, r)
     new_x, new_v, new_h = [], [], []
     for x, g, v, h in zip(xs, gs, vs, hs):
-        reg = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(norm, d), x), g)
-        v2 = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(alpha, d), v), ctx.call(P("mul"), ctx.const(1 - alpha, d), reg))
-        h2 = ctx.call(P("add"), ctx.call(P("mul"), ctx.const(beta, d), h),
-                      ctx.call(P("mul"), ctx.const(1 - beta, d), ctx.call(P("mul"), reg, reg)))
-        root = ctx.call(P("add"), ctx.call(P("sqrt"), h2), ctx.const(eps, d))
-        x2 = ctx.call(P("sub"), x, ctx.call(P("div"), ctx.call(P("mul"), r, v2), root))
-        new_x.append(ctx.call(P("mul"), ctx.const(1 - post, d), x2))
+        reg = ctx.call(arith.add, ctx.call(arith.mul, ctx.const(norm, d), x), g)
+        v2 = ctx.call(arith.add, ctx.call(arith.mul, ctx.const(alpha, d), v), ctx.call(arith.mul, ctx.const(1 - alpha, d), reg))
+        h2 = ctx.call(arith.add, ctx.call(arith.mul, ctx.const(beta, d), h),
+                      ctx.call(arith.mul, ctx.const(1 - beta, d), ctx.call(arith.mul, reg, reg)))
+        root = ctx.call(arith.add, ctx.call(arith.sqrt, h2), ctx.const(eps, d))
+        x2 = ctx.call(arith.sub, x, ctx.call(arith.div, ctx.call(arith.mul, r, v2), root))
+        new_x.append(ctx.call(arith.mul, ctx.const(1 - post, d), x2))
         new_v.append(v2)
         new_h.append(h2)
     return [*new_x, *new_v, *new_h]

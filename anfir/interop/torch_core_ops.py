@@ -22,9 +22,10 @@ import numpy as np
 
 from anfir.errors import AnfirError
 from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.primitives import arith, conv, elementwise, indexing, nn, reduce, shaping, structure, tensor
 from anfir.interop.torch_ops import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
-                                     _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple,
-                                     _max_pool_with_indices, _prim, _reshape_to_result,
+                                     _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple, _ints,
+                                     _max_pool_with_indices, _binary, _channel_fill, _reshape_to_result,
                                      _softmax_core, _static_ints, aten_table)
 
 def core_overloads(torch: Any) -> list[Any]:
@@ -72,13 +73,13 @@ def _out_val(b: Any) -> Any:
 
 
 def _const(b: Any, value: Any, dtype: str) -> Any:
-    return b.call(_prim("cast"), value, dtype)
+    return b.call(tensor.cast, value, dtype)
 
 
 # -- elementwise -----------------------------------------------------------------------------
 def _log_base(base: float) -> Rule:
     def rule(b: Any, x: Any) -> Any:
-        return b.call(_prim("div"), b.call(_prim("log"), x), _const(b, math.log(base), b.out_dtype()))
+        return b.call(arith.div, b.call(arith.log, x), _const(b, math.log(base), b.out_dtype()))
     return rule
 
 
@@ -86,68 +87,68 @@ def _asinh(b: Any, x: Any) -> Any:
     """log(x + sqrt(x² + 1)), mirrored for x < 0 (no cancellation); derivative 1/sqrt(x²+1),
     1 at 0 (both branches' formula, not a kink)."""
     def side(v: Any) -> Any:
-        return b.call(_prim("log"), b.call(_prim("add"), v, b.call(
-            _prim("sqrt"), b.call(_prim("add"), b.call(_prim("mul"), v, v), 1.0))))
-    neg = b.call(_prim("neg"), side(b.call(_prim("neg"), x)))
-    return b.call(_prim("where"), b.call(_prim("lt"), x, 0.0), neg, side(x))
+        return b.call(arith.log, b.call(arith.add, v, b.call(
+            arith.sqrt, b.call(arith.add, b.call(arith.mul, v, v), 1.0))))
+    neg = b.call(arith.neg, side(b.call(arith.neg, x)))
+    return b.call(tensor.where, b.call(arith.lt, x, 0.0), neg, side(x))
 
 
 def _acosh(b: Any, x: Any) -> Any:
-    root = b.call(_prim("sqrt"), b.call(_prim("mul"), b.call(_prim("sub"), x, 1.0),
-                                        b.call(_prim("add"), x, 1.0)))
-    return b.call(_prim("log"), b.call(_prim("add"), x, root))
+    root = b.call(arith.sqrt, b.call(arith.mul, b.call(arith.sub, x, 1.0),
+                                        b.call(arith.add, x, 1.0)))
+    return b.call(arith.log, b.call(arith.add, x, root))
 
 
 def _atanh(b: Any, x: Any) -> Any:
     """0.5 * log1p(2x / (1 - x))."""
-    ratio = b.call(_prim("div"), b.call(_prim("mul"), x, 2.0), b.call(_prim("sub"), 1.0, x))
-    return b.call(_prim("mul"), b.call(_prim("log1p"), ratio), 0.5)
+    ratio = b.call(arith.div, b.call(arith.mul, x, 2.0), b.call(arith.sub, 1.0, x))
+    return b.call(arith.mul, b.call(elementwise.log1p, ratio), 0.5)
 
 
 def _trunc(b: Any, x: Any) -> Any:
-    return b.call(_prim("where"), b.call(_prim("lt"), x, 0.0), b.call(_prim("ceil"), x),
-                  b.call(_prim("floor"), x))
+    return b.call(tensor.where, b.call(arith.lt, x, 0.0), b.call(elementwise.ceil, x),
+                  b.call(elementwise.floor, x))
 
 
 def _clamp_tensor(b: Any, x: Any, min: Any = None, max: Any = None) -> Any:
     """``clamp`` with tensor bounds: ``clip(x, lo, hi)`` (PyTorch's gradient: to x at
     the bounds, to a bound where it is strictly the result)."""
     if min is None and max is None:
-        return b.call(_prim("identity"), x)
+        return b.call(structure.identity, x)
     if max is None:
-        return b.call(_prim("clip"), x, min)
+        return b.call(elementwise.clip, x, min)
     if min is None:
         return _clamp_max_only(b, x, max)
-    return b.call(_prim("clip"), x, min, max)
+    return b.call(elementwise.clip, x, min, max)
 
 
 def _clamp_max_only(b: Any, x: Any, hi: Any) -> Any:
     # clip(-x, -hi) negated: the two-argument clip is a lower bound.
-    return b.call(_prim("neg"), b.call(_prim("clip"), b.call(_prim("neg"), x), b.call(_prim("neg"), hi)))
+    return b.call(arith.neg, b.call(elementwise.clip, b.call(arith.neg, x), b.call(arith.neg, hi)))
 
 
 def _copy(b: Any, x: Any, src: Any, non_blocking: bool = False) -> Any:
     """``copy(self, src)``: src broadcast to self's shape, in self's dtype (self's
     values are overwritten: no gradient reaches it)."""
-    out = b.call(_prim("broadcast_to"), b.call(_prim("cast"), src, b.out_dtype()), b.out_shape())
+    out = b.call(tensor.broadcast_to, b.call(tensor.cast, src, b.out_dtype()), b.out_shape())
     return out
 
 
 def _fill(b: Any, x: Any, value: Any) -> Any:
     dt = b.out_dtype()
-    zeros = b.call(_prim("cast"), b.call(_prim("zeros_like"), x), dt)
-    return b.call(_prim("add"), zeros, b.call(_prim("cast"), value, dt))
+    zeros = b.call(tensor.cast, b.call(structure.zeros_like, x), dt)
+    return b.call(arith.add, zeros, b.call(tensor.cast, value, dt))
 
 
 def _empty(b: Any, *_: Any, **__: Any) -> Any:
     """``empty``/``empty_strided``: uninitialised memory in PyTorch; zeros here (a value
     a program may not read before writing anyway)."""
-    return b.call(_prim("zeros"), b.out_shape(), b.out_dtype())
+    return b.call(tensor.zeros, b.out_shape(), b.out_dtype())
 
 
 def _local_scalar(b: Any, x: Any) -> Any:
     """``.item()``: the single element, as a 0-d value."""
-    return b.call(_prim("reshape"), x, b.tuple_of(()))
+    return b.call(tensor.reshape, x, b.tuple_of(()))
 
 
 def _sym_query(b: Any, *_: Any, **__: Any) -> Any:
@@ -162,17 +163,17 @@ def _resize(b: Any, x: Any, size: Any, memory_format: Any = None) -> Any:
     _static_ints(b, "resize_", *size)
     old = int(np.prod(_static_shape(b, "resize_")))
     new = int(np.prod([int(d) for d in size]))
-    flat = b.call(_prim("reshape"), x, b.tuple_of((-1,)))
+    flat = b.call(tensor.reshape, x, b.tuple_of((-1,)))
     if new < old:
-        flat = b.call(_prim("slice"), flat, starts=0, ends=new, axes=0)
+        flat = b.call(shaping.slice_, flat, starts=0, ends=new, axes=0)
     elif new > old:
-        flat = b.call(_prim("pad"), flat, pads=(0, new - old))
-    return b.call(_prim("reshape"), flat, b.tuple_of(tuple(int(d) for d in size)))
+        flat = b.call(shaping.pad, flat, pads=(0, new - old))
+    return b.call(tensor.reshape, flat, b.tuple_of(tuple(int(d) for d in size)))
 
 
 # -- reductions, norms, distances -------------------------------------------------------------
 def _var_dim(b: Any, x: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
-    return b.call(_prim("var"), x, axis=_axes(dim), keepdims=bool(keepdim),
+    return b.call(reduce.var, x, axis=_axes(dim), keepdims=bool(keepdim),
                   correction=1 if unbiased else 0)
 
 
@@ -181,25 +182,25 @@ def _vector_norm(b: Any, x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = 
     """``linalg_vector_norm`` -> ``norm`` (its gradient at a zero vector is 0, as PyTorch's)."""
     order = float(ord)
     if order == 0.0 or math.isinf(order):
-        absx = b.call(_prim("abs"), x)
+        absx = b.call(arith.abs_, x)
         if order == 0.0:
-            ne = b.call(_prim("cast"), b.call(_prim("ne"), x, 0.0), b.out_dtype())
-            return b.call(_prim("sum"), ne, axis=_axes(dim), keepdims=bool(keepdim))
-        name = "max" if order > 0 else "min"
-        return b.call(_prim(name), absx, axis=_axes(dim), keepdims=bool(keepdim))
-    out = b.call(_prim("norm"), x, ord=order if order != int(order) else int(order),
+            ne = b.call(tensor.cast, b.call(arith.ne, x, 0.0), b.out_dtype())
+            return b.call(tensor.sum_, ne, axis=_axes(dim), keepdims=bool(keepdim))
+        extreme = reduce.max_ if order > 0 else reduce.min_
+        return b.call(extreme, absx, axis=_axes(dim), keepdims=bool(keepdim))
+    out = b.call(reduce.norm, x, ord=order if order != int(order) else int(order),
                  axis=_axes(dim), keepdims=bool(keepdim))
-    return b.call(_prim("cast"), out, dtype) if dtype is not None else out
+    return b.call(tensor.cast, out, dtype) if dtype is not None else out
 
 
 def _distances(b: Any, x1: Any, x2: Any, p: float) -> Any:
     """‖x1[..., i, :] - x2[..., j, :]‖_p for every i, j."""
-    diff = b.call(_prim("sub"), b.call(_prim("unsqueeze"), x1, axis=-2),
-                  b.call(_prim("unsqueeze"), x2, axis=-3))
+    diff = b.call(arith.sub, b.call(shaping.unsqueeze, x1, axis=-2),
+                  b.call(shaping.unsqueeze, x2, axis=-3))
     order = float(p)
     if math.isinf(order):
-        return b.call(_prim("max"), b.call(_prim("abs"), diff), axis=-1)
-    return b.call(_prim("norm"), diff, ord=int(order) if order == int(order) else order, axis=-1)
+        return b.call(reduce.max_, b.call(arith.abs_, diff), axis=-1)
+    return b.call(reduce.norm, diff, ord=int(order) if order == int(order) else order, axis=-1)
 
 
 def _cdist(b: Any, x1: Any, x2: Any, p: float, compute_mode: Any = None) -> Any:
@@ -213,38 +214,36 @@ def _pdist(b: Any, x: Any, p: float = 2.0) -> Any:
     full = _distances(b, x, x, p)
     pairs = _array_node(b, np.stack([rows, cols], -1).astype(np.int64)) if len(rows) else None
     if pairs is None:
-        return b.call(_prim("zeros"), b.tuple_of((0,)), b.out_dtype())
-    return b.call(_prim("gather_nd"), full, pairs)
+        return b.call(tensor.zeros, b.tuple_of((0,)), b.out_dtype())
+    return b.call(indexing.gather_nd, full, pairs)
 
 
 # -- normalisation ---------------------------------------------------------------------------
 def _group_stats(b: Any, x: Any, n: Any, groups: int) -> tuple[Any, Any, Any]:
     """x as (N, G, rest), its mean and biased variance over ``rest`` (kept)."""
-    grouped = b.call(_prim("reshape"), x, b.tuple_of((n, groups, -1)))
-    mean = b.call(_prim("mean"), grouped, axis=2, keepdims=True)
-    centered = b.call(_prim("sub"), grouped, mean)
-    var = b.call(_prim("mean"), b.call(_prim("mul"), centered, centered), axis=2, keepdims=True)
+    grouped = b.call(tensor.reshape, x, b.tuple_of((n, groups, -1)))
+    mean = b.call(tensor.mean, grouped, axis=2, keepdims=True)
+    centered = b.call(arith.sub, grouped, mean)
+    var = b.call(tensor.mean, b.call(arith.mul, centered, centered), axis=2, keepdims=True)
     return grouped, mean, var
 
 
 def _native_group_norm(b: Any, x: Any, weight: Any, bias: Any, n: Any, c: Any, hxw: Any,
                        group: int, eps: float) -> Any:
-    """``native_group_norm`` -> ``(out, mean, rstd)`` composed of primitives (the
-    gradient is theirs: PyTorch's formula)."""
-    rank = len(_shape(b))
+    """``native_group_norm`` -> ``(out, mean, rstd)``: ``out`` is anfir's ``group_norm``
+    primitive (what ONNX's ``GroupNormalization`` imports as; its gradient rule is
+    PyTorch's formula), with scale 1 / bias 0 when the norm has none; the saved
+    statistics are composed beside it (dead code when nothing reads them)."""
     groups = int(group)
     grouped, mean, var = _group_stats(b, x, n, groups)
-    rstd = b.call(_prim("rsqrt"), b.call(_prim("add"), var, float(eps)))
-    normed = b.call(_prim("mul"), b.call(_prim("sub"), grouped, mean), rstd)
-    out = b.call(_prim("reshape"), normed, b.call(_prim("shape"), x))
-    per_channel = (-1,) + (1,) * (rank - 2)
-    if weight is not None:
-        out = b.call(_prim("mul"), out, b.call(_prim("reshape"), weight, b.tuple_of(per_channel)))
-    if bias is not None:
-        out = b.call(_prim("add"), out, b.call(_prim("reshape"), bias, b.tuple_of(per_channel)))
+    rstd = b.call(elementwise.rsqrt, b.call(arith.add, var, float(eps)))
+    fx_x = b.fx_node.args[0]
+    weight = _channel_fill(b, fx_x, tensor.ones) if weight is None else weight
+    bias = _channel_fill(b, fx_x, tensor.zeros) if bias is None else bias
+    out = b.call(nn.group_norm, x, groups, weight, bias, eps=float(eps))
     flat = b.tuple_of((n, groups))
-    return b.call(_prim("make_tuple"), out, b.call(_prim("reshape"), mean, flat),
-                  b.call(_prim("reshape"), rstd, flat))
+    return b.call(structure.make_tuple, out, b.call(tensor.reshape, mean, flat),
+                  b.call(tensor.reshape, rstd, flat))
 
 
 def _batch_norm_train(b: Any, x: Any, weight: Any, bias: Any, *rest: Any) -> Any:
@@ -257,19 +256,19 @@ def _batch_norm_train(b: Any, x: Any, weight: Any, bias: Any, *rest: Any) -> Any
         eps = rest[2]
     rank = len(_shape(b))
     axes = (0,) + tuple(range(2, rank))
-    mean = b.call(_prim("mean"), x, axis=axes, keepdims=True)
-    centered = b.call(_prim("sub"), x, mean)
-    var = b.call(_prim("mean"), b.call(_prim("mul"), centered, centered), axis=axes, keepdims=True)
-    rstd = b.call(_prim("rsqrt"), b.call(_prim("add"), var, float(eps)))
-    out = b.call(_prim("mul"), centered, rstd)
+    mean = b.call(tensor.mean, x, axis=axes, keepdims=True)
+    centered = b.call(arith.sub, x, mean)
+    var = b.call(tensor.mean, b.call(arith.mul, centered, centered), axis=axes, keepdims=True)
+    rstd = b.call(elementwise.rsqrt, b.call(arith.add, var, float(eps)))
+    out = b.call(arith.mul, centered, rstd)
     per_channel = (-1,) + (1,) * (rank - 2)
     if weight is not None:
-        out = b.call(_prim("mul"), out, b.call(_prim("reshape"), weight, b.tuple_of(per_channel)))
+        out = b.call(arith.mul, out, b.call(tensor.reshape, weight, b.tuple_of(per_channel)))
     if bias is not None:
-        out = b.call(_prim("add"), out, b.call(_prim("reshape"), bias, b.tuple_of(per_channel)))
+        out = b.call(arith.add, out, b.call(tensor.reshape, bias, b.tuple_of(per_channel)))
     flat = b.tuple_of((-1,))
-    return b.call(_prim("make_tuple"), out, b.call(_prim("reshape"), mean, flat),
-                  b.call(_prim("reshape"), rstd, flat))
+    return b.call(structure.make_tuple, out, b.call(tensor.reshape, mean, flat),
+                  b.call(tensor.reshape, rstd, flat))
 
 
 def _batch_norm_functional(b: Any, x: Any, weight: Any, bias: Any, running_mean: Any,
@@ -277,21 +276,21 @@ def _batch_norm_functional(b: Any, x: Any, weight: Any, bias: Any, running_mean:
     """``_native_batch_norm_legit_functional``: the training form plus the updated
     running statistics (PyTorch's: momentum, the unbiased batch variance)."""
     trio = _batch_norm_train(b, x, weight, bias, running_mean, running_var, training, momentum, eps)
-    mean, rstd = (b.call(_prim("tuple_getitem"), trio, i) for i in (1, 2))
+    mean, rstd = (b.call(structure.tuple_getitem, trio, i) for i in (1, 2))
     shape = _shape(b)
     count = 1
     for i, d in enumerate(shape):
         if i != 1:
             count *= d
-    var = b.call(_prim("sub"), b.call(_prim("div"), 1.0, b.call(_prim("mul"), rstd, rstd)), float(eps))
-    unbiased = b.call(_prim("mul"), var, count / (count - 1) if isinstance(count, int) and count > 1
+    var = b.call(arith.sub, b.call(arith.div, 1.0, b.call(arith.mul, rstd, rstd)), float(eps))
+    unbiased = b.call(arith.mul, var, count / (count - 1) if isinstance(count, int) and count > 1
                       else 1.0)
     m = float(momentum)
-    new_mean = b.call(_prim("add"), b.call(_prim("mul"), running_mean, 1.0 - m),
-                      b.call(_prim("mul"), b.call(_prim("stop_gradient"), mean), m))
-    new_var = b.call(_prim("add"), b.call(_prim("mul"), running_var, 1.0 - m),
-                     b.call(_prim("mul"), b.call(_prim("stop_gradient"), unbiased), m))
-    return b.call(_prim("make_tuple"), *(b.call(_prim("tuple_getitem"), trio, i) for i in range(3)),
+    new_mean = b.call(arith.add, b.call(arith.mul, running_mean, 1.0 - m),
+                      b.call(arith.mul, b.call(structure.stop_gradient, mean), m))
+    new_var = b.call(arith.add, b.call(arith.mul, running_var, 1.0 - m),
+                     b.call(arith.mul, b.call(structure.stop_gradient, unbiased), m))
+    return b.call(structure.make_tuple, *(b.call(structure.tuple_getitem, trio, i) for i in range(3)),
                   new_mean, new_var)
 
 
@@ -299,8 +298,8 @@ def _batch_norm_functional(b: Any, x: Any, weight: Any, bias: Any, running_mean:
 def _flip(b: Any, x: Any, dims: Any) -> Any:
     axes = tuple(int(d) for d in dims)
     if not axes:
-        return b.call(_prim("identity"), x)
-    return b.call(_prim("flip"), x, axis=axes)
+        return b.call(structure.identity, x)
+    return b.call(shaping.flip, x, axis=axes)
 
 
 def _repeat(b: Any, x: Any, repeats: Any) -> Any:
@@ -309,9 +308,9 @@ def _repeat(b: Any, x: Any, repeats: Any) -> Any:
     reps = tuple(int(r) for r in repeats)
     rank = len(_shape(b))
     if len(reps) > rank:
-        x = b.call(_prim("reshape"), x, b.tuple_of((1,) * (len(reps) - rank)
+        x = b.call(tensor.reshape, x, b.tuple_of((1,) * (len(reps) - rank)
                                                    + tuple(b.importer.size_value(d, b) for d in _shape(b))))
-    return b.call(_prim("tile"), x, reps=reps)
+    return b.call(shaping.tile, x, reps=reps)
 
 
 def _diagonal(b: Any, x: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Any:
@@ -323,11 +322,11 @@ def _diagonal(b: Any, x: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> 
     rest = [a for a in range(rank) if a not in (d1, d2)]
     rows = np.arange(max(0, min(shape[d1] + min(k, 0), shape[d2] - max(k, 0))), dtype=np.int64)
     if rows.size == 0:
-        return b.call(_prim("zeros"), b.out_shape(), b.out_dtype())
+        return b.call(tensor.zeros, b.out_shape(), b.out_dtype())
     pairs = np.stack([rows - min(k, 0), rows + max(k, 0)], -1)
-    moved = b.call(_prim("transpose"), x, b.tuple_of([d1, d2] + rest))
-    out = b.call(_prim("gather_nd"), moved, _array_node(b, pairs))
-    return b.call(_prim("transpose"), out, b.tuple_of(list(range(1, len(rest) + 1)) + [0]))
+    moved = b.call(tensor.transpose, x, b.tuple_of([d1, d2] + rest))
+    out = b.call(indexing.gather_nd, moved, _array_node(b, pairs))
+    return b.call(tensor.transpose, out, b.tuple_of(list(range(1, len(rest) + 1)) + [0]))
 
 
 def _as_strided(b: Any, x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
@@ -346,7 +345,7 @@ def _as_strided(b: Any, x: Any, size: Any, stride: Any, storage_offset: Any = No
         flat = flat + (np.arange(int(n), dtype=np.int64) * int(st)).reshape(shape)
     if flat.size and (flat.min() < 0 or flat.max() >= int(val.numel())):
         raise AnfirError("as_strided reads outside the tensor's elements", b.loc)
-    return b.call(_prim("gather"), b.call(_prim("reshape"), x, b.tuple_of((-1,))),
+    return b.call(indexing.gather, b.call(tensor.reshape, x, b.tuple_of((-1,))),
                   _array_node(b, flat), axis=0)
 
 
@@ -366,26 +365,26 @@ def _slice_scatter(b: Any, x: Any, src: Any, dim: int = 0, start: Any = None, en
     n = b.importer.size_value(size, b)
     begin: Any = 0 if start is None else start
     if isinstance(begin, int) and begin < 0:
-        begin = b.call(_prim("maximum"), b.call(_prim("add"), n, begin), 0)
+        begin = b.call(arith.maximum, b.call(arith.add, n, begin), 0)
     stop: Any = n
     if isinstance(end, int) and end < 0:
-        stop = b.call(_prim("add"), n, end)
+        stop = b.call(arith.add, n, end)
     elif end is not None and not (isinstance(end, int) and end >= size_limit(size)):
-        stop = b.call(_prim("minimum"), end, n)
-    index = b.call(_prim("arange"), 0, n, dtype="i64")
-    rel = b.call(_prim("sub"), index, begin)
-    inside = b.call(_prim("logical_and"), b.call(_prim("ge"), rel, 0), b.call(_prim("lt"), index, stop))
+        stop = b.call(arith.minimum, end, n)
+    index = b.call(indexing.arange, 0, n, dtype="i64")
+    rel = b.call(arith.sub, index, begin)
+    inside = b.call(arith.logical_and, b.call(arith.ge, rel, 0), b.call(arith.lt, index, stop))
     if int(step) != 1:
-        inside = b.call(_prim("logical_and"), inside,
-                        b.call(_prim("eq"), b.call(_prim("mod"), rel, int(step)), 0))
-    src_len = b.call(_prim("tuple_getitem"), b.call(_prim("shape"), src), axis)
-    pos = b.call(_prim("floor_div"), rel, int(step))
-    pos = b.call(_prim("minimum"), b.call(_prim("maximum"), pos, 0),
-                 b.call(_prim("maximum"), b.call(_prim("sub"), src_len, 1), 0))
+        inside = b.call(arith.logical_and, inside,
+                        b.call(arith.eq, b.call(elementwise.mod, rel, int(step)), 0))
+    src_len = b.call(structure.tuple_getitem, b.call(tensor.shape, src), axis)
+    pos = b.call(elementwise.floor_div, rel, int(step))
+    pos = b.call(arith.minimum, b.call(arith.maximum, pos, 0),
+                 b.call(arith.maximum, b.call(arith.sub, src_len, 1), 0))
     view = [1] * len(shape)
     view[axis] = -1
-    spread = b.call(_prim("gather"), src, pos, axis=axis)
-    return b.call(_prim("where"), b.call(_prim("reshape"), inside, b.tuple_of(view)), spread, x)
+    spread = b.call(indexing.gather, src, pos, axis=axis)
+    return b.call(tensor.where, b.call(tensor.reshape, inside, b.tuple_of(view)), spread, x)
 
 
 def size_limit(size: Any) -> int:
@@ -400,21 +399,21 @@ def _select_scatter(b: Any, x: Any, src: Any, dim: int, index: int) -> Any:
     axis = int(dim) % rank
     at = int(index)
     end = None if at == -1 else at + 1
-    return _slice_scatter(b, x, b.call(_prim("unsqueeze"), src, axis=axis), axis, at, end, 1)
+    return _slice_scatter(b, x, b.call(shaping.unsqueeze, src, axis=axis), axis, at, end, 1)
 
 
 def _place_along(b: Any, x: Any, src: Any, axis: int, positions: list[int], size: int,
                  rank: int) -> Any:
     if not positions:
-        return b.call(_prim("identity"), x)
+        return b.call(structure.identity, x)
     source = np.zeros(size, dtype=np.int64)
     mask = np.zeros(size, dtype=bool)
     for k, p in enumerate(positions):
         source[p], mask[p] = k, True
     view = [1] * rank
     view[axis] = size
-    spread = b.call(_prim("gather"), src, _array_node(b, source), axis=axis)
-    return b.call(_prim("where"), _array_node(b, mask.reshape(view)), spread, x)
+    spread = b.call(indexing.gather, src, _array_node(b, source), axis=axis)
+    return b.call(tensor.where, _array_node(b, mask.reshape(view)), spread, x)
 
 
 def _coordinates(b: Any, index: Any, index_shape: tuple[int, ...], axis: int) -> Any:
@@ -423,13 +422,13 @@ def _coordinates(b: Any, index: Any, index_shape: tuple[int, ...], axis: int) ->
     parts = []
     for a, n in enumerate(index_shape):
         if a == axis:
-            parts.append(b.call(_prim("cast"), index, "i64"))
+            parts.append(b.call(tensor.cast, index, "i64"))
         else:
             view = [1] * len(index_shape)
             view[a] = n
             grid = np.broadcast_to(np.arange(n, dtype=np.int64).reshape(view), index_shape)
             parts.append(_array_node(b, np.ascontiguousarray(grid)))
-    return b.call(_prim("stack"), b.tuple_of(parts), axis=-1)
+    return b.call(shaping.stack, b.tuple_of(parts), axis=-1)
 
 
 def _scatter(b: Any, x: Any, dim: int, index: Any, src: Any, *, reduce: Any = None) -> Any:
@@ -442,23 +441,23 @@ def _scatter(b: Any, x: Any, dim: int, index: Any, src: Any, *, reduce: Any = No
     axis = int(dim) % max(len(ishape), 1)
     coords = _coordinates(b, index, ishape, axis)
     if isinstance(src, (int, float, bool)):
-        updates = b.call(_prim("add"), b.call(_prim("zeros"), b.tuple_of(ishape), b.out_dtype()),
-                         b.call(_prim("cast"), src, b.out_dtype()))
+        updates = b.call(arith.add, b.call(tensor.zeros, b.tuple_of(ishape), b.out_dtype()),
+                         b.call(tensor.cast, src, b.out_dtype()))
     else:
         sshape = _static_shape(b, "scatter's source", 3)
         updates = src if sshape == ishape else b.call(
-            _prim("slice"), src, starts=(0,) * len(ishape), ends=ishape,
+            shaping.slice_, src, starts=(0,) * len(ishape), ends=ishape,
             axes=tuple(range(len(ishape))))
-    return b.call(_prim("scatter_nd"), x, coords, updates)
+    return b.call(indexing.scatter_nd, x, coords, updates)
 
 
 def _scatter_add(b: Any, x: Any, dim: int, index: Any, src: Any) -> Any:
     ishape = _static_shape(b, "scatter_add's index", 2)
     sshape = _static_shape(b, "scatter_add's source", 3)
     if sshape != ishape:
-        src = b.call(_prim("slice"), src, starts=(0,) * len(ishape), ends=ishape,
+        src = b.call(shaping.slice_, src, starts=(0,) * len(ishape), ends=ishape,
                      axes=tuple(range(len(ishape))))
-    return b.call(_prim("scatter_add"), x, b.call(_prim("cast"), index, "i64"), src, axis=int(dim))
+    return b.call(indexing.scatter_add, x, b.call(tensor.cast, index, "i64"), src, axis=int(dim))
 
 
 def _scatter_reduce(b: Any, x: Any, dim: int, index: Any, src: Any, reduce: str,
@@ -468,16 +467,16 @@ def _scatter_reduce(b: Any, x: Any, dim: int, index: Any, src: Any, reduce: str,
     if reduce not in ("sum", "mean"):
         raise AnfirError(f"scatter_reduce with reduce={reduce!r} (sum and mean are imported)",
                          b.loc)
-    zeros = b.call(_prim("zeros_like"), x)
-    written = _scatter_add(b, zeros, dim, index, b.call(_prim("ones_like"), src))
+    zeros = b.call(structure.zeros_like, x)
+    written = _scatter_add(b, zeros, dim, index, b.call(tensor.ones_like, src))
     out = _scatter_add(b, x if include_self else zeros, dim, index, src)
     if reduce == "mean":
-        count = b.call(_prim("add"), written, 1.0) if include_self else written
-        out = b.call(_prim("div"), out, b.call(_prim("where"), b.call(_prim("gt"), count, 0.0),
-                                               count, b.call(_prim("ones_like"), count)))
+        count = b.call(arith.add, written, 1.0) if include_self else written
+        out = b.call(arith.div, out, b.call(tensor.where, b.call(arith.gt, count, 0.0),
+                                               count, b.call(tensor.ones_like, count)))
     if not include_self:
-        out = b.call(_prim("where"), b.call(_prim("gt"), written, 0.0), out, x)
-    return b.call(_prim("cast"), out, b.out_dtype())
+        out = b.call(tensor.where, b.call(arith.gt, written, 0.0), out, x)
+    return b.call(tensor.cast, out, b.out_dtype())
 
 
 def _index_put(b: Any, x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
@@ -495,43 +494,43 @@ def _index_put(b: Any, x: Any, indices: Any, values: Any, accumulate: bool = Fal
                                                              for i in given]))
     parts = []
     for i in given:
-        idx = b.call(_prim("cast"), indices[i], "i64")
+        idx = b.call(tensor.cast, indices[i], "i64")
         # negative indices count from the end, as PyTorch's
-        idx = b.call(_prim("mod"), idx, shape[i])
-        parts.append(b.call(_prim("broadcast_to"), idx, b.tuple_of(common)))
+        idx = b.call(elementwise.mod, idx, shape[i])
+        parts.append(b.call(tensor.broadcast_to, idx, b.tuple_of(common)))
     rest = shape[len(given):]
-    vals = b.call(_prim("broadcast_to"), b.call(_prim("cast"), values, b.out_dtype()),
+    vals = b.call(tensor.broadcast_to, b.call(tensor.cast, values, b.out_dtype()),
                   b.tuple_of(common + rest))
     if not accumulate:
-        coords = b.call(_prim("stack"), b.tuple_of(parts), axis=-1)
-        return b.call(_prim("scatter_nd"), x, coords, vals)
+        coords = b.call(shaping.stack, b.tuple_of(parts), axis=-1)
+        return b.call(indexing.scatter_nd, x, coords, vals)
     # flat position of the indexed prefix, then scatter_add over rows of the rest
     flat = parts[0]
     for i, part in zip(given[1:], parts[1:]):
-        flat = b.call(_prim("add"), b.call(_prim("mul"), flat, shape[i]), part)
+        flat = b.call(arith.add, b.call(arith.mul, flat, shape[i]), part)
     lead = int(np.prod(shape[:len(given)]))
     width = int(np.prod(rest)) if rest else 1
     count = int(np.prod(common)) if common else 1
-    rows = b.call(_prim("reshape"), flat, b.tuple_of((count, 1)))
-    rows = b.call(_prim("broadcast_to"), rows, b.tuple_of((count, width)))
-    table = b.call(_prim("reshape"), x, b.tuple_of((lead, width)))
-    upd = b.call(_prim("reshape"), vals, b.tuple_of((count, width)))
-    out = b.call(_prim("scatter_add"), table, rows, upd, axis=0)
-    return b.call(_prim("reshape"), out, b.tuple_of(shape))
+    rows = b.call(tensor.reshape, flat, b.tuple_of((count, 1)))
+    rows = b.call(tensor.broadcast_to, rows, b.tuple_of((count, width)))
+    table = b.call(tensor.reshape, x, b.tuple_of((lead, width)))
+    upd = b.call(tensor.reshape, vals, b.tuple_of((count, width)))
+    out = b.call(indexing.scatter_add, table, rows, upd, axis=0)
+    return b.call(tensor.reshape, out, b.tuple_of(shape))
 
 
 def _masked_scatter(b: Any, x: Any, mask: Any, source: Any) -> Any:
     """x with its masked places filled, in order, by source's elements: the k-th
     true place reads ``source.flatten()[k]`` (a running count of the mask)."""
     shape = _static_shape(b, "masked_scatter")
-    full = b.call(_prim("broadcast_to"), mask, b.tuple_of(shape))
-    flat_mask = b.call(_prim("reshape"), full, b.tuple_of((-1,)))
-    order = b.call(_prim("sub"), b.call(_prim("cumsum"), b.call(_prim("cast"), flat_mask, "i64"), axis=0), 1)
+    full = b.call(tensor.broadcast_to, mask, b.tuple_of(shape))
+    flat_mask = b.call(tensor.reshape, full, b.tuple_of((-1,)))
+    order = b.call(arith.sub, b.call(reduce.cumsum, b.call(tensor.cast, flat_mask, "i64"), axis=0), 1)
     nsrc = int(np.prod(_static_shape(b, "masked_scatter's source", 2)))
-    order = b.call(_prim("clip"), order, min=0.0, max=float(max(nsrc - 1, 0)))
-    picked = b.call(_prim("gather"), b.call(_prim("reshape"), source, b.tuple_of((-1,))),
-                    b.call(_prim("cast"), order, "i64"), axis=0)
-    return b.call(_prim("where"), full, b.call(_prim("reshape"), picked, b.tuple_of(shape)), x)
+    order = b.call(elementwise.clip, order, min=0.0, max=float(max(nsrc - 1, 0)))
+    picked = b.call(indexing.gather, b.call(tensor.reshape, source, b.tuple_of((-1,))),
+                    b.call(tensor.cast, order, "i64"), axis=0)
+    return b.call(tensor.where, full, b.call(tensor.reshape, picked, b.tuple_of(shape)), x)
 
 
 # -- padding and resampling ----------------------------------------------------------------------
@@ -544,7 +543,7 @@ def _mode_pad(mode: str, n: int) -> Rule:
         begins, ends = [0] * rank, [0] * rank
         for i in range(len(padding) // 2):
             begins[rank - 1 - i], ends[rank - 1 - i] = int(padding[2 * i]), int(padding[2 * i + 1])
-        return b.call(_prim("pad"), x, pads=tuple(begins + ends), mode=mode)
+        return b.call(shaping.pad, x, pads=tuple(begins + ends), mode=mode)
     return rule
 
 
@@ -567,7 +566,7 @@ def _upsample_nearest(b: Any, x: Any, output_size: Any = None, scales: Any = Non
         scale = (1.0 / f) if scales is not None and output_size is None else n_in / n_out
         src = np.floor(np.arange(n_out, dtype=np.float32) * np.float32(scale))
         src = np.minimum(src.astype(np.int64), n_in - 1)
-        x = b.call(_prim("gather"), x, _array_node(b, src), axis=axis + 2)
+        x = b.call(indexing.gather, x, _array_node(b, src), axis=axis + 2)
     return x
 
 
@@ -589,10 +588,10 @@ def _upsample_bilinear(b: Any, x: Any, output_size: Any, align_corners: bool,
         w = (pos - lo).astype(np.float32 if dtype == "f32" else np.float64)
         view = [1] * (len(spatial) + 2)
         view[axis + 2] = n_out
-        a = b.call(_prim("gather"), x, _array_node(b, lo), axis=axis + 2)
-        c = b.call(_prim("gather"), x, _array_node(b, hi), axis=axis + 2)
-        weight = b.call(_prim("cast"), _array_node(b, w.reshape(view)), dtype)
-        x = b.call(_prim("add"), a, b.call(_prim("mul"), b.call(_prim("sub"), c, a), weight))
+        a = b.call(indexing.gather, x, _array_node(b, lo), axis=axis + 2)
+        c = b.call(indexing.gather, x, _array_node(b, hi), axis=axis + 2)
+        weight = b.call(tensor.cast, _array_node(b, w.reshape(view)), dtype)
+        x = b.call(arith.add, a, b.call(arith.mul, b.call(arith.sub, c, a), weight))
     return x
 
 
@@ -609,38 +608,38 @@ def _grid_sampler_2d(b: Any, x: Any, grid: Any, interpolation: int, padding: int
     dt = b.out_dtype()
 
     def coord(k: int, size: int) -> Any:
-        g = b.call(_prim("squeeze"), b.call(_prim("slice"), grid, starts=k, ends=k + 1, axes=3), axis=3)
+        g = b.call(shaping.squeeze, b.call(shaping.slice_, grid, starts=k, ends=k + 1, axes=3), axis=3)
         if align_corners:
-            return b.call(_prim("mul"), b.call(_prim("add"), g, 1.0), (size - 1) / 2.0)
-        return b.call(_prim("div"), b.call(_prim("sub"), b.call(_prim("mul"), b.call(
-            _prim("add"), g, 1.0), float(size)), 1.0), 2.0)
+            return b.call(arith.mul, b.call(arith.add, g, 1.0), (size - 1) / 2.0)
+        return b.call(arith.div, b.call(arith.sub, b.call(arith.mul, b.call(
+            arith.add, g, 1.0), float(size)), 1.0), 2.0)
     ix, iy = coord(0, w), coord(1, h)
-    x0 = b.call(_prim("floor"), b.call(_prim("stop_gradient"), ix))
-    y0 = b.call(_prim("floor"), b.call(_prim("stop_gradient"), iy))
-    flat = b.call(_prim("reshape"), x, b.tuple_of((n, c, h * w)))
+    x0 = b.call(elementwise.floor, b.call(structure.stop_gradient, ix))
+    y0 = b.call(elementwise.floor, b.call(structure.stop_gradient, iy))
+    flat = b.call(tensor.reshape, x, b.tuple_of((n, c, h * w)))
     total: Any = None
     for dy in (0, 1):
         for dx in (0, 1):
-            cx = b.call(_prim("add"), x0, float(dx))
-            cy = b.call(_prim("add"), y0, float(dy))
-            wx = b.call(_prim("sub"), 1.0, b.call(_prim("abs"), b.call(_prim("sub"), ix, cx)))
-            wy = b.call(_prim("sub"), 1.0, b.call(_prim("abs"), b.call(_prim("sub"), iy, cy)))
-            inside = b.call(_prim("logical_and"),
-                            b.call(_prim("logical_and"), b.call(_prim("ge"), cx, 0.0),
-                                   b.call(_prim("le"), cx, float(w - 1))),
-                            b.call(_prim("logical_and"), b.call(_prim("ge"), cy, 0.0),
-                                   b.call(_prim("le"), cy, float(h - 1))))
-            sx = b.call(_prim("clip"), cx, min=0.0, max=float(w - 1))
-            sy = b.call(_prim("clip"), cy, min=0.0, max=float(h - 1))
-            idx = b.call(_prim("cast"), b.call(_prim("add"), b.call(_prim("mul"), sy, float(w)), sx), "i64")
-            idx = b.call(_prim("reshape"), idx, b.tuple_of((n, 1, gh * gw)))
-            idx = b.call(_prim("broadcast_to"), idx, b.tuple_of((n, c, gh * gw)))
-            vals = b.call(_prim("reshape"), b.call(_prim("gather_elements"), flat, idx, axis=2),
+            cx = b.call(arith.add, x0, float(dx))
+            cy = b.call(arith.add, y0, float(dy))
+            wx = b.call(arith.sub, 1.0, b.call(arith.abs_, b.call(arith.sub, ix, cx)))
+            wy = b.call(arith.sub, 1.0, b.call(arith.abs_, b.call(arith.sub, iy, cy)))
+            inside = b.call(arith.logical_and,
+                            b.call(arith.logical_and, b.call(arith.ge, cx, 0.0),
+                                   b.call(arith.le, cx, float(w - 1))),
+                            b.call(arith.logical_and, b.call(arith.ge, cy, 0.0),
+                                   b.call(arith.le, cy, float(h - 1))))
+            sx = b.call(elementwise.clip, cx, min=0.0, max=float(w - 1))
+            sy = b.call(elementwise.clip, cy, min=0.0, max=float(h - 1))
+            idx = b.call(tensor.cast, b.call(arith.add, b.call(arith.mul, sy, float(w)), sx), "i64")
+            idx = b.call(tensor.reshape, idx, b.tuple_of((n, 1, gh * gw)))
+            idx = b.call(tensor.broadcast_to, idx, b.tuple_of((n, c, gh * gw)))
+            vals = b.call(tensor.reshape, b.call(indexing.gather_elements, flat, idx, axis=2),
                           b.tuple_of((n, c, gh, gw)))
-            weight = b.call(_prim("where"), inside, b.call(_prim("mul"), wx, wy),
-                            b.call(_prim("cast"), 0.0, dt))
-            term = b.call(_prim("mul"), vals, b.call(_prim("unsqueeze"), weight, axis=1))
-            total = term if total is None else b.call(_prim("add"), total, term)
+            weight = b.call(tensor.where, inside, b.call(arith.mul, wx, wy),
+                            b.call(tensor.cast, 0.0, dt))
+            term = b.call(arith.mul, vals, b.call(shaping.unsqueeze, weight, axis=1))
+            total = term if total is None else b.call(arith.add, total, term)
     return total
 
 
@@ -664,13 +663,13 @@ def _col2im(b: Any, x: Any, output_size: Any, kernel: Any, dilation: Any, paddin
                 by, bx = divmod(l, blocks_w)
                 places[:, ki, kj, l] = (by * sh + ki * dh) * wp + bx * sw + kj * dw
     places += (np.arange(c, dtype=np.int64) * hp * wp)[:, None, None, None]
-    cols = b.call(_prim("reshape"), x, b.tuple_of((n, ckk * length)))
+    cols = b.call(tensor.reshape, x, b.tuple_of((n, ckk * length)))
     index = _array_node(b, np.broadcast_to(places.reshape(1, -1), (n, ckk * length)).copy())
-    image = b.call(_prim("zeros"), b.tuple_of((n, c * hp * wp)), b.out_dtype())
-    image = b.call(_prim("scatter_add"), image, index, cols, axis=1)
-    image = b.call(_prim("reshape"), image, b.tuple_of((n, c, hp, wp)))
-    image = b.call(_prim("slice"), image, starts=(ph, pw), ends=(ph + oh, pw + ow), axes=(2, 3))
-    return image if batched else b.call(_prim("squeeze"), image, axis=0)
+    image = b.call(tensor.zeros, b.tuple_of((n, c * hp * wp)), b.out_dtype())
+    image = b.call(indexing.scatter_add, image, index, cols, axis=1)
+    image = b.call(tensor.reshape, image, b.tuple_of((n, c, hp, wp)))
+    image = b.call(shaping.slice_, image, starts=(ph, pw), ends=(ph + oh, pw + ow), axes=(2, 3))
+    return image if batched else b.call(shaping.squeeze, image, axis=0)
 
 
 # -- embeddings, dropout ---------------------------------------------------------------------
@@ -687,26 +686,26 @@ def _embedding_bag(b: Any, weight: Any, indices: Any, offsets: Any, scale_grad_b
     (n_off,) = _static_shape(b, "_embedding_bag's offsets", 2)
     bags = n_off - 1 if include_last_offset else n_off
     position = _array_node(b, np.arange(count, dtype=np.int64).reshape(-1, 1))
-    starts = b.call(_prim("reshape"), b.call(_prim("cast"), offsets, "i64"), b.tuple_of((1, n_off)))
-    after = b.call(_prim("sum"), b.call(_prim("cast"), b.call(_prim("ge"), position, starts), "i64"), axis=1)
-    bag = b.call(_prim("sub"), after, 1)
+    starts = b.call(tensor.reshape, b.call(tensor.cast, offsets, "i64"), b.tuple_of((1, n_off)))
+    after = b.call(tensor.sum_, b.call(tensor.cast, b.call(arith.ge, position, starts), "i64"), axis=1)
+    bag = b.call(arith.sub, after, 1)
     dt = b.out_dtype(0)
-    onehot = b.call(_prim("one_hot"), bag, depth=bags, dtype=dt)  # (count, bags)
-    keep = b.call(_prim("lt"), bag, bags)
+    onehot = b.call(indexing.one_hot, bag, depth=bags, dtype=dt)  # (count, bags)
+    keep = b.call(arith.lt, bag, bags)
     if int(padding_idx) >= 0:
-        keep = b.call(_prim("logical_and"), keep, b.call(_prim("ne"), indices, int(padding_idx)))
-    keepf = b.call(_prim("cast"), keep, dt)
-    rows = b.call(_prim("gather"), weight, indices, axis=0)
-    scale = keepf if per_sample_weights is None else b.call(_prim("mul"), keepf, per_sample_weights)
-    rows = b.call(_prim("mul"), rows, b.call(_prim("unsqueeze"), scale, axis=1))
-    out = b.call(_prim("matmul"), b.call(_prim("transpose"), onehot), rows)  # (bags, D)
-    sizes = b.call(_prim("sum"), b.call(_prim("mul"), onehot, b.call(_prim("unsqueeze"), keepf, axis=1)),
+        keep = b.call(arith.logical_and, keep, b.call(arith.ne, indices, int(padding_idx)))
+    keepf = b.call(tensor.cast, keep, dt)
+    rows = b.call(indexing.gather, weight, indices, axis=0)
+    scale = keepf if per_sample_weights is None else b.call(arith.mul, keepf, per_sample_weights)
+    rows = b.call(arith.mul, rows, b.call(shaping.unsqueeze, scale, axis=1))
+    out = b.call(tensor.matmul, b.call(tensor.transpose, onehot), rows)  # (bags, D)
+    sizes = b.call(tensor.sum_, b.call(arith.mul, onehot, b.call(shaping.unsqueeze, keepf, axis=1)),
                    axis=0)
     if int(mode) == 1:
-        safe = b.call(_prim("where"), b.call(_prim("gt"), sizes, 0.0), sizes, 1.0)
-        out = b.call(_prim("div"), out, b.call(_prim("unsqueeze"), safe, axis=1))
-    zeros = b.call(_prim("zeros"), b.tuple_of((bags,)), "i64")
-    return b.call(_prim("make_tuple"), out, bag, b.call(_prim("cast"), sizes, "i64"), zeros)
+        safe = b.call(tensor.where, b.call(arith.gt, sizes, 0.0), sizes, 1.0)
+        out = b.call(arith.div, out, b.call(shaping.unsqueeze, safe, axis=1))
+    zeros = b.call(tensor.zeros, b.tuple_of((bags,)), "i64")
+    return b.call(structure.make_tuple, out, bag, b.call(tensor.cast, sizes, "i64"), zeros)
 
 
 def _native_dropout(b: Any, x: Any, p: float, train: Any) -> Any:
@@ -714,8 +713,8 @@ def _native_dropout(b: Any, x: Any, p: float, train: Any) -> Any:
     dropout draws random numbers and is refused."""
     if train:
         raise AnfirError("native_dropout in training mode (random numbers)", b.loc)
-    return b.call(_prim("make_tuple"), b.call(_prim("identity"), x),
-                  b.call(_prim("cast"), b.call(_prim("ones_like"), x), "bool"))
+    return b.call(structure.make_tuple, b.call(structure.identity, x),
+                  b.call(tensor.cast, b.call(tensor.ones_like, x), "bool"))
 
 
 # -- backward ops --------------------------------------------------------------------------------
@@ -723,10 +722,10 @@ def _avg_pool2d_backward(b: Any, grad: Any, x: Any, kernel: Any, stride: Any, pa
                          ceil_mode: bool, count_include_pad: bool, divisor_override: Any) -> Any:
     if divisor_override is not None:
         raise AnfirError("avg_pool2d_backward with divisor_override", b.loc)
-    k = _int_tuple(kernel, 2)
-    s = _int_tuple(stride, 2) if stride else k
-    return b.call(_prim("avg_pool_grad"), grad, x, kernel=k, stride=s,
-                  padding=_int_tuple(padding, 2), ceil_mode=bool(ceil_mode),
+    k = _ints(kernel, 2)
+    s = _ints(stride, 2) if stride else k
+    return b.call(conv.avg_pool_grad, grad, x, kernel=k, stride=s,
+                  padding=_ints(padding, 2), ceil_mode=bool(ceil_mode),
                   count_include_pad=bool(count_include_pad))
 
 
@@ -738,17 +737,17 @@ def _adaptive_avg_pool2d_backward(b: Any, grad: Any, x: Any) -> Any:
     if h % oh or w % ow:
         raise AnfirError("adaptive average pooling backward with sizes that do not divide", b.loc)
     k = (h // oh, w // ow)
-    return b.call(_prim("avg_pool_grad"), grad, x, kernel=k, stride=k)
+    return b.call(conv.avg_pool_grad, grad, x, kernel=k, stride=k)
 
 
 def _max_pool2d_backward(b: Any, grad: Any, x: Any, kernel: Any, stride: Any, padding: Any,
                          dilation: Any, ceil_mode: bool, indices: Any) -> Any:
     """``max_pool2d_with_indices_backward``: ``max_pool_grad`` (to each window's first
     maximum, the index PyTorch's kernel records)."""
-    k = _int_tuple(kernel, 2)
-    return b.call(_prim("max_pool_grad"), x, grad, kernel=k,
-                  stride=_int_tuple(stride, 2) if stride else k, padding=_int_tuple(padding, 2),
-                  dilation=_int_tuple(dilation, 2), ceil_mode=bool(ceil_mode))
+    k = _ints(kernel, 2)
+    return b.call(conv.max_pool_grad, x, grad, kernel=k,
+                  stride=_ints(stride, 2) if stride else k, padding=_ints(padding, 2),
+                  dilation=_ints(dilation, 2), ceil_mode=bool(ceil_mode))
 
 
 def _embedding_dense_backward(b: Any, grad: Any, indices: Any, num_weights: int, padding_idx: int,
@@ -759,14 +758,14 @@ def _embedding_dense_backward(b: Any, grad: Any, indices: Any, num_weights: int,
         raise AnfirError("embedding_dense_backward with scale_grad_by_freq", b.loc)
     dim = _static_shape(b, "embedding_dense_backward")[-1]
     _static_ints(b, "embedding_dense_backward", num_weights)
-    rows = b.call(_prim("reshape"), b.call(_prim("cast"), indices, "i64"), b.tuple_of((-1, 1)))
-    g = b.call(_prim("reshape"), grad, b.tuple_of((-1, dim)))
+    rows = b.call(tensor.reshape, b.call(tensor.cast, indices, "i64"), b.tuple_of((-1, 1)))
+    g = b.call(tensor.reshape, grad, b.tuple_of((-1, dim)))
     if int(padding_idx) >= 0:
-        g = b.call(_prim("mul"), g, b.call(_prim("cast"), b.call(_prim("ne"), rows, int(padding_idx)),
+        g = b.call(arith.mul, g, b.call(tensor.cast, b.call(arith.ne, rows, int(padding_idx)),
                                            b.out_dtype()))
-    rows = b.call(_prim("broadcast_to"), rows, b.call(_prim("shape"), g))
-    table = b.call(_prim("zeros"), b.tuple_of((int(num_weights), dim)), b.out_dtype())
-    return b.call(_prim("scatter_add"), table, rows, g, axis=0)
+    rows = b.call(tensor.broadcast_to, rows, b.call(tensor.shape, g))
+    table = b.call(tensor.zeros, b.tuple_of((int(num_weights), dim)), b.out_dtype())
+    return b.call(indexing.scatter_add, table, rows, g, axis=0)
 
 
 def _convolution_backward(b: Any, grad: Any, x: Any, w: Any, bias_sizes: Any, stride: Any,
@@ -777,14 +776,14 @@ def _convolution_backward(b: Any, grad: Any, x: Any, w: Any, bias_sizes: Any, st
     if transposed:
         raise AnfirError("convolution_backward of a transposed convolution", b.loc)
     n = len(_shape(b, 2)) - 2
-    attrs = {"stride": _int_tuple(stride, n), "padding": _int_tuple(padding, n),
-             "dilation": _int_tuple(dilation, n), "groups": int(groups)}
+    attrs = {"stride": _ints(stride, n), "padding": _ints(padding, n),
+             "dilation": _ints(dilation, n), "groups": int(groups)}
     mask = list(output_mask)
-    gx = b.call(_prim("conv_input_grad"), grad, w, x, **attrs) if mask[0] else None
-    gw = b.call(_prim("conv_weight_grad"), x, grad, w, **attrs) if mask[1] else None
-    gb = (b.call(_prim("sum"), grad, axis=(0,) + tuple(range(2, n + 2)))
+    gx = b.call(conv.conv_input_grad, grad, w, x, **attrs) if mask[0] else None
+    gw = b.call(conv.conv_weight_grad, x, grad, w, **attrs) if mask[1] else None
+    gb = (b.call(tensor.sum_, grad, axis=(0,) + tuple(range(2, n + 2)))
           if len(mask) > 2 and mask[2] else None)
-    return b.call(_prim("make_tuple"), gx, gw, gb)
+    return b.call(structure.make_tuple, gx, gw, gb)
 
 
 def _layer_norm_backward(b: Any, grad: Any, x: Any, normalized_shape: Any, mean: Any, rstd: Any,
@@ -795,17 +794,17 @@ def _layer_norm_backward(b: Any, grad: Any, x: Any, normalized_shape: Any, mean:
     rank = len(_shape(b, 1))
     axes = tuple(range(rank - len(normalized_shape), rank))
     lead = tuple(range(rank - len(normalized_shape)))
-    xhat = b.call(_prim("mul"), b.call(_prim("sub"), x, mean), rstd)
-    g = grad if weight is None else b.call(_prim("mul"), grad, weight)
-    mean_g = b.call(_prim("mean"), g, axis=axes, keepdims=True)
-    mean_gx = b.call(_prim("mean"), b.call(_prim("mul"), g, xhat), axis=axes, keepdims=True)
-    dx = b.call(_prim("mul"), rstd, b.call(_prim("sub"), b.call(_prim("sub"), g, mean_g),
-                                           b.call(_prim("mul"), xhat, mean_gx)))
+    xhat = b.call(arith.mul, b.call(arith.sub, x, mean), rstd)
+    g = grad if weight is None else b.call(arith.mul, grad, weight)
+    mean_g = b.call(tensor.mean, g, axis=axes, keepdims=True)
+    mean_gx = b.call(tensor.mean, b.call(arith.mul, g, xhat), axis=axes, keepdims=True)
+    dx = b.call(arith.mul, rstd, b.call(arith.sub, b.call(arith.sub, g, mean_g),
+                                           b.call(arith.mul, xhat, mean_gx)))
     mask = list(output_mask)
-    dw = (b.call(_prim("sum"), b.call(_prim("mul"), grad, xhat), axis=lead or None)
+    dw = (b.call(tensor.sum_, b.call(arith.mul, grad, xhat), axis=lead or None)
           if mask[1] and weight is not None else None)
-    db = b.call(_prim("sum"), grad, axis=lead or None) if mask[2] and bias is not None else None
-    return b.call(_prim("make_tuple"), dx if mask[0] else None, dw, db)
+    db = b.call(tensor.sum_, grad, axis=lead or None) if mask[2] and bias is not None else None
+    return b.call(structure.make_tuple, dx if mask[0] else None, dw, db)
 
 
 def _group_norm_backward(b: Any, grad: Any, x: Any, mean: Any, rstd: Any, weight: Any, n: Any,
@@ -815,26 +814,26 @@ def _group_norm_backward(b: Any, grad: Any, x: Any, mean: Any, rstd: Any, weight
     rank, groups, channels = len(shape), int(group), shape[1]
     per_channel = (-1,) + (1,) * (rank - 2)
     g = grad if weight is None else b.call(
-        _prim("mul"), grad, b.call(_prim("reshape"), weight, b.tuple_of(per_channel)))
+        arith.mul, grad, b.call(tensor.reshape, weight, b.tuple_of(per_channel)))
     view = b.tuple_of((shape[0], groups, -1))
-    gg = b.call(_prim("reshape"), g, view)
-    xg = b.call(_prim("reshape"), x, view)
-    m = b.call(_prim("reshape"), mean, b.tuple_of((shape[0], groups, 1)))
-    r = b.call(_prim("reshape"), rstd, b.tuple_of((shape[0], groups, 1)))
-    xhat = b.call(_prim("mul"), b.call(_prim("sub"), xg, m), r)
-    mean_g = b.call(_prim("mean"), gg, axis=2, keepdims=True)
-    mean_gx = b.call(_prim("mean"), b.call(_prim("mul"), gg, xhat), axis=2, keepdims=True)
-    dx = b.call(_prim("mul"), r, b.call(_prim("sub"), b.call(_prim("sub"), gg, mean_g),
-                                        b.call(_prim("mul"), xhat, mean_gx)))
-    dx = b.call(_prim("reshape"), dx, b.tuple_of(shape))
-    xhat_full = b.call(_prim("reshape"), xhat, b.tuple_of(shape))
-    reduce = (0,) + tuple(range(2, rank))
+    gg = b.call(tensor.reshape, g, view)
+    xg = b.call(tensor.reshape, x, view)
+    m = b.call(tensor.reshape, mean, b.tuple_of((shape[0], groups, 1)))
+    r = b.call(tensor.reshape, rstd, b.tuple_of((shape[0], groups, 1)))
+    xhat = b.call(arith.mul, b.call(arith.sub, xg, m), r)
+    mean_g = b.call(tensor.mean, gg, axis=2, keepdims=True)
+    mean_gx = b.call(tensor.mean, b.call(arith.mul, gg, xhat), axis=2, keepdims=True)
+    dx = b.call(arith.mul, r, b.call(arith.sub, b.call(arith.sub, gg, mean_g),
+                                        b.call(arith.mul, xhat, mean_gx)))
+    dx = b.call(tensor.reshape, dx, b.tuple_of(shape))
+    xhat_full = b.call(tensor.reshape, xhat, b.tuple_of(shape))
+    batch_axes = (0,) + tuple(range(2, rank))
     mask = list(output_mask)
-    dw = (b.call(_prim("sum"), b.call(_prim("mul"), grad, xhat_full), axis=reduce)
+    dw = (b.call(tensor.sum_, b.call(arith.mul, grad, xhat_full), axis=batch_axes)
           if mask[1] and weight is not None else None)
-    db = b.call(_prim("sum"), grad, axis=reduce) if mask[2] else None
+    db = b.call(tensor.sum_, grad, axis=batch_axes) if mask[2] else None
     del channels
-    return b.call(_prim("make_tuple"), dx if mask[0] else None, dw, db)
+    return b.call(structure.make_tuple, dx if mask[0] else None, dw, db)
 
 
 # -- ops of torch.export's training IR (a program imported without decomposition) ------------
@@ -853,7 +852,7 @@ def _conv_nd(n: int) -> Rule:
                 if any(t % 2 for t in totals):
                     rank = n + 2
                     pads = [0, 0] + begins + [0, 0] + [t - t // 2 for t in totals]
-                    x = b.call(_prim("pad"), x, pads=tuple(pads[:rank] + pads[rank:]))
+                    x = b.call(shaping.pad, x, pads=tuple(pads[:rank] + pads[rank:]))
                     padding = 0
                 else:
                     padding = begins
@@ -868,7 +867,26 @@ def _batch_norm_op(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any, 
     program goes through torch's functionalization instead)."""
     if training:
         raise AnfirError("batch_norm in training mode outside torch's functionalization", b.loc)
-    return b.call(_prim("tuple_getitem"), _batch_norm_eval(b, x, weight, bias, mean, var, momentum, eps), 0)
+    return b.call(structure.tuple_getitem, _batch_norm_eval(b, x, weight, bias, mean, var, momentum, eps), 0)
+
+
+def _instance_norm_op(b: Any, x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                      use_input_stats: bool, momentum: float, eps: float,
+                      cudnn_enabled: bool = True) -> Any:
+    """``instance_norm``: anfir's ``instance_norm`` (ONNX's ``InstanceNormalization``)
+    over each sample's own statistics; with the running statistics instead
+    (``use_input_stats`` false: eval with ``track_running_stats``), ``batch_norm``.
+    Updating running statistics (training with them) is a mutation: such a program
+    goes through torch's functionalization (see :func:`needs_functionalization`)."""
+    fx_x = b.fx_node.args[0]
+    weight = _channel_fill(b, fx_x, tensor.ones) if weight is None else weight
+    bias = _channel_fill(b, fx_x, tensor.zeros) if bias is None else bias
+    if not use_input_stats:
+        return b.call(conv.batch_norm, x, weight, bias, running_mean, running_var, eps=float(eps))
+    if running_mean is not None:
+        raise AnfirError("instance_norm updating running statistics outside torch's "
+                         "functionalization", b.loc)
+    return b.call(nn.instance_norm, x, weight, bias, eps=float(eps))
 
 
 def _group_norm_op(b: Any, x: Any, groups: int, weight: Any = None, bias: Any = None,
@@ -879,7 +897,7 @@ def _group_norm_op(b: Any, x: Any, groups: int, weight: Any = None, bias: Any = 
         hxw = hxw * d
     n = b.importer.size_value(shape[0], b)
     trio = _native_group_norm(b, x, weight, bias, n, shape[1], hxw, groups, eps)
-    return b.call(_prim("tuple_getitem"), trio, 0)
+    return b.call(structure.tuple_getitem, trio, 0)
 
 
 def _pad_op(b: Any, x: Any, pad: Any, mode: str = "constant", value: Any = None) -> Any:
@@ -896,14 +914,14 @@ def _max_pool_op(n: int) -> Rule:
 
     def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
              ceil_mode: bool = False) -> Any:
-        return b.call(_prim("tuple_getitem"), inner(b, x, kernel, stride, padding, dilation, ceil_mode), 0)
+        return b.call(structure.tuple_getitem, inner(b, x, kernel, stride, padding, dilation, ceil_mode), 0)
     return rule
 
 
 def _dropout_op(b: Any, x: Any, p: float = 0.5, train: Any = False) -> Any:
     if train and float(p) > 0.0:
         raise AnfirError("dropout in training mode (random numbers)", b.loc)
-    return b.call(_prim("identity"), x)
+    return b.call(structure.identity, x)
 
 
 def _to_op(b: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
@@ -911,8 +929,8 @@ def _to_op(b: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
     val = _out_val(b)
     before = b.fx_node.args[0].meta["val"]
     if val.dtype == before.dtype:
-        return b.call(_prim("identity"), x)
-    return b.call(_prim("cast"), x, b.out_dtype())
+        return b.call(structure.identity, x)
+    return b.call(tensor.cast, x, b.out_dtype())
 
 
 def _split_op(b: Any, x: Any, split_size: Any, dim: int = 0) -> Any:
@@ -922,7 +940,7 @@ def _split_op(b: Any, x: Any, split_size: Any, dim: int = 0) -> Any:
     sizes = [piece.shape[axis] for piece in _out_val(b)]
     if not all(isinstance(s, int) for s in sizes):
         raise AnfirError("split into pieces of a dynamic size", b.loc)
-    return b.call(_prim("split"), x, sizes=tuple(int(s) for s in sizes), axis=axis)
+    return b.call(shaping.split, x, sizes=tuple(int(s) for s in sizes), axis=axis)
 
 
 def _unbind_op(b: Any, x: Any, dim: int = 0) -> Any:
@@ -930,23 +948,23 @@ def _unbind_op(b: Any, x: Any, dim: int = 0) -> Any:
     n = _shape(b)[axis]
     if not isinstance(n, int):
         raise AnfirError("unbind along a dynamic axis", b.loc)
-    pieces = b.call(_prim("split"), x, sizes=(1,) * n, axis=axis)
-    return b.call(_prim("make_tuple"), *(b.call(_prim("squeeze"), b.call(_prim("tuple_getitem"), pieces, i),
+    pieces = b.call(shaping.split, x, sizes=(1,) * n, axis=axis)
+    return b.call(structure.make_tuple, *(b.call(shaping.squeeze, b.call(structure.tuple_getitem, pieces, i),
                                                 axis=axis) for i in range(n)))
 
 
 def _new_filled(fill: Any) -> Rule:
     def rule(b: Any, x: Any, size: Any, *args: Any, **kwargs: Any) -> Any:
         value = args[0] if fill is None else fill
-        zeros = b.call(_prim("zeros"), b.out_shape(), b.out_dtype())
-        return b.call(_prim("add"), zeros, b.call(_prim("cast"), value, b.out_dtype()))
+        zeros = b.call(tensor.zeros, b.out_shape(), b.out_dtype())
+        return b.call(arith.add, zeros, b.call(tensor.cast, value, b.out_dtype()))
     return rule
 
 
 def _filled(fill: Any) -> Rule:
     def rule(b: Any, size: Any, *args: Any, **kwargs: Any) -> Any:
-        zeros = b.call(_prim("zeros"), b.out_shape(), b.out_dtype())
-        return zeros if fill == 0 else b.call(_prim("add"), zeros, b.call(_prim("cast"), fill, b.out_dtype()))
+        zeros = b.call(tensor.zeros, b.out_shape(), b.out_dtype())
+        return zeros if fill == 0 else b.call(arith.add, zeros, b.call(tensor.cast, fill, b.out_dtype()))
     return rule
 
 
@@ -955,23 +973,23 @@ def _diff_op(b: Any, x: Any, n: int = 1, dim: int = -1, prepend: Any = None, app
     axis = int(dim)
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
-        x = b.call(_prim("concat"), b.tuple_of(parts), axis=axis)
+        x = b.call(shaping.concat, b.tuple_of(parts), axis=axis)
     bool_input = _shape(b) is not None and b.fx_node.args[0].meta["val"].dtype == b.importer.torch.bool
     for _ in range(int(n)):
-        hi = b.call(_prim("slice"), x, starts=1, ends=2 ** 63 - 1, axes=axis)
-        lo = b.call(_prim("slice"), x, starts=0, ends=-1, axes=axis)
-        x = b.call(_prim("logical_xor"), hi, lo) if bool_input else b.call(_prim("sub"), hi, lo)
+        hi = b.call(shaping.slice_, x, starts=1, ends=2 ** 63 - 1, axes=axis)
+        lo = b.call(shaping.slice_, x, starts=0, ends=-1, axes=axis)
+        x = b.call(elementwise.logical_xor, hi, lo) if bool_input else b.call(arith.sub, hi, lo)
     return x
 
 
 def _masked_fill(b: Any, x: Any, mask: Any, value: Any) -> Any:
-    return b.call(_prim("where"), mask, b.call(_prim("cast"), value, b.out_dtype()), x)
+    return b.call(tensor.where, mask, b.call(tensor.cast, value, b.out_dtype()), x)
 
 
 def _softmax_op(log: bool) -> Rule:
     def rule(b: Any, x: Any, dim: int, dtype: Any = None, **_: Any) -> Any:
         if dtype is not None:
-            x = b.call(_prim("cast"), x, dtype)
+            x = b.call(tensor.cast, x, dtype)
         return _softmax_core(b, x, dim, log=log)
     return rule
 
@@ -986,7 +1004,7 @@ def _set_grad_enabled(b: Any, enabled: bool, body: Any, *args: Any) -> Any:
         return out
     module = body.value if hasattr(body, "value") else body
     count = len(next(n for n in module.graph.nodes if n.op == "output").args[0])
-    return b.call(_prim("make_tuple"), *(b.call(_prim("stop_gradient"), b.call(_prim("tuple_getitem"), out, i))
+    return b.call(structure.make_tuple, *(b.call(structure.stop_gradient, b.call(structure.tuple_getitem, out, i))
                                          for i in range(count)))
 
 
@@ -1010,7 +1028,7 @@ def _recurrent(kind: str) -> Rule:
         per = 4 if has_biases else 2
         if len(params) != int(num_layers) * dirs * per:
             raise AnfirError(f"{kind} with projections (proj_size)", b.loc)
-        seq = b.call(_prim("transpose"), x, b.tuple_of((1, 0, 2))) if batch_first else x
+        seq = b.call(tensor.transpose, x, b.tuple_of((1, 0, 2))) if batch_first else x
         h0 = hx[0] if isinstance(hx, (list, tuple)) else hx
         c0 = hx[1] if kind == "lstm" else None
         finals_h, finals_c = [], []
@@ -1021,48 +1039,48 @@ def _recurrent(kind: str) -> Rule:
                 k = (layer * dirs + d) * per
                 w_ih, w_hh = params[k], params[k + 1]
                 b_ih, b_hh = (params[k + 2], params[k + 3]) if has_biases else (None, None)
-                h = b.call(_prim("gather"), h0, b.call(_prim("cast"), layer * dirs + d, "i64"), axis=0)
-                c = (b.call(_prim("gather"), c0, b.call(_prim("cast"), layer * dirs + d, "i64"), axis=0)
+                h = b.call(indexing.gather, h0, b.call(tensor.cast, layer * dirs + d, "i64"), axis=0)
+                c = (b.call(indexing.gather, c0, b.call(tensor.cast, layer * dirs + d, "i64"), axis=0)
                      if c0 is not None else None)
-                proj = b.call(_prim("matmul"), layer_in, b.call(_prim("transpose"), w_ih))
+                proj = b.call(tensor.matmul, layer_in, b.call(tensor.transpose, w_ih))
                 if b_ih is not None:
-                    proj = b.call(_prim("add"), proj, b_ih)
-                pieces = b.call(_prim("split"), proj, sizes=(1,) * steps, axis=0)
-                w_hh_t = b.call(_prim("transpose"), w_hh)
+                    proj = b.call(arith.add, proj, b_ih)
+                pieces = b.call(shaping.split, proj, sizes=(1,) * steps, axis=0)
+                w_hh_t = b.call(tensor.transpose, w_hh)
                 order = range(steps) if d == 0 else range(steps - 1, -1, -1)
                 hs: dict[int, Any] = {}
                 for t in order:
-                    xi = b.call(_prim("squeeze"), b.call(_prim("tuple_getitem"), pieces, t), axis=0)
-                    hh = b.call(_prim("matmul"), h, w_hh_t)
+                    xi = b.call(shaping.squeeze, b.call(structure.tuple_getitem, pieces, t), axis=0)
+                    hh = b.call(tensor.matmul, h, w_hh_t)
                     if b_hh is not None:
-                        hh = b.call(_prim("add"), hh, b_hh)
+                        hh = b.call(arith.add, hh, b_hh)
                     if kind == "lstm":
-                        z = b.call(_prim("split"), b.call(_prim("add"), xi, hh), sizes=gates, axis=-1)
-                        i_, f_, g_, o_ = (b.call(_prim("tuple_getitem"), z, j) for j in range(4))
-                        i_, f_, o_ = (b.call(_prim("sigmoid"), v) for v in (i_, f_, o_))
-                        c = b.call(_prim("add"), b.call(_prim("mul"), f_, c),
-                                   b.call(_prim("mul"), i_, b.call(_prim("tanh"), g_)))
-                        h = b.call(_prim("mul"), o_, b.call(_prim("tanh"), c))
+                        z = b.call(shaping.split, b.call(arith.add, xi, hh), sizes=gates, axis=-1)
+                        i_, f_, g_, o_ = (b.call(structure.tuple_getitem, z, j) for j in range(4))
+                        i_, f_, o_ = (b.call(arith.sigmoid, v) for v in (i_, f_, o_))
+                        c = b.call(arith.add, b.call(arith.mul, f_, c),
+                                   b.call(arith.mul, i_, b.call(arith.tanh, g_)))
+                        h = b.call(arith.mul, o_, b.call(arith.tanh, c))
                     else:
-                        xs = b.call(_prim("split"), xi, sizes=gates, axis=-1)
-                        hs3 = b.call(_prim("split"), hh, sizes=gates, axis=-1)
-                        xr, xz, xn = (b.call(_prim("tuple_getitem"), xs, j) for j in range(3))
-                        hr, hz, hn = (b.call(_prim("tuple_getitem"), hs3, j) for j in range(3))
-                        r = b.call(_prim("sigmoid"), b.call(_prim("add"), xr, hr))
-                        u = b.call(_prim("sigmoid"), b.call(_prim("add"), xz, hz))
-                        n = b.call(_prim("tanh"), b.call(_prim("add"), xn, b.call(_prim("mul"), r, hn)))
-                        h = b.call(_prim("add"), n, b.call(_prim("mul"), u, b.call(_prim("sub"), h, n)))
+                        xs = b.call(shaping.split, xi, sizes=gates, axis=-1)
+                        hs3 = b.call(shaping.split, hh, sizes=gates, axis=-1)
+                        xr, xz, xn = (b.call(structure.tuple_getitem, xs, j) for j in range(3))
+                        hr, hz, hn = (b.call(structure.tuple_getitem, hs3, j) for j in range(3))
+                        r = b.call(arith.sigmoid, b.call(arith.add, xr, hr))
+                        u = b.call(arith.sigmoid, b.call(arith.add, xz, hz))
+                        n = b.call(arith.tanh, b.call(arith.add, xn, b.call(arith.mul, r, hn)))
+                        h = b.call(arith.add, n, b.call(arith.mul, u, b.call(arith.sub, h, n)))
                     hs[t] = h
-                outs.append(b.call(_prim("stack"), b.tuple_of([hs[t] for t in range(steps)]), axis=0))
+                outs.append(b.call(shaping.stack, b.tuple_of([hs[t] for t in range(steps)]), axis=0))
                 finals_h.append(h)
                 if c is not None:
                     finals_c.append(c)
-            layer_in = outs[0] if dirs == 1 else b.call(_prim("concat"), b.tuple_of(outs), axis=-1)
-        out = b.call(_prim("transpose"), layer_in, b.tuple_of((1, 0, 2))) if batch_first else layer_in
-        results = [out, b.call(_prim("stack"), b.tuple_of(finals_h), axis=0)]
+            layer_in = outs[0] if dirs == 1 else b.call(shaping.concat, b.tuple_of(outs), axis=-1)
+        out = b.call(tensor.transpose, layer_in, b.tuple_of((1, 0, 2))) if batch_first else layer_in
+        results = [out, b.call(shaping.stack, b.tuple_of(finals_h), axis=0)]
         if kind == "lstm":
-            results.append(b.call(_prim("stack"), b.tuple_of(finals_c), axis=0))
-        return b.call(_prim("make_tuple"), *results)
+            results.append(b.call(shaping.stack, b.tuple_of(finals_c), axis=0))
+        return b.call(structure.make_tuple, *results)
     return rule
 
 
@@ -1070,19 +1088,25 @@ def _weight_norm(b: Any, v: Any, g: Any, dim: int = 0) -> Any:
     """``_weight_norm``: ``v * g / ‖v‖`` with the norm over every axis but ``dim``."""
     rank = len(_shape(b))
     axes = tuple(a for a in range(rank) if a != int(dim) % rank) if int(dim) != -1 else None
-    norm = b.call(_prim("norm"), v, ord=2, axis=axes, keepdims=True)
-    return b.call(_prim("mul"), v, b.call(_prim("div"), g, norm))
+    norm = b.call(reduce.norm, v, ord=2, axis=axes, keepdims=True)
+    return b.call(arith.mul, v, b.call(arith.div, g, norm))
 
 
 def _where_scalars(b: Any, cond: Any, x: Any, y: Any) -> Any:
     dt = b.out_dtype()
-    return b.call(_prim("where"), cond, b.call(_prim("cast"), x, dt), b.call(_prim("cast"), y, dt))
+    return b.call(tensor.where, cond, b.call(tensor.cast, x, dt), b.call(tensor.cast, y, dt))
 
 
 def needs_functionalization(torch: Any, node: Any) -> bool:
     """Whether a training-IR node mutates state only torch's functionalization makes
-    explicit (batch norm in training mode updates its running statistics)."""
-    return node.target is torch.ops.aten.batch_norm.default and bool(node.args[5])
+    explicit (batch norm in training mode, and instance norm over its input's
+    statistics with running ones, update their running statistics)."""
+    aten = torch.ops.aten
+    if node.target is aten.batch_norm.default:
+        return bool(node.args[5])
+    if node.target is aten.instance_norm.default:
+        return bool(node.args[5]) and node.args[3] is not None
+    return False
 
 
 def training_ir_table(torch: Any) -> dict[Any, Rule]:
@@ -1104,6 +1128,7 @@ def training_ir_table(torch: Any) -> dict[Any, Rule]:
         put(f"adaptive_avg_pool{n}d", "default", _adaptive_avg_pool(n))
     put("batch_norm", "default", _batch_norm_op)
     put("group_norm", "default", _group_norm_op)
+    put("instance_norm", "default", _instance_norm_op)
     put("pad", "default", _pad_op)
     for name in ("dropout", "feature_dropout", "alpha_dropout"):
         put(name, "default", _dropout_op)
@@ -1112,8 +1137,9 @@ def training_ir_table(torch: Any) -> dict[Any, Rule]:
     put("type_as", "default", _to_op)
     put("split", "Tensor", _split_op)
     put("unbind", "int", _unbind_op)
-    for dunder, prim in (("__and__", "bitwise_and"), ("__or__", "bitwise_or"), ("__xor__", "bitwise_xor")):
-        put(dunder, "Tensor", (lambda p: lambda b, x, y: b.call(_prim(p), x, y))(prim))
+    for dunder, prim in (("__and__", elementwise.bitwise_and), ("__or__", elementwise.bitwise_or),
+                         ("__xor__", elementwise.bitwise_xor)):
+        put(dunder, "Tensor", _binary(prim))
     put("new_ones", "default", _new_filled(1))
     put("new_zeros", "default", _new_filled(0))
     put("new_full", "default", _new_filled(None))
@@ -1132,8 +1158,8 @@ def training_ir_table(torch: Any) -> dict[Any, Rule]:
     put("_weight_norm", "default", _weight_norm)
     for overload in ("ScalarOther", "ScalarSelf", "Scalar"):
         put("where", overload, _where_scalars)
-    put("min", "other", lambda b, x, y: b.call(_prim("minimum"), x, y))
-    put("max", "other", lambda b, x, y: b.call(_prim("maximum"), x, y))
+    put("min", "other", lambda b, x, y: b.call(arith.minimum, x, y))
+    put("max", "other", lambda b, x, y: b.call(arith.maximum, x, y))
     put("fill", "Tensor", _fill)
     put("gru", "input", _recurrent("gru"))
     wrap = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
@@ -1159,9 +1185,10 @@ def core_table(torch: Any) -> dict[Any, Rule]:
     put("atanh", "default", _atanh)
     put("trunc", "default", _trunc)
     put("clamp", "Tensor", _clamp_tensor)
-    put("atan2", "out", lambda b, x, y, *, out=None: b.call(_prim("atan2"), x, y))
-    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
-        put(name, "Scalar", (lambda n: lambda b, x, y: b.call(_prim(n), x, y))(name))
+    put("atan2", "out", lambda b, x, y, *, out=None: b.call(elementwise.atan2, x, y))
+    for name, prim in (("bitwise_and", elementwise.bitwise_and), ("bitwise_or", elementwise.bitwise_or),
+                       ("bitwise_xor", elementwise.bitwise_xor)):
+        put(name, "Scalar", _binary(prim))
     put("div", "Scalar_mode", _div_mode)
     put("copy", "default", _copy)
     put("fill", "Scalar", _fill)

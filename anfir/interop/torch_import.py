@@ -175,6 +175,10 @@ class Builder:
         """The rank of an FX argument's value."""
         return len(fx_arg.meta["val"].shape)
 
+    def arg_dtype(self, fx_arg: Any) -> str:
+        """The anfir dtype of an FX argument's value."""
+        return dtype_name(fx_arg.meta["val"].dtype, self.loc)
+
 
 
 
@@ -575,8 +579,12 @@ def _decompose(torch: Any, ep: Any, table: dict[Any, Rule]) -> Any:
     of GPT-2's attention fails).  Should torch's lowering fail anyway, the
     program is imported as exported (its ops outside the table are then listed)."""
     decompositions = torch.export.default_decompositions()
+    # An op whose call here mutates state (batch norm updating running statistics) is
+    # left to torch: its decomposition is what functionalization makes explicit.
+    mutating = {node.target for gm in _graphs(ep.graph_module, torch) for node in gm.graph.nodes
+                if node.op == "call_function" and needs_functionalization(torch, node)}
     for op in table:
-        if op in decompositions:
+        if op in decompositions and op not in mutating:
             decompositions.pop(op)
     try:
         with warnings.catch_warnings():

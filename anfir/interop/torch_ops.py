@@ -4,9 +4,11 @@
 One entry per op: ``rule(b, *args, **kwargs)`` gets a
 :class:`~anfir.interop.torch_import.Builder` and the op's arguments with FX
 nodes already replaced by anfir nodes, and returns the node computing the
-op's result (a tuple for ops with several results).  Ops whose anfir
-primitive is not in the registry (yet) are left out, so importing a program
-that uses them is the importer's "unsupported op" error, never a partial graph.
+op's result (a tuple for ops with several results).  Rules hold the
+primitive objects of :mod:`anfir.primitives` (never their names), so a
+missing primitive is an error when this module is imported, which mypy sees;
+an op with no entry is the importer's "unsupported op" error, never a partial
+graph.
 A few ops (layer norm, batch norm in eval, softmax) are compositions of
 anfir primitives, so their gradients come from those primitives' rules.
 """
@@ -17,15 +19,13 @@ import operator
 from typing import Any, Callable, Optional
 
 from anfir.errors import AnfirError
+from anfir.interop import window_attrs
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.primitives import registry
+from anfir.ir.primitive import Primitive
+from anfir.primitives import arith, conv, elementwise, indexing, nn, reduce, shaping, structure, tensor
 
 Rule = Callable[..., Any]
-
-
-def _prim(name: str) -> Any:
-    return registry.lookup(name)
 
 
 def _axes(dim: Any) -> Any:
@@ -37,87 +37,91 @@ def _axes(dim: Any) -> Any:
     return int(dim)
 
 
-def _unary(name: str) -> Rule:
-    prim = _prim(name)
+def _unary(prim: Primitive) -> Rule:
     return lambda b, x: b.call(prim, x)
 
 
-def _binary(name: str) -> Rule:
-    prim = _prim(name)
+def _binary(prim: Primitive) -> Rule:
     return lambda b, x, y: b.call(prim, x, y)
 
 
-def _add(name: str) -> Rule:
-    prim, mul = _prim(name), _prim("mul")
+def _add(prim: Primitive) -> Rule:
+    mul = arith.mul
 
     def rule(b: Any, x: Any, y: Any, alpha: Any = 1) -> Any:
         return b.call(prim, x, y if alpha == 1 else b.call(mul, y, alpha))
     return rule
 
 
-def _reduction(name: str, all_when_empty: bool = True) -> Rule:
-    prim = _prim(name)
+def _reduction(prim: Primitive, all_when_empty: bool = True) -> Rule:
 
     def rule(b: Any, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         out = b.call(prim, x, axis=_axes(dim), keepdims=bool(keepdim))
-        return b.call(_prim("cast"), out, dtype) if dtype is not None else out
+        return b.call(tensor.cast, out, dtype) if dtype is not None else out
     return rule
 
 
 def _reshape_to_result(b: Any, x: Any, *_: Any, **__: Any) -> Any:
     """view / reshape / squeeze / unsqueeze / flatten: the result shape is the FakeTensor's."""
-    return b.call(_prim("reshape"), x, b.out_shape())
+    return b.call(tensor.reshape, x, b.out_shape())
 
 
 def _expand(b: Any, x: Any, *_: Any, **__: Any) -> Any:
-    return b.call(_prim("broadcast_to"), x, b.out_shape())
+    """``expand`` / ``expand_as``: ``broadcast_to`` the result's shape — or ``x`` itself
+    when that is already its static shape (torch's decomposition of a batched
+    ``matmul`` expands each operand to its own shape; ONNX's ``MatMul`` has no such step)."""
+    before = tuple(b.fx_node.args[0].meta["val"].shape)
+    after = tuple(b.fx_node.meta["val"].shape)
+    if before == after and all(isinstance(d, int) for d in after):
+        return x
+    return b.call(tensor.broadcast_to, x, b.out_shape())
 
 
 def _identity(b: Any, x: Any, *_: Any, **__: Any) -> Any:
-    return b.call(_prim("identity"), x)
+    return b.call(structure.identity, x)
 
 
 def _to_copy(b: Any, x: Any, *, dtype: Any = None, **__: Any) -> Any:
-    return b.call(_prim("cast"), x, dtype) if dtype is not None else b.call(_prim("identity"), x)
+    return b.call(tensor.cast, x, dtype) if dtype is not None else b.call(structure.identity, x)
 
 
 def _permute(b: Any, x: Any, dims: Any) -> Any:
-    return b.call(_prim("transpose"), x, b.tuple_of(int(d) for d in dims))
+    return b.call(tensor.transpose, x, b.tuple_of(int(d) for d in dims))
 
 
 def _transpose_int(b: Any, x: Any, d0: int, d1: int) -> Any:
     rank = b.rank(b.fx_node.args[0])
     perm = list(range(rank))
     perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
-    return b.call(_prim("transpose"), x, b.tuple_of(perm))
+    return b.call(tensor.transpose, x, b.tuple_of(perm))
 
 
 def _t(b: Any, x: Any) -> Any:
-    return b.call(_prim("transpose"), x) if b.rank(b.fx_node.args[0]) == 2 else b.call(_prim("identity"), x)
+    return b.call(tensor.transpose, x) if b.rank(b.fx_node.args[0]) == 2 else b.call(structure.identity, x)
 
 
 def _addmm(b: Any, bias: Any, m1: Any, m2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
-    mul = _prim("mul")
-    prod = b.call(_prim("matmul"), m1, m2)
+    mul = arith.mul
+    prod = b.call(tensor.matmul, m1, m2)
     if alpha != 1:
         prod = b.call(mul, prod, alpha)
     if beta == 0:
         return prod
-    return b.call(_prim("add"), bias if beta == 1 else b.call(mul, bias, beta), prod)
+    return b.call(arith.add, bias if beta == 1 else b.call(mul, bias, beta), prod)
 
 
 def _div_mode(b: Any, x: Any, y: Any, *, rounding_mode: Optional[str] = None) -> Any:
     if rounding_mode is None:
-        return b.call(_prim("div"), x, y)
+        return b.call(arith.div, x, y)
     if rounding_mode == "floor":
-        return b.call(_prim("floor_div"), x, y)
-    q = b.call(_prim("div"), x, y)  # trunc: toward zero
-    t = b.call(_prim("where"), b.call(_prim("lt"), q, 0), b.call(_prim("ceil"), q), b.call(_prim("floor"), q))
-    return b.call(_prim("cast"), t, b.out_dtype())
+        return b.call(elementwise.floor_div, x, y)
+    q = b.call(arith.div, x, y)  # trunc: toward zero
+    t = b.call(tensor.where, b.call(arith.lt, q, 0), b.call(elementwise.ceil, q), b.call(elementwise.floor, q))
+    return b.call(tensor.cast, t, b.out_dtype())
 
 
 def _clamp(b: Any, x: Any, min: Any = None, max: Any = None) -> Any:
-    return b.call(_prim("clip"), x, min=min, max=max)
+    return b.call(elementwise.clip, x, min=min, max=max)
 
 
 def _hardtanh(b: Any, x: Any, min_val: Any = -1.0, max_val: Any = 1.0) -> Any:
@@ -126,30 +130,30 @@ def _hardtanh(b: Any, x: Any, min_val: Any = -1.0, max_val: Any = 1.0) -> Any:
     ``clip``'s, is 1 there): ``x`` strictly inside, else the clipped value read
     through ``stop_gradient``.  Exact: inside, ``clip`` would return ``x``."""
     lo, hi = float(min_val), float(max_val)
-    inside = b.call(_prim("logical_and"), b.call(_prim("gt"), x, lo), b.call(_prim("lt"), x, hi))
-    held = b.call(_prim("clip"), b.call(_prim("stop_gradient"), x), min=lo, max=hi)
-    return b.call(_prim("where"), inside, x, held)
+    inside = b.call(arith.logical_and, b.call(arith.gt, x, lo), b.call(arith.lt, x, hi))
+    held = b.call(elementwise.clip, b.call(structure.stop_gradient, x), min=lo, max=hi)
+    return b.call(tensor.where, inside, x, held)
 
 
 def _hardsigmoid(b: Any, x: Any) -> Any:
     """``hardsigmoid``: anfir's ``hard_sigmoid`` with PyTorch's slope; its gradient
     is 0 at -3 and 3, as PyTorch's (the decomposed form, through ``clamp``, is not)."""
-    return b.call(_prim("hard_sigmoid"), x, alpha=1.0 / 6.0, beta=0.5)
+    return b.call(elementwise.hard_sigmoid, x, alpha=1.0 / 6.0, beta=0.5)
 
 
-def _extreme_dim(name: str) -> Rule:
+def _extreme_dim(prim: Primitive) -> Rule:
     """``max.dim`` / ``min.dim`` -> ``(values, indices)``: the index of the first
     extreme (``argmax``), the values read there with ``gather_elements`` — so the
     gradient goes to that one element, as PyTorch's does (``amax`` spreads it
     evenly over ties instead)."""
     def rule(b: Any, x: Any, dim: int, keepdim: bool = False) -> Any:
         axis = int(dim)
-        index = b.call(_prim(name), x, axis=axis, keepdims=True)
-        values = b.call(_prim("gather_elements"), x, index, axis=axis)
+        index = b.call(prim, x, axis=axis, keepdims=True)
+        values = b.call(indexing.gather_elements, x, index, axis=axis)
         if not keepdim:
-            values = b.call(_prim("squeeze"), values, axis=axis)
-            index = b.call(_prim("squeeze"), index, axis=axis)
-        return b.call(_prim("make_tuple"), values, index)
+            values = b.call(shaping.squeeze, values, axis=axis)
+            index = b.call(shaping.squeeze, index, axis=axis)
+        return b.call(structure.make_tuple, values, index)
     return rule
 
 
@@ -159,9 +163,9 @@ def _topk(b: Any, x: Any, k: Any, dim: int = -1, largest: bool = True, sorted: b
     gradient goes to the selected elements."""
     _static_ints(b, "topk's k", k)
     axis = int(dim)
-    pair = b.call(_prim("topk"), x, k=int(k), axis=axis, largest=bool(largest))
-    index = b.call(_prim("tuple_getitem"), pair, 1)
-    return b.call(_prim("make_tuple"), b.call(_prim("gather_elements"), x, index, axis=axis), index)
+    pair = b.call(indexing.topk, x, k=int(k), axis=axis, largest=bool(largest))
+    index = b.call(structure.tuple_getitem, pair, 1)
+    return b.call(structure.make_tuple, b.call(indexing.gather_elements, x, index, axis=axis), index)
 
 
 def _sort(b: Any, x: Any, dim: int = -1, descending: bool = False) -> Any:
@@ -169,8 +173,8 @@ def _sort(b: Any, x: Any, dim: int = -1, descending: bool = False) -> Any:
     whole (static) axis."""
     shape = b.fx_node.args[0].meta["val"].shape
     if not shape:
-        return b.call(_prim("make_tuple"), b.call(_prim("identity"), x),
-                      b.call(_prim("cast"), b.call(_prim("zeros_like"), x), "i64"))
+        return b.call(structure.make_tuple, b.call(structure.identity, x),
+                      b.call(tensor.cast, b.call(structure.zeros_like, x), "i64"))
     size = shape[int(dim)]
     if not isinstance(size, int):
         raise AnfirError("sort along a dynamic axis", b.loc)
@@ -183,22 +187,22 @@ def _sort_stable(b: Any, x: Any, *, stable: Any = None, dim: int = -1,
 
 
 def _gelu(b: Any, x: Any, *, approximate: str = "none") -> Any:
-    return b.call(_prim("gelu"), x, approximate=approximate)
+    return b.call(elementwise.gelu, x, approximate=approximate)
 
 
 def _leaky_relu(b: Any, x: Any, negative_slope: Any = 0.01) -> Any:
-    return b.call(_prim("leaky_relu"), x, alpha=float(negative_slope))
+    return b.call(elementwise.leaky_relu, x, alpha=float(negative_slope))
 
 
 def _full(b: Any, size: Any, fill: Any, **_: Any) -> Any:
     dt = b.out_dtype()
-    return b.call(_prim("add"), b.call(_prim("zeros"), b.out_shape(), dt), b.call(_prim("cast"), fill, dt))
+    return b.call(arith.add, b.call(tensor.zeros, b.out_shape(), dt), b.call(tensor.cast, fill, dt))
 
 
 def _full_like(b: Any, x: Any, fill: Any, **_: Any) -> Any:
     dt = b.out_dtype()
-    zeros = b.call(_prim("cast"), b.call(_prim("zeros_like"), x), dt)
-    return b.call(_prim("add"), zeros, b.call(_prim("cast"), fill, dt))
+    zeros = b.call(tensor.cast, b.call(structure.zeros_like, x), dt)
+    return b.call(arith.add, zeros, b.call(tensor.cast, fill, dt))
 
 
 def _like(fill: float) -> Rule:
@@ -206,20 +210,20 @@ def _like(fill: float) -> Rule:
 
 
 def _scalar_tensor(b: Any, value: Any, **_: Any) -> Any:
-    return b.call(_prim("cast"), value, b.out_dtype())
+    return b.call(tensor.cast, value, b.out_dtype())
 
 
 def _sym_size(b: Any, x: Any, dim: int) -> Any:
-    return b.call(_prim("tuple_getitem"), b.call(_prim("shape"), x), int(dim))
+    return b.call(structure.tuple_getitem, b.call(tensor.shape, x), int(dim))
 
 
 def _getitem(b: Any, t: Any, i: Any) -> Any:
     """``operator.getitem`` of a multi-result op: the item itself when the op's
     rule built the tuple here (batch norm, max pool), else ``tuple_getitem``."""
     if (isinstance(t, CNode) and isinstance(i, int) and isinstance(t.inputs[0], ValueNode)
-            and t.inputs[0].value is _prim("make_tuple") and 0 <= i < len(t.inputs) - 1):
+            and t.inputs[0].value is structure.make_tuple and 0 <= i < len(t.inputs) - 1):
         return t.inputs[i + 1]
-    return b.call(_prim("tuple_getitem"), t, i)
+    return b.call(structure.tuple_getitem, t, i)
 
 
 def _no_value(b: Any, *_: Any, **__: Any) -> Any:
@@ -228,30 +232,27 @@ def _no_value(b: Any, *_: Any, **__: Any) -> Any:
 
 
 def _var(b: Any, x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
-    return b.call(_prim("var"), x, axis=_axes(dim), keepdims=bool(keepdim),
+    return b.call(reduce.var, x, axis=_axes(dim), keepdims=bool(keepdim),
                   correction=1 if correction is None else correction)
 
 
-def _argext(name: str) -> Rule:
+def _argext(prim: Primitive) -> Rule:
     def rule(b: Any, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
-        return b.call(_prim(name), x, axis=None if dim is None else int(dim), keepdims=bool(keepdim))
+        return b.call(prim, x, axis=None if dim is None else int(dim), keepdims=bool(keepdim))
     return rule
 
 
 def _cumsum(b: Any, x: Any, dim: int, *, dtype: Any = None) -> Any:
-    out = b.call(_prim("cumsum"), x, axis=int(dim))
-    return b.call(_prim("cast"), out, dtype) if dtype is not None else out
+    out = b.call(reduce.cumsum, x, axis=int(dim))
+    return b.call(tensor.cast, out, dtype) if dtype is not None else out
 
 
 def _softmax_core(b: Any, x: Any, dim: int, log: bool) -> Any:
-    axis = int(dim)
-    shifted = b.call(_prim("sub"), x, b.call(_prim("stop_gradient"),
-                                             b.call(_prim("max"), x, axis=axis, keepdims=True)))
-    if log:
-        lse = b.call(_prim("logsumexp"), shifted, axis=axis, keepdims=True)
-        return b.call(_prim("sub"), shifted, lse)
-    e = b.call(_prim("exp"), shifted)
-    return b.call(_prim("div"), e, b.call(_prim("sum"), e, axis=axis, keepdims=True))
+    """(log) softmax along ``dim`` as anfir's ``softmax`` / ``log_softmax`` primitive —
+    what ONNX's importer makes of ``Softmax`` / ``LogSoftmax``, so a model gives the same
+    graph by either route.  Their gradient rules are PyTorch's backward formulas
+    (``out * (g - sum(g * out))``, ``g - exp(out) * sum(g)``)."""
+    return b.call(nn.log_softmax if log else nn.softmax, x, axis=int(dim))
 
 
 def _softmax(b: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
@@ -263,40 +264,44 @@ def _log_softmax(b: Any, x: Any, dim: int, half_to_float: bool = False) -> Any:
 
 
 def _layer_norm(b: Any, x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> Any:
+    """``native_layer_norm`` -> ``(out, mean, rstd)``: ``out`` is anfir's ``layer_norm``
+    primitive (as ONNX's ``LayerNormalization`` imports; its gradient rule is PyTorch's
+    formula), the saved statistics are composed beside it (a program that does not read
+    them loses them to dead-code elimination).  A bias without a weight, which
+    ``layer_norm`` cannot take, is the composition throughout."""
     rank = b.rank(b.fx_node.args[0])
     axes = tuple(range(rank - len(normalized_shape), rank))
-    mean = b.call(_prim("mean"), x, axis=axes, keepdims=True)
-    centered = b.call(_prim("sub"), x, mean)
-    var = b.call(_prim("mean"), b.call(_prim("mul"), centered, centered), axis=axes, keepdims=True)
-    rstd = b.call(_prim("rsqrt"), b.call(_prim("add"), var, float(eps)))
-    out = b.call(_prim("mul"), centered, rstd)
-    if weight is not None:
-        out = b.call(_prim("mul"), out, weight)
-    if bias is not None:
-        out = b.call(_prim("add"), out, bias)
-    return b.call(_prim("make_tuple"), out, mean, rstd)
+    mean = b.call(tensor.mean, x, axis=axes, keepdims=True)
+    centered = b.call(arith.sub, x, mean)
+    var = b.call(tensor.mean, b.call(arith.mul, centered, centered), axis=axes, keepdims=True)
+    rstd = b.call(elementwise.rsqrt, b.call(arith.add, var, float(eps)))
+    if weight is None and bias is not None:
+        out = b.call(arith.add, b.call(arith.mul, centered, rstd), bias)
+    else:
+        args = [x] + [a for a in (weight, bias) if a is not None]
+        out = b.call(nn.layer_norm, *args, axis=-len(normalized_shape), eps=float(eps))
+    return b.call(structure.make_tuple, out, mean, rstd)
+
+
+def _channel_fill(b: Any, fx_x: Any, fill: Any) -> Any:
+    """A vector of ones (``fill`` is ``tensor.ones``) or zeros, one per channel (axis 1)
+    of the FX argument ``fx_x``, in its dtype: the scale or bias of a norm that has
+    none, so the norm is still the op library's primitive (ONNX's carry both)."""
+    channels = b.importer.size_value(fx_x.meta["val"].shape[1], b)
+    return b.call(fill, b.tuple_of((channels,)), b.arg_dtype(fx_x))
 
 
 def _batch_norm_eval(b: Any, x: Any, weight: Any, bias: Any, mean: Any, var: Any,
                      momentum: Any, eps: float) -> Any:
     """``_native_batch_norm_legit_no_training`` (batch norm in eval): anfir's
-    ``batch_norm`` when the norm is affine, else the same formula composed."""
-    if weight is not None and bias is not None:
-        out = b.call(_prim("batch_norm"), x, weight, bias, mean, var, eps=float(eps))
-        # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
-        return b.call(_prim("make_tuple"), out, mean, var)
-    rank = b.rank(b.fx_node.args[0])
-    per_channel = (-1,) + (1,) * (rank - 2)
-
-    def chan(v: Any) -> Any:
-        return b.call(_prim("reshape"), v, b.tuple_of(per_channel))
-    scale = b.call(_prim("rsqrt"), b.call(_prim("add"), chan(var), float(eps)))
-    out = b.call(_prim("mul"), b.call(_prim("sub"), x, chan(mean)), scale)
-    if weight is not None:
-        out = b.call(_prim("mul"), out, chan(weight))
-    if bias is not None:
-        out = b.call(_prim("add"), out, chan(bias))
-    return b.call(_prim("make_tuple"), out, mean, var)
+    ``batch_norm`` (what ONNX's ``BatchNormalization`` imports as), with scale 1 /
+    bias 0 for a norm without them."""
+    fx_x = b.fx_node.args[0]
+    weight = _channel_fill(b, fx_x, tensor.ones) if weight is None else weight
+    bias = _channel_fill(b, fx_x, tensor.zeros) if bias is None else bias
+    out = b.call(conv.batch_norm, x, weight, bias, mean, var, eps=float(eps))
+    # The saved mean/rstd of the eval form are empty in torch; nothing reads them.
+    return b.call(structure.make_tuple, out, mean, var)
 
 
 def _int_tuple(values: Any, n: int) -> tuple[int, ...]:
@@ -308,10 +313,9 @@ def _int_tuple(values: Any, n: int) -> tuple[int, ...]:
 
 
 def _ints(values: Any, n: int) -> Any:
-    """A torch int-list argument as an anfir per-axis attribute: one int when it is
-    the same on every axis (``padding=1``, as one would write it), else n ints."""
-    ints = _int_tuple(values, n)
-    return ints[0] if len(set(ints)) == 1 else ints
+    """A torch int-list argument (stride, padding per axis, dilation, kernel) as an
+    anfir window attribute in its one short form (:mod:`anfir.interop.window_attrs`)."""
+    return window_attrs.per_axis(_int_tuple(values, n), n)
 
 
 def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
@@ -323,11 +327,11 @@ def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, d
                              "dilation": _ints(dilation, n), "groups": int(groups)}
     args = [x, w] if bias is None else [x, w, bias]
     if transposed:
-        return b.call(_prim("conv_transpose"), *args, output_padding=_ints(output_padding, n),
+        return b.call(conv.conv_transpose, *args, output_padding=_ints(output_padding, n),
                       **attrs)
     if _ints(output_padding, n) != 0:
         raise AnfirError("a convolution with output_padding that is not transposed", b.loc)
-    return b.call(_prim("conv"), *args, **attrs)
+    return b.call(conv.conv, *args, **attrs)
 
 
 def _max_pool_with_indices(n: int) -> Rule:
@@ -337,10 +341,10 @@ def _max_pool_with_indices(n: int) -> Rule:
     def rule(b: Any, x: Any, kernel: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
              ceil_mode: bool = False) -> Any:
         k = _ints(kernel, n)
-        out = b.call(_prim("max_pool"), x, kernel=k, stride=_ints(stride, n) if stride else k,
+        out = b.call(conv.max_pool, x, kernel=k, stride=_ints(stride, n) if stride else k,
                      padding=_ints(padding, n), dilation=_ints(dilation, n),
                      ceil_mode=bool(ceil_mode))
-        return b.call(_prim("make_tuple"), out)
+        return b.call(structure.make_tuple, out)
     return rule
 
 
@@ -365,7 +369,7 @@ def _avg_pool(n: int) -> Rule:
         if divisor_override is not None:
             raise AnfirError(f"avg_pool{n}d with divisor_override", b.loc)
         k = _ints(kernel, n)
-        return b.call(_prim("avg_pool"), x, kernel=k, stride=_ints(stride, n) if stride else k,
+        return b.call(conv.avg_pool, x, kernel=k, stride=_ints(stride, n) if stride else k,
                       padding=_ints(padding, n), ceil_mode=bool(ceil_mode),
                       count_include_pad=bool(count_include_pad))
     return rule
@@ -379,13 +383,13 @@ def _adaptive_avg_pool(n: int) -> Rule:
     def rule(b: Any, x: Any, output_size: Any) -> Any:
         out = _int_tuple(output_size, n)
         if all(o == 1 for o in out):
-            return b.call(_prim("global_avg_pool"), x)
+            return b.call(conv.global_avg_pool, x)
         sizes = b.fx_node.args[0].meta["val"].shape[-n:]
         if not all(isinstance(s, int) and s % o == 0 for s, o in zip(sizes, out)):
             raise AnfirError(f"adaptive average pooling from {tuple(sizes)} to {out} "
                              "(only sizes that divide evenly)", b.loc)
         k = tuple(int(s) // o for s, o in zip(sizes, out))
-        return b.call(_prim("avg_pool"), x, kernel=k, stride=k)
+        return b.call(conv.avg_pool, x, kernel=k, stride=k)
     return rule
 
 
@@ -399,7 +403,7 @@ _INT64_MAX = 2 ** 63 - 1
 
 
 def _cat(b: Any, tensors: Any, dim: int = 0) -> Any:
-    return b.call(_prim("concat"), b.tuple_of(tensors), axis=int(dim))
+    return b.call(shaping.concat, b.tuple_of(tensors), axis=int(dim))
 
 
 def _slice(b: Any, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
@@ -415,8 +419,8 @@ def _slice(b: Any, x: Any, dim: int = 0, start: Any = None, end: Any = None, ste
     start = 0 if start is None else int(start)
     end = _INT64_MAX if end is None else min(int(end), _INT64_MAX)
     if start == 0 and int(step) == 1 and isinstance(size, int) and end >= size:
-        return b.call(_prim("identity"), x)
-    return b.call(_prim("slice"), x, starts=start, ends=end, axes=int(dim), steps=int(step))
+        return b.call(structure.identity, x)
+    return b.call(shaping.slice_, x, starts=start, ends=end, axes=int(dim), steps=int(step))
 
 
 def _slice_symbolic(b: Any, x: Any, dim: int, start: Any, end: Any, step: int, size: Any) -> Any:
@@ -427,15 +431,15 @@ def _slice_symbolic(b: Any, x: Any, dim: int, start: Any, end: Any, step: int, s
         raise AnfirError("slice with a symbolic bound and a negative start, end or step", b.loc)
     length = b.importer.size_value(size, b)
     start = 0 if start is None else start
-    end = length if end is None else b.call(_prim("minimum"), end, length)
-    start = b.call(_prim("minimum"), start, end) if isinstance(start, Node) else start
-    index = b.call(_prim("arange"), start, end, step=step, dtype="i64")
-    return b.call(_prim("gather"), x, index, axis=dim)
+    end = length if end is None else b.call(arith.minimum, end, length)
+    start = b.call(arith.minimum, start, end) if isinstance(start, Node) else start
+    index = b.call(indexing.arange, start, end, step=step, dtype="i64")
+    return b.call(indexing.gather, x, index, axis=dim)
 
 
 def _split_with_sizes(b: Any, x: Any, sizes: Any, dim: int = 0) -> Any:
     _static_ints(b, "split_with_sizes", *sizes)
-    return b.call(_prim("split"), x, sizes=tuple(int(s) for s in sizes), axis=int(dim))
+    return b.call(shaping.split, x, sizes=tuple(int(s) for s in sizes), axis=int(dim))
 
 
 def _constant_pad_nd(b: Any, x: Any, pad: Any, value: Any = 0) -> Any:
@@ -446,7 +450,7 @@ def _constant_pad_nd(b: Any, x: Any, pad: Any, value: Any = 0) -> Any:
     begins, ends = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):
         begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
-    return b.call(_prim("pad"), x, pads=tuple(begins + ends), value=value)
+    return b.call(shaping.pad, x, pads=tuple(begins + ends), value=value)
 
 
 def _embedding(b: Any, weight: Any, indices: Any, padding_idx: int = -1,
@@ -461,17 +465,17 @@ def _embedding(b: Any, weight: Any, indices: Any, padding_idx: int = -1,
         rows = b.fx_node.args[0].meta["val"].shape[0]
         mask = np.zeros((int(rows), 1), dtype=bool)
         mask[int(padding_idx), 0] = True
-        weight = b.call(_prim("where"), _array_node(b, mask),
-                        b.call(_prim("stop_gradient"), weight), weight)
-    return b.call(_prim("gather"), weight, indices, axis=0)
+        weight = b.call(tensor.where, _array_node(b, mask),
+                        b.call(structure.stop_gradient, weight), weight)
+    return b.call(indexing.gather, weight, indices, axis=0)
 
 
 def _index_select(b: Any, x: Any, dim: int, index: Any) -> Any:
-    return b.call(_prim("gather"), x, index, axis=int(dim))
+    return b.call(indexing.gather, x, index, axis=int(dim))
 
 
 def _gather_elements(b: Any, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
-    return b.call(_prim("gather_elements"), x, index, axis=int(dim))
+    return b.call(indexing.gather_elements, x, index, axis=int(dim))
 
 
 def _index(b: Any, x: Any, indices: Any) -> Any:
@@ -489,23 +493,23 @@ def _index(b: Any, x: Any, indices: Any) -> Any:
         raise AnfirError("aten.index with a boolean mask (its result's shape depends on the data)",
                          b.loc)
     if len(given) == 1:
-        return b.call(_prim("gather"), x, indices[given[0]], axis=given[0])
+        return b.call(indexing.gather, x, indices[given[0]], axis=given[0])
     rank = b.rank(b.fx_node.args[0])
     rest = [a for a in range(rank) if a not in given]
-    moved = b.call(_prim("transpose"), x, b.tuple_of(given + rest)) if given != list(range(len(given))) else x
+    moved = b.call(tensor.transpose, x, b.tuple_of(given + rest)) if given != list(range(len(given))) else x
     shapes = [fx_indices[i].meta["val"].shape for i in given]
     common = torch.broadcast_shapes(*shapes)
     target = b.tuple_of(b.importer.size_value(d, b) for d in common)
-    parts = [b.call(_prim("broadcast_to"), b.call(_prim("cast"), indices[i], "i64"), target)
+    parts = [b.call(tensor.broadcast_to, b.call(tensor.cast, indices[i], "i64"), target)
              for i in given]
-    out = b.call(_prim("gather_nd"), moved, b.call(_prim("stack"), b.tuple_of(parts), axis=-1))
+    out = b.call(indexing.gather_nd, moved, b.call(shaping.stack, b.tuple_of(parts), axis=-1))
     adjacent = given == list(range(given[0], given[-1] + 1))
     if adjacent and given[0] > 0:
         # result: (*common, *rest) -> rest[:given[0]], common, rest[given[0]:]
         nb, first = len(common), given[0]
         perm = (list(range(nb, nb + first)) + list(range(nb))
                 + list(range(nb + first, nb + len(rest))))
-        out = b.call(_prim("transpose"), out, b.tuple_of(perm))
+        out = b.call(tensor.transpose, out, b.tuple_of(perm))
     return out
 
 
@@ -528,17 +532,17 @@ def _sdpa(b: Any, q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: floa
             raise AnfirError("grouped-query attention with dynamic or uneven head counts", b.loc)
         if heads != kv_heads:
             rows = _array_node(b, np.arange(heads, dtype=np.int64) // (heads // kv_heads))
-            k = b.call(_prim("gather"), k, rows, axis=-3)
-            v = b.call(_prim("gather"), v, rows, axis=-3)
+            k = b.call(indexing.gather, k, rows, axis=-3)
+            v = b.call(indexing.gather, v, rows, axis=-3)
     args = [q, k, v] if attn_mask is None else [q, k, v, attn_mask]
-    return b.call(_prim("attention"), *args, scale=None if scale is None else float(scale),
+    return b.call(nn.attention, *args, scale=None if scale is None else float(scale),
                   causal=bool(is_causal))
 
 
 def _linear(b: Any, x: Any, w: Any, bias: Any = None) -> Any:
     """``linear`` (kept whole): ``x @ w^T + bias``."""
-    out = b.call(_prim("matmul"), x, b.call(_prim("transpose"), w))
-    return out if bias is None else b.call(_prim("add"), out, bias)
+    out = b.call(tensor.matmul, x, b.call(tensor.transpose, w))
+    return out if bias is None else b.call(arith.add, out, bias)
 
 
 def _layer_norm_whole(b: Any, x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,
@@ -547,16 +551,16 @@ def _layer_norm_whole(b: Any, x: Any, normalized_shape: Any, weight: Any = None,
     ``normalized_shape`` axes (one kernel, its own gradient rule); a bias without a
     weight is the ``native_layer_norm`` composition."""
     if weight is None and bias is not None:
-        return b.call(_prim("tuple_getitem"), _layer_norm(b, x, normalized_shape, weight, bias, eps), 0)
+        return b.call(structure.tuple_getitem, _layer_norm(b, x, normalized_shape, weight, bias, eps), 0)
     args = [x] + [a for a in (weight, bias) if a is not None]
-    return b.call(_prim("layer_norm"), *args, axis=-len(normalized_shape), eps=float(eps))
+    return b.call(nn.layer_norm, *args, axis=-len(normalized_shape), eps=float(eps))
 
 
 def _elu(b: Any, x: Any, alpha: Any = 1.0, scale: Any = 1.0, input_scale: Any = 1.0) -> Any:
     """``elu`` -> anfir's ``elu`` (its gradient at 0 is alpha's branch, as PyTorch's)."""
     if float(scale) != 1.0 or float(input_scale) != 1.0:
         raise AnfirError("elu with scale or input_scale other than 1", b.loc)
-    return b.call(_prim("elu"), x, alpha=float(alpha))
+    return b.call(elementwise.elu, x, alpha=float(alpha))
 
 
 def _arange(b: Any, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
@@ -564,7 +568,7 @@ def _arange(b: Any, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any
     if end is None:
         start, end = 0, start
     _static_ints(b, "arange's step", step)
-    return b.call(_prim("arange"), start, end, step=step, dtype=b.out_dtype())
+    return b.call(indexing.arange, start, end, step=step, dtype=b.out_dtype())
 
 
 def _array_node(b: Any, value: Any) -> Any:
@@ -574,7 +578,7 @@ def _array_node(b: Any, value: Any) -> Any:
     items: list[Any] = [bool(v) if value.dtype == bool else v.item() for v in value.reshape(-1)]
     for size in reversed(value.shape):
         items = [b.tuple_of(items[i:i + size]) for i in range(0, len(items), size)]
-    return b.call(_prim("array"), items[0])
+    return b.call(tensor.array, items[0])
 
 
 def _select(b: Any, x: Any, dim: int, index: int) -> Any:
@@ -590,13 +594,13 @@ def _select(b: Any, x: Any, dim: int, index: int) -> Any:
     size = shape[dim]
     if not isinstance(size, int):
         # A dynamic axis: a gather of the one (0-d) index, which drops the axis.
-        return b.call(_prim("gather"), x, b.call(_prim("cast"), int(index), "i64"), axis=dim)
+        return b.call(indexing.gather, x, b.call(tensor.cast, int(index), "i64"), axis=dim)
     mask_shape = [1] * rank
     mask_shape[dim] = size
     mask = np.zeros(mask_shape, dtype=bool)
     mask.reshape(-1)[int(index) % size] = True
-    kept = b.call(_prim("where"), _array_node(b, mask), x, b.call(_prim("cast"), 0, b.out_dtype()))
-    return b.call(_prim("sum"), kept, axis=dim)
+    kept = b.call(tensor.where, _array_node(b, mask), x, b.call(tensor.cast, 0, b.out_dtype()))
+    return b.call(tensor.sum_, kept, axis=dim)
 
 
 def _pred(b: Any, pred: Any) -> Any:
@@ -604,7 +608,7 @@ def _pred(b: Any, pred: Any) -> Any:
     fx_pred = b.fx_node.args[0]
     torch = b.importer.torch
     val = fx_pred.meta.get("val") if isinstance(fx_pred, torch.fx.Node) else None
-    return b.call(_prim("all"), pred) if isinstance(val, torch.Tensor) else pred
+    return b.call(reduce.all_, pred) if isinstance(val, torch.Tensor) else pred
 
 
 def _cond(b: Any, pred: Any, true_gm: Any, false_gm: Any, operands: Any) -> Any:
@@ -612,7 +616,7 @@ def _cond(b: Any, pred: Any, true_gm: Any, false_gm: Any, operands: Any) -> Any:
     c = _pred(b, pred)
     then_graph, _ = b.importer.subgraph(true_gm, "✓", list(operands), b.loc)
     else_graph, _ = b.importer.subgraph(false_gm, "✗", list(operands), b.loc)
-    select = b.call(_prim("switch"), c, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
+    select = b.call(structure.switch, c, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
     return CNode(b.graph, (select,), b.loc)
 
 
@@ -636,14 +640,14 @@ def _while_loop(b: Any, cond_gm: Any, body_gm: Any, carried: Any, additional: An
     fx_pred = next(n for n in cond_mod.graph.nodes if n.op == "output").args[0]
     fx_pred = fx_pred[0] if isinstance(fx_pred, (list, tuple)) else fx_pred
     if isinstance(fx_pred.meta.get("val"), importer.torch.Tensor):
-        pred = lb.call(_prim("all"), pred)
+        pred = lb.call(reduce.all_, pred)
     then_graph = FuncGraph("✓", b.loc)
     new = importer.build_body(body_mod.graph, then_graph, bind(body_mod), body_mod)
     then_graph.output = CNode(then_graph, [ValueNode(loop, b.loc),
                                            *[importer.as_node(v, b.loc) for v in new]], b.loc)
     else_graph = FuncGraph("✗", b.loc)
-    else_graph.output = CNode(else_graph, [ValueNode(_prim("make_tuple"), b.loc), *params], b.loc)
-    select = lb.call(_prim("switch"), pred, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
+    else_graph.output = CNode(else_graph, [ValueNode(structure.make_tuple, b.loc), *params], b.loc)
+    select = lb.call(structure.switch, pred, ValueNode(then_graph, b.loc), ValueNode(else_graph, b.loc))
     loop.output = CNode(loop, (select,), b.loc)
     return CNode(b.graph, [ValueNode(loop, b.loc), *[importer.as_node(c, b.loc) for c in carried]], b.loc)
 
@@ -663,149 +667,157 @@ def _map(b: Any, body_gm: Any, xs: Any, args: Any) -> Any:
     n_out = len(next(n for n in body_mod.graph.nodes if n.op == "output").args[0])
     calls = []
     for i in range(size):
-        slices = [b.call(_prim("squeeze"), b.call(_prim("slice"), x, starts=i, ends=i + 1, axes=0),
+        slices = [b.call(shaping.squeeze, b.call(shaping.slice_, x, starts=i, ends=i + 1, axes=0),
                          axis=0) for x in xs]
         calls.append(CNode(b.graph, [ValueNode(body, b.loc), *slices], b.loc))
-    outs = [b.call(_prim("stack"), b.tuple_of(b.call(_prim("tuple_getitem"), c, j) for c in calls))
+    outs = [b.call(shaping.stack, b.tuple_of(b.call(structure.tuple_getitem, c, j) for c in calls))
             for j in range(n_out)]
-    return b.call(_prim("make_tuple"), *outs)
+    return b.call(structure.make_tuple, *outs)
 
 
-def _sym_binary(name: str) -> Rule:
-    prim = _prim(name)
+def _sym_binary(prim: Primitive) -> Rule:
     return lambda b, x, y: b.call(prim, x, y)
 
 
 def aten_table(torch: Any) -> dict[Any, Rule]:
     """The table for this torch: ``OpOverload`` (or Python operator, or
-    higher-order op) -> rule.  Entries whose anfir primitive is missing are
-    left out."""
+    higher-order op) -> rule."""
     aten = torch.ops.aten
     table: dict[Any, Rule] = {}
 
-    def put(op: Any, rule: Rule, *needs: str) -> None:
-        if all(_prim(n) is not None for n in needs):
-            table[op] = rule
+    def put(op: Any, rule: Rule) -> None:
+        table[op] = rule
 
-    for name in ("abs", "neg", "exp", "log", "sin", "cos", "tanh", "sqrt", "rsqrt", "sigmoid",
-                 "relu", "erf", "expm1", "log1p", "floor", "ceil", "round", "reciprocal", "tan",
-                 "atan", "sinh", "cosh", "asin", "acos", "sign", "isnan", "isinf", "logical_not",
-                 "bitwise_not", "silu", "mish"):
+    for name, prim in (("abs", arith.abs_), ("neg", arith.neg), ("exp", arith.exp),
+                       ("log", arith.log), ("sin", arith.sin), ("cos", arith.cos),
+                       ("tanh", arith.tanh), ("sqrt", arith.sqrt), ("rsqrt", elementwise.rsqrt),
+                       ("sigmoid", arith.sigmoid), ("relu", arith.relu), ("erf", elementwise.erf),
+                       ("expm1", elementwise.expm1), ("log1p", elementwise.log1p),
+                       ("floor", elementwise.floor), ("ceil", elementwise.ceil),
+                       ("round", elementwise.round_), ("reciprocal", elementwise.reciprocal),
+                       ("tan", elementwise.tan), ("atan", elementwise.atan),
+                       ("sinh", elementwise.sinh), ("cosh", elementwise.cosh),
+                       ("asin", elementwise.asin), ("acos", elementwise.acos),
+                       ("sign", arith.sign), ("isnan", elementwise.isnan),
+                       ("isinf", elementwise.isinf), ("logical_not", arith.logical_not),
+                       ("bitwise_not", elementwise.bitwise_not), ("silu", elementwise.silu),
+                       ("mish", elementwise.mish)):
         op = getattr(aten, name, None)
         if op is not None:
-            put(op.default, _unary(name), name)
-    for op, name in ((aten.maximum.default, "maximum"), (aten.minimum.default, "minimum"),
-                     (aten.atan2.default, "atan2"), (aten.fmod.Tensor, "fmod"),
-                     (aten.fmod.Scalar, "fmod"), (aten.remainder.Tensor, "mod"),
-                     (aten.remainder.Scalar, "mod"), (aten.mul.Tensor, "mul"),
-                     (aten.mul.Scalar, "mul"), (aten.div.Tensor, "div"), (aten.div.Scalar, "div"),
-                     (aten.pow.Tensor_Tensor, "pow"), (aten.pow.Tensor_Scalar, "pow"),
-                     (aten.pow.Scalar, "pow"), (aten.logical_and.default, "logical_and"),
-                     (aten.logical_or.default, "logical_or"), (aten.logical_xor.default, "logical_xor"),
-                     (aten.bitwise_and.Tensor, "bitwise_and"), (aten.bitwise_or.Tensor, "bitwise_or"),
-                     (aten.bitwise_xor.Tensor, "bitwise_xor"), (aten.mm.default, "matmul"),
-                     (aten.bmm.default, "matmul"), (aten.matmul.default, "matmul")):
-        put(op, _binary(name), name)
-    for cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
-        put(getattr(aten, cmp).Tensor, _binary(cmp), cmp)
-        put(getattr(aten, cmp).Scalar, _binary(cmp), cmp)
-    put(aten.add.Tensor, _add("add"), "add")
-    put(aten.add.Scalar, _add("add"), "add")
-    put(aten.sub.Tensor, _add("sub"), "sub")
-    put(aten.sub.Scalar, _add("sub"), "sub")
-    put(aten.rsub.Scalar, lambda b, x, y, alpha=1: _add("sub")(b, y, x, alpha), "sub")
-    put(aten.div.Tensor_mode, _div_mode, "div", "floor_div")
-    put(aten.where.self, lambda b, c, x, y: b.call(_prim("where"), c, x, y), "where")
-    put(aten.clamp.default, _clamp, "clip")
-    put(aten.hardtanh.default, _hardtanh, "clip")
-    put(aten.hardsigmoid.default, _hardsigmoid, "hard_sigmoid")
-    put(aten.hardswish.default, _unary("hard_swish"), "hard_swish")
-    put(aten.elu.default, _elu, "elu")
-    put(aten.max.dim, _extreme_dim("argmax"), "argmax", "gather_elements")
-    put(aten.min.dim, _extreme_dim("argmin"), "argmin", "gather_elements")
-    put(aten.max.default, _reduction("max"), "max")
-    put(aten.min.default, _reduction("min"), "min")
-    put(aten.topk.default, _topk, "topk", "gather_elements")
-    put(aten.sort.default, _sort, "topk", "gather_elements")
-    put(aten.sort.stable, _sort_stable, "topk", "gather_elements")
-    put(aten.scaled_dot_product_attention.default, _sdpa, "attention")
-    put(aten.linear.default, _linear, "matmul")
-    put(aten.layer_norm.default, _layer_norm_whole, "rsqrt", "layer_norm")
-    put(aten.gelu.default, _gelu, "gelu")
-    put(aten.leaky_relu.default, _leaky_relu, "leaky_relu")
-    put(aten._to_copy.default, _to_copy, "cast")
+            put(op.default, _unary(prim))
+    for op, prim in ((aten.maximum.default, arith.maximum), (aten.minimum.default, arith.minimum),
+                     (aten.atan2.default, elementwise.atan2), (aten.fmod.Tensor, elementwise.fmod),
+                     (aten.fmod.Scalar, elementwise.fmod), (aten.remainder.Tensor, elementwise.mod),
+                     (aten.remainder.Scalar, elementwise.mod), (aten.mul.Tensor, arith.mul),
+                     (aten.mul.Scalar, arith.mul), (aten.div.Tensor, arith.div), (aten.div.Scalar, arith.div),
+                     (aten.pow.Tensor_Tensor, arith.pow_), (aten.pow.Tensor_Scalar, arith.pow_),
+                     (aten.pow.Scalar, arith.pow_), (aten.logical_and.default, arith.logical_and),
+                     (aten.logical_or.default, arith.logical_or), (aten.logical_xor.default, elementwise.logical_xor),
+                     (aten.bitwise_and.Tensor, elementwise.bitwise_and), (aten.bitwise_or.Tensor, elementwise.bitwise_or),
+                     (aten.bitwise_xor.Tensor, elementwise.bitwise_xor), (aten.mm.default, tensor.matmul),
+                     (aten.bmm.default, tensor.matmul), (aten.matmul.default, tensor.matmul)):
+        put(op, _binary(prim))
+    for cmp, prim in (("eq", arith.eq), ("ne", arith.ne), ("lt", arith.lt), ("le", arith.le),
+                      ("gt", arith.gt), ("ge", arith.ge)):
+        put(getattr(aten, cmp).Tensor, _binary(prim))
+        put(getattr(aten, cmp).Scalar, _binary(prim))
+    put(aten.add.Tensor, _add(arith.add))
+    put(aten.add.Scalar, _add(arith.add))
+    put(aten.sub.Tensor, _add(arith.sub))
+    put(aten.sub.Scalar, _add(arith.sub))
+    put(aten.rsub.Scalar, lambda b, x, y, alpha=1: _add(arith.sub)(b, y, x, alpha))
+    put(aten.div.Tensor_mode, _div_mode)
+    put(aten.where.self, lambda b, c, x, y: b.call(tensor.where, c, x, y))
+    put(aten.clamp.default, _clamp)
+    put(aten.hardtanh.default, _hardtanh)
+    put(aten.hardsigmoid.default, _hardsigmoid)
+    put(aten.hardswish.default, _unary(elementwise.hard_swish))
+    put(aten.elu.default, _elu)
+    put(aten.max.dim, _extreme_dim(reduce.argmax))
+    put(aten.min.dim, _extreme_dim(reduce.argmin))
+    put(aten.max.default, _reduction(reduce.max_))
+    put(aten.min.default, _reduction(reduce.min_))
+    put(aten.topk.default, _topk)
+    put(aten.sort.default, _sort)
+    put(aten.sort.stable, _sort_stable)
+    put(aten.scaled_dot_product_attention.default, _sdpa)
+    put(aten.linear.default, _linear)
+    put(aten.layer_norm.default, _layer_norm_whole)
+    put(aten.gelu.default, _gelu)
+    put(aten.leaky_relu.default, _leaky_relu)
+    put(aten._to_copy.default, _to_copy)
     for op in (aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,
                aten.contiguous.default):
-        put(op, _identity, "identity")
-    put(aten.detach.default, lambda b, x: b.call(_prim("stop_gradient"), x), "stop_gradient")
-    put(aten.permute.default, _permute, "transpose")
-    put(aten.transpose.int, _transpose_int, "transpose")
-    put(aten.t.default, _t, "transpose")
+        put(op, _identity)
+    put(aten.detach.default, lambda b, x: b.call(structure.stop_gradient, x))
+    put(aten.permute.default, _permute)
+    put(aten.transpose.int, _transpose_int)
+    put(aten.t.default, _t)
     for op in (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
                aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
                aten.flatten.using_ints):
-        put(op, _reshape_to_result, "reshape")
-    put(aten.expand.default, _expand, "broadcast_to")
-    put(aten.select.int, _select, "where", "sum")
-    put(aten.addmm.default, _addmm, "matmul")
-    put(aten.sum.dim_IntList, _reduction("sum"), "sum")
-    put(aten.sum.default, lambda b, x, dtype=None: _reduction("sum")(b, x, None, dtype=dtype), "sum")
-    put(aten.mean.dim, _reduction("mean"), "mean")
-    put(aten.mean.default, lambda b, x, dtype=None: _reduction("mean")(b, x, None, dtype=dtype), "mean")
-    put(aten.amax.default, _reduction("max"), "max")
-    put(aten.amin.default, _reduction("min"), "min")
-    put(aten.prod.default, lambda b, x, dtype=None: _reduction("prod")(b, x, None, dtype=dtype), "prod")
-    put(aten.prod.dim_int, _reduction("prod"), "prod")
-    for name in ("any", "all"):
+        put(op, _reshape_to_result)
+    put(aten.expand.default, _expand)
+    put(aten.select.int, _select)
+    put(aten.addmm.default, _addmm)
+    put(aten.sum.dim_IntList, _reduction(tensor.sum_))
+    put(aten.sum.default, lambda b, x, dtype=None: _reduction(tensor.sum_)(b, x, None, dtype=dtype))
+    put(aten.mean.dim, _reduction(tensor.mean))
+    put(aten.mean.default, lambda b, x, dtype=None: _reduction(tensor.mean)(b, x, None, dtype=dtype))
+    put(aten.amax.default, _reduction(reduce.max_))
+    put(aten.amin.default, _reduction(reduce.min_))
+    put(aten.prod.default, lambda b, x, dtype=None: _reduction(reduce.prod)(b, x, None, dtype=dtype))
+    put(aten.prod.dim_int, _reduction(reduce.prod))
+    for name, prim in (("any", reduce.any_), ("all", reduce.all_)):
         op = getattr(aten, name)
-        put(op.default, _reduction(name), name)
-        put(op.dim, _reduction(name), name)
-        put(op.dims, _reduction(name), name)
-    put(aten.var.correction, _var, "var")
-    put(aten.argmax.default, _argext("argmax"), "argmax")
-    put(aten.argmin.default, _argext("argmin"), "argmin")
-    put(aten.cumsum.default, _cumsum, "cumsum")
-    put(aten.full.default, _full, "zeros")
-    put(aten.full_like.default, _full_like, "zeros_like")
-    put(aten.zeros_like.default, _like(0.0), "zeros_like")
-    put(aten.ones_like.default, _like(1.0), "zeros_like")
-    put(aten.scalar_tensor.default, _scalar_tensor, "cast")
-    put(aten._softmax.default, _softmax, "logsumexp")
-    put(aten._log_softmax.default, _log_softmax, "logsumexp")
-    put(aten.native_layer_norm.default, _layer_norm, "rsqrt")
-    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval, "rsqrt", "batch_norm")
-    put(aten.convolution.default, _convolution, "conv", "conv_transpose")
+        put(op.default, _reduction(prim))
+        put(op.dim, _reduction(prim))
+        put(op.dims, _reduction(prim))
+    put(aten.var.correction, _var)
+    put(aten.argmax.default, _argext(reduce.argmax))
+    put(aten.argmin.default, _argext(reduce.argmin))
+    put(aten.cumsum.default, _cumsum)
+    put(aten.full.default, _full)
+    put(aten.full_like.default, _full_like)
+    put(aten.zeros_like.default, _like(0.0))
+    put(aten.ones_like.default, _like(1.0))
+    put(aten.scalar_tensor.default, _scalar_tensor)
+    put(aten._softmax.default, _softmax)
+    put(aten._log_softmax.default, _log_softmax)
+    put(aten.native_layer_norm.default, _layer_norm)
+    put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval)
+    put(aten.convolution.default, _convolution)
     for n in (1, 2, 3):
         for name, rule in ((f"max_pool{n}d_with_indices", _max_pool_with_indices(n)),
                            (f"avg_pool{n}d", _avg_pool(n)),
                            (f"_adaptive_avg_pool{n}d", _adaptive_avg_pool(n))):
             op = getattr(aten, name, None)
             if op is not None:
-                put(op.default, rule, "max_pool", "avg_pool", "global_avg_pool")
-    put(aten.cat.default, _cat, "concat")
-    put(aten.slice.Tensor, _slice, "slice")
-    put(aten.split_with_sizes.default, _split_with_sizes, "split")
-    put(aten.constant_pad_nd.default, _constant_pad_nd, "pad")
-    put(aten.embedding.default, _embedding, "gather")
-    put(aten.index_select.default, _index_select, "gather")
-    put(aten.gather.default, _gather_elements, "gather_elements")
-    put(aten.index.Tensor, _index, "gather")
+                put(op.default, rule)
+    put(aten.cat.default, _cat)
+    put(aten.slice.Tensor, _slice)
+    put(aten.split_with_sizes.default, _split_with_sizes)
+    put(aten.constant_pad_nd.default, _constant_pad_nd)
+    put(aten.embedding.default, _embedding)
+    put(aten.index_select.default, _index_select)
+    put(aten.gather.default, _gather_elements)
+    put(aten.index.Tensor, _index)
     for op in (aten.arange.default, aten.arange.start, aten.arange.start_step):
-        put(op, _arange, "arange")
-    put(aten.sym_size.int, _sym_size, "shape")
-    put(operator.getitem, _getitem, "tuple_getitem")
-    for py_op, name in ((operator.add, "add"), (operator.sub, "sub"), (operator.mul, "mul"),
-                        (operator.floordiv, "floor_div"), (operator.mod, "mod"),
-                        (operator.truediv, "div"), (operator.eq, "eq"), (operator.ne, "ne"),
-                        (operator.lt, "lt"), (operator.le, "le"), (operator.gt, "gt"),
-                        (operator.ge, "ge")):
-        put(py_op, _sym_binary(name), name)
+        put(op, _arange)
+    put(aten.sym_size.int, _sym_size)
+    put(operator.getitem, _getitem)
+    for py_op, prim in ((operator.add, arith.add), (operator.sub, arith.sub), (operator.mul, arith.mul),
+                        (operator.floordiv, elementwise.floor_div), (operator.mod, elementwise.mod),
+                        (operator.truediv, arith.div), (operator.eq, arith.eq), (operator.ne, arith.ne),
+                        (operator.lt, arith.lt), (operator.le, arith.le), (operator.gt, arith.gt),
+                        (operator.ge, arith.ge)):
+        put(py_op, _sym_binary(prim))
     for op in (aten._assert_scalar.default, aten.sym_constrain_range_for_size.default,
                aten._assert_tensor_metadata.default):
         put(op, _no_value)
-    put(torch.ops.higher_order.cond, _cond, "switch")
-    put(torch.ops.higher_order.while_loop, _while_loop, "switch")
-    put(torch.ops.higher_order.map_impl, _map, "stack", "slice", "squeeze")
+    put(torch.ops.higher_order.cond, _cond)
+    put(torch.ops.higher_order.while_loop, _while_loop)
+    put(torch.ops.higher_order.map_impl, _map)
     return table
 
 

@@ -16,17 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from anfir.interop import window_attrs
 from anfir.interop.mindir.common import TYPE_IDS, NodeError
-from anfir.ir.attrs import Attrs, NO_ATTRS
+from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
-from anfir.primitives import arith, gradient, structure, tensor
-from anfir.primitives.registry import PRIMITIVES
+from anfir.primitives import arith, conv, elementwise, gradient, indexing, nn, reduce, shaping, structure, tensor
 from anfir.values import SymbolicKey
-
-P = PRIMITIVES
 
 
 @dataclass
@@ -45,8 +43,16 @@ class Ctx:
     """The node's result dtype, likewise."""
 
     def call(self, prim: Any, *args: Any, **attrs: Any) -> CNode:
-        """``prim(*args, **attrs)`` in the node's graph, at its place."""
-        return self.graph.apply(prim, *args, loc=self.loc, attrs=Attrs(attrs) if attrs else NO_ATTRS)
+        """``prim(*args, **attrs)`` in the node's graph, at its place, the attributes in
+        the op library's canonical form (a window's in its short form: MindSpore's
+        convolutions and pools are 2-d)."""
+        if prim in window_attrs.WINDOWED:
+            try:
+                attrs = window_attrs.window(attrs, 2)
+            except ValueError as e:
+                raise NodeError(f"{self.op}: {e}") from None
+        return self.graph.apply(prim, *args, loc=self.loc,
+                                attrs=prim.canonical_attrs(attrs) if attrs else NO_ATTRS)
 
     def arity(self, lo: int, hi: Optional[int] = None) -> None:
         """The node has between ``lo`` and ``hi`` (default ``lo``) inputs."""
@@ -85,12 +91,12 @@ UNARY: dict[str, Primitive] = {
     "Neg": arith.neg, "Exp": arith.exp, "Log": arith.log, "Sin": arith.sin, "Cos": arith.cos,
     "Tanh": arith.tanh, "Sqrt": arith.sqrt, "Abs": arith.abs_, "Sign": arith.sign,
     "Sigmoid": arith.sigmoid, "ReLU": arith.relu, "Softplus": arith.softplus,
-    "Erf": P["erf"], "Floor": P["floor"], "Ceil": P["ceil"], "Reciprocal": P["reciprocal"],
-    "Rsqrt": P["rsqrt"], "Atan": P["atan"], "Sinh": P["sinh"], "Cosh": P["cosh"],
-    "Expm1": P["expm1"], "Log1p": P["log1p"], "Tan": P["tan"], "Asin": P["asin"], "Acos": P["acos"],
-    "LogicalNot": arith.logical_not, "IsNan": P["isnan"], "IsInf": P["isinf"],
+    "Erf": elementwise.erf, "Floor": elementwise.floor, "Ceil": elementwise.ceil, "Reciprocal": elementwise.reciprocal,
+    "Rsqrt": elementwise.rsqrt, "Atan": elementwise.atan, "Sinh": elementwise.sinh, "Cosh": elementwise.cosh,
+    "Expm1": elementwise.expm1, "Log1p": elementwise.log1p, "Tan": elementwise.tan, "Asin": elementwise.asin, "Acos": elementwise.acos,
+    "LogicalNot": arith.logical_not, "IsNan": elementwise.isnan, "IsInf": elementwise.isinf,
     "OnesLike": tensor.ones_like, "ZerosLike": structure.zeros_like,
-    "StopGradient": structure.stop_gradient, "Round": P["round"],
+    "StopGradient": structure.stop_gradient, "Round": elementwise.round_,
 }
 """Elementwise ops of one input, one anfir primitive each."""
 
@@ -99,15 +105,15 @@ BINARY: dict[str, Primitive] = {
     "Maximum": arith.maximum, "Minimum": arith.minimum, "Pow": arith.pow_,
     "Greater": arith.gt, "GreaterEqual": arith.ge, "Less": arith.lt, "LessEqual": arith.le,
     "Equal": arith.eq, "NotEqual": arith.ne, "LogicalAnd": arith.logical_and,
-    "LogicalOr": arith.logical_or, "FloorDiv": P["floor_div"], "FloorMod": P["mod"],
-    "Atan2": P["atan2"],
+    "LogicalOr": arith.logical_or, "FloorDiv": elementwise.floor_div, "FloorMod": elementwise.mod,
+    "Atan2": elementwise.atan2,
     # the scalar forms (Python numbers at run time: the same primitives)
     "ScalarAdd": arith.add, "ScalarSub": arith.sub, "ScalarMul": arith.mul,
     "ScalarDiv": arith.div, "ScalarPow": arith.pow_, "ScalarLt": arith.lt, "ScalarGt": arith.gt,
     "ScalarLe": arith.le, "ScalarGe": arith.ge, "ScalarEq": arith.eq, "ScalarNe": arith.ne,
     "scalar_add": arith.add, "scalar_sub": arith.sub, "scalar_mul": arith.mul,
     "scalar_lt": arith.lt, "scalar_gt": arith.gt, "scalar_eq": arith.eq,
-    "ScalarFloorDiv": P["floor_div"], "ScalarMod": P["mod"],
+    "ScalarFloorDiv": elementwise.floor_div, "ScalarMod": elementwise.mod,
     # tensor-with-scalar forms
     "Muls": arith.mul, "Adds": arith.add, "Subs": arith.sub, "Divs": arith.div,
     "PowTensorScalar": arith.pow_, "PowScalarTensor": arith.pow_,
@@ -163,7 +169,7 @@ def _switch(ctx: Ctx) -> Node:
     ctx.arity(3)
     # MindSpore's condition is a bool tensor of one element (or a bool): anfir's
     # `switch` takes a bool, which `all` of it is.
-    return ctx.call(structure.switch, ctx.call(P["all"], ctx.args[0]), ctx.args[1], ctx.args[2])
+    return ctx.call(structure.switch, ctx.call(reduce.all_, ctx.args[0]), ctx.args[1], ctx.args[2])
 
 
 @_op("Partial", "partial")
@@ -241,7 +247,7 @@ def _cast(ctx: Ctx) -> Node:
 def _scalar_to_tensor(ctx: Ctx) -> Node:
     ctx.arity(1, 2)
     code = ctx.static(1, 43)
-    return ctx.call(P["full"], (), ctx.args[0], dtype=_dtype(code, "ScalarToTensor"))
+    return ctx.call(indexing.full, (), ctx.args[0], dtype=_dtype(code, "ScalarToTensor"))
 
 
 @_op("TensorToScalar", "ScalarCast")
@@ -270,7 +276,7 @@ def _swap_last(ctx: Ctx, x: Node) -> Node:
     # MatMul's operands are 2-d (a transpose); BatchMatMul's swap their last two axes.
     if ctx.op == "MatMul":
         return ctx.call(tensor.transpose, x)
-    return ctx.call(P["einsum"], "...ij->...ji", x)
+    return ctx.call(nn.einsum, "...ij->...ji", x)
 
 
 @_op("MatMulExt", "BatchMatMulExt", "Mm", "Bmm")
@@ -307,26 +313,26 @@ def _reshape(ctx: Ctx) -> Node:
 @_op("Flatten")
 def _flatten(ctx: Ctx) -> Node:
     ctx.arity(1)
-    return ctx.call(P["flatten"], ctx.args[0], start=1)
+    return ctx.call(shaping.flatten, ctx.args[0], start=1)
 
 
 @_op("ExpandDims")
 def _expand_dims(ctx: Ctx) -> Node:
     ctx.arity(2)
-    return ctx.call(P["unsqueeze"], ctx.args[0], axis=int(ctx.static(1)))
+    return ctx.call(shaping.unsqueeze, ctx.args[0], axis=int(ctx.static(1)))
 
 
 @_op("Squeeze")
 def _squeeze(ctx: Ctx) -> Node:
     ctx.arity(1)
     axis = ctx.attr("axis", ())
-    return ctx.call(P["squeeze"], ctx.args[0], axis=tuple(axis) if axis else None)
+    return ctx.call(shaping.squeeze, ctx.args[0], axis=tuple(axis) if axis else None)
 
 
 @_op("Tile")
 def _tile(ctx: Ctx) -> Node:
     ctx.arity(2)
-    return ctx.call(P["tile"], ctx.args[0], reps=tuple(ctx.static(1)))
+    return ctx.call(shaping.tile, ctx.args[0], reps=tuple(ctx.static(1)))
 
 
 @_op("BroadcastTo")
@@ -345,13 +351,13 @@ def _select(ctx: Ctx) -> Node:
 @_op("Concat")
 def _concat(ctx: Ctx) -> Node:
     ctx.arity(1, 2)
-    return ctx.call(P["concat"], ctx.args[0], axis=int(ctx.static(1, ctx.attr("axis", 0))))
+    return ctx.call(shaping.concat, ctx.args[0], axis=int(ctx.static(1, ctx.attr("axis", 0))))
 
 
 @_op("Stack")
 def _stack(ctx: Ctx) -> Node:
     ctx.arity(1)
-    return ctx.call(P["stack"], ctx.args[0], axis=int(ctx.attr("axis", 0)))
+    return ctx.call(shaping.stack, ctx.args[0], axis=int(ctx.attr("axis", 0)))
 
 
 # -- reductions ----------------------------------------------------------------------------
@@ -366,9 +372,9 @@ def _reduction(prim: Primitive) -> Rule:
     return rule
 
 
-for _name, _prim in {"ReduceSum": tensor.sum_, "ReduceMean": tensor.mean, "ReduceMax": P["max"],
-                     "ReduceMin": P["min"], "ReduceProd": P["prod"], "ReduceAll": P["all"],
-                     "ReduceAny": P["any"]}.items():
+for _name, _prim in {"ReduceSum": tensor.sum_, "ReduceMean": tensor.mean, "ReduceMax": reduce.max_,
+                     "ReduceMin": reduce.min_, "ReduceProd": reduce.prod, "ReduceAll": reduce.all_,
+                     "ReduceAny": reduce.any_}.items():
     OPS[_name] = _reduction(_prim)
 
 
@@ -422,7 +428,7 @@ def _softmax(ctx: Ctx) -> Node:
         if len(axis) != 1:
             raise NodeError(f"{ctx.op} over {len(axis)} axes: anfir's takes one")
         axis = axis[0]
-    prim = P["softmax"] if ctx.op == "Softmax" else P["log_softmax"]
+    prim = nn.softmax if ctx.op == "Softmax" else nn.log_softmax
     return ctx.call(prim, ctx.args[0], axis=int(axis))
 
 
@@ -441,7 +447,7 @@ def _pairs(value: Any, n: int, what: str) -> tuple[int, ...]:
 @_op("Conv2D")
 def _conv2d(ctx: Ctx) -> Node:
     ctx.arity(2)
-    return ctx.call(P["conv"], ctx.args[0], ctx.args[1], **_conv_attrs(ctx))
+    return ctx.call(conv.conv, ctx.args[0], ctx.args[1], **_conv_attrs(ctx))
 
 
 def _conv_attrs(ctx: Ctx) -> dict[str, Any]:
@@ -473,7 +479,7 @@ def _conv_input_grad(ctx: Ctx) -> Node:
     ctx.arity(3)  # (dout, w, input_size): anfir's rule reads only x's shape
     attrs = _conv_attrs(ctx)
     like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
-    return ctx.call(P["conv_input_grad"], ctx.args[0], ctx.args[1], like, **attrs)
+    return ctx.call(conv.conv_input_grad, ctx.args[0], ctx.args[1], like, **attrs)
 
 
 @_op("Conv2DBackpropFilter")
@@ -481,7 +487,7 @@ def _conv_weight_grad(ctx: Ctx) -> Node:
     ctx.arity(3)  # (dout, x, filter_size)
     attrs = _conv_attrs(ctx)
     like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
-    return ctx.call(P["conv_weight_grad"], ctx.args[1], ctx.args[0], like, **attrs)
+    return ctx.call(conv.conv_weight_grad, ctx.args[1], ctx.args[0], like, **attrs)
 
 
 @_op("MaxPoolGrad")
@@ -491,7 +497,7 @@ def _max_pool_grad(ctx: Ctx) -> Node:
     stride = _pairs(ctx.attr("strides", 1), 2, "strides")
     if str(ctx.attr("pad_mode", "VALID")).upper() != "VALID":
         raise NodeError("MaxPoolGrad with a pad mode other than VALID")
-    return ctx.call(P["max_pool_grad"], ctx.args[0], ctx.args[2], kernel=kernel, stride=stride)
+    return ctx.call(conv.max_pool_grad, ctx.args[0], ctx.args[2], kernel=kernel, stride=stride)
 
 
 @_op("AvgPoolGrad")
@@ -501,7 +507,7 @@ def _avg_pool_grad(ctx: Ctx) -> Node:
         raise NodeError("AvgPoolGrad other than VALID, NCHW")
     kernel = _pairs(ctx.static(3), 2, "kernel_size")
     stride = _pairs(ctx.static(4), 2, "strides")
-    return ctx.call(P["avg_pool_grad"], ctx.args[2], ctx.args[0], kernel=kernel, stride=stride)
+    return ctx.call(conv.avg_pool_grad, ctx.args[2], ctx.args[0], kernel=kernel, stride=stride)
 
 
 @_op("MaxPool", "AvgPool")
@@ -519,7 +525,7 @@ def _pool(ctx: Ctx) -> Node:
         fmt = {0: "NCHW", 1: "NHWC"}.get(ctx.static(4), str(ctx.static(4)))
     if mode != "VALID" or fmt != "NCHW":
         raise NodeError(f"{ctx.op} with pad mode {mode} and format {fmt}: anfir reads VALID, NCHW")
-    prim = P["max_pool"] if ctx.op == "MaxPool" else P["avg_pool"]
+    prim = conv.max_pool if ctx.op == "MaxPool" else conv.avg_pool
     return ctx.call(prim, ctx.args[0], kernel=kernel, stride=stride)
 
 
