@@ -1209,6 +1209,146 @@ assert np.allclose(anfir.run(compiled_hess, p), ours, rtol=1e-12, atol=1e-12)
 assert "scan(" in anfir.to_text(compiled_hess)'''),
 ]
 
+TRAINING_MEMORY: list[Cell] = [
+    ("md", """\
+# Training memory: checkpointing and rematerialisation
+
+A gradient program keeps every forward value its backward pass reads alive
+until that read: the buffer planner can place buffers in the least arena for
+a given program, but not below the most bytes live at once. Only computing
+some forward values again, in the backward pass, goes lower. anfir does it by
+hand, with `checkpoint(f)` in the language, and automatically, with the
+`remat` phase (`anfir.compile(..., remat="min-cut")` or a byte budget). This
+notebook measures both with the planned arena of the lowered program;
+`docs/remat.md` is the reference."""),
+    ("py", SETUP),
+    ("md", """\
+## `checkpoint(f)` by hand
+
+A chain of eight layers of 32 × 32 matrices, plain and with each layer
+checkpointed: the gradients are the same, and the lowered training step
+needs a smaller arena (each checkpointed layer keeps only its input and
+recomputes its intermediates when the backward pass reaches it)."""),
+    ("py", '''\
+import numpy as np
+
+chain = anfir.parse("""
+def layer(x, w) = tanh(sin(x @ w) * 2.0 + x)
+def plain(x, w) =
+  let h1 = layer(x, w) in let h2 = layer(h1, w) in let h3 = layer(h2, w) in let h4 = layer(h3, w) in
+  let h5 = layer(h4, w) in let h6 = layer(h5, w) in let h7 = layer(h6, w) in sum(layer(h7, w))
+def saved(x, w) =
+  let c = checkpoint(layer) in
+  let h1 = c(x, w) in let h2 = c(h1, w) in let h3 = c(h2, w) in let h4 = c(h3, w) in
+  let h5 = c(h4, w) in let h6 = c(h5, w) in let h7 = c(h6, w) in sum(c(h7, w))
+def plain_step(x, w) = grad(plain, 1)(x, w)
+def saved_step(x, w) = grad(saved, 1)(x, w)
+""")
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((32, 32)), 0.2 * rng.standard_normal((32, 32))
+want = anfir.run(chain["plain_step"], x, w)
+got = anfir.run(chain["saved_step"], x, w)
+print("largest difference of the gradients:", np.abs(got - want).max())
+assert np.allclose(got, want, rtol=1e-12, atol=1e-14)
+arenas = {name: anfir.lower(chain, entry=name, args=[x, w]).peak_bytes
+          for name in ("plain_step", "saved_step")}
+print(arenas, f"-> {arenas['saved_step'] / arenas['plain_step']:.2f}x")'''),
+    ("md", """\
+## The `remat` phase
+
+With `remat="min-cut"` the compiler decides which forward values to keep:
+a minimum cut, as AOTAutograd's partitioner makes, over the forward values
+the backward pass reads, recomputing only cheap operations (elementwise,
+layout, norms; never matrix products, convolutions or attention). Here the
+training step of `examples/mlp2.anf`: its phase dump marks each copy and
+says what was decided, in a summary line."""),
+    ("py", '''\
+import shutil
+import tempfile
+
+mlp2 = anfir.load(str(EXAMPLES / "mlp2.anf"))
+small = [rng.standard_normal((16, 32)) * 0.2, np.zeros(32), rng.standard_normal((32, 4)) * 0.2,
+         np.zeros(4), rng.standard_normal((8, 16)), rng.standard_normal((8, 4))]
+dumps = Path(tempfile.mkdtemp(prefix="anfir-remat-"))
+step = anfir.compile(mlp2, entry="mlp2_step", args=small, remat="min-cut", dump_dir=str(dumps))
+text = next(dumps.glob("*_remat.ir")).read_text().splitlines()
+print(next(line for line in text if line.startswith("# remat:")))
+print(sum("remat: recomputed" in line for line in text), "nodes marked recomputed")
+plain_grads = anfir.run(anfir.compile(mlp2, entry="mlp2_step", args=small), *small)
+assert all(np.allclose(a, b, rtol=1e-12) for a, b in zip(anfir.run(step, *small), plain_grads))
+shutil.rmtree(dumps)'''),
+    ("md", "The rematerialised step, drawn (the recomputed values are read through `remat_barrier`s):"),
+    ("py", "step"),
+    ("md", """\
+## A sweep: arena against recomputation
+
+On the transformer block's training step (`examples/transformer.anf`,
+batch 8, length 32, width 32), every candidate the budget search tries —
+nothing recomputed, then the cheap operations of the first 1/8, 2/8, ... of
+the forward pass, then more operation kinds — lowered and planned, with the
+modeled extra floating-point operations of its copies. (The search is
+`anfir.lowlevel.remat`; a budget picks the first candidate that fits.)"""),
+    ("py", '''\
+from anfir.ir.clone import clone
+from anfir.lowlevel import lower as lower_compiled, remat
+from anfir.passes.validate import rebuild_manager
+
+block = anfir.load(str(EXAMPLES / "transformer.anf"))
+shapes = [(32, 32), (32,)] * 4 + [(32,), (32,), (64, 32), (64,), (32, 64), (32,), (32,), (32,)]
+p = tuple(rng.normal(size=s) * (0.2 if len(s) == 2 else 0.1) + (1.0 if i in (8, 14) else 0.0)
+          for i, s in enumerate(shapes))
+args = [rng.normal(size=(8, 32, 32)), p, rng.normal(size=(8, 32, 32))]
+compiled = anfir.compile(block, entry="block_grad", args=args)
+remat.inline_everything(rebuild_manager([compiled]))
+points = []
+for level, fraction in [("none", 0.0), *remat.candidates()]:
+    trial = clone(compiled)
+    rebuild_manager([trial])
+    flops = 0 if level == "none" else remat.rematerialize(trial, level, fraction).extra_flops
+    low = lower_compiled(trial)  # the compiled graph as it is (anfir.lower compiles first)
+    points.append((f"{level} {fraction:.3g}", low.peak_bytes, flops, low))
+    print(f"{points[-1][0]:<12} arena {low.peak_bytes:>10,} bytes   extra FLOPs {flops:>10,}")
+reference = anfir.run(compiled, *args)
+for name, _, _, low in points:  # every candidate computes the same gradient
+    assert all(np.allclose(a, b, rtol=1e-10, atol=1e-12)
+               for a, b in zip(anfir.run(low, *args), reference)), name
+print("budget 1,100,000 bytes:", anfir.lower(block, entry="block_grad", args=args,
+                                              remat=1_100_000).peak_bytes, "bytes planned")'''),
+    ("py", '''\
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from IPython.display import SVG, display
+
+plt.rcParams["svg.hashsalt"] = "anfir"  # the same SVG on every run
+fig, ax = plt.subplots(figsize=(7, 3.8))
+ax.plot([f / 1e6 for _, _, f, _ in points], [a / 1024 for _, a, _, _ in points], "o")
+for name, arena, flops, _ in points:
+    ax.annotate(name, (flops / 1e6, arena / 1024), textcoords="offset points", xytext=(4, 3), fontsize=7)
+ax.set_xlabel("extra FLOPs of the recomputed copies (millions, modeled)")
+ax.set_ylabel("planned arena (KiB)")
+ax.set_title("transformer block step: rematerialisation candidates", fontsize=9)
+ax.grid(alpha=0.3)
+picture = io.StringIO()
+fig.savefig(picture, format="svg", metadata={"Date": None})
+plt.close(fig)
+display(SVG(picture.getvalue()))'''),
+    ("md", """\
+The step times of the same candidates (they depend on the machine, so this
+cell's output is not kept; `benchmarks/bench_remat.py` measures them with
+the ResNet step too, and `benchmarks/README.md` has its figures):"""),
+    ("py-varies", '''\
+import time
+
+for name, arena, _, low in points:
+    best = min((lambda start: (anfir.run(low, *args), time.perf_counter() - start)[1])(time.perf_counter())
+               for _ in range(5))
+    print(f"{name:<12} arena {arena:>10,} bytes   step {best * 1e3:6.2f} ms")'''),
+]
+
 NOTEBOOKS: dict[str, list[Cell]] = {
     "01_writing_ir_by_hand.ipynb": WRITING_IR,
     "02_differentiating.ipynb": DIFFERENTIATING,
@@ -1218,6 +1358,7 @@ NOTEBOOKS: dict[str, list[Cell]] = {
     "06_importing_torch.ipynb": IMPORTING_TORCH,
     "07_importing_gpt2.ipynb": IMPORTING_GPT2,
     "08_batching.ipynb": BATCHING,
+    "09_training_memory.ipynb": TRAINING_MEMORY,
 }
 
 

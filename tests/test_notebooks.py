@@ -32,11 +32,12 @@ NOTEBOOKS = ROOT / "notebooks"
 NAMES = ["01_writing_ir_by_hand.ipynb", "02_differentiating.ipynb",
          "03_inspecting_the_pipeline.ipynb", "04_importing_onnx.ipynb",
          "05_models_in_anf.ipynb", "06_importing_torch.ipynb", "07_importing_gpt2.ipynb",
-         "08_batching.ipynb"]
+         "08_batching.ipynb", "09_training_memory.ipynb"]
 REQUIRES = {"04_importing_onnx.ipynb": ("onnx", "anfir[onnx]"),
             "06_importing_torch.ipynb": ("torch", "anfir[torch]"),
             "07_importing_gpt2.ipynb": ("transformers", "anfir[dev]"),
-            "08_batching.ipynb": ("jax", "anfir[jax]")}
+            "08_batching.ipynb": ("jax", "anfir[jax]"),
+            "09_training_memory.ipynb": ("matplotlib", "anfir[dev]")}
 """The optional package a notebook imports, and the extra that installs it: without
 it the notebook cannot run (its committed form is still checked)."""
 SVG = "image/svg+xml"
