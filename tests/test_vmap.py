@@ -264,3 +264,38 @@ def test_compiled_api_jacobians_and_hessian_equal_jax() -> None:
     for make in (anfir.jacrev, anfir.jacfwd):
         compiled = anfir.compile(make(MOD["net"], 0), args=[w1, w2, x])
         _close(anfir.run(compiled, w1, w2, x), ref)
+
+
+EXPORTED = ["broadcast_arg", "batched_if", "loop_trips", "out_axis", "per_example_grads",
+            "closure_grads", "partial_fn"]
+"""Batched programs whose compiled form is first-order and has no fallback loop (`nested`
+batches a primitive by `batch_loop`, which no exporter writes): exported."""
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_batched_programs_export_to_onnx_and_core_ml(name: str) -> None:
+    """Once typed, the batching primitives are core ones (passes/batching_typed.py): the
+    compiled program keeps none, and ONNX (run by onnxruntime) and Core ML write it."""
+    ort = pytest.importorskip("onnxruntime")
+    from anfir.interop.onnx_export import onnx_inputs
+    from anfir.primitives.batching import BATCHING_PRIMITIVES
+
+    args, ref = next((c[1], c[2]) for c in CASES if c[0] == name)
+    compiled = anfir.compile(MOD, entry=name, args=args)
+    text = anfir.to_text(compiled)
+    assert not [p.name for p in BATCHING_PRIMITIVES if f"{p.name}(" in text]
+    want = ref(*args)
+    model = anfir.export_onnx(MOD, entry=name, args=args)
+    session = ort.InferenceSession(model.SerializeToString())
+    got = session.run(None, onnx_inputs(model, *args))
+    for g, w in zip(got, want if isinstance(want, tuple) else (want,)):
+        _close(g, w)
+    pytest.importorskip("coremltools")
+    assert anfir.export_coreml(MOD, entry=name, args=args) is not None
+
+
+def test_a_straight_line_batched_program_lowers_to_the_buffer_ir() -> None:
+    args, ref = next((c[1], c[2]) for c in CASES if c[0] == "per_example_grads")
+    low = anfir.lower(MOD, entry="per_example_grads", args=args)
+    for g, w in zip(anfir.run(low, *args), ref(*args)):
+        _close(g, w)

@@ -45,6 +45,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import callee_primitive
 from anfir.primitives import arith, structure, tensor
+from anfir.passes.batching_typed import typed_batching
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -383,7 +384,7 @@ def cse(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
 
 SIMPLIFY_RULES: tuple[Rule, ...] = tuple(Rule(fn.__name__, fn) for fn in (
     fold_constant, attributes_from_constants, switch_on_constant, where_on_constant, getitem_of_make_tuple, select_trivial_branches,
-    partial_elimination, arithmetic_identity, identity_elimination))
+    partial_elimination, arithmetic_identity, identity_elimination, typed_batching))
 """The local simplifications, tried in this order."""
 FINAL_RULES: tuple[Rule, ...] = (Rule("inline_known_call", inline_known_call), Rule("cse", cse))
 """Tried after every other rule: inlining, then common subexpressions."""
