@@ -21,7 +21,7 @@ from anfir.interop.mindir import MindirError, import_mindir
 
 FIXTURES = Path(__file__).resolve().parent / "mindir_fixtures"
 CASES = ["dense_relu", "conv_net", "control_flow", "control_flow_else", "mlp_loss", "mlp_grad",
-         "while_loss", "while_grad"]
+         "while_loss", "while_grad", "conv_bn"]
 
 
 def fixture(name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -56,7 +56,7 @@ def test_mindspore_export_imports_and_matches(name: str) -> None:
         assert_close(g, w, f"{name} output {k}")
 
 
-@pytest.mark.parametrize("name", ["dense_relu", "conv_net", "control_flow"])
+@pytest.mark.parametrize("name", ["dense_relu", "conv_net", "control_flow", "conv_bn"])
 def test_weights_as_parameters(name: str) -> None:
     inputs, want = fixture(name)
     mod = anfir.import_mindir(str(FIXTURES / f"{name}.mindir"), params_as_inputs=True)

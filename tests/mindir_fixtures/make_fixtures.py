@@ -3,7 +3,7 @@
 Run with MindSpore's own venv (MindSpore needs numpy<2, so it cannot share
 anfir's)::
 
-    /work/msvenv/bin/python tests/mindir_fixtures/make_fixtures.py
+    /work/msvenv/bin/python tests/mindir_fixtures/make_fixtures.py [NAME ...]
 
 Each case writes ``NAME.mindir`` (``mindspore.export``) and ``NAME.npz``: the
 inputs ``in0, in1, ...`` and MindSpore's own results ``out0, out1, ...`` (a
@@ -131,6 +131,23 @@ class WhileGrad(nn.Cell):
         return self.grad(self.loss)(x, n)
 
 
+class ConvBN(nn.Cell):
+    """Conv, BatchNorm (inference: the running statistics) and ReLU (f32), the ResNet
+    stem's pattern; the statistics are away from (0, 1) so the normalisation matters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, pad_mode="valid", weight_init=Tensor(normal(3, 2, 3, 3, scale=0.4)))
+        self.bn = nn.BatchNorm2d(3, eps=1e-3, gamma_init=Tensor(normal(3, scale=0.2) + 1.0),
+                                 beta_init=Tensor(normal(3, scale=0.1)),
+                                 moving_mean_init=Tensor(normal(3, scale=0.3)),
+                                 moving_var_init=Tensor(np.abs(normal(3)) + 0.5))
+        self.relu = nn.ReLU()
+
+    def construct(self, x):
+        return self.relu(self.bn(self.conv(x)))
+
+
 def _flat(value):
     if isinstance(value, (tuple, list)):
         out = []
@@ -140,7 +157,14 @@ def _flat(value):
     return [value.asnumpy() if isinstance(value, Tensor) else np.asarray(value)]
 
 
+ONLY: set[str] = set()
+"""The fixtures to make again (the command's arguments); empty: all of them.  Every cell is
+still built, in order, so each fixture's random weights stay what they were."""
+
+
 def make(name: str, cell: nn.Cell, *inputs: np.ndarray, run: bool = True) -> None:
+    if ONLY and name not in ONLY:
+        return
     tensors = [Tensor(a) for a in inputs]
     path = os.path.join(HERE, name + ".mindir")
     if os.path.exists(path):
@@ -155,6 +179,7 @@ def make(name: str, cell: nn.Cell, *inputs: np.ndarray, run: bool = True) -> Non
 
 
 def main() -> None:
+    ONLY.update(sys.argv[1:])
     make("dense_relu", DenseReLU(), normal(5, 4))
     make("conv_net", ConvNet(), normal(2, 1, 8, 8))
     make("control_flow", ControlFlow(), np.array([0.1, 0.2, -0.3]), np.array(3, np.int64))
@@ -165,6 +190,7 @@ def main() -> None:
     make("mlp_grad", MLPGrad(), *mlp)
     make("while_loss", WhileLoss(), np.array([0.3, -0.8, 1.1]), np.array(4, np.int64))
     make("while_grad", WhileGrad(), np.array([0.3, -0.8, 1.1]), np.array(4, np.int64))
+    make("conv_bn", ConvBN().set_train(False), normal(2, 2, 6, 6))
 
 
 if __name__ == "__main__":

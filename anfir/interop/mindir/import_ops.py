@@ -510,6 +510,29 @@ def _avg_pool_grad(ctx: Ctx) -> Node:
     return ctx.call(conv.avg_pool_grad, ctx.args[2], ctx.args[0], kernel=kernel, stride=stride)
 
 
+@_op("BatchNorm")
+def _batch_norm(ctx: Ctx) -> Node:
+    """Inference batch norm over the running statistics, NCHW: ``(y, mean, var, mean, var)``
+    (MindSpore's five results; the last four, its saved statistics, are the running
+    ones in inference).  Its attributes are inputs 5 to 8 (is_training, epsilon,
+    momentum, data_format) or, in older files, the primitive's."""
+    ctx.arity(5, 9)
+    training = ctx.static(5, ctx.attr("is_training", False))
+    eps = ctx.static(6, ctx.attr("epsilon", 1e-5))
+    fmt = ctx.static(8, ctx.attr("format", ctx.attr("data_format", "NCHW")))
+    fmt = {0: "NCHW", 1: "NHWC"}.get(fmt, str(fmt)) if not isinstance(fmt, str) else fmt
+    if training:
+        raise NodeError("BatchNorm in training mode (it updates its running statistics): anfir "
+                        "imports inference cells (set_train(False) before exporting)")
+    if fmt != "NCHW":
+        raise NodeError(f"BatchNorm with format {fmt}: anfir reads NCHW")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise NodeError(f"BatchNorm's epsilon must be a number, not {eps!r}")
+    x, scale, bias, mean, var = ctx.args[:5]
+    y = ctx.call(conv.batch_norm, x, scale, bias, mean, var, eps=float(eps))
+    return ctx.call(structure.make_tuple, y, mean, var, mean, var)
+
+
 @_op("MaxPool", "AvgPool")
 def _pool(ctx: Ctx) -> Node:
     if len(ctx.args) == 1:  # the attributes on the primitive
