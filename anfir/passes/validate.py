@@ -19,7 +19,7 @@ them all, each with the source location of the node concerned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from anfir.errors import AnfirError, IRConsistencyError
 from anfir.infer.engine import UNTYPED
@@ -29,9 +29,8 @@ from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.primitives import MetaFunction, Primitive
 from anfir.values import Symbol
+from anfir.passes.program import Program
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.pipeline import Program
 
 AD_PLACEHOLDERS = frozenset({"grad", "value_and_grad"})
 """Meta functions the ``ad`` phase must have expanded.  (A run-time ``J`` may

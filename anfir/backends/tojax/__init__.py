@@ -15,7 +15,7 @@ from anfir.backends.tojax.errors import (JAX_EXTRA, LoweringError, MissingExtraE
                                          TracedRecursionError)
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph, Module
-from anfir.passes.pipeline import Phase
+from anfir.passes.program import Phase
 
 
 def require_jax() -> None:

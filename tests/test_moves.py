@@ -1,0 +1,112 @@
+"""The small moves of issue 23, kept: type-only imports point down too, no pass imports the
+pipeline that imports every pass, and the core decides by primitive object, not by name.
+
+``tests/test_layers.py`` skips ``if TYPE_CHECKING:`` blocks (annotations only); these
+checks read them as well, because a type-only import still says which layer a module
+depends on (``autodiff/rules.py`` once named ``passes.optimize.RewriteContext`` there).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterator
+
+import test_layers as layers
+
+_CORE = ("anfir.autodiff", "anfir.passes", "anfir.eval", "anfir.infer")
+"""Where a primitive must be recognised by object (the parser, the ``.ir`` loader, the
+registry and the importers are the edges where names are allowed)."""
+
+
+def all_imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int, bool]]:
+    """Like ``test_layers.imports_of``, ``if TYPE_CHECKING:`` blocks included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, in_function = stack.pop()
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for target in targets:
+            while target not in known and "." in target:
+                target = target.rpartition(".")[0]
+            if target in known and target != name:
+                yield target, node.lineno, in_function
+        nested = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        stack.extend((child, nested) for child in ast.iter_child_nodes(node))
+
+
+def _graph() -> dict[str, list[tuple[str, int, bool]]]:
+    known = layers.modules()
+    return {name: sorted(set(all_imports(name, path, known))) for name, path in known.items()}
+
+
+def test_type_only_imports_point_down_too() -> None:
+    upward = [f"{name}:{line} imports {target}"
+              for name, targets in _graph().items() for target, line, _ in targets
+              if target != "anfir" and layers.layer_of(target) > layers.layer_of(name)]
+    assert not upward, "imports (type-only included) that point up:\n" + "\n".join(upward)
+
+
+def test_the_passes_form_no_import_loop_even_for_types() -> None:
+    # Every pass takes a Program; it lives in passes/program.py, which imports no pass,
+    # so pipeline.py (which imports every pass) is imported by no phase's module.
+    graph = {name: [t for t, _, inside in targets if not inside and t.startswith("anfir.passes")]
+             for name, targets in _graph().items() if name.startswith("anfir.passes")}
+    assert layers.find_cycle(graph) is None, layers.find_cycle(graph)
+    assert not [t for t in graph["anfir.passes.program"]], "program.py imports a pass"
+    assert "anfir.passes.program" in graph["anfir.passes.inline"]
+
+
+def _string_set(node: ast.AST, constants: dict[str, ast.AST]) -> bool:
+    """Whether ``node`` is a string literal or a collection of them (maybe by a module name)."""
+    if isinstance(node, ast.Name) and node.id in constants:
+        node = constants[node.id]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+            "frozenset", "set", "tuple") and node.args:
+        node = node.args[0]
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return bool(node.elts) and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                       for e in node.elts)
+    return False
+
+
+def decisions_by_name(source: str) -> Iterator[int]:
+    """Lines comparing an object's ``.name`` with a string or a set of strings."""
+    tree = ast.parse(source)
+    constants = {t.id: stmt.value for stmt in tree.body if isinstance(stmt, ast.Assign)
+                 for t in stmt.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute)
+                and node.left.attr == "name"
+                and any(_string_set(c, constants) for c in node.comparators)):
+            yield node.lineno
+
+
+def test_the_core_decides_by_primitive_object_not_by_name() -> None:
+    found = [f"{path.relative_to(layers.ROOT)}:{line}"
+             for name, path in layers.modules().items() if name.startswith(_CORE)
+             for line in decisions_by_name(path.read_text(encoding="utf-8"))]
+    assert not found, "decisions by a name string:\n" + "\n".join(found)
+
+
+def test_the_checks_can_fail(tmp_path: Path) -> None:
+    known = layers.modules()
+    path = tmp_path / "probe.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                    "    from anfir.passes.optimize import X\n", encoding="utf-8")
+    assert ("anfir.passes.optimize", 3, False) in set(all_imports("anfir.autodiff.rules", path, known))
+    assert layers.layer_of("anfir.passes.optimize") > layers.layer_of("anfir.autodiff.rules")
+    assert list(decisions_by_name('E = ("add", "mul")\nif p.name not in E:\n    pass\n')) == [2]
+    assert list(decisions_by_name('if prim.name == "add":\n    pass\n')) == [1]
+    assert not list(decisions_by_name("E = frozenset({add, mul})\nif p not in E:\n    pass\n"))
