@@ -25,7 +25,7 @@ PACKAGE = ROOT / "anfir"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("anfir.errors", "anfir.location", "anfir.dtypes", "anfir.nested", "anfir.gcpause",
               "anfir.limits")),
-    ("ir", ("anfir.ir", "anfir.values")),
+    ("ir", ("anfir.ir", "anfir.runtime_values")),
     ("abstract", ("anfir.abstract",)),
     ("op library", ("anfir.primitives",)),
     ("inference", ("anfir.infer",)),

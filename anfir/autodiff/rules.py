@@ -42,7 +42,7 @@ from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive, callee_primitive
 from anfir.primitives import arith, gradient, structure
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
 
 class RuleContext(Protocol):

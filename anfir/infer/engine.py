@@ -60,7 +60,7 @@ from anfir.abstract.rules import static_of_abstract
 from anfir.ir.walk import toposort
 from anfir.infer.loops import PRIMITIVE_CALLERS
 from anfir.primitives import meta as metas, structure
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 
 MAX_SIGNATURES = 50
 """Most signatures one graph may be specialized for before inference gives up."""

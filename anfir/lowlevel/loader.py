@@ -32,7 +32,7 @@ from anfir.lowlevel.program import (
 )
 from anfir.lowlevel.rules import RULES, TensorType
 from anfir.primitives.registry import PRIMITIVES
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 MAX_DIMS = 64
 """The most dimensions a ``.lir`` type may have."""

@@ -43,7 +43,7 @@ from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import checkpointing, gradient, meta as metas
 from anfir.ir.primitive import MetaFunction
-from anfir.passes.program import Program
+from anfir.passes.compile_state import Program
 
 
 _GRADS = (metas.grad, metas.value_and_grad, metas.jvp)

@@ -28,7 +28,7 @@ from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, remove_dead_graphs
 from anfir.ir.nodes import CNode, Node, ValueNode
-from anfir.passes.program import Program
+from anfir.passes.compile_state import Program
 
 
 INLINE_THRESHOLD = 12

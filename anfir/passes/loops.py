@@ -34,7 +34,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import toposort
 from anfir.primitives import arith, loops, structure
-from anfir.passes.program import Program
+from anfir.passes.compile_state import Program
 
 
 _BODY = {loops.scan: 0, loops.fori_loop: 2}

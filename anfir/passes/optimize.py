@@ -35,7 +35,7 @@ from anfir.ir.nodes import CNode, Node
 from anfir.passes.inline import INLINE_THRESHOLD
 from anfir.autodiff.rules import GRADIENT_RULES
 from anfir.passes.optimize_rules import FINAL_RULES, SIMPLIFY_RULES, Rule
-from anfir.passes.program import Program
+from anfir.passes.compile_state import Program
 # Rules and the engine share the context; its names stay importable from here.
 from anfir.passes.rewrite_context import RewriteContext, RuleDeclined, abstract_compatible
 

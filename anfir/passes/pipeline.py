@@ -59,7 +59,7 @@ from anfir.passes import ad, inline, optimize, validate
 from anfir.passes.vmap import expand_vmaps
 # The phase state lives in its own module so that passes import it without importing
 # this list of every pass; its names stay importable from here (the pipeline's API).
-from anfir.passes.program import Phase, Program, sanitize_file_part, write_dumps, write_text
+from anfir.passes.compile_state import Phase, Program, sanitize_file_part, write_dumps, write_text
 
 Source = Union[Module, FuncGraph, str, "os.PathLike[str]"]
 

@@ -24,7 +24,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.passes.inline import INLINE_THRESHOLD, RecursionCache, called_graph, clone_call_body, should_inline
 from anfir.passes.specialize import abstract_of_value, infer_call
 from anfir.dtypes import dtype_name
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 
 FOLD_MAX_ELEMENTS = 1024

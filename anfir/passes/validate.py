@@ -28,8 +28,8 @@ from anfir.location import Location
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.primitives import MetaFunction, Primitive
-from anfir.values import Symbol
-from anfir.passes.program import Program
+from anfir.runtime_values import Symbol
+from anfir.passes.compile_state import Program
 
 
 AD_PLACEHOLDERS = frozenset({"grad", "value_and_grad"})

@@ -35,7 +35,7 @@ from anfir.ir.upcalls import UPCALLS
 from anfir.nested import fold_nested
 from anfir.primitives import arith
 from anfir.primitives.registry import declare
-from anfir.values import GradEnv, SymbolicKey
+from anfir.runtime_values import GradEnv, SymbolicKey
 
 FAMILY = "gradient"
 

@@ -10,7 +10,7 @@ from anfir.errors import AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
 from anfir.dtypes import ELEMENT_TYPES, LITERAL_DTYPES, check_dtype, numpy_name
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 FAMILY = "tensor"
 _PYTHON_SCALARS = frozenset(LITERAL_DTYPES.values())

@@ -35,13 +35,13 @@ from anfir.nested import fold_nested
 from anfir.primitives import arith, batching, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
 from anfir.primitives import checkpointing
 from anfir.backends.tojax.conv_rules import CONV_RULES
-from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
+from anfir.backends.tojax.traced import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.backends.tojax.shaping_rules import SHAPING_RULES
 from anfir.backends.tojax.loop_rules import FUNCTION_ARGUMENTS, LOOP_RULES  # noqa: F401
 from anfir.backends.tojax.batching_rules import BATCHING_RULES, loop_rule
 from anfir.backends.tojax.collective_rules import COLLECTIVE_RULES
-from anfir.values import DType, GradEnv
+from anfir.runtime_values import DType, GradEnv
 
 Rule = Callable[..., Any]
 

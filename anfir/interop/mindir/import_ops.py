@@ -24,7 +24,7 @@ from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.registry import PRIMITIVES
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
 P = PRIMITIVES
 
