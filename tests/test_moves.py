@@ -151,3 +151,48 @@ def test_the_name_check_can_fail(tmp_path: Path, monkeypatch: Any) -> None:
         (tmp_path / folder / "values.py").write_text("class Closure:\n    pass\n", encoding="utf-8")
     monkeypatch.setattr(layers, "PACKAGE", tmp_path)
     assert shared_names() == ({"values.py"}, {"Closure"})
+
+
+def _wiring_assignments(source: str) -> list[str]:
+    """The targets ``install()`` in wiring's ``source`` assigns, as text; AssertionError
+    when it does anything but assign ``UPCALLS.<slot> = ...``."""
+    tree = ast.parse(source)
+    install = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "install")
+    slots = []
+    for stmt in install.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # the docstring
+        assert isinstance(stmt, ast.Assign) and len(stmt.targets) == 1, ast.unparse(stmt)
+        target = stmt.targets[0]
+        assert (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                and target.value.id == "UPCALLS"), ast.unparse(stmt)
+        slots.append(target.attr)
+    return slots
+
+
+def test_every_up_call_is_an_upcalls_slot_filled_once_by_wiring() -> None:
+    from anfir.ir.upcalls import UPCALLS, Upcalls
+    import anfir  # noqa: F401  (wires the layers)
+    declared = [name for name in vars(Upcalls) if not name.startswith("_")]
+    filled = _wiring_assignments((layers.PACKAGE / "wiring.py").read_text(encoding="utf-8"))
+    assert sorted(filled) == sorted(declared) and len(set(filled)) == len(filled)
+    assert all(getattr(UPCALLS, name) is not getattr(Upcalls, name) for name in declared)
+    # No other mechanism: nothing assigns a meta function's generator or registers a caller
+    # from outside its declaration.
+    other = [f"{path.relative_to(layers.ROOT)}:{node.lineno}"
+             for path in sorted(layers.PACKAGE.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Assign) and any(
+                 isinstance(t, ast.Attribute) and t.attr in ("generate", "generate_for_types")
+                 for t in node.targets)]
+    assert not other, other
+
+
+def test_the_wiring_check_can_fail() -> None:
+    try:
+        _wiring_assignments("def install():\n    meta.grad.generate = g\n")
+    except AssertionError as error:
+        assert "meta.grad.generate" in str(error)
+    else:
+        raise AssertionError("an assignment to a meta function passed")
+    assert _wiring_assignments('def install():\n    """doc"""\n    UPCALLS.a = f\n') == ["a"]
