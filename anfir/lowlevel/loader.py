@@ -12,6 +12,7 @@ the arena.  The header's figures are recomputed, not read.
 from __future__ import annotations
 
 import builtins
+import json
 import math
 import re
 import threading
@@ -84,8 +85,7 @@ class _Values(Transformer):
         return None
 
     def string(self, token: Token) -> str:
-        import json  # the literal syntax is JSON's (printed with json.dumps)
-
+        # the literal syntax is JSON's (printed with json.dumps)
         return str(json.loads(str(token)))
 
     def dtype(self, token: Token) -> DType:
