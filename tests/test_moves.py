@@ -9,6 +9,7 @@ depends on (``autodiff/rules.py`` once named ``passes.optimize.RewriteContext`` 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -196,3 +197,41 @@ def test_the_wiring_check_can_fail() -> None:
     else:
         raise AssertionError("an assignment to a meta function passed")
     assert _wiring_assignments('def install():\n    """doc"""\n    UPCALLS.a = f\n') == ["a"]
+
+
+def documented_tables() -> list[tuple[str, list[str], list[str]]]:
+    """(who, table names, module paths) per row of architecture.md's "tables keyed by
+    primitive object" section."""
+    text = (layers.ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("### The tables keyed by primitive object", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("who", "---"):
+            continue
+        names = [n for n in re.findall(r"`([A-Z_]+)`", cells[1])]
+        modules = re.findall(r"`([a-z_/]+\.py)`", cells[2])
+        rows.append((cells[0], names, modules))
+    return rows
+
+
+def test_the_documented_tables_exist_where_the_doc_says() -> None:
+    rows = documented_tables()
+    assert len(rows) >= 12
+    missing = []
+    for who, names, modules in rows:
+        folder = None
+        paths = []
+        for module in modules:  # a bare file name is in the folder of the row's previous one
+            path = layers.PACKAGE / module if "/" in module or folder is None else folder / module
+            folder = path.parent
+            paths.append(path)
+        assert paths and all(p.is_file() for p in paths), (who, modules)
+        defined = set()
+        for path in paths:
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                targets = (node.targets if isinstance(node, ast.Assign)
+                           else [node.target] if isinstance(node, ast.AnnAssign) else [])
+                defined |= {t.id for t in targets if isinstance(t, ast.Name)}
+        missing += [f"{who}: {name}" for name in names if name not in defined]
+    assert not missing, "tables the doc names that its modules do not define:\n" + "\n".join(missing)
