@@ -23,7 +23,7 @@ from anfir.eval import call_function, code_for, disassemble, run
 from anfir.eval.opcodes import BRANCH, F1, F2, K2, K2L, P2, RET, TBRANCH, TCALLG
 from anfir.ir import CNode, FuncGraph, Location, Module, ValueNode
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction
-from anfir.values import Closure, Partial
+from anfir.runtime_values import Closure, Partial
 from spec_examples import CLOSURE, FIBONACCI, HOF, MLP, PAPER, POWER
 
 P = PRIMITIVES

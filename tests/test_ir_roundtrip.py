@@ -27,7 +27,7 @@ from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
 from anfir.primitives import PRIMITIVES as P
 from anfir.printers.ir import dump_ir, write_ir
 from anfir.printers.iso import assert_isomorphic
-from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
+from anfir.runtime_values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 from spec_examples import PAPER, HOF, FIBONACCI as FIB, CLOSURE, POWER, MLP
 
 _RNG = np.random.default_rng(0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ PACKAGE = ROOT / "anfir"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("anfir.errors", "anfir.location", "anfir.dtypes", "anfir.nested", "anfir.gcpause",
               "anfir.limits")),
-    ("ir", ("anfir.ir", "anfir.values")),
+    ("ir", ("anfir.ir", "anfir.runtime_values")),
     ("abstract", ("anfir.abstract",)),
     ("op library", ("anfir.primitives",)),
     ("inference", ("anfir.infer",)),
@@ -218,3 +219,45 @@ def test_importing_a_submodule_first_wires_the_layers(module: str) -> None:
             "m = anfir.parse('def f(x) = x * x')\n"
             "assert str(m['f']).strip().endswith('x * x'), str(m['f'])\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def _hard_dependencies() -> frozenset[str]:
+    """The import names of pyproject's core dependencies, plus json (stdlib, always there)."""
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        deps = tomllib.load(handle)["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0].strip().replace("-", "_") for dep in deps}
+    return frozenset(names | {"json"})
+
+
+def function_level_hard_imports(source: str, hard: frozenset[str]) -> list[int]:
+    """Lines of ``source`` that import a hard dependency inside a function."""
+    tree = ast.parse(source)
+    found = []
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, in_function = stack.pop()
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        if in_function and any(n.partition(".")[0] in hard for n in names):
+            found.append(node.lineno)  # type: ignore[attr-defined]
+        nested = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        stack.extend((child, nested) for child in ast.iter_child_nodes(node))
+    return sorted(found)
+
+
+def test_hard_dependencies_are_imported_at_module_level() -> None:
+    # numpy, sympy, lark, ml_dtypes, scipy (and json) are always installed: importing one
+    # inside a function only hides a module's dependencies (optional packages — torch,
+    # onnx, jax, coremltools — stay lazy: `import anfir` must work without them).
+    hard = _hard_dependencies()
+    assert {"numpy", "sympy", "lark", "json"} <= hard and "torch" not in hard
+    lazy = [f"{path.relative_to(ROOT)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+            for line in function_level_hard_imports(path.read_text(encoding="utf-8"), hard)]
+    assert not lazy, "function-level imports of hard dependencies:\n" + "\n".join(lazy)
+    assert function_level_hard_imports("def f():\n    import numpy as np\n    import torch\n",
+                                       hard) == [2]

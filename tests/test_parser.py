@@ -14,7 +14,7 @@ from anfir.ir import CNode, FuncGraph, Location, ParameterNode, ValueNode, manag
 from anfir.ir.annotations import ScalarAnn, TensorAnn, TupleAnn
 from anfir.grammar.resolve import resolve_module
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, MetaFunction, Primitive
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 import programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,7 +22,7 @@ from anfir.ir import CNode, FuncGraph, Location, Manager
 from anfir.passes.pipeline import PHASES, Phase, Program, compile_program, sanitize_file_part
 from anfir.passes.validate import validate
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES as P
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 from example_args import resnet18_args, transformer_args
 from spec_examples import PAPER as MINDIR, HOF, FIBONACCI, CLOSURE, POWER, MLP
 

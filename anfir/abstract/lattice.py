@@ -29,7 +29,7 @@ from anfir.errors import AnfirTypeError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.nested import fold_nested
-from anfir.values import DType, GradEnv, SymbolicKey
+from anfir.runtime_values import DType, GradEnv, SymbolicKey
 
 
 class ABottom(AbstractValue):

@@ -63,7 +63,7 @@ from anfir.ir.walk import toposort
 from anfir.primitives import (arith, batching as bp, complexes, conv, elementwise, gradient, indexing,
                               loops, meta, nn, reduce, shaping, structure, tensor)
 from anfir.primitives.registry import PRIMITIVES
-from anfir.values import Closure, Partial
+from anfir.runtime_values import Closure, Partial
 
 BT = Union[bool, tuple]
 """A batch tree: False (not batched), True (batched on axis 0, every leaf), or a

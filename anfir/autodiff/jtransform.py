@@ -2,7 +2,7 @@
 
 ``J(g)`` is a graph ``▸g`` with ``g``'s parameters that returns
 ``(value, ◂g)``, where the closure ``◂g(dout)`` returns
-``(env, dx1, ..., dxn)``: ``env`` (a :class:`~anfir.values.GradEnv`) holds the
+``(env, dx1, ..., dxn)``: ``env`` (a :class:`~anfir.runtime_values.GradEnv`) holds the
 gradients of the values ``g`` captures, one entry per name of a captured use
 (:meth:`_ScopeTransform.captures`, :func:`use_key`), the ``dx`` the gradients
 of the inputs (Pearlmutter–Siskind; Myia's ``grad.py``, MindSpore's DFunctor).
@@ -64,7 +64,7 @@ from anfir.ir.walk import reachable_graphs, toposort
 from anfir.primitives import checkpointing, gradient, meta as metas, structure
 from anfir.primitives.checkpointing import CHECKPOINT_FLAG
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.values import Closure, Partial, SymbolicKey
+from anfir.runtime_values import Closure, Partial, SymbolicKey
 
 FORWARD = "▸"
 BACKWARD = "◂"

@@ -1,6 +1,6 @@
 """The J-world ``partial``: a partial value's gradient holds those of what it binds.
 
-The gradient of a partial value is a :class:`~anfir.values.GradEnv`, as the
+The gradient of a partial value is a :class:`~anfir.runtime_values.GradEnv`, as the
 gradient of every function value is: ``partial(f, a...)`` holds ``d_f`` under
 the key :func:`partial_key` ``(0)`` and ``d_a_i`` under ``partial_key(1 + i)``.
 Its zero is the empty GradEnv whatever the J-level of the value, so the
@@ -37,7 +37,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.ir.walk import toposort
 from anfir.primitives import gradient, structure
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
 _partial_graphs: dict[tuple, FuncGraph] = {}
 _partial_calls: dict[tuple[int, int], MetaFunction] = {}

@@ -32,17 +32,46 @@ becomes one flat graph of arithmetic:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol, Sequence
 
 from anfir.abstract.values import AEnv, AFunction, AScalar, ATensor, ATuple
 from anfir.dtypes import is_float, is_signed_int, numpy_dtype
+from anfir.ir.attrs import Attrs
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive, callee_primitive
 from anfir.primitives import arith, gradient, structure
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.optimize import RewriteContext
+
+class RuleContext(Protocol):
+    """What these rules use of the optimizer that runs them.
+
+    The optimizer (``anfir.passes.rewrite_context.RewriteContext``, a layer above) provides
+    it; the rules name only this protocol, so the autodiff layer imports nothing
+    from the passes, not even for type checking.
+    """
+
+    manager: Manager
+    """The manager of the graphs being rewritten."""
+
+    def constant(self, value: Any, like: Node) -> ValueNode:
+        """A typed constant ``value`` standing where ``like`` was."""
+        ...
+
+    def apply(self, graph: FuncGraph, inputs: Sequence[Node], like: Node,
+              abstract: Any = ..., attrs: Attrs = ...) -> CNode:
+        """A typed CNode ``inputs[0](inputs[1:])`` in ``graph`` replacing ``like``."""
+        ...
+
+    def same_type(self, a: Node, b: Node) -> bool:
+        """Whether both nodes are typed and have the same type."""
+        ...
+
+    def memo(self, name: str) -> dict[Any, Any]:
+        """A dict a rule keeps its own facts in for the whole run."""
+        ...
 
 
 def _is(node: Node, prim: Primitive) -> bool:
@@ -64,7 +93,7 @@ def _is_float(abstract: object) -> bool:
     return False
 
 
-def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def drop_shape_adjustment(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``sum_to/broadcast_like/cast_like/unreduce/reshape_like(g, ...)`` → ``g`` when
     types agree."""
     prim = callee_primitive(node)
@@ -77,7 +106,7 @@ def drop_shape_adjustment(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return None
 
 
-def env_get_after_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def env_get_after_set(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``env_getitem(env_setitem(e, k, v), k, d)`` → ``v``; another constant key
     looks further down; ``env_getitem(newenv(), k, d)`` → ``d``.
 
@@ -132,7 +161,7 @@ class _EnvIndex:
         self.bottom = current
 
 
-def _env_lookup(env: Node, key: SymbolicKey, ctx: "RewriteContext") -> tuple[Optional[CNode], Node]:
+def _env_lookup(env: Node, key: SymbolicKey, ctx: RuleContext) -> tuple[Optional[CNode], Node]:
     """The ``env_setitem`` of ``key`` the chain below ``env`` holds (None if
     none), and the chain's bottom.
 
@@ -148,7 +177,7 @@ def _env_lookup(env: Node, key: SymbolicKey, ctx: "RewriteContext") -> tuple[Opt
     return index.setters.get(key), index.bottom
 
 
-def _env_index_valid(index: _EnvIndex, key: SymbolicKey, ctx: "RewriteContext") -> bool:
+def _env_index_valid(index: _EnvIndex, key: SymbolicKey, ctx: RuleContext) -> bool:
     found = index.setters.get(key)
     if found is not None:
         return (ctx.manager.tracks(found) and _is(found, gradient.env_setitem)
@@ -156,7 +185,7 @@ def _env_index_valid(index: _EnvIndex, key: SymbolicKey, ctx: "RewriteContext") 
     return ctx.manager.tracks(index.bottom) or isinstance(index.bottom, ValueNode)
 
 
-def gadd_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def gadd_simplify(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``gadd(0, b)`` → ``b``; ``gadd(a, b)`` on numbers or tensors of one type → ``add(a, b)``."""
     if not _is(node, gradient.gadd):
         return None
@@ -173,7 +202,7 @@ def gadd_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return None
 
 
-def zeros_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def zeros_simplify(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``zeros_like`` of a float/int scalar → a constant; of ``make_tuple(...)`` → elementwise."""
     if not _is(node, structure.zeros_like):
         return None
@@ -215,7 +244,7 @@ _SPREAD_MAX = 64
 one stays one node (the rewrite would add a node per item for little gain)."""
 
 
-def gadd_of_env_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def gadd_of_env_set(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``gadd(a, env_setitem(e, k, v))`` → ``env_setitem(gadd(a, e), k, gadd(a[k], v))``,
     or ``v`` for ``gadd(a[k], v)`` when ``a`` has no ``k`` (either side), when ``a``
     is a chain of ``env_setitem`` with constant keys over ``newenv()`` — so what
@@ -247,7 +276,7 @@ def gadd_of_env_set(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return ctx.apply(graph, [b.inputs[0], rest, key_node, total], like=node, abstract=node.abstract)
 
 
-def gadd_of_tuples(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def gadd_of_tuples(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``gadd(make_tuple(a...), make_tuple(b...))`` → ``make_tuple(gadd(a_i, b_i)...)``:
     what ``gadd`` computes on tuples, item by item, so the items' sums fold."""
     if not _is(node, gradient.gadd):
@@ -268,7 +297,7 @@ def gadd_of_tuples(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
                      abstract=node.abstract)
 
 
-def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def tuple_set_simplify(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``tuple_setitem(make_tuple(...), i, v)`` → ``make_tuple(..., v, ...)``;
     ``tuple_getitem(tuple_setitem(t, i, v), j)`` → ``v`` or ``tuple_getitem(t, j)``."""
     if _is(node, gradient.tuple_setitem):
@@ -295,7 +324,7 @@ def tuple_set_simplify(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return None
 
 
-def seed_and_check(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def seed_and_check(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``grad_seed(v)`` → ``1.0`` and ``grad_arg_check(x, g)`` → ``g`` once types prove them."""
     if _is(node, gradient.grad_seed):
         abstract = node.inputs[1].abstract
@@ -309,14 +338,16 @@ def seed_and_check(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
     return None
 
 
-def double_negation(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def double_negation(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """``neg(neg(x))`` → ``x``."""
     if _is(node, arith.neg) and _is(node.inputs[1], arith.neg):
         return node.inputs[1].inputs[1]
     return None
 
 
-_ELEMENTWISE = ("add", "sub", "mul", "div")
+_ELEMENTWISE = frozenset({arith.add, arith.sub, arith.mul, arith.div})
+"""The binary elementwise primitives a broadcast scalar gradient is pushed into
+(by object, as every table keyed by primitive)."""
 
 
 def _scalar_unreduce(node: Node) -> bool:
@@ -325,7 +356,7 @@ def _scalar_unreduce(node: Node) -> bool:
             and node.inputs[3].value is None and isinstance(node.inputs[1].abstract, AScalar))
 
 
-def scalar_unreduce_into_elementwise(node: CNode, ctx: "RewriteContext") -> Optional[Node]:
+def scalar_unreduce_into_elementwise(node: CNode, ctx: RuleContext) -> Optional[Node]:
     """Push a broadcast scalar gradient into the elementwise op that uses it.
 
     ``op(unreduce(s, r, None), c)`` with ``c`` a scalar → ``unreduce(op(s, c), r, None)``;
@@ -334,7 +365,7 @@ def scalar_unreduce_into_elementwise(node: CNode, ctx: "RewriteContext") -> Opti
     result's type is unchanged, so no dtype or shape can differ.
     """
     prim = callee_primitive(node)
-    if prim is None or prim.name not in _ELEMENTWISE or len(node.inputs) != 3:
+    if prim is None or prim not in _ELEMENTWISE or len(node.inputs) != 3:
         return None
     _, a, b = node.inputs
     for spread, other, spread_first in ((a, b, True), (b, a, False)):

@@ -21,7 +21,7 @@ from anfir.errors import GradientError
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.values import Closure, Partial
+from anfir.runtime_values import Closure, Partial
 
 
 # -- J on values ----------------------------------------------------------------

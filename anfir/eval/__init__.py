@@ -18,7 +18,7 @@ from anfir.errors import AnfirError, AnfirTypeError
 from anfir.eval.compiler import code_for, compile_graph, disassemble
 from anfir.eval.vm import attach_location, check_graph_call, enter, execute, locate
 from anfir.ir.graph import FuncGraph, Module
-from anfir.values import Closure, Partial
+from anfir.runtime_values import Closure, Partial
 
 
 def call_function(fn: Any, args: tuple) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from anfir.ir.graph import FuncGraph
-from anfir.values import Closure, Partial, Symbol
+from anfir.runtime_values import Closure, Partial, Symbol
 
 _SHOWN = 40
 """Longest value text quoted in a message (longer ones are cut)."""

@@ -27,7 +27,7 @@ from anfir.eval.opcodes import (BRANCH, CALL, CALLG, CLOSURE, F1, F2, K2, K2L, P
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.values import Closure, Partial
+from anfir.runtime_values import Closure, Partial
 
 _bool_ = np.bool_
 

@@ -62,7 +62,7 @@ from anfir.ir.metadata import DOC, MetadataSyntaxError, parse_json, split_attrib
 from anfir.location import Location
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import PRIMITIVES, structure
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 
 # The operators of anfir.grammar.syntax, their primitives looked up once here.
 _BINARY = {terminal: (op.precedence, PRIMITIVES[op.primitive])

@@ -50,7 +50,7 @@ from anfir.ir.metadata import MetadataSyntaxError, parse_json, split_attribute
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.primitives import lookup
-from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
+from anfir.runtime_values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 
 _LOC_NUMBERS = re.compile(r"(?=:(\d+):(\d+))")
 """Where ``:line:col`` may follow a location comment's file name (overlapping)."""

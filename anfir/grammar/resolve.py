@@ -35,7 +35,7 @@ from anfir.nested import fold_nested
 from anfir.primitives import META_FUNCTIONS, PRIMITIVES, lookup
 from anfir.primitives.structure import make_tuple
 from anfir.ir.primitive import MetaFunction, Primitive
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 
 
 def resolve_module(module: Module, *, allow_internal: bool = False) -> Module:

@@ -28,11 +28,12 @@ specializer` clones a graph per signature (the ``specialize`` phase); the
 
 Calls of function atoms: a primitive uses its ``infer`` rule (with constant
 folding); ``grad``/``value_and_grad`` make a :class:`GradFn`; graphs, partial
-applications and ``GradFn`` are handled here; any other atom class (``JFn``,
-or one the autodiff engineer adds) is dispatched to a *caller* registered with
-:func:`register_atom_caller` — a generator function
-``caller(engine, atom, args, node)`` that may ``yield from engine.call(fn_abstract,
-args, node)`` to infer further calls and returns the result's abstract value.
+applications and ``GradFn`` are handled here; any other atom class (``JFn``)
+is dispatched through :data:`ATOM_CALLERS`, keyed by the atom's class, to a *caller*
+— a generator function ``caller(engine, atom, args, node)`` that may ``yield from
+engine.call(fn_abstract, args, node)`` to infer further calls and returns the
+result's abstract value.  The autodiff types ``JFn`` calls, a layer above, so its
+entry calls the up-call slot ``UPCALLS.infer_j_call`` (:mod:`anfir.ir.upcalls`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from anfir.dtypes import is_float, is_integer, is_signed_int
 from anfir.abstract.typeann import Binding, abstract_from_annotation, match_annotation
 from anfir.abstract.values import (UNKNOWN, AAny, AbstractValue, AEnv, AFunction, ANone, AScalar,
                                    AString, ATensor, ATuple, FunctionAtom, GradFn, GraphFn,
-                                   GraphSig, PartialFn, PrimFn)
+                                   GraphSig, JFn, PartialFn, PrimFn)
 from anfir.errors import (AnfirError, AnfirTypeError, ArityError, GradientError, InferenceError)
 from anfir.ir.clone import clone
 from anfir.ir.graph import FuncGraph
@@ -58,9 +59,10 @@ from anfir.ir.attrs import NO_ATTRS, Attrs
 from anfir.ir.primitive import MetaFunction, call_attrs
 from anfir.abstract.rules import static_of_abstract
 from anfir.ir.walk import toposort
+from anfir.ir.upcalls import UPCALLS
 from anfir.infer.loops import PRIMITIVE_CALLERS
 from anfir.primitives import meta as metas, structure
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 
 MAX_SIGNATURES = 50
 """Most signatures one graph may be specialized for before inference gives up."""
@@ -75,13 +77,11 @@ Infer = Generator[Request, Any, AbstractValue]
 R = TypeVar("R")
 AtomCaller = Callable[["Engine", FunctionAtom, tuple, Optional[CNode]], Infer]
 
-ATOM_CALLERS: dict[type, AtomCaller] = {}
-"""Inference of calls to atom classes the engine does not know (e.g. ``JFn``)."""
-
-
-def register_atom_caller(atom_class: type, caller: AtomCaller) -> None:
-    """Make the engine infer calls of ``atom_class`` atoms with ``caller`` (see module doc)."""
-    ATOM_CALLERS[atom_class] = caller
+ATOM_CALLERS: dict[type, AtomCaller] = {
+    # looked up at each call: the slot is filled by anfir.wiring after this module loads
+    JFn: lambda engine, atom, args, node: UPCALLS.infer_j_call(engine, atom, args, node),
+}
+"""Inference of calls to atom classes the engine does not know, by class (see module doc)."""
 
 
 class Spec:

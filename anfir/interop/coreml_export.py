@@ -63,7 +63,7 @@ from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
     from coremltools.converters.mil.mil import Program

@@ -501,7 +501,7 @@ def _stack(w: "MilWriter", op: Op) -> None:
 def _slice_of(w: "MilWriter", x: Any, shape: tuple[int, ...], attrs: dict[str, Any]) -> Any:
     """slice_by_index with Python's clamping resolved on the static shape (a negative
     step running to the front ends with end_mask)."""
-    spec = shaping._slice_args(len(shape), attrs["starts"], attrs["ends"], attrs["axes"],
+    spec = shaping.slice_spec(len(shape), attrs["starts"], attrs["ends"], attrs["axes"],
                                attrs["steps"])
     begin, end, stride = [0] * len(shape), list(shape), [1] * len(shape)
     end_mask = [False] * len(shape)
@@ -544,7 +544,7 @@ def _slice_grad(w: "MilWriter", op: Op) -> None:
     shape = _static(w, op.args[1], "slice_grad")
     where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
     a = op.attrs
-    taken = np.asarray(shaping._slice(where, a["starts"], a["ends"], a["axes"], a["steps"]))
+    taken = np.asarray(shaping.slice_.impl(where, a["starts"], a["ends"], a["axes"], a["steps"]))
     _flat_scatter(w, op, taken.reshape(-1), np.arange(taken.size), shape)
 
 
@@ -554,7 +554,7 @@ def _pad(w: "MilWriter", op: Op) -> None:
     out = op.results[0]
     d = w.dtype(out)
     shape = _static(w, op.args[0], "pad")
-    spec, mode = shaping._pads(op.attrs["pads"], len(shape), op.attrs["mode"])
+    spec, mode = shaping.pad_widths(op.attrs["pads"], len(shape), op.attrs["mode"])
     x = w.tensor(op.args[0], d)
     grow = [(max(b, 0), max(e, 0)) for b, e in spec]
     if any(b or e for b, e in grow):
@@ -596,7 +596,7 @@ def _pad_grad(w: "MilWriter", op: Op) -> None:
     """Each padded element's gradient added to its source (scatter_along_axis, add)."""
     shape = _static(w, op.args[1], "pad_grad")
     where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    sources = np.asarray(shaping._pad(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
+    sources = np.asarray(shaping.pad.impl(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
     keep = np.nonzero(sources >= 0)[0]
     _flat_scatter(w, op, sources[keep], keep, shape)
 
@@ -621,7 +621,7 @@ def _unsqueeze(w: "MilWriter", op: Op) -> None:
     """MIL expand_dims."""
     out = op.results[0]
     rank = len(_shape(w, op.args[0], "unsqueeze"))
-    axes = shaping._unsqueeze_axes(op.attrs["axis"], rank)
+    axes = shaping.unsqueeze_axes(op.attrs["axis"], rank)
     x = w.tensor(op.args[0], w.dtype(out))
     if rank == 0:
         w.bind(out, w.reshape(x, _i32([1] * len(axes)), out))
@@ -633,7 +633,7 @@ def _flatten(w: "MilWriter", op: Op) -> None:
     """reshape: leading axes kept, the merged one -1, trailing ones kept."""
     out = op.results[0]
     shape = _shape(w, op.args[0], "flatten")
-    s, e = shaping._flatten_range(len(shape), op.attrs["start"], op.attrs["end"])
+    s, e = shaping.flatten_range(len(shape), op.attrs["start"], op.attrs["end"])
     x = w.tensor(op.args[0], w.dtype(out))
     items = [("dim", i) for i in range(s)] + [-1] + [("dim", i) for i in range(e + 1, len(shape))]
     w.bind(out, w.reshape(x, _shape_var(w, x, items), out))
@@ -651,7 +651,7 @@ def _tile(w: "MilWriter", op: Op) -> None:
     out = op.results[0]
     shape = list(_shape(w, op.args[0], "tile"))
     reps = shaping.ints_attr(op.attrs["reps"], "reps", "tile")
-    dims, counts = shaping._tile_layout(shape, tuple(reps))
+    dims, counts = shaping.tile_layout(shape, tuple(reps))
     x = w.tensor(op.args[0], w.dtype(out))
     if len(dims) > len(shape):
         x = w.reshape(x, _i32([1] * (len(dims) - len(shape)) + [int(n) for n in shape])) \
@@ -664,7 +664,7 @@ def _tile_grad(w: "MilWriter", op: Op) -> None:
     out = op.results[0]
     shape = _static(w, op.args[1], "tile_grad")
     reps = shaping.ints_attr(op.attrs["reps"], "reps", "tile_grad")
-    dims, counts = shaping._tile_layout(list(shape), tuple(reps))
+    dims, counts = shaping.tile_layout(list(shape), tuple(reps))
     interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
     g = w.reshape(w.tensor(op.args[0], w.dtype(out)), _i32(interleaved))
     summed = w.op("reduce_sum", x=g, axes=_i32(range(0, 2 * len(dims), 2)), keep_dims=False)
@@ -688,7 +688,7 @@ def _roll(sign: int) -> Rule:
     def rule(w: "MilWriter", op: Op) -> None:
         out = op.results[0]
         shape = _static(w, op.args[0], "roll")
-        shifts, axes = shaping._roll_args(op.attrs["shift"], op.attrs["axis"], len(shape))
+        shifts, axes = shaping.roll_args(op.attrs["shift"], op.attrs["axis"], len(shape))
         x = w.tensor(op.args[0], w.dtype(out))
         flat = axes is None
         if flat:
@@ -917,7 +917,7 @@ def _full(w: "MilWriter", op: Op) -> None:
 def _eye(w: "MilWriter", op: Op) -> None:
     """The constant matrix (its size is static)."""
     out = op.results[0]
-    value = indexing._eye(int(w.static(op.args[0])), **op.attrs)
+    value = indexing.eye.impl(int(w.static(op.args[0])), **op.attrs)
     _bind_identity(w, out, w.const(value, w.dtype(out)))
 
 
@@ -988,9 +988,9 @@ def _conv_transpose_rule(w: "MilWriter", op: Op) -> None:
     d = w.dtype(out)
     a = op.attrs
     n = len(_shape(w, op.args[1], "conv_transpose")) - 2
-    st = conv._ints(a.get("stride", 1), n, "stride", "conv_transpose")
-    dil = conv._ints(a.get("dilation", 1), n, "dilation", "conv_transpose")
-    pads = [int(p) for p in conv._pads(a.get("padding", 0), n, "conv_transpose", strings=False) or ()]
+    st = conv.per_axis_ints(a.get("stride", 1), n, "stride", "conv_transpose")
+    dil = conv.per_axis_ints(a.get("dilation", 1), n, "dilation", "conv_transpose")
+    pads = [int(p) for p in conv.padding_attr(a.get("padding", 0), n, "conv_transpose", strings=False) or ()]
     inputs: dict[str, Any] = {"x": w.tensor(op.args[0], d), "weight": w.tensor(op.args[1], d)}
     if len(op.args) > 2 and not _is_none(op.args[2]):
         inputs["bias"] = w.tensor(op.args[2], d)
@@ -1198,7 +1198,7 @@ def _avg_pool(w: "MilWriter", op: Op) -> None:
     x = w.tensor(op.args[0], d)
     include = bool(op.attrs.get("count_include_pad", True))
     if op.attrs.get("ceil_mode"):
-        given = [int(p) for p in conv._pads(op.attrs.get("padding", 0), n, "avg_pool",
+        given = [int(p) for p in conv.padding_attr(op.attrs.get("padding", 0), n, "avg_pool",
                                              strings=False) or ()]
         divisor = conv.avg_divisor(shape, n, k, st, pads, given, sizes, include)
         windows = _windows(w, x, n, k, st, pads, (1,) * n, sizes, 0.0, d)
@@ -1218,7 +1218,7 @@ def _avg_pool_grad(w: "MilWriter", op: Op) -> None:
     _static(w, op.args[1], "average pooling's gradient")  # conv_transpose's output_shape
     n, k, st, pads, _, sizes, shape = _pool_geometry(w, op, op.args[1], False)
     include = bool(op.attrs.get("count_include_pad", True))
-    given = [int(p) for p in conv._pads(op.attrs.get("padding", 0), n, "avg_pool",
+    given = [int(p) for p in conv.padding_attr(op.attrs.get("padding", 0), n, "avg_pool",
                                          strings=False) or ()]
     divisor = conv.avg_divisor(shape, n, k, st, pads, given, sizes, include)
     scaled = w.op("real_div", x=w.tensor(op.args[0], d), y=w.const(divisor, d))

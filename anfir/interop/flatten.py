@@ -72,7 +72,7 @@ from anfir.location import Location
 from anfir.primitives import arith, gradient, indexing, loops, shaping, structure, tensor
 from anfir.primitives import checkpointing
 from anfir.primitives.structure import zeros_like_value
-from anfir.values import GradEnv, Partial, SymbolicKey
+from anfir.runtime_values import GradEnv, Partial, SymbolicKey
 
 MAX_NESTING = 200
 """How deep tuples (and closures inside tuples) may nest in one exported value."""
@@ -112,7 +112,7 @@ class Tup(SV):
 
 
 @dataclass(eq=False)
-class Closure(SV):
+class FlatClosure(SV):
     """A graph and the symbolic values of its free variables (``free_variables_total``)."""
 
     graph: FuncGraph
@@ -276,7 +276,7 @@ class Walker:
         members = self.cycles.get(entry)
         if members is not None:  # the entry is itself a loop (``def gcd(a, b) = ... gcd(...)``)
             args = [values[p] for p in entry.parameters]
-            self._start_loop(Closure(entry, {}), args, main, entry.loc, f"@{entry.name}", members,
+            self._start_loop(FlatClosure(entry, {}), args, main, entry.loc, f"@{entry.name}", members,
                              result.append)
         else:
             self._push(Frame(entry, self._order(entry), values, {}, main, None, result.append))
@@ -391,7 +391,7 @@ class Walker:
         value = node.value
         if isinstance(value, FuncGraph):
             fvs = self.manager.free_variables_total(value)
-            return Closure(value, {fv: self._lookup(frame, fv) for fv in fvs})
+            return FlatClosure(value, {fv: self._lookup(frame, fv) for fv in fvs})
         if isinstance(value, Primitive):
             return PrimValue(value)
         if isinstance(value, GradEnv):
@@ -400,7 +400,7 @@ class Walker:
             fn = value.fn
             fn_sv: SV = PrimValue(fn) if isinstance(fn, Primitive) else Known(fn)
             if isinstance(fn, FuncGraph):
-                fn_sv = Closure(fn, {})
+                fn_sv = FlatClosure(fn, {})
             return PartialValue(fn_sv, tuple(Known(a) for a in value.args))
         return Known(value, _widen(node.abstract) if isinstance(node.abstract, AScalar) else None)
 
@@ -437,7 +437,7 @@ class Walker:
         if isinstance(fn, FnUnion):
             self._call_union(fn, args, block, tail, node, on_result)
             return
-        if not isinstance(fn, Closure):
+        if not isinstance(fn, FlatClosure):
             what = _kind_text(fn)
             if isinstance(fn, Known) and isinstance(fn.value, MetaFunction):
                 what = f"the meta function {fn.value.name}, which the ad phase did not expand"
@@ -514,7 +514,7 @@ class Walker:
             else_block = outer
 
     # -- tail recursion: a loop ----------------------------------------------------------
-    def _start_loop(self, fn: Closure, args: list[SV], block: Block, loc: Optional[Location],
+    def _start_loop(self, fn: FlatClosure, args: list[SV], block: Block, loc: Optional[Location],
                     what: str, members: frozenset[FuncGraph],
                     on_result: Callable[[SV], None]) -> None:
         """Walk ``fn``'s recursive graph once as the body of a Loop started by this call."""
@@ -626,7 +626,7 @@ class Walker:
         else:
             lo, hi, fn, init = args
             carry_t, ys_t, xs, xs_t = node.abstract, ANone(), Known(None), ANone()
-        if not isinstance(fn, Closure):
+        if not isinstance(fn, FlatClosure):
             raise ExportError(f"{what}: its body is {_kind_text(fn)}; a loop exports when its "
                               "body is a function of the program", loc)
         i64 = AScalar("i64")
@@ -1079,11 +1079,11 @@ class _Merger:
             args = tuple(self.merge([s.args[k] if isinstance(s, PartialValue) else ABSENT
                                      for s in column], depth) for k in range(len(first.args)))
             return PartialValue(fn, args)
-        assert isinstance(first, Closure)
-        captured = {node: self.merge([s.captured[node] if isinstance(s, Closure) else ABSENT
+        assert isinstance(first, FlatClosure)
+        captured = {node: self.merge([s.captured[node] if isinstance(s, FlatClosure) else ABSENT
                                       for s in column], depth)
                     for node in first.captured}
-        return Closure(first.graph, captured)
+        return FlatClosure(first.graph, captured)
 
     def _envs(self, svs: list[SV], depth: int) -> SV:
         """Environments of the branches: keys merged, an entry flagged where a branch lacks it."""
@@ -1639,7 +1639,7 @@ def _tuple_items(sv: SV) -> Optional[tuple[SV, ...]]:
 
 def _is_function(sv: SV) -> bool:
     """Whether ``sv`` is a function value."""
-    return isinstance(sv, (Closure, PrimValue, PartialValue, FnUnion))
+    return isinstance(sv, (FlatClosure, PrimValue, PartialValue, FnUnion))
 
 
 def _is_leaflike(sv: SV) -> bool:
@@ -1671,7 +1671,7 @@ def _as_options(sv: SV) -> tuple[tuple[SV, ...], Any]:
 
 def _option_key(sv: SV) -> Any:
     """What identifies an option of a union across branches: its graph, primitive or partial."""
-    if isinstance(sv, Closure):
+    if isinstance(sv, FlatClosure):
         return ("graph", sv.graph.seq)
     if isinstance(sv, PrimValue):
         return ("prim", sv.prim.name)
@@ -1703,7 +1703,7 @@ def _visible(sv: SV, block: Block, depth: int) -> bool:
         return block.sees(sv.value)
     if isinstance(sv, Tup):
         return all(_visible(i, block, depth + 1) for i in sv.items)
-    if isinstance(sv, Closure):
+    if isinstance(sv, FlatClosure):
         return all(_visible(v, block, depth + 1) for v in sv.captured.values())
     if isinstance(sv, PartialValue):
         return _visible(sv.fn, block, depth + 1) and all(_visible(a, block, depth + 1)
@@ -1749,7 +1749,7 @@ def _abstract_of_sv(sv: SV) -> AbstractValue:
 
 def _kind_text(sv: Any) -> str:
     """How messages call a symbolic value (``a function (@f)``, ``a tuple``...)."""
-    if isinstance(sv, Closure):
+    if isinstance(sv, FlatClosure):
         return f"a function (@{sv.graph.name})"
     if isinstance(sv, FnUnion):
         return "a function chosen at run time"
@@ -1810,7 +1810,7 @@ def _describe_graph_output(graph: FuncGraph) -> str:
 
 
 __all__ = [
-    "ABSENT", "Closure", "Continue", "Env", "FnUnion", "Known", "Leaf", "LoopStep", "MAX_NESTING",
+    "ABSENT", "FlatClosure", "Continue", "Env", "FnUnion", "Known", "Leaf", "LoopStep", "MAX_NESTING",
     "PrimCall", "STRUCTURAL", "SV", "Tup", "UNKNOWN_DIM", "WALKER_ONLY", "Walker", "flatten_program",
     "join_types", "sanitize",
 ]

@@ -63,7 +63,7 @@ from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -1516,8 +1516,8 @@ def _conv_attrs(w: OnnxWriter, op: Op, n: int) -> dict[str, Any]:
     """Conv's strides, dilations, group and pads (or auto_pad for "same"/"valid")."""
     a = op.attrs
     attrs: dict[str, Any] = {
-        "strides": list(conv._ints(a.get("stride", 1), n, "stride", "conv")),
-        "dilations": list(conv._ints(a.get("dilation", 1), n, "dilation", "conv")),
+        "strides": list(conv.per_axis_ints(a.get("stride", 1), n, "stride", "conv")),
+        "dilations": list(conv.per_axis_ints(a.get("dilation", 1), n, "dilation", "conv")),
         "group": int(a.get("groups", 1))}
     padding = a.get("padding", 0)
     if padding == "same":
@@ -1525,7 +1525,7 @@ def _conv_attrs(w: OnnxWriter, op: Op, n: int) -> dict[str, Any]:
     elif padding == "valid":
         attrs["pads"] = [0] * (2 * n)
     else:
-        attrs["pads"] = [int(p) for p in conv._pads(padding, n, "conv", strings=False) or ()]
+        attrs["pads"] = [int(p) for p in conv.padding_attr(padding, n, "conv", strings=False) or ()]
     return attrs
 
 
@@ -1558,11 +1558,11 @@ def _conv_transpose(w: OnnxWriter, op: Op) -> None:
     if bias is not None:
         inputs.append(w.tensor(bias, d))
     w.node("ConvTranspose", inputs, [out.name],
-           strides=list(conv._ints(a.get("stride", 1), n, "stride", "conv_transpose")),
-           dilations=list(conv._ints(a.get("dilation", 1), n, "dilation", "conv_transpose")),
-           output_padding=list(conv._ints(a.get("output_padding", 0), n, "output_padding",
+           strides=list(conv.per_axis_ints(a.get("stride", 1), n, "stride", "conv_transpose")),
+           dilations=list(conv.per_axis_ints(a.get("dilation", 1), n, "dilation", "conv_transpose")),
+           output_padding=list(conv.per_axis_ints(a.get("output_padding", 0), n, "output_padding",
                                         "conv_transpose", least=0)),
-           pads=[int(p) for p in conv._pads(a.get("padding", 0), n, "conv_transpose",
+           pads=[int(p) for p in conv.padding_attr(a.get("padding", 0), n, "conv_transpose",
                                           strings=False) or ()],
            group=int(a.get("groups", 1)))
 
@@ -1587,15 +1587,15 @@ def _conv_input_grad(w: OnnxWriter, op: Op) -> None:
 
 def _pool_attrs(op: Op, n: int, dilation: bool) -> dict[str, Any]:
     a = op.attrs
-    kernel = conv._ints(a.get("kernel"), n, "kernel", op.prim.name)
+    kernel = conv.per_axis_ints(a.get("kernel"), n, "kernel", op.prim.name)
     stride = a.get("stride")
     attrs: dict[str, Any] = {
         "kernel_shape": list(kernel),
-        "strides": list(kernel if stride is None else conv._ints(stride, n, "stride", op.prim.name)),
-        "pads": [int(p) for p in conv._pads(a.get("padding", 0), n, op.prim.name, strings=False) or ()],
+        "strides": list(kernel if stride is None else conv.per_axis_ints(stride, n, "stride", op.prim.name)),
+        "pads": [int(p) for p in conv.padding_attr(a.get("padding", 0), n, op.prim.name, strings=False) or ()],
         "ceil_mode": int(bool(a.get("ceil_mode", False)))}
     if dilation:
-        attrs["dilations"] = list(conv._ints(a.get("dilation", 1), n, "dilation", op.prim.name))
+        attrs["dilations"] = list(conv.per_axis_ints(a.get("dilation", 1), n, "dilation", op.prim.name))
     return attrs
 
 
@@ -1730,7 +1730,7 @@ def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
     shaped = _shaped(x_shape)
     n, k, st, pads, _, sizes = conv.pool_params(shaped, kernel, stride, padding, 1, ceil, "avg_pool")
     include = bool(a.get("count_include_pad", True))
-    given = [int(p) for p in conv._pads(padding, n, "avg_pool", strings=False) or ()]
+    given = [int(p) for p in conv.padding_attr(padding, n, "avg_pool", strings=False) or ()]
     divisor = conv.avg_divisor(x_shape, n, k, st, pads, given, sizes, include)
     scaled = w.op("Div", w.tensor(op.args[0], d), w.const(divisor, d))
     # Each (image, channel) plane on its own: one input channel, one output channel

@@ -69,7 +69,7 @@ def _stack(w: "OnnxWriter", op: Op) -> None:
 
 
 def _slice_inputs(w: "OnnxWriter", rank: int, attrs: dict[str, Any]) -> list[str]:
-    spec = shaping._slice_args(rank, attrs["starts"], attrs["ends"], attrs["axes"], attrs["steps"])
+    spec = shaping.slice_spec(rank, attrs["starts"], attrs["ends"], attrs["axes"], attrs["steps"])
     return [w.ints([s for _, s, _, _ in spec]), w.ints([min(e, INT_MAX) for _, _, e, _ in spec]),
             w.ints([a for a, _, _, _ in spec]), w.ints([st for _, _, _, st in spec])]
 
@@ -103,7 +103,7 @@ def _slice_grad(w: "OnnxWriter", op: Op) -> None:
     shape = _ints_shape(w, op.args[1], "slice_grad")
     where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
     a = op.attrs
-    taken = shaping._slice(where, a["starts"], a["ends"], a["axes"], a["steps"])
+    taken = shaping.slice_.impl(where, a["starts"], a["ends"], a["axes"], a["steps"])
     positions = np.asarray(taken).reshape(-1)
     _flat_scatter(w, op, positions, np.arange(positions.size), shape)
 
@@ -113,7 +113,7 @@ def _pad(w: "OnnxWriter", op: Op) -> None:
     out = op.results[0]
     d = w.dtype(out)
     rank = len(_shape(w, op.args[0], "pad"))
-    spec, mode = shaping._pads(op.attrs["pads"], rank, op.attrs["mode"])
+    spec, mode = shaping.pad_widths(op.attrs["pads"], rank, op.attrs["mode"])
     pads = [max(b, 0) for b, _ in spec] + [max(e, 0) for _, e in spec]
     value = w.const(np.array(op.attrs["value"]).astype(_np(d)), d)
     padded = w.op("Pad", w.tensor(op.args[0], d), w.ints(pads), value, mode=mode)
@@ -131,7 +131,7 @@ def _pad_grad(w: "OnnxWriter", op: Op) -> None:
     """Each padded element's gradient added to its source (static shape)."""
     shape = _ints_shape(w, op.args[1], "pad_grad")
     where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    sources = np.asarray(shaping._pad(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
+    sources = np.asarray(shaping.pad.impl(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
     keep = np.nonzero(sources >= 0)[0]
     _flat_scatter(w, op, sources[keep], keep, shape)
 
@@ -150,7 +150,7 @@ def _unsqueeze(w: "OnnxWriter", op: Op) -> None:
     """Unsqueeze."""
     out = op.results[0]
     rank = len(_shape(w, op.args[0], "unsqueeze"))
-    axes = shaping._unsqueeze_axes(op.attrs["axis"], rank)
+    axes = shaping.unsqueeze_axes(op.attrs["axis"], rank)
     w.node("Unsqueeze", [w.tensor(op.args[0], w.dtype(out)), w.ints(list(axes))], [out.name])
 
 
@@ -158,7 +158,7 @@ def _flatten(w: "OnnxWriter", op: Op) -> None:
     """Reshape: the kept leading axes copied (0), the merged one -1, trailing ones static."""
     out = op.results[0]
     shape = _shape(w, op.args[0], "flatten")
-    s, e = shaping._flatten_range(len(shape), op.attrs["start"], op.attrs["end"])
+    s, e = shaping.flatten_range(len(shape), op.attrs["start"], op.attrs["end"])
     trailing = shape[e + 1:]
     if not all(isinstance(n, int) for n in trailing):
         raise ExportError("flatten of symbolic trailing dimensions cannot be exported", w.loc)
@@ -175,7 +175,7 @@ def _expand(w: "OnnxWriter", op: Op) -> None:
 def _tile_input(w: "OnnxWriter", op: Op, what: str) -> tuple[str, list[int], list[Any]]:
     shape = list(_shape(w, op.args[0 if what == "tile" else 1], what))
     reps = list(shaping.ints_attr(op.attrs["reps"], "reps", what))
-    dims, counts = shaping._tile_layout(shape, tuple(reps))
+    dims, counts = shaping.tile_layout(shape, tuple(reps))
     return "", counts, dims
 
 
@@ -217,7 +217,7 @@ def _flip(w: "OnnxWriter", op: Op) -> None:
 def _roll_with(w: "OnnxWriter", op: Op, sign: int) -> None:
     out = op.results[0]
     shape = _ints_shape(w, op.args[0], "roll")
-    shifts, axes = shaping._roll_args(op.attrs["shift"], op.attrs["axis"], len(shape))
+    shifts, axes = shaping.roll_args(op.attrs["shift"], op.attrs["axis"], len(shape))
     x = w.tensor(op.args[0], w.dtype(out))
     if axes is None:
         x, axes, flat = w.op("Reshape", x, w.ints([-1])), (0,), True
@@ -350,7 +350,7 @@ def _eye(w: "OnnxWriter", op: Op) -> None:
     """EyeLike of a zero matrix of the (static) size."""
     out = op.results[0]
     n = int(w.static(op.args[0]))
-    value = indexing._eye(n, **op.attrs)
+    value = indexing.eye.impl(n, **op.attrs)
     w.node("Identity", [w.const(value, w.dtype(out))], [out.name])
 
 

@@ -35,6 +35,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import sympy
+
 from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
 from anfir.interop.torch_core_ops import full_table, needs_functionalization
@@ -211,8 +213,6 @@ class Importer:
 
     def sym_expr(self, expr: Any, b: Builder) -> Any:
         """A sympy expression over the input symbols as nodes (sums, products, integers)."""
-        import sympy
-
         # Post-order over the expression tree, with an explicit stack.
         done: dict[Any, Any] = {}
         stack = [expr]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import operator
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from anfir.errors import AnfirError
 from anfir.interop import window_attrs
 from anfir.ir.graph import FuncGraph
@@ -457,8 +459,6 @@ def _embedding(b: Any, weight: Any, indices: Any, padding_idx: int = -1,
                scale_grad_by_freq: bool = False, sparse: bool = False) -> Any:
     """``embedding`` -> ``gather(weight, indices)``.  torch gives the row
     ``padding_idx`` no gradient: that row is read through ``stop_gradient``."""
-    import numpy as np
-
     if scale_grad_by_freq:
         raise AnfirError("embedding with scale_grad_by_freq (its gradient is scaled)", b.loc)
     if int(padding_idx) >= 0:
@@ -524,8 +524,6 @@ def _sdpa(b: Any, q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: floa
         raise AnfirError("scaled_dot_product_attention with dropout_p > 0 (training-mode dropout)",
                          b.loc)
     if enable_gqa:
-        import numpy as np
-
         heads = b.fx_node.args[0].meta["val"].shape[-3]
         kv_heads = b.fx_node.args[1].meta["val"].shape[-3]
         if not (isinstance(heads, int) and isinstance(kv_heads, int)) or heads % kv_heads:
@@ -586,8 +584,6 @@ def _select(b: Any, x: Any, dim: int, index: int) -> Any:
     ``index`` along ``dim`` (a constant bool mask; the others become exact
     zeros, so no inf/nan leaks) and ``sum`` drops the axis.  Exact, and its
     gradient reaches only the selected slice."""
-    import numpy as np
-
     shape = b.fx_node.args[0].meta["val"].shape
     rank = len(shape)
     dim = int(dim) % rank

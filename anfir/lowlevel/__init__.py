@@ -20,7 +20,7 @@ from anfir.lowlevel.plan import plan_memory
 from anfir.lowlevel.printer import print_program
 from anfir.lowlevel.program import LowProgram, figures, live_bytes
 from anfir.lowlevel.share import share_buffers
-from anfir.passes.pipeline import Phase, Program, write_text
+from anfir.passes.compile_state import Phase, Program, write_text
 
 
 def _low(program: Program) -> LowProgram:

@@ -25,7 +25,7 @@ from anfir.lowlevel.plan import plan
 from anfir.lowlevel.program import ALIGN, Buffer, Instr, LowProgram
 from anfir.lowlevel.kernels import RegionWorkspace, Workspace
 from anfir.lowlevel.rules import RULES, LowRule, TensorType
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 
 MAX_MEMORY_BYTES = 8 * 1024 ** 3

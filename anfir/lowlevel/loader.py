@@ -12,6 +12,7 @@ the arena.  The header's figures are recomputed, not read.
 from __future__ import annotations
 
 import builtins
+import json
 import math
 import re
 import threading
@@ -32,7 +33,7 @@ from anfir.lowlevel.program import (
 )
 from anfir.lowlevel.rules import RULES, TensorType
 from anfir.primitives.registry import PRIMITIVES
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 MAX_DIMS = 64
 """The most dimensions a ``.lir`` type may have."""
@@ -84,8 +85,7 @@ class _Values(Transformer):
         return None
 
     def string(self, token: Token) -> str:
-        import json  # the literal syntax is JSON's (printed with json.dumps)
-
+        # the literal syntax is JSON's (printed with json.dumps)
         return str(json.loads(str(token)))
 
     def dtype(self, token: Token) -> DType:

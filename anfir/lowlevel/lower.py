@@ -31,7 +31,7 @@ from anfir.interop.flat import Const, FlatProgram, IfOp, LoopOp, NameAllocator, 
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
-from anfir.values import DType
+from anfir.runtime_values import DType
 from anfir.lowlevel.program import COPY, Alloc, Buffer, Dealloc, Instr, Line, LowProgram, Structure
 from anfir.lowlevel.kernels import ScratchMeasure
 from anfir.lowlevel.rules import RULES, UNLOWERED, TensorType

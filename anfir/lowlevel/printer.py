@@ -14,7 +14,7 @@ import numpy as np
 
 from anfir.lowlevel.program import Alloc, Buffer, Dealloc, Instr, LowProgram, figures
 from anfir.lowlevel.rules import TensorType
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 
 def type_text(dtype: str, shape: tuple[int, ...]) -> str:

@@ -66,7 +66,7 @@ from anfir.lowlevel.lower import lower_graph
 from anfir.lowlevel.plan import plan_memory
 from anfir.lowlevel.share import share_buffers
 from anfir.passes.optimize import optimize_graphs
-from anfir.passes.pipeline import Phase, Program, write_dumps
+from anfir.passes.compile_state import Phase, Program, write_dumps
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import conv, gradient, nn, shaping, structure, tensor
 from anfir.primitives.checkpointing import remat_barrier

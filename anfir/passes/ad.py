@@ -22,7 +22,7 @@ every node they contain is located at the user's node it was made from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from anfir.abstract.lattice import BOTTOM, abstract_of_value
 from anfir.abstract.values import AAny, AFunction, AScalar, AString, ATensor, GradFn, GraphFn, JFn, PartialFn
@@ -43,9 +43,8 @@ from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import checkpointing, gradient, meta as metas
 from anfir.ir.primitive import MetaFunction
+from anfir.passes.compile_state import Program
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.pipeline import Program
 
 _GRADS = (metas.grad, metas.value_and_grad, metas.jvp)
 

@@ -22,15 +22,14 @@ uses disappeared, until nothing changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, remove_dead_graphs
 from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.passes.compile_state import Program
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.pipeline import Program
 
 INLINE_THRESHOLD = 12
 """A non-recursive graph with at most this many CNodes (its scope included) is

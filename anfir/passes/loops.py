@@ -22,7 +22,7 @@ nothing is inferred again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from anfir.abstract.values import (AbstractValue, AFunction, ANone, AScalar, ATensor, ATuple,
                                    GraphFn, GraphSig)
@@ -34,9 +34,8 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import toposort
 from anfir.primitives import arith, loops, structure
+from anfir.passes.compile_state import Program
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.pipeline import Program
 
 _BODY = {loops.scan: 0, loops.fori_loop: 2}
 

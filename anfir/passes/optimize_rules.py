@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from anfir.dtypes import dtype_name, is_integer
+from anfir.dtypes import is_integer
 from anfir.errors import AnfirError
 from anfir.ir.attrs import is_attr_value
 from anfir.ir.graph import FuncGraph
@@ -46,10 +46,8 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import callee_primitive
 from anfir.primitives import arith, structure, tensor
 from anfir.passes.batching_typed import typed_batching
-from anfir.values import DType
+from anfir.passes.rewrite_context import RewriteContext, is_data
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.optimize import RewriteContext
 
 RuleFn = Callable[[CNode, "RewriteContext"], Optional[Node]]
 
@@ -65,10 +63,6 @@ class Rule:
 
 
 # -- helpers -----------------------------------------------------------------
-FOLD_MAX_ELEMENTS = 1024
-"""Folding never creates a tensor constant with more elements than this: a
-large constant would bloat the dumps (and memory) for little gain."""
-
 _SWITCH = structure.switch
 _PARTIAL = structure.partial
 _MAKE_TUPLE = structure.make_tuple
@@ -81,29 +75,6 @@ _SUB = arith.sub
 _MUL = arith.mul
 _DIV = arith.div
 _POW = arith.pow_
-
-
-def is_data(value: Any, known: Optional[dict[int, Any]] = None) -> bool:
-    """Whether ``value`` is plain data a constant can hold (no functions).
-
-    ``known`` holds tuples already found to be data (``known[id(t)] = t``),
-    which are not walked again; ``value`` is added when it is data."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, tuple):
-            if known is None or id(v) not in known:
-                stack.extend(v)
-        elif isinstance(v, np.ndarray):
-            if dtype_name(v.dtype) is None or v.size > FOLD_MAX_ELEMENTS:
-                return False
-        elif v is None or isinstance(v, (bool, int, float, complex, str, np.generic, DType)):
-            continue
-        else:
-            return False
-    if known is not None and isinstance(value, tuple):
-        known[id(value)] = value
-    return True
 
 
 def _numeric_constant(node: Node, target: int) -> bool:

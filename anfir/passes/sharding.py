@@ -56,7 +56,7 @@ from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive, callee_primitive
 from anfir.ir.walk import toposort
 from anfir.passes import inline, optimize, validate
-from anfir.passes.pipeline import Phase, Program
+from anfir.passes.compile_state import Phase, Program
 from anfir.primitives import arith, collective, conv, elementwise, gradient, nn, reduce, structure, tensor
 
 

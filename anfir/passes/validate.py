@@ -19,7 +19,7 @@ them all, each with the source location of the node concerned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from anfir.errors import AnfirError, IRConsistencyError
 from anfir.infer.engine import UNTYPED
@@ -28,15 +28,9 @@ from anfir.location import Location
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.primitives import MetaFunction, Primitive
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
+from anfir.passes.compile_state import Program
 
-if TYPE_CHECKING:  # pragma: no cover
-    from anfir.passes.pipeline import Program
-
-AD_PLACEHOLDERS = frozenset({"grad", "value_and_grad"})
-"""Meta functions the ``ad`` phase must have expanded.  (A run-time ``J`` may
-remain where the differentiated function is only known at run time: it is an
-ordinary primitive with an evaluation rule.)"""
 
 MAX_LISTED = 50
 """At most this many problems are spelled out in the error message."""
@@ -74,11 +68,12 @@ def _describe(node: Node) -> str:
 
 
 def _placeholder_name(value: Any) -> Optional[str]:
+    """The name of a meta function the ``ad`` phase must have expanded (every one:
+    ``grad``, ``jvp``, ``vmap``...), decided by the object's class, not its name.
+    (A run-time ``J`` may remain where the differentiated function is only known at
+    run time: it is an ordinary primitive with an evaluation rule.)"""
     if isinstance(value, MetaFunction):
         return value.name
-    name = getattr(value, "name", None)
-    if isinstance(name, str) and name in AD_PLACEHOLDERS and not isinstance(value, FuncGraph):
-        return name
     return None
 
 

@@ -32,7 +32,7 @@ from anfir.errors import AnfirRuntimeError, AnfirTypeError
 from anfir.ir.primitive import Primitive
 from anfir.ir.upcalls import UPCALLS
 from anfir.primitives.registry import declare
-from anfir.values import Closure, GradEnv, Partial
+from anfir.runtime_values import Closure, GradEnv, Partial
 
 FAMILY = "batching"
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from anfir.abstract.values import AbstractValue
+from anfir.ir.upcalls import UPCALLS
 from anfir.primitives.registry import declare, declare_meta
 
 FAMILY = "gradient"
@@ -45,7 +46,9 @@ remat_barrier = declare(
 checkpoint = declare_meta(
     "checkpoint",
     "checkpoint(f) — f, whose gradient keeps only its inputs and recomputes its forward "
-    "pass in the backward pass (saving memory for time)", 1, 1)
+    "pass in the backward pass (saving memory for time)", 1, 1,
+    generate=lambda args: UPCALLS.checkpoint_graph(args),
+    generate_for_types=lambda args: UPCALLS.checkpoint_graph_for_types(args))
 
 CHECKPOINT_FLAG = "checkpoint"
 """The flag (``FuncGraph.flags``) of the wrapper graph ``checkpoint(f)`` makes: the

@@ -40,7 +40,7 @@ _CONV = {"stride": 1, "padding": 0, "dilation": 1, "groups": 1}
 
 
 # -- attributes ---------------------------------------------------------------------------
-def _ints(value: Any, n: int, name: str, what: str, least: int = 1) -> tuple[int, ...]:
+def per_axis_ints(value: Any, n: int, name: str, what: str, least: int = 1) -> tuple[int, ...]:
     """An int-or-tuple attribute as n ints, each >= least."""
     items = value if isinstance(value, tuple) else (value,) * n
     if len(items) != n or not all(isinstance(v, int) and not isinstance(v, bool) and v >= least
@@ -50,7 +50,7 @@ def _ints(value: Any, n: int, name: str, what: str, least: int = 1) -> tuple[int
     return tuple(items)
 
 
-def _pads(padding: Any, n: int, what: str, *, spatial: Sequence[Dim] = (),
+def padding_attr(padding: Any, n: int, what: str, *, spatial: Sequence[Dim] = (),
           kernel: Sequence[int] = (), stride: Sequence[int] = (),
           dilation: Sequence[int] = (), strings: bool = True) -> Optional[tuple[Dim, ...]]:
     """The padding attribute as 2n pads (begins then ends); None for "same" on symbolic sizes."""
@@ -90,10 +90,10 @@ def conv_params(x: Any, w: Any, stride: Any, padding: Any, dilation: Any, groups
     n = _spatial_rank(w, what)
     if np.ndim(x) != n + 2:
         raise AnfirTypeError(f"{what}: the input has rank {np.ndim(x)}, the weight's needs {n + 2}")
-    st = _ints(stride, n, "stride", what)
-    dil = _ints(dilation, n, "dilation", what)
-    g = _ints(groups, 1, "groups", what)[0]
-    pads = _pads(padding, n, what, spatial=np.shape(x)[2:], kernel=np.shape(w)[2:], stride=st,
+    st = per_axis_ints(stride, n, "stride", what)
+    dil = per_axis_ints(dilation, n, "dilation", what)
+    g = per_axis_ints(groups, 1, "groups", what)[0]
+    pads = padding_attr(padding, n, what, spatial=np.shape(x)[2:], kernel=np.shape(w)[2:], stride=st,
                  dilation=dil)
     assert pads is not None
     return n, st, tuple(int(p) for p in pads), dil, g
@@ -310,10 +310,10 @@ def _conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: 
     n = _spatial_rank(w, what)
     if x.ndim != n + 2:
         raise AnfirTypeError(f"{what}: the input has rank {x.ndim}, the weight's needs {n + 2}")
-    st, dil = _ints(stride, n, "stride", what), _ints(dilation, n, "dilation", what)
-    g = _ints(groups, 1, "groups", what)[0]
-    op = _ints(output_padding, n, "output_padding", what, least=0)
-    pads = _pads(padding, n, what, strings=False)
+    st, dil = per_axis_ints(stride, n, "stride", what), per_axis_ints(dilation, n, "dilation", what)
+    g = per_axis_ints(groups, 1, "groups", what)[0]
+    op = per_axis_ints(output_padding, n, "output_padding", what, least=0)
+    pads = padding_attr(padding, n, what, strings=False)
     assert pads is not None
     if any(o >= max(s, d) for o, s, d in zip(op, st, dil)):
         raise AnfirTypeError(f"{what}: output_padding {op} must be smaller than the stride "
@@ -342,11 +342,11 @@ def pool_params(x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, c
     if n not in (1, 2, 3) or np.ndim(x) != n + 2:
         raise AnfirTypeError(f"{what}: a {n}-d kernel needs an input of rank {n + 2}, "
                              f"not {np.ndim(x)}")
-    k = _ints(kernel, n, "kernel", what)
-    st = k if stride is None else _ints(stride, n, "stride", what)
-    dil = _ints(dilation, n, "dilation", what)
+    k = per_axis_ints(kernel, n, "kernel", what)
+    st = k if stride is None else per_axis_ints(stride, n, "stride", what)
+    dil = per_axis_ints(dilation, n, "dilation", what)
     ceil = rules.bool_attr(ceil_mode, "ceil_mode", what)
-    pads = [int(p) for p in _pads(padding, n, what, strings=False) or ()]
+    pads = [int(p) for p in padding_attr(padding, n, what, strings=False) or ()]
     out = []
     for a in range(n):
         size = np.shape(x)[2 + a]
@@ -466,7 +466,7 @@ def _avg_setup(x: np.ndarray, kernel: Any, stride: Any, padding: Any, ceil_mode:
                                                 tuple[int, ...], list[int], np.ndarray]:
     n, k, st, pads, dil, out = pool_params(x, kernel, stride, padding, 1, ceil_mode, "avg_pool")
     include = rules.bool_attr(count_include_pad, "count_include_pad", "avg_pool")
-    given = [int(p) for p in _pads(padding, n, "avg_pool", strings=False) or ()]
+    given = [int(p) for p in padding_attr(padding, n, "avg_pool", strings=False) or ()]
     divisor = avg_divisor(x.shape, n, k, st, pads, given, out, include)
     return n, k, st, pads, dil, out, divisor
 
@@ -582,8 +582,8 @@ def _conv_out(what: str, x: AbstractValue, w: AbstractValue, stride: Any, paddin
     if n not in (1, 2, 3):
         raise AnfirTypeError(f"{what} needs a weight of rank 3, 4 or 5, not rank {len(ws)}")
     _rank_of(xs, n + 2, what, "the input")
-    st, dil = _ints(stride, n, "stride", what), _ints(dilation, n, "dilation", what)
-    g = _ints(groups, 1, "groups", what)[0]
+    st, dil = per_axis_ints(stride, n, "stride", what), per_axis_ints(dilation, n, "dilation", what)
+    g = per_axis_ints(groups, 1, "groups", what)[0]
     if xs is None:
         return _float_dtype(xd, wd), None
     cin, wc = _int_dim(xs[1]), _int_dim(ws[1])
@@ -591,7 +591,7 @@ def _conv_out(what: str, x: AbstractValue, w: AbstractValue, stride: Any, paddin
         raise ShapeError(f"{what}: input channels {cin} and weight {rules.shape_text(ws)} do not "
                          f"fit groups={g}")
     kernel = ws[2:]
-    pads = _pads(padding, n, what, spatial=[_int_dim(s) if _int_dim(s) is not None else s
+    pads = padding_attr(padding, n, what, spatial=[_int_dim(s) if _int_dim(s) is not None else s
                                             for s in xs[2:]],
                  kernel=[_int_dim(k) or 1 for k in kernel], stride=st, dilation=dil)
     if pads is None:  # "same" on symbolic sizes
@@ -642,10 +642,10 @@ def _infer_conv_transpose(x: AbstractValue, w: AbstractValue, b: Optional[Abstra
         return ATensor(dtype, None)
     n = len(ws) - 2
     _rank_of(xs, n + 2, what, "the input")
-    st, dil = _ints(stride, n, "stride", what), _ints(dilation, n, "dilation", what)
-    g = _ints(groups, 1, "groups", what)[0]
-    op = _ints(output_padding, n, "output_padding", what, least=0)
-    pads = _pads(padding, n, what, strings=False)
+    st, dil = per_axis_ints(stride, n, "stride", what), per_axis_ints(dilation, n, "dilation", what)
+    g = per_axis_ints(groups, 1, "groups", what)[0]
+    op = per_axis_ints(output_padding, n, "output_padding", what, least=0)
+    pads = padding_attr(padding, n, what, strings=False)
     assert pads is not None
     out = [norm_dim((sympy.sympify(i) - 1) * s - pads[a] - pads[n + a]
                     + d * (sympy.sympify(k) - 1) + o + 1)
@@ -667,11 +667,11 @@ def _pool_rule(what: str, has_dilation: bool) -> Any:
             return ATensor(dtype if what == "max_pool" else _float_dtype(dtype), None)
         n = len(kernel) if isinstance(kernel, tuple) else len(shape) - 2
         _rank_of(shape, n + 2, what, "the input")
-        k = _ints(kernel, n, "kernel", what)
-        st = k if stride is None else _ints(stride, n, "stride", what)
-        dil = _ints(dilation, n, "dilation", what)
+        k = per_axis_ints(kernel, n, "kernel", what)
+        st = k if stride is None else per_axis_ints(stride, n, "stride", what)
+        dil = per_axis_ints(dilation, n, "dilation", what)
         c = rules.bool_attr(ceil, "ceil_mode", what)
-        pads = _pads(padding, n, what, strings=False)
+        pads = padding_attr(padding, n, what, strings=False)
         assert pads is not None
         out = []
         for a in range(n):

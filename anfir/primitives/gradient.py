@@ -35,7 +35,7 @@ from anfir.ir.upcalls import UPCALLS
 from anfir.nested import fold_nested
 from anfir.primitives import arith
 from anfir.primitives.registry import declare
-from anfir.values import GradEnv, SymbolicKey
+from anfir.runtime_values import GradEnv, SymbolicKey
 
 FAMILY = "gradient"
 
@@ -191,7 +191,9 @@ def _reshape_like(g: Any, x: Any) -> Any:
     return result
 
 
-def _reduced_axes(ndim: int, axis: Any) -> tuple[int, ...]:
+def reduced_axes(ndim: int, axis: Any) -> tuple[int, ...]:
+    """The axes a reduction over ``axis`` (None, an int or a tuple) removes from a
+    tensor of ``ndim`` axes, normalised and sorted."""
     if axis is None:
         return tuple(range(ndim))
     axes = axis if isinstance(axis, tuple) else (axis,)
@@ -205,7 +207,7 @@ def _prod_others(x: Any, axis: Any) -> Any:
     array = np.asarray(x)
     if array.ndim == 0:
         return np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1)
-    axes = _reduced_axes(array.ndim, axis)
+    axes = reduced_axes(array.ndim, axis)
     ends = tuple(range(array.ndim - len(axes), array.ndim))
     moved = np.moveaxis(array, axes, ends)
     shape = moved.shape
@@ -488,7 +490,7 @@ def _grad_arg_check(x: Any, g: Any) -> Any:
     return g
 
 
-def _pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:
+def tangent_pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:
     """The leaves of two values of the same tuple structure, paired (any depth)."""
     pairs: list[tuple[Any, Any]] = []
     stack = [(a, b)]
@@ -506,7 +508,7 @@ def _pairs(a: Any, b: Any) -> list[tuple[Any, Any]]:
 
 def _tangent_dot(a: Any, b: Any) -> Any:
     total: Any = None
-    for x, y in _pairs(a, b):
+    for x, y in tangent_pairs(a, b):
         if x is None or y is None:
             continue
         if isinstance(x, (GradEnv, str)) or isinstance(y, (GradEnv, str)):

@@ -327,7 +327,9 @@ def _infer_arange(start: AbstractValue, stop: AbstractValue, *, step: Any = 1, d
     return ATensor(out, (length,))
 
 
-def _shape_arg(shape: Any, what: str) -> tuple[int, ...]:
+def shape_attr(shape: Any, what: str) -> tuple[int, ...]:
+    """A ``shape`` attribute of ``what`` (full, zeros...) as a tuple of ints >= 0,
+    bounded in element count."""
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
     if not isinstance(shape, tuple) or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
@@ -342,7 +344,7 @@ def _shape_arg(shape: Any, what: str) -> tuple[int, ...]:
 
 def _full(shape: Any, value: Any, dtype: Any = None) -> Any:
     """A tensor of shape filled with value (dtype: value's, unless given)."""
-    dims = _shape_arg(shape, "full")
+    dims = shape_attr(shape, "full")
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value[()]
     if not isinstance(value, (bool, int, float, np.generic)):

@@ -48,7 +48,7 @@ def _int_attr(value: Any, name: str, what: str) -> int:
     return int(value)
 
 
-def _axis_in(axis: Any, rank: int, what: str) -> int:
+def axis_attr(axis: Any, rank: int, what: str) -> int:
     """``axis`` checked against a rank (a 0-d tensor counts as rank 1 for softmax)."""
     ax = _int_attr(axis, "axis", what)
     bound = max(rank, 1)
@@ -57,13 +57,15 @@ def _axis_in(axis: Any, rank: int, what: str) -> int:
     return ax
 
 
-def _eps(value: Any, what: str) -> float:
+def eps_attr(value: Any, what: str) -> float:
+    """The ``eps`` attribute of a norm, checked, as a float."""
     eps = rules.float_attr(value, "eps", what)
     assert eps is not None
     return eps
 
 
-def _reduction(value: Any, what: str) -> str:
+def reduction_attr(value: Any, what: str) -> str:
+    """A loss' ``reduction`` attribute, checked: ``"none"``, ``"mean"`` or ``"sum"``."""
     return rules.choice_attr(value, "reduction", what, _REDUCTIONS)
 
 
@@ -103,7 +105,7 @@ def _quiet(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _softmax_like(kernel: Callable[..., Any], name: str) -> Callable[..., Any]:
     def impl(x: Any, axis: Any = -1) -> Any:
         array = K.float_of(np, _array(x, name))
-        ax = _axis_in(axis, array.ndim, name)
+        ax = axis_attr(axis, array.ndim, name)
         if array.ndim == 0:
             return kernel(np, array.reshape(1), 0).reshape(())
         return kernel(np, array, ax)
@@ -128,13 +130,13 @@ def _layer_norm(x: Any, scale: Any = None, bias: Any = None, axis: Any = -1,
                 eps: Any = 1e-5) -> Any:
     """ONNX LayerNormalization: normalise over the axes from ``axis`` to the end."""
     array = K.float_of(np, _array(x, "layer_norm"))
-    ax = _axis_in(axis, array.ndim, "layer_norm")
+    ax = axis_attr(axis, array.ndim, "layer_norm")
     s, b = _optional(scale, "layer_norm"), _optional(bias, "layer_norm")
     _check_norm_operand(s, array, ax, "layer_norm", "scale")
     _check_norm_operand(b, array, ax, "layer_norm", "bias")
     if array.ndim == 0:
         raise AnfirTypeError("layer_norm needs a tensor of rank >= 1")
-    return K.layer_norm(np, array, s, b, ax, _eps(eps, "layer_norm"))
+    return K.layer_norm(np, array, s, b, ax, eps_attr(eps, "layer_norm"))
 
 
 def _rms_norm(x: Any, scale: Any = None, axis: Any = -1, eps: Any = 1e-6) -> Any:
@@ -142,10 +144,10 @@ def _rms_norm(x: Any, scale: Any = None, axis: Any = -1, eps: Any = 1e-6) -> Any
     array = K.float_of(np, _array(x, "rms_norm"))
     if array.ndim == 0:
         raise AnfirTypeError("rms_norm needs a tensor of rank >= 1")
-    ax = _axis_in(axis, array.ndim, "rms_norm")
+    ax = axis_attr(axis, array.ndim, "rms_norm")
     s = _optional(scale, "rms_norm")
     _check_norm_operand(s, array, ax, "rms_norm", "scale")
-    return K.rms_norm(np, array, s, ax, _eps(eps, "rms_norm"))
+    return K.rms_norm(np, array, s, ax, eps_attr(eps, "rms_norm"))
 
 
 def _check_channels(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, what: str) -> None:
@@ -156,7 +158,8 @@ def _check_channels(x: np.ndarray, scale: np.ndarray, bias: np.ndarray, what: st
             raise ShapeError(f"the {role} of {what} has shape {v.shape}, not ({x.shape[1]},)")
 
 
-def _group_count(num_groups: Any, channels: int) -> int:
+def group_count(num_groups: Any, channels: int) -> int:
+    """group_norm's ``num_groups``, checked positive and dividing ``channels``."""
     if not isinstance(num_groups, (int, np.integer)) or isinstance(num_groups, bool) \
             or num_groups <= 0:
         raise AnfirTypeError(f"num_groups of group_norm is a positive integer, not {num_groups!r}")
@@ -171,8 +174,8 @@ def _group_norm(x: Any, num_groups: Any, scale: Any, bias: Any, eps: Any = 1e-5)
     array = K.float_of(np, _array(x, "group_norm"))
     s, b = _array(scale, "group_norm"), _array(bias, "group_norm")
     _check_channels(array, s, b, "group_norm")
-    groups = _group_count(num_groups, array.shape[1])
-    return K.group_norm(np, array, groups, s, b, _eps(eps, "group_norm"))
+    groups = group_count(num_groups, array.shape[1])
+    return K.group_norm(np, array, groups, s, b, eps_attr(eps, "group_norm"))
 
 
 def _instance_norm(x: Any, scale: Any, bias: Any, eps: Any = 1e-5) -> Any:
@@ -180,16 +183,17 @@ def _instance_norm(x: Any, scale: Any, bias: Any, eps: Any = 1e-5) -> Any:
     array = K.float_of(np, _array(x, "instance_norm"))
     s, b = _array(scale, "instance_norm"), _array(bias, "instance_norm")
     _check_channels(array, s, b, "instance_norm")
-    return K.instance_norm(np, array, s, b, _eps(eps, "instance_norm"))
+    return K.instance_norm(np, array, s, b, eps_attr(eps, "instance_norm"))
 
 
-def _spec_text(spec: Any) -> str:
+def einsum_spec_text(spec: Any) -> str:
+    """einsum's ``spec`` attribute, checked to be a string."""
     if not isinstance(spec, str):
         raise AnfirTypeError(f"the spec of einsum is a string such as \"ij,jk->ik\", not {spec!r}")
     return spec
 
 
-def _parse_spec(spec: str, count: int) -> tuple[list[str], str]:
+def parse_einsum_spec(spec: str, count: int) -> tuple[list[str], str]:
     """The subscripts of an explicit spec, checked against the operand count."""
     if "->" not in spec:
         raise AnfirTypeError(f"einsum needs the explicit form with '->', not {spec!r}")
@@ -212,8 +216,8 @@ def _parse_spec(spec: str, count: int) -> tuple[list[str], str]:
 
 def _einsum(spec: Any, *operands: Any) -> Any:
     """numpy's einsum, explicit form."""
-    text = _spec_text(spec)
-    _parse_spec(text, len(operands))
+    text = einsum_spec_text(spec)
+    parse_einsum_spec(text, len(operands))
     arrays = [_array(a, "einsum") for a in operands]
     try:
         return np.einsum(text, *arrays, optimize=len(arrays) > 2)
@@ -287,13 +291,13 @@ def _target(target: Any, logp: np.ndarray, axis: int, what: str) -> np.ndarray:
 def _class_axis(x: np.ndarray, axis: Any, what: str) -> int:
     if x.ndim == 0:
         raise AnfirTypeError(f"{what} needs a tensor with a class axis")
-    ax = _axis_in(axis, x.ndim, what)
+    ax = axis_attr(axis, x.ndim, what)
     return ax + x.ndim if ax < 0 else ax
 
 
 def _nll_loss(logp: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -> Any:
     """The negative log-likelihood of the target classes."""
-    red = _reduction(reduction, "nll_loss")
+    red = reduction_attr(reduction, "nll_loss")
     lp = K.float_of(np, _array(logp, "nll_loss"))
     ax = _class_axis(lp, axis, "nll_loss")
     t = _target(target, lp, ax, "nll_loss")
@@ -302,7 +306,7 @@ def _nll_loss(logp: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -
 
 def _cross_entropy(logits: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -> Any:
     """nll_loss(log_softmax(logits, axis), target)."""
-    red = _reduction(reduction, "cross_entropy")
+    red = reduction_attr(reduction, "cross_entropy")
     x = K.float_of(np, _array(logits, "cross_entropy"))
     ax = _class_axis(x, axis, "cross_entropy")
     t = _target(target, x, ax, "cross_entropy")
@@ -314,17 +318,17 @@ def _mse_loss(a: Any, b: Any, reduction: Any = "mean") -> Any:
     x, y = _array(a, "mse_loss"), _array(b, "mse_loss")
     d = K.float_of(np, x - y) if x.dtype.kind == "f" or y.dtype.kind == "f" \
         else (x - y).astype(np.float64)
-    return K.loss_reduce(np, d * d, _reduction(reduction, "mse_loss"))
+    return K.loss_reduce(np, d * d, reduction_attr(reduction, "mse_loss"))
 
 
 def _loss_reduce(x: Any, reduction: Any = "mean") -> Any:
     """A per-element loss reduced: none, sum or mean."""
-    return K.loss_reduce(np, np.asarray(x), _reduction(reduction, "a loss"))
+    return K.loss_reduce(np, np.asarray(x), reduction_attr(reduction, "a loss"))
 
 
 def _loss_spread(g: Any, like: Any, reduction: Any = "mean") -> Any:
     """The adjoint of loss_reduce: g spread over like's shape."""
-    return K.loss_spread(np, np.asarray(g), np.asarray(like), _reduction(reduction, "a loss"))
+    return K.loss_spread(np, np.asarray(g), np.asarray(like), reduction_attr(reduction, "a loss"))
 
 
 def _class_mask(target: Any, like: Any, axis: Any = -1) -> Any:
@@ -336,7 +340,7 @@ def _class_mask(target: Any, like: Any, axis: Any = -1) -> Any:
 def _tail_mean(x: Any, axis: Any = -1) -> Any:
     """The mean over the axes from axis to the end, kept as 1."""
     array = K.float_of(np, _array(x, "tail_mean"))
-    return K.tail_mean(np, array, _axis_in(axis, array.ndim, "tail_mean"))
+    return K.tail_mean(np, array, axis_attr(axis, array.ndim, "tail_mean"))
 
 
 def _channel_view(s: Any, x: Any) -> Any:
@@ -347,7 +351,7 @@ def _channel_view(s: Any, x: Any) -> Any:
 def _group_view(x: Any, num_groups: Any) -> Any:
     """The (N, C, ...) tensor x as (N, num_groups, -1)."""
     array = _array(x, "group_norm")
-    return np.reshape(array, K.group_shape(array.shape, _group_count(num_groups, array.shape[1])))
+    return np.reshape(array, K.group_shape(array.shape, group_count(num_groups, array.shape[1])))
 
 
 def _dropout(x: Any, rate: Any, key: Any, training: Any = False) -> Any:
@@ -369,7 +373,7 @@ def _dropout(x: Any, rate: Any, key: Any, training: Any = False) -> Any:
 
 def _einsum_grad_spec(spec: Any, index: Any) -> str:
     """The einsum spec that computes the gradient of operand ``index``."""
-    text = _spec_text(spec)
+    text = einsum_spec_text(spec)
     inputs, _ = K.einsum_parts(text)
     mine = inputs[int(index)].replace("...", "")
     if len(set(mine)) != len(mine):
@@ -425,17 +429,17 @@ def _same_as_x(name: str, check: Optional[Callable[..., None]] = None,
 def _axis_check(name: str) -> Callable[..., None]:
     def check(shape: Any, *others: AbstractValue, axis: Any = -1, **attrs: Any) -> None:
         if shape is not None:
-            _axis_in(axis, len(shape), name)
+            axis_attr(axis, len(shape), name)
         else:
             _int_attr(axis, "axis", name)
         if "eps" in attrs:
-            _eps(attrs["eps"], name)
+            eps_attr(attrs["eps"], name)
     return check
 
 
 def _channel_check(name: str) -> Callable[..., None]:
     def check(shape: Any, *others: AbstractValue, eps: Any = 1e-5) -> None:
-        _eps(eps, name)
+        eps_attr(eps, name)
         if shape is None:
             return
         if len(shape) < 2:
@@ -452,7 +456,7 @@ def _einsum_rule(spec: AbstractValue, *operands: AbstractValue) -> AbstractValue
     """The shape of einsum: each output label's dimension, the ellipsis broadcast."""
     if not isinstance(spec, AString) or spec.value is UNKNOWN:
         raise AnfirTypeError(f"the spec of einsum must be a constant string, not {spec}")
-    inputs, output = _parse_spec(spec.value, len(operands))
+    inputs, output = parse_einsum_spec(spec.value, len(operands))
     sizes: dict[str, Dim] = {}
     ellipses: list[Optional[tuple[Dim, ...]]] = []
     dtypes = []
@@ -531,7 +535,7 @@ def _attention_shape(q: AbstractValue, k: AbstractValue, v: AbstractValue,
 def _loss_rule(name: str) -> Callable[..., AbstractValue]:
     def rule(x: AbstractValue, target: AbstractValue, *, axis: Any = -1,
              reduction: Any = "mean") -> AbstractValue:
-        red = _reduction(reduction, name)
+        red = reduction_attr(reduction, name)
         dtype, shape = _tensor(x, name)
         tdtype, tshape = _tensor(target, name)
         if not is_integer(tdtype):
@@ -541,7 +545,7 @@ def _loss_rule(name: str) -> Callable[..., AbstractValue]:
         if shape is not None:
             if not shape:
                 raise AnfirTypeError(f"{name} needs a tensor with a class axis")
-            ax = _axis_in(axis, len(shape), name) % len(shape)
+            ax = axis_attr(axis, len(shape), name) % len(shape)
             out_shape = shape[:ax] + shape[ax + 1:]
             if tshape is not None and (len(tshape) != len(out_shape) or not all(
                     dims_equal(a, b) for a, b in zip(tshape, out_shape))):
@@ -557,7 +561,7 @@ def _loss_rule(name: str) -> Callable[..., AbstractValue]:
 
 def _mse_rule(a: AbstractValue, b: AbstractValue, *, reduction: Any = "mean") -> AbstractValue:
     """The broadcast shape with reduction none, else a scalar."""
-    red = _reduction(reduction, "mse_loss")
+    red = reduction_attr(reduction, "mse_loss")
     da, sa = _tensor(a, "mse_loss")
     db, sb = _tensor(b, "mse_loss")
     name = _result_dtype([da, db])
@@ -569,7 +573,7 @@ def _mse_rule(a: AbstractValue, b: AbstractValue, *, reduction: Any = "mean") ->
 
 def _loss_reduce_rule(x: AbstractValue, *, reduction: Any = "mean") -> AbstractValue:
     dtype, shape = _tensor(x, "a loss")
-    if _reduction(reduction, "a loss") == "none":
+    if reduction_attr(reduction, "a loss") == "none":
         return x
     return AScalar(dtype)
 
@@ -578,7 +582,7 @@ def _loss_spread_rule(g: AbstractValue, like: AbstractValue, *,
                       reduction: Any = "mean") -> AbstractValue:
     gdtype, _ = _tensor(g, "a loss")
     _, shape = _tensor(like, "a loss")
-    _reduction(reduction, "a loss")
+    reduction_attr(reduction, "a loss")
     return rules.tensor_or_scalar(gdtype, shape)
 
 
@@ -591,7 +595,7 @@ def _tail_mean_rule(x: AbstractValue, *, axis: Any = -1) -> AbstractValue:
     dtype, shape = _tensor(x, "tail_mean")
     if shape is None:
         return ATensor(_float_dtype(dtype), None)
-    ax = _axis_in(axis, len(shape), "tail_mean")
+    ax = axis_attr(axis, len(shape), "tail_mean")
     axes = K.tail_axes(len(shape), ax)
     return ATensor(_float_dtype(dtype), tuple(1 if i in axes else d for i, d in enumerate(shape)))
 

@@ -69,7 +69,7 @@ def _reduced_empty(array: np.ndarray, axis: Any) -> bool:
 def _max(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> Any:
     """The largest element (over axis), or with two arguments the elementwise maximum."""
     if y is not None:  # max(x, y): the elementwise maximum
-        _binary_only("max", axis, keepdims)
+        check_binary_only("max", axis, keepdims)
         return arith.maximum.impl(x, y)
     return np.max(x, axis=_axis(axis, "max"), keepdims=_keep(keepdims, "max"))
 
@@ -77,12 +77,12 @@ def _max(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> 
 def _min(x: Any, y: Any = None, *, axis: Any = None, keepdims: bool = False) -> Any:
     """The smallest element (over axis), or with two arguments the elementwise minimum."""
     if y is not None:
-        _binary_only("min", axis, keepdims)
+        check_binary_only("min", axis, keepdims)
         return arith.minimum.impl(x, y)
     return np.min(x, axis=_axis(axis, "min"), keepdims=_keep(keepdims, "min"))
 
 
-def _binary_only(name: str, axis: Any, keepdims: Any) -> None:
+def check_binary_only(name: str, axis: Any, keepdims: Any) -> None:
     """max(x, y) / min(x, y) take no reduction attribute."""
     if axis is not None or keepdims is not False:
         raise AnfirTypeError(f"{name}(x, y) is the elementwise {name}imum: it takes no axis "
@@ -227,7 +227,7 @@ def _extreme_rule(name: str, binary: Any) -> rules.ProbingRule:
     def body(impl: Callable[..., Any], x: AbstractValue, y: Optional[AbstractValue] = None,
              **attrs: Any) -> AbstractValue:
         if y is not None:
-            _binary_only(name, attrs.get("axis"), attrs.get("keepdims", False))
+            check_binary_only(name, attrs.get("axis"), attrs.get("keepdims", False))
             return binary.infer(x, y)  # type: ignore[no-any-return]
         return reduce.body(impl, x, **attrs)
 

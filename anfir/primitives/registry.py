@@ -85,13 +85,18 @@ def _check_impl_signature(name: str, impl: Callable[..., Any], inputs: int, attr
 
 def declare_meta(name: str, doc: str, min_args: int = 1,
                  max_args: Optional[int] = None,
-                 keywords: tuple[tuple[str, Any], ...] = ()) -> MetaFunction:
-    """Register a meta function named ``name`` and return it (its generator is
-    installed by the layer that implements it); ``keywords``: the trailing arguments
-    a call may give by keyword, with their defaults."""
+                 keywords: tuple[tuple[str, Any], ...] = (),
+                 generate: Optional[Callable[[tuple[Any, ...]], Any]] = None,
+                 generate_for_types: Optional[Callable[[tuple[Any, ...]], Any]] = None
+                 ) -> MetaFunction:
+    """Register a meta function named ``name`` and return it; ``keywords``: the trailing
+    arguments a call may give by keyword, with their defaults; ``generate`` (and
+    ``generate_for_types``): the graph a call stands for — a layer above builds it, so
+    these call a slot of :data:`anfir.ir.upcalls.UPCALLS`."""
     if name in PRIMITIVES or name in META_FUNCTIONS:
         raise ValueError(f"meta function {name!r} declared twice")
-    meta = MetaFunction(name, doc, min_args, max_args)
+    meta = MetaFunction(name, doc, min_args, max_args, generate=generate,
+                        generate_for_types=generate_for_types)
     meta.keywords = keywords
     META_FUNCTIONS[name] = meta
     return meta

@@ -207,7 +207,9 @@ def _infer_stack_grad(dout: AbstractValue, xs: AbstractValue, *, axis: Any = 0) 
     return ATuple(tuple(_result(dtype, piece) for _ in items))
 
 
-def _split_sizes(n: int, sizes: Any) -> list[int]:
+def split_sizes(n: int, sizes: Any) -> list[int]:
+    """split's ``sizes`` (a piece count or the piece lengths) as the lengths of
+    the pieces of an axis of length ``n``, checked."""
     if _is_int(sizes):
         count = int(sizes)
         if count < 1 or count > MAX_PIECES:
@@ -231,7 +233,7 @@ def _split(x: Any, sizes: Any = None, axis: Any = 0) -> Any:
     if array.ndim == 0:
         raise ShapeError("split needs a tensor of rank >= 1, not a scalar")
     ax = axis_of(axis, array.ndim, "split")
-    parts = _split_sizes(array.shape[ax], sizes)
+    parts = split_sizes(array.shape[ax], sizes)
     bounds = np.cumsum(parts)[:-1]
     return tuple(np.split(array, bounds, axis=ax))
 
@@ -250,7 +252,7 @@ def _infer_split(x: AbstractValue, *, sizes: Any = None, axis: Any = 0) -> Abstr
     n = shape[ax]
     parts: list[Dim]
     if isinstance(n, int):
-        parts = list(_split_sizes(n, sizes))
+        parts = list(split_sizes(n, sizes))
     elif _is_int(sizes):
         quotient = sympy.cancel(sympy.sympify(n) / int(sizes))
         num, den = sympy.fraction(quotient)
@@ -278,7 +280,7 @@ def _infer_concat_grad(dout: AbstractValue, xs: AbstractValue, *, axis: Any = 0)
 
 
 # -- slice ---------------------------------------------------------------------------------------
-def _slice_args(rank: int, starts: Any, ends: Any, axes: Any, steps: Any
+def slice_spec(rank: int, starts: Any, ends: Any, axes: Any, steps: Any
                 ) -> list[tuple[int, int, int, int]]:
     """(axis, start, end, step) per sliced axis, checked."""
     if starts is None or ends is None:
@@ -308,7 +310,9 @@ def _clamped(n: int, start: int, end: int, step: int) -> slice:
     return slice(start, None if end < 0 else end, step)
 
 
-def _index(shape: tuple[int, ...], spec: list[tuple[int, int, int, int]]) -> tuple[slice, ...]:
+def slice_index(shape: tuple[int, ...], spec: list[tuple[int, int, int, int]]) -> tuple[slice, ...]:
+    """The Python index (a slice per axis, ONNX Slice's clamping) of a ``slice_spec``
+    on a concrete shape."""
     index = [slice(None)] * len(shape)
     for ax, s, e, st in spec:
         index[ax] = _clamped(shape[ax], s, e, st)
@@ -318,8 +322,8 @@ def _index(shape: tuple[int, ...], spec: list[tuple[int, int, int, int]]) -> tup
 def _slice(x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Any:
     """ONNX Slice: starts/ends clamped, negative indices count from the end, any non-zero step."""
     array = _arr(x, "slice")
-    spec = _slice_args(array.ndim, starts, ends, axes, steps)
-    return array[_index(array.shape, spec)]
+    spec = slice_spec(array.ndim, starts, ends, axes, steps)
+    return array[slice_index(array.shape, spec)]
 
 
 def _slice_len(n: Dim, start: int, end: int, step: int) -> Dim:
@@ -342,10 +346,10 @@ def _infer_slice(x: AbstractValue, *, starts: Any = None, ends: Any = None, axes
                  steps: Any = None) -> AbstractValue:
     dtype, shape = _shape_of(x, "slice")
     if shape is None:
-        _slice_args(0 if axes is None else 1 << 30, starts, ends, axes, steps)
+        slice_spec(0 if axes is None else 1 << 30, starts, ends, axes, steps)
         return ATensor(dtype, None)
     out = list(shape)
-    for ax, s, e, st in _slice_args(len(shape), starts, ends, axes, steps):
+    for ax, s, e, st in slice_spec(len(shape), starts, ends, axes, steps):
         out[ax] = _slice_len(shape[ax], s, e, st)
     return ATensor(dtype, tuple(out))
 
@@ -356,7 +360,7 @@ def _slice_grad(dout: Any, x: Any, starts: Any = None, ends: Any = None, axes: A
     g = _arr(dout, "slice_grad")
     shape = np.shape(x)
     result = np.zeros(shape, g.dtype)
-    result[_index(shape, _slice_args(len(shape), starts, ends, axes, steps))] = g
+    result[slice_index(shape, slice_spec(len(shape), starts, ends, axes, steps))] = g
     return _out(result)
 
 
@@ -376,7 +380,9 @@ PAD_MODES = ("constant", "reflect", "edge", "wrap")
 _NP_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
-def _pads(pads: Any, rank: int, mode: Any) -> tuple[list[tuple[int, int]], str]:
+def pad_widths(pads: Any, rank: int, mode: Any) -> tuple[list[tuple[int, int]], str]:
+    """pad's ``pads`` (all begins, then all ends) as a (begin, end) pair per axis of
+    a tensor of ``rank``, with the checked ``mode``."""
     if pads is None:
         raise AnfirTypeError("pad needs pads (all begins, then all ends)")
     p = ints_attr(pads, "pads", "pad", scalar_ok=False)
@@ -387,7 +393,7 @@ def _pads(pads: Any, rank: int, mode: Any) -> tuple[list[tuple[int, int]], str]:
     return [(p[i], p[i + rank]) for i in range(rank)], mode
 
 
-def _source_index(n: int, begin: int, end: int, mode: str) -> np.ndarray:
+def pad_source_index(n: int, begin: int, end: int, mode: str) -> np.ndarray:
     """For each position of a padded axis of length n, the source element (-1: the value)."""
     grow = (max(begin, 0), max(end, 0))
     if mode == "constant":
@@ -411,13 +417,13 @@ def _source_index(n: int, begin: int, end: int, mode: str) -> np.ndarray:
 def _pad(x: Any, pads: Any = None, mode: Any = "constant", value: Any = 0) -> Any:
     """x padded as ONNX Pad (negative pads crop): constant value, reflect, edge or wrap."""
     array = _arr(x, "pad")
-    spec, mode = _pads(pads, array.ndim, mode)
+    spec, mode = pad_widths(pads, array.ndim, mode)
     rules.float_attr(value, "value", "pad")
     out = array
     for ax, (b, e) in enumerate(spec):
         if b == 0 and e == 0:
             continue
-        index = _source_index(array.shape[ax], b, e, mode)
+        index = pad_source_index(array.shape[ax], b, e, mode)
         out = np.take(out, np.maximum(index, 0), axis=ax) if array.shape[ax] else \
             np.zeros(out.shape[:ax] + (len(index),) + out.shape[ax + 1:], array.dtype)
         if mode == "constant" and (index < 0).any():
@@ -433,11 +439,11 @@ def _infer_pad(x: AbstractValue, *, pads: Any = None, mode: Any = "constant", va
     if shape is None:
         rules.choice_attr(mode, "mode", "pad", PAD_MODES)
         return ATensor(dtype, None)
-    spec, checked_mode = _pads(pads, len(shape), mode)
+    spec, checked_mode = pad_widths(pads, len(shape), mode)
     out: list[Dim] = []
     for d, (b, e) in zip(shape, spec):
         if isinstance(d, int):
-            _source_index(d, b, e, checked_mode)  # the mode's limits (reflect: pads < length)
+            pad_source_index(d, b, e, checked_mode)  # the mode's limits (reflect: pads < length)
             new = d + b + e
             if new < 0:
                 raise ShapeError(f"pad: the negative pads ({b}, {e}) remove more than the axis' {d}")
@@ -451,12 +457,12 @@ def _pad_grad(dout: Any, x: Any, pads: Any = None, mode: Any = "constant") -> An
     """The adjoint of pad: each padded element's gradient added back to its source."""
     g = _arr(dout, "pad_grad")
     shape = np.shape(x)
-    spec, mode = _pads(pads, len(shape), mode)
+    spec, mode = pad_widths(pads, len(shape), mode)
     out = g
     for ax, (b, e) in enumerate(spec):
         if b == 0 and e == 0:
             continue
-        index = _source_index(shape[ax], b, e, mode)
+        index = pad_source_index(shape[ax], b, e, mode)
         keep = index >= 0
         moved = np.moveaxis(out, ax, 0)
         acc = np.zeros((shape[ax],) + moved.shape[1:], g.dtype)
@@ -494,7 +500,9 @@ def _infer_squeeze(x: AbstractValue, *, axis: Any = None) -> AbstractValue:
     return _result(dtype, tuple(d for i, d in enumerate(shape) if i not in axes))
 
 
-def _unsqueeze_axes(axis: Any, rank: int) -> tuple[int, ...]:
+def unsqueeze_axes(axis: Any, rank: int) -> tuple[int, ...]:
+    """unsqueeze's ``axis`` as sorted, normalised positions in the result of rank
+    ``rank + len(axis)``."""
     if axis is None:
         raise AnfirTypeError("unsqueeze needs an axis (an integer or a tuple of integers)")
     given = ints_attr(axis, "axis", "unsqueeze")
@@ -508,15 +516,15 @@ def _unsqueeze_axes(axis: Any, rank: int) -> tuple[int, ...]:
 def _unsqueeze(x: Any, axis: Any = None) -> Any:
     """x with new length-1 axes at the given positions (of the result)."""
     array = _arr(x, "unsqueeze")
-    return np.expand_dims(array, _unsqueeze_axes(axis, array.ndim))
+    return np.expand_dims(array, unsqueeze_axes(axis, array.ndim))
 
 
 def _infer_unsqueeze(x: AbstractValue, *, axis: Any = None) -> AbstractValue:
     dtype, shape = _shape_of(x, "unsqueeze")
     if shape is None:
-        _unsqueeze_axes(axis, 1 << 30)
+        unsqueeze_axes(axis, 1 << 30)
         return ATensor(dtype, None)
-    axes = _unsqueeze_axes(axis, len(shape))
+    axes = unsqueeze_axes(axis, len(shape))
     out: list[Dim] = []
     rest = iter(shape)
     for i in range(len(shape) + len(axes)):
@@ -524,7 +532,8 @@ def _infer_unsqueeze(x: AbstractValue, *, axis: Any = None) -> AbstractValue:
     return ATensor(dtype, tuple(out))
 
 
-def _flatten_range(rank: int, start: Any, end: Any) -> tuple[int, int]:
+def flatten_range(rank: int, start: Any, end: Any) -> tuple[int, int]:
+    """flatten's ``start`` and ``end`` as normalised axes of a tensor of ``rank``."""
     r = max(rank, 1)
     s = axis_of(start, r, "flatten")
     e = axis_of(end, r, "flatten")
@@ -536,7 +545,7 @@ def _flatten_range(rank: int, start: Any, end: Any) -> tuple[int, int]:
 def _flatten(x: Any, start: Any = 0, end: Any = -1) -> Any:
     """The axes start..end (inclusive) of x merged into one, as torch.flatten."""
     array = _arr(x, "flatten")
-    s, e = _flatten_range(array.ndim, start, end)
+    s, e = flatten_range(array.ndim, start, end)
     if array.ndim == 0:
         return array.reshape(1)
     shape = array.shape
@@ -549,7 +558,7 @@ def _infer_flatten(x: AbstractValue, *, start: Any = 0, end: Any = -1) -> Abstra
         int_attr(start, "start", "flatten")
         int_attr(end, "end", "flatten")
         return ATensor(dtype, None)
-    s, e = _flatten_range(len(shape), start, end)
+    s, e = flatten_range(len(shape), start, end)
     if not shape:
         return ATensor(dtype, (1,))
     middle = shape[s:e + 1]
@@ -557,7 +566,8 @@ def _infer_flatten(x: AbstractValue, *, start: Any = 0, end: Any = -1) -> Abstra
     return ATensor(dtype, tuple(shape[:s]) + (merged,) + tuple(shape[e + 1:]))
 
 
-def _shape_value(shape: Any, what: str) -> tuple[int, ...]:
+def shape_value(shape: Any, what: str) -> tuple[int, ...]:
+    """expand's target shape (an integer, a tuple or a 1-d integer array) as ints."""
     if _is_int(shape):
         return (int(shape),)
     if isinstance(shape, tuple) and all(_is_int(d) for d in shape):
@@ -570,7 +580,7 @@ def _shape_value(shape: Any, what: str) -> tuple[int, ...]:
 def _expand(x: Any, shape: Any) -> Any:
     """x broadcast with shape both ways (ONNX Expand): the result has the broadcast shape."""
     array = _arr(x, "expand")
-    target = _shape_value(shape, "expand")
+    target = shape_value(shape, "expand")
     if any(d < 0 for d in target):
         raise ShapeError(f"expand: the shape {target} has a negative dimension")
     try:
@@ -597,7 +607,8 @@ def _tile(x: Any, reps: Any = None) -> Any:
     return _out(np.tile(_arr(x, "tile"), r))
 
 
-def _tile_layout(shape: Sequence[Dim], reps: tuple[int, ...]) -> tuple[list[Dim], list[int]]:
+def tile_layout(shape: Sequence[Dim], reps: tuple[int, ...]) -> tuple[list[Dim], list[int]]:
+    """tile's operand dims and repeat counts padded with leading 1s to one rank."""
     rank = max(len(shape), len(reps))
     dims = [1] * (rank - len(shape)) + list(shape)
     counts = [1] * (rank - len(reps)) + list(reps)
@@ -613,7 +624,7 @@ def _infer_tile(x: AbstractValue, *, reps: Any = None) -> AbstractValue:
         raise ShapeError(f"tile: reps {r} has a negative count")
     if shape is None:
         return ATensor(dtype, None)
-    dims, counts = _tile_layout(shape, r)
+    dims, counts = tile_layout(shape, r)
     return _result(dtype, tuple(norm_dim(d * c) if not isinstance(d, int) else d * c
                                 for d, c in zip(dims, counts)))
 
@@ -622,7 +633,7 @@ def _tile_grad(dout: Any, x: Any, reps: Any = None) -> Any:
     """The adjoint of tile: the copies' gradients summed onto x's shape."""
     g = _arr(dout, "tile_grad")
     shape = np.shape(x)
-    dims, counts = _tile_layout(shape, ints_attr(reps, "reps", "tile_grad"))
+    dims, counts = tile_layout(shape, ints_attr(reps, "reps", "tile_grad"))
     interleaved = [v for pair in zip(counts, dims) for v in pair]
     summed = g.reshape(interleaved).sum(axis=tuple(range(0, 2 * len(dims), 2)))
     return _out(np.asarray(summed.reshape(shape), g.dtype))
@@ -634,7 +645,9 @@ def _flip(x: Any, axis: Any = None) -> Any:
     return _out(np.flip(array, axes_of(axis, array.ndim, "flip")))
 
 
-def _roll_args(shift: Any, axis: Any, rank: int) -> tuple[tuple[int, ...], Optional[tuple[int, ...]]]:
+def roll_args(shift: Any, axis: Any, rank: int) -> tuple[tuple[int, ...], Optional[tuple[int, ...]]]:
+    """roll's ``shift`` and ``axis`` checked for a tensor of ``rank``: the shifts and
+    the normalised axes (None: roll the flattened tensor)."""
     if shift is None:
         raise AnfirTypeError("roll needs a shift")
     shifts = ints_attr(shift, "shift", "roll")
@@ -651,7 +664,7 @@ def _roll_args(shift: Any, axis: Any, rank: int) -> tuple[tuple[int, ...], Optio
 def _roll(x: Any, shift: Any = None, axis: Any = None) -> Any:
     """x's elements moved shift places along axis, wrapping round (None: of the flattened x)."""
     array = _arr(x, "roll")
-    shifts, axes = _roll_args(shift, axis, array.ndim)
+    shifts, axes = roll_args(shift, axis, array.ndim)
     if axes is None:
         return _out(np.roll(array, shifts[0]))
     return _out(np.roll(array, shifts, axes))
@@ -659,7 +672,7 @@ def _roll(x: Any, shift: Any = None, axis: Any = None) -> Any:
 
 def _roll_back(dout: Any, shift: Any = None, axis: Any = None) -> Any:
     """roll by minus shift (the gradient of roll)."""
-    shifts, _ = _roll_args(shift, axis, np.ndim(dout))
+    shifts, _ = roll_args(shift, axis, np.ndim(dout))
     return _roll(dout, tuple(-s for s in shifts) if isinstance(shift, tuple) else -shifts[0], axis)
 
 
@@ -680,7 +693,7 @@ def _check_flip(rank: int, axis: Any = None) -> None:
 
 
 def _check_roll(rank: int, shift: Any = None, axis: Any = None) -> None:
-    _roll_args(shift, axis, rank)
+    roll_args(shift, axis, rank)
 
 
 def _triangle(name: str, np_fn: Any) -> Any:

@@ -9,7 +9,7 @@ import numpy as np
 from anfir.errors import AnfirRuntimeError, AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
-from anfir.values import Closure, GradEnv, Partial
+from anfir.runtime_values import Closure, GradEnv, Partial
 
 FAMILY = "tuple"
 

@@ -10,18 +10,20 @@ from anfir.errors import AnfirTypeError
 from anfir.primitives.registry import declare
 from anfir.abstract import rules
 from anfir.dtypes import ELEMENT_TYPES, LITERAL_DTYPES, check_dtype, numpy_name
-from anfir.values import DType
+from anfir.runtime_values import DType
 
 FAMILY = "tensor"
 _PYTHON_SCALARS = frozenset(LITERAL_DTYPES.values())
 """The dtypes whose scalars are Python values (``bool``, ``int``, ``float``)."""
 
 
-def _dtype_arg(dtype: Any) -> str:
+def dtype_attr(dtype: Any) -> str:
+    """A ``dtype`` attribute (a name or a ``DType``) as the checked dtype name."""
     return check_dtype(dtype.name if isinstance(dtype, DType) else dtype)
 
 
-def _shape_arg(shape: Any) -> tuple[int, ...]:
+def shape_attr(shape: Any) -> tuple[int, ...]:
+    """A ``shape`` attribute (an integer or a tuple of them) as a tuple of ints."""
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         return (int(shape),)
     if isinstance(shape, tuple) and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
@@ -46,7 +48,7 @@ def _transpose(x: Any, perm: Optional[tuple[int, ...]] = None) -> Any:
 
 
 def _reshape(x: Any, shape: Any) -> Any:
-    return np.reshape(x, _shape_arg(shape))
+    return np.reshape(x, shape_attr(shape))
 
 
 def _axis(axis: Any) -> Any:
@@ -70,7 +72,7 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
-    return np.broadcast_to(x, _shape_arg(shape))
+    return np.broadcast_to(x, shape_attr(shape))
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -82,11 +84,11 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _zeros(shape: Any, dtype: Any = "f64") -> np.ndarray:
-    return np.zeros(_shape_arg(shape), numpy_name(_dtype_arg(dtype)))
+    return np.zeros(shape_attr(shape), numpy_name(dtype_attr(dtype)))
 
 
 def _ones(shape: Any, dtype: Any = "f64") -> np.ndarray:
-    return np.ones(_shape_arg(shape), numpy_name(_dtype_arg(dtype)))
+    return np.ones(shape_attr(shape), numpy_name(dtype_attr(dtype)))
 
 
 FOLD_ELEMENTS = 1 << 20
@@ -137,7 +139,7 @@ def _cast(x: Any, dtype: Any) -> Any:
     (integers wrap around, floats round to the precision), on a scalar too: a
     scalar of a literal's type (``bool``, ``i64``, ``f64``) is a Python value, any
     other a numpy scalar of that dtype (``cast(1000, "i8")`` is ``int8(-24)``)."""
-    name = _dtype_arg(dtype)
+    name = dtype_attr(dtype)
     if isinstance(x, np.ndarray):
         return x.astype(numpy_name(name))
     if x.__class__ is tuple or isinstance(x, str) or x is None:

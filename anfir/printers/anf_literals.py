@@ -27,7 +27,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.ir_constants import ConstantPrinter
 from anfir.dtypes import LITERAL_DTYPES, dtype_name, dtype_of_array, numpy_name
-from anfir.values import DType, Symbol
+from anfir.runtime_values import DType, Symbol
 from anfir.limits import int_text
 
 HELPER_NAMES = ("array", "cast", "zeros", "div", "complex")

@@ -31,7 +31,7 @@ import numpy as np
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.dtypes import complex_text, dtype_of_array, numpy_kind
-from anfir.values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
+from anfir.runtime_values import Closure, DType, GradEnv, Partial, Symbol, SymbolicKey
 from anfir.limits import int_text
 
 INLINE_TENSOR_LIMIT = 64

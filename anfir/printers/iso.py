@@ -31,7 +31,7 @@ from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import MetaFunction, Primitive
 from anfir.printers.abstract_text import abstract_text
 from anfir.gcpause import without_gc
-from anfir.values import Closure, GradEnv, Partial
+from anfir.runtime_values import Closure, GradEnv, Partial
 
 GraphOrModule = Union[FuncGraph, Module]
 

@@ -18,7 +18,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import Node, ValueNode
 from anfir.ir.walk import Facts, toposort
-from anfir.values import Closure, Partial
+from anfir.runtime_values import Closure, Partial
 
 
 @dataclass

@@ -42,7 +42,7 @@ from anfir.printers.naming import KEYWORDS, NameAllocator, anf_name
 from anfir.primitives import structure
 from anfir.primitives.registry import PRIMITIVES
 from anfir.printers.scopes import ScopePlan, discover_managed, plan_scopes
-from anfir.values import Symbol
+from anfir.runtime_values import Symbol
 
 GraphOrModule = Union[FuncGraph, Module]
 

@@ -1,7 +1,7 @@
 """The JAX back end: ``anfir.to_jax`` and the StableHLO phase of ``anfir.compile(..., backend="jax")``.
 
 This module imports no JAX (``import anfir`` loads it): the modules that do —
-:mod:`~anfir.backends.tojax.values`, :mod:`~anfir.backends.tojax.rules`,
+:mod:`~anfir.backends.tojax.traced`, :mod:`~anfir.backends.tojax.rules`,
 :mod:`~anfir.backends.tojax.machine`, :mod:`~anfir.backends.tojax.function`,
 :mod:`~anfir.backends.tojax.stablehlo` — are imported when a function here is
 first called, after :func:`require_jax` has checked that JAX is installed.
@@ -15,7 +15,7 @@ from anfir.backends.tojax.errors import (JAX_EXTRA, LoweringError, MissingExtraE
                                          TracedRecursionError)
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph, Module
-from anfir.passes.pipeline import Phase
+from anfir.passes.compile_state import Phase
 
 
 def require_jax() -> None:

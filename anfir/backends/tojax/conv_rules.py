@@ -78,9 +78,9 @@ def _conv_transpose(x: Any, w: Any, b: Any = None, *, stride: Any = 1, padding: 
                     output_padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Any:
     """The VJP of the convolution whose output has x's shape (PyTorch's definition)."""
     n = jnp.ndim(w) - 2
-    st, dil = nn._ints(stride, n, "stride", "conv_transpose"), nn._ints(dilation, n, "dilation", "conv_transpose")
-    op = nn._ints(output_padding, n, "output_padding", "conv_transpose", least=0)
-    pads = nn._pads(padding, n, "conv_transpose", strings=False) or ()
+    st, dil = nn.per_axis_ints(stride, n, "stride", "conv_transpose"), nn.per_axis_ints(dilation, n, "dilation", "conv_transpose")
+    op = nn.per_axis_ints(output_padding, n, "output_padding", "conv_transpose", least=0)
+    pads = nn.padding_attr(padding, n, "conv_transpose", strings=False) or ()
     g = int(groups)
     spatial = [(i - 1) * s - int(pads[a]) - int(pads[n + a]) + d * (k - 1) + o + 1
                for a, (i, s, d, k, o) in enumerate(zip(jnp.shape(x)[2:], st, dil, jnp.shape(w)[2:], op))]
@@ -126,7 +126,7 @@ def _avg_pool(x: Any, kernel: Any = None, stride: Any = None, padding: Any = 0,
               ceil_mode: Any = False, count_include_pad: Any = True) -> Any:
     x = _float(x)
     n, k, st, pads, _, out = nn.pool_params(x, kernel, stride, padding, 1, ceil_mode, "avg_pool")
-    given = [int(p) for p in nn._pads(padding, n, "avg_pool", strings=False) or ()]
+    given = [int(p) for p in nn.padding_attr(padding, n, "avg_pool", strings=False) or ()]
     divisor = nn.avg_divisor(x.shape, n, k, st, pads, given, out, bool(count_include_pad))
     total = _pool(x, kernel, stride, padding, 1, ceil_mode, jnp.asarray(0, x.dtype), lax.add)
     return total / jnp.asarray(divisor, x.dtype)

@@ -10,8 +10,8 @@ import numpy as np
 from anfir.errors import AnfirError, UsageError
 from anfir.ir.graph import FuncGraph
 from anfir.backends.tojax.machine import Machine, plan_for
-from anfir.backends.tojax.values import Either, is_array, map_tuples
-from anfir.values import Closure, GradEnv, Partial
+from anfir.backends.tojax.traced import Either, is_array, map_tuples
+from anfir.runtime_values import Closure, GradEnv, Partial
 
 
 class JaxFunction:

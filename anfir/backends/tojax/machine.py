@@ -4,19 +4,19 @@ It runs the program the way the evaluator does (:mod:`anfir.eval`) — graphs
 walked in :func:`~anfir.ir.walk.toposort` order, closures capturing values,
 ``partial``, ``grad`` expanded with the graph the autodiff generates, a call in
 tail position replacing its frame, non-tail calls pushed on an explicit frame
-stack — but on JAX values (:mod:`anfir.backends.tojax.values`), inside a JAX
+stack — but on JAX values (:mod:`anfir.backends.tojax.traced`), inside a JAX
 trace.  What it meets decides what JAX sees:
 
 * a primitive whose arguments are all known is evaluated on the spot with its
   own ``impl`` (constant folding); otherwise its rule (:data:`~anfir.backends.tojax.rules.RULES`)
   emits JAX operations;
 * ``switch`` on a known condition picks an arm; on a traced one it selects
-  (``jnp.where``) or, for functions, makes an :class:`~anfir.backends.tojax.values.Either`;
+  (``jnp.where``) or, for functions, makes an :class:`~anfir.backends.tojax.traced.Either`;
   calling an Either is a ``lax.cond`` (:meth:`Machine.cond`);
 * a loop (tail recursion) whose decisions are known unrolls, one iteration after
   another in the same frame, so ``jax.grad`` passes through it; when a decision
   is traced, the iteration that reaches the loop's head again returns a
-  :class:`~anfir.backends.tojax.values.Continue` and the frame that runs the head
+  :class:`~anfir.backends.tojax.traced.Continue` and the frame that runs the head
   turns the loop into ``lax.while_loop`` (:meth:`Machine.while_loop`);
 * non-tail recursion under a traced condition is refused
   (:class:`~anfir.backends.tojax.errors.TracedRecursionError`): a traced
@@ -51,11 +51,11 @@ from anfir.ir.walk import toposort
 from anfir.backends.tojax.errors import LoweringError, TracedRecursionError
 from anfir.backends.tojax.rules import (FUNCTION_ARGUMENTS, STRUCTURAL, UNMAPPED, concrete_bool,
                                         rule_for)
-from anfir.backends.tojax.values import (ABSENT, Continue, Either, Slot, conform, contains_array,
+from anfir.backends.tojax.traced import (ABSENT, Continue, Either, Slot, conform, contains_array,
                                          flatten, is_array, items_of, select, static_equal,
                                          unflatten, widen)
 from anfir.primitives import structure
-from anfir.values import Closure, GradEnv, Partial
+from anfir.runtime_values import Closure, GradEnv, Partial
 
 RECURSION_LIMIT = 4
 """How many times a graph may be re-entered under traced conditions before the

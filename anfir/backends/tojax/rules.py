@@ -35,13 +35,13 @@ from anfir.nested import fold_nested
 from anfir.primitives import arith, batching, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
 from anfir.primitives import checkpointing
 from anfir.backends.tojax.conv_rules import CONV_RULES
-from anfir.backends.tojax.values import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
+from anfir.backends.tojax.traced import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
                                          map_tuples, select, zeros_like)
 from anfir.backends.tojax.shaping_rules import SHAPING_RULES
 from anfir.backends.tojax.loop_rules import FUNCTION_ARGUMENTS, LOOP_RULES  # noqa: F401
 from anfir.backends.tojax.batching_rules import BATCHING_RULES, loop_rule
 from anfir.backends.tojax.collective_rules import COLLECTIVE_RULES
-from anfir.values import DType, GradEnv
+from anfir.runtime_values import DType, GradEnv
 
 Rule = Callable[..., Any]
 
@@ -51,7 +51,7 @@ def jax_dtype(dtype: Any) -> Any:
     """The JAX dtype of an anfir dtype argument (``"f32"`` or a DType), canonical:
     ``f64`` is ``float32`` unless ``jax_enable_x64`` is on."""
     name = dtype.name if isinstance(dtype, DType) else dtype
-    return jax.dtypes.canonicalize_dtype(np.dtype(numpy_name(tensor._dtype_arg(name))))
+    return jax.dtypes.canonicalize_dtype(np.dtype(numpy_name(tensor.dtype_attr(name))))
 
 
 def concrete_bool(c: Any) -> Optional[bool]:
@@ -94,7 +94,7 @@ def _transpose(x: Any, perm: Any = None) -> Any:
 
 
 def _reshape(x: Any, shape: Any) -> Any:
-    return jnp.reshape(x, tensor._shape_arg(shape))
+    return jnp.reshape(x, tensor.shape_attr(shape))
 
 
 def _reduction(jnp_fn: Callable[..., Any], name: str) -> Rule:
@@ -112,15 +112,15 @@ _mean = _reduction(jnp.mean, "mean")
 
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
-    return jnp.broadcast_to(x, tensor._shape_arg(shape))
+    return jnp.broadcast_to(x, tensor.shape_attr(shape))
 
 
 def _zeros(shape: Any, dtype: Any = "f64") -> Any:
-    return jnp.zeros(tensor._shape_arg(shape), jax_dtype(dtype))
+    return jnp.zeros(tensor.shape_attr(shape), jax_dtype(dtype))
 
 
 def _ones(shape: Any, dtype: Any = "f64") -> Any:
-    return jnp.ones(tensor._shape_arg(shape), jax_dtype(dtype))
+    return jnp.ones(tensor.shape_attr(shape), jax_dtype(dtype))
 
 
 def _array(nested: Any) -> Any:
@@ -248,7 +248,7 @@ def _bit_shift(x: Any, y: Any, direction: str = "left") -> Any:
 def _extreme(name: str, elementwise_fn: Rule, reduce_fn: Callable[..., Any]) -> Rule:
     def rule(x: Any, y: Any = None, *, axis: Any = None, keepdims: Any = False) -> Any:
         if y is not None:  # max(x, y): the elementwise one
-            reduce._binary_only(name, axis, keepdims)
+            reduce.check_binary_only(name, axis, keepdims)
             return elementwise_fn(x, y)
         return reduce_fn(x, axis=attr_checks.axis_attr(axis, name),
                          keepdims=attr_checks.bool_attr(keepdims, "keepdims", name))
@@ -415,7 +415,7 @@ def _prod_others(x: Any, axis: Any) -> Any:
     array = jnp.asarray(x)
     if array.ndim == 0:
         return jnp.ones_like(array)
-    axes = gradient._reduced_axes(array.ndim, axis)
+    axes = gradient.reduced_axes(array.ndim, axis)
     ends = tuple(range(array.ndim - len(axes), array.ndim))
     moved = jnp.moveaxis(array, axes, ends)
     shape = moved.shape
@@ -474,7 +474,7 @@ def _grad_arg_check(x: Any, g: Any) -> Any:
 
 def _tangent_dot(a: Any, b: Any) -> Any:
     total: Any = None
-    for x, y in gradient._pairs(a, b):
+    for x, y in gradient.tangent_pairs(a, b):
         if x is None or y is None:
             continue
         if isinstance(x, (GradEnv, str)) or isinstance(y, (GradEnv, str)):
@@ -496,7 +496,7 @@ def _tangent_scale(a: Any, s: Any) -> Any:
 def _softmax_rule(kernel: Callable[..., Any], name: str) -> Rule:
     def rule(x: Any, axis: Any = -1) -> Any:
         x = nnk.float_of(jnp, x)
-        ax = nn._axis_in(axis, x.ndim, name)
+        ax = nn.axis_attr(axis, x.ndim, name)
         if x.ndim == 0:
             return kernel(jnp, x.reshape(1), 0).reshape(())
         return kernel(jnp, x, ax)
@@ -507,29 +507,29 @@ def _softmax_rule(kernel: Callable[..., Any], name: str) -> Rule:
 def _layer_norm(x: Any, scale: Any = None, bias: Any = None, axis: Any = -1,
                 eps: Any = 1e-5) -> Any:
     x = nnk.float_of(jnp, x)
-    return nnk.layer_norm(jnp, x, scale, bias, nn._axis_in(axis, x.ndim, "layer_norm"),
-                          nn._eps(eps, "layer_norm"))
+    return nnk.layer_norm(jnp, x, scale, bias, nn.axis_attr(axis, x.ndim, "layer_norm"),
+                          nn.eps_attr(eps, "layer_norm"))
 
 
 def _rms_norm(x: Any, scale: Any = None, axis: Any = -1, eps: Any = 1e-6) -> Any:
     x = nnk.float_of(jnp, x)
-    return nnk.rms_norm(jnp, x, scale, nn._axis_in(axis, x.ndim, "rms_norm"),
-                        nn._eps(eps, "rms_norm"))
+    return nnk.rms_norm(jnp, x, scale, nn.axis_attr(axis, x.ndim, "rms_norm"),
+                        nn.eps_attr(eps, "rms_norm"))
 
 
 def _group_norm(x: Any, num_groups: Any, scale: Any, bias: Any, eps: Any = 1e-5) -> Any:
     x = nnk.float_of(jnp, x)
-    groups = nn._group_count(int(num_groups), x.shape[1])
-    return nnk.group_norm(jnp, x, groups, scale, bias, nn._eps(eps, "group_norm"))
+    groups = nn.group_count(int(num_groups), x.shape[1])
+    return nnk.group_norm(jnp, x, groups, scale, bias, nn.eps_attr(eps, "group_norm"))
 
 
 def _instance_norm(x: Any, scale: Any, bias: Any, eps: Any = 1e-5) -> Any:
     return nnk.instance_norm(jnp, nnk.float_of(jnp, x), scale, bias,
-                             nn._eps(eps, "instance_norm"))
+                             nn.eps_attr(eps, "instance_norm"))
 
 
 def _einsum(spec: Any, *operands: Any) -> Any:
-    nn._parse_spec(nn._spec_text(spec), len(operands))
+    nn.parse_einsum_spec(nn.einsum_spec_text(spec), len(operands))
     return jnp.einsum(spec, *operands)
 
 
@@ -555,25 +555,25 @@ def _mask_cotangent(g: Any, mask: Any) -> Any:
 
 
 def _class_axis(x: Any, axis: Any, what: str) -> int:
-    return nn._axis_in(axis, jnp.ndim(x), what) % max(jnp.ndim(x), 1)
+    return nn.axis_attr(axis, jnp.ndim(x), what) % max(jnp.ndim(x), 1)
 
 
 def _nll_loss(logp: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -> Any:
     lp = nnk.float_of(jnp, logp)
     ax = _class_axis(lp, axis, "nll_loss")
-    return nnk.loss_reduce(jnp, nnk.picked(jnp, lp, target, ax), nn._reduction(reduction, "nll_loss"))
+    return nnk.loss_reduce(jnp, nnk.picked(jnp, lp, target, ax), nn.reduction_attr(reduction, "nll_loss"))
 
 
 def _cross_entropy(logits: Any, target: Any, axis: Any = -1, reduction: Any = "mean") -> Any:
     x = nnk.float_of(jnp, logits)
     ax = _class_axis(x, axis, "cross_entropy")
     return nnk.loss_reduce(jnp, nnk.picked(jnp, nnk.log_softmax(jnp, x, ax), target, ax),
-                           nn._reduction(reduction, "cross_entropy"))
+                           nn.reduction_attr(reduction, "cross_entropy"))
 
 
 def _mse_loss(a: Any, b: Any, reduction: Any = "mean") -> Any:
     d = nnk.float_of(jnp, jnp.subtract(a, b))
-    return nnk.loss_reduce(jnp, d * d, nn._reduction(reduction, "mse_loss"))
+    return nnk.loss_reduce(jnp, d * d, nn.reduction_attr(reduction, "mse_loss"))
 
 
 def _dropout(x: Any, rate: Any, key: Any, training: Any = False) -> Any:
@@ -600,12 +600,12 @@ def _einsum_ones(spec: Any, index: Any, x: Any) -> Any:
 
 def _tail_mean(x: Any, axis: Any = -1) -> Any:
     x = nnk.float_of(jnp, x)
-    return nnk.tail_mean(jnp, x, nn._axis_in(axis, x.ndim, "tail_mean"))
+    return nnk.tail_mean(jnp, x, nn.axis_attr(axis, x.ndim, "tail_mean"))
 
 
 def _loss_spread(g: Any, like: Any, reduction: Any = "mean") -> Any:
     return nnk.loss_spread(jnp, jnp.asarray(g), jnp.asarray(like),
-                           nn._reduction(reduction, "a loss"))
+                           nn.reduction_attr(reduction, "a loss"))
 
 
 def _class_mask(target: Any, like: Any, axis: Any = -1) -> Any:
@@ -615,7 +615,7 @@ def _class_mask(target: Any, like: Any, axis: Any = -1) -> Any:
 
 def _group_view(x: Any, num_groups: Any) -> Any:
     shape = jnp.shape(x)
-    return jnp.reshape(x, nnk.group_shape(shape, nn._group_count(int(num_groups), shape[1])))
+    return jnp.reshape(x, nnk.group_shape(shape, nn.group_count(int(num_groups), shape[1])))
 
 
 
@@ -739,7 +739,7 @@ RULES: dict[Primitive, Rule] = {
     nn.attention_scale: lambda q, scale=None: nn.attention_scale.impl(q, scale=scale),
     nn.mask_cotangent: _mask_cotangent,
     nn.loss_reduce: lambda x, reduction="mean": nnk.loss_reduce(
-        jnp, jnp.asarray(x), nn._reduction(reduction, "a loss")),
+        jnp, jnp.asarray(x), nn.reduction_attr(reduction, "a loss")),
     nn.loss_spread: _loss_spread,
     nn.class_mask: _class_mask,
     nn.channel_view: lambda s, x: jnp.reshape(s, nnk.channel_shape(jnp.shape(x))),

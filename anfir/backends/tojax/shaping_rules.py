@@ -53,7 +53,7 @@ def _stack_grad(dout: Any, xs: Any, axis: Any = 0) -> Any:
 def _split(x: Any, sizes: Any = None, axis: Any = 0) -> Any:
     array = jnp.asarray(x)
     ax = shaping.axis_of(axis, array.ndim, "split")
-    parts = shaping._split_sizes(array.shape[ax], sizes)
+    parts = shaping.split_sizes(array.shape[ax], sizes)
     return tuple(jnp.split(array, [int(b) for b in np.cumsum(parts)[:-1]], axis=ax))
 
 
@@ -66,26 +66,26 @@ def _concat_grad(dout: Any, xs: Any, axis: Any = 0) -> Any:
 
 def _slice(x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None) -> Any:
     array = jnp.asarray(x)
-    spec = shaping._slice_args(array.ndim, starts, ends, axes, steps)
-    return array[shaping._index(tuple(array.shape), spec)]
+    spec = shaping.slice_spec(array.ndim, starts, ends, axes, steps)
+    return array[shaping.slice_index(tuple(array.shape), spec)]
 
 
 def _slice_grad(dout: Any, x: Any, starts: Any = None, ends: Any = None, axes: Any = None,
                 steps: Any = None) -> Any:
     g = jnp.asarray(dout)
     shape = tuple(np.shape(x))
-    index = shaping._index(shape, shaping._slice_args(len(shape), starts, ends, axes, steps))
+    index = shaping.slice_index(shape, shaping.slice_spec(len(shape), starts, ends, axes, steps))
     return jnp.zeros(shape, g.dtype).at[index].set(g)
 
 
 def _pad(x: Any, pads: Any = None, mode: Any = "constant", value: Any = 0) -> Any:
     array = jnp.asarray(x)
-    spec, mode = shaping._pads(pads, array.ndim, mode)
+    spec, mode = shaping.pad_widths(pads, array.ndim, mode)
     out = array
     for ax, (b, e) in enumerate(spec):
         if b == 0 and e == 0:
             continue
-        index = shaping._source_index(array.shape[ax], b, e, mode)
+        index = shaping.pad_source_index(array.shape[ax], b, e, mode)
         if array.shape[ax]:
             out = jnp.take(out, jnp.asarray(np.maximum(index, 0)), axis=ax)
         else:
@@ -99,12 +99,12 @@ def _pad(x: Any, pads: Any = None, mode: Any = "constant", value: Any = 0) -> An
 def _pad_grad(dout: Any, x: Any, pads: Any = None, mode: Any = "constant") -> Any:
     g = jnp.asarray(dout)
     shape = tuple(np.shape(x))
-    spec, mode = shaping._pads(pads, len(shape), mode)
+    spec, mode = shaping.pad_widths(pads, len(shape), mode)
     out = g
     for ax, (b, e) in enumerate(spec):
         if b == 0 and e == 0:
             continue
-        index = shaping._source_index(shape[ax], b, e, mode)
+        index = shaping.pad_source_index(shape[ax], b, e, mode)
         keep = index >= 0
         moved = jnp.moveaxis(out, ax, 0)
         acc = jnp.zeros((shape[ax],) + moved.shape[1:], g.dtype)
@@ -115,7 +115,7 @@ def _pad_grad(dout: Any, x: Any, pads: Any = None, mode: Any = "constant") -> An
 
 def _expand(x: Any, shape: Any) -> Any:
     array = jnp.asarray(x)
-    target = shaping._shape_value(shape, "expand")
+    target = shaping.shape_value(shape, "expand")
     return jnp.broadcast_to(array, np.broadcast_shapes(tuple(array.shape), target))
 
 
@@ -126,7 +126,7 @@ def _tile(x: Any, reps: Any = None) -> Any:
 def _tile_grad(dout: Any, x: Any, reps: Any = None) -> Any:
     g = jnp.asarray(dout)
     shape = tuple(np.shape(x))
-    dims, counts = shaping._tile_layout(shape, shaping.ints_attr(reps, "reps", "tile_grad"))
+    dims, counts = shaping.tile_layout(shape, shaping.ints_attr(reps, "reps", "tile_grad"))
     interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
     return jnp.reshape(jnp.sum(jnp.reshape(g, interleaved), axis=tuple(range(0, 2 * len(dims), 2))),
                        shape)
@@ -139,14 +139,14 @@ def _flip(x: Any, axis: Any = None) -> Any:
 
 def _roll(x: Any, shift: Any = None, axis: Any = None) -> Any:
     array = jnp.asarray(x)
-    shifts, axes = shaping._roll_args(shift, axis, array.ndim)
+    shifts, axes = shaping.roll_args(shift, axis, array.ndim)
     if axes is None:
         return jnp.reshape(jnp.roll(jnp.reshape(array, (-1,)), shifts[0]), array.shape)
     return jnp.roll(array, shifts, axes)
 
 
 def _roll_back(dout: Any, shift: Any = None, axis: Any = None) -> Any:
-    shifts, _ = shaping._roll_args(shift, axis, jnp.ndim(dout))
+    shifts, _ = shaping.roll_args(shift, axis, jnp.ndim(dout))
     return _roll(dout, tuple(-s for s in shifts) if isinstance(shift, tuple) else -shifts[0], axis)
 
 
@@ -233,7 +233,7 @@ def _one_hot(indices: Any, depth: Any = None, dtype: Any = "f32") -> Any:
 
 
 def _full(shape: Any, value: Any, dtype: Any = None) -> Any:
-    dims = indexing._shape_arg(shape, "full")
+    dims = indexing.shape_attr(shape, "full")
     return jnp.full(dims, value, dtype=None if dtype is None else numpy_name(dtype))
 
 
@@ -251,9 +251,9 @@ SHAPING_RULES: dict[Primitive, Rule] = {
     shaping.slice_grad: _slice_grad,
     shaping.pad: _pad,
     shaping.pad_grad: _pad_grad,
-    shaping.squeeze: _reshaper(shaping._squeeze),
-    shaping.unsqueeze: _reshaper(shaping._unsqueeze),
-    shaping.flatten: _reshaper(shaping._flatten),
+    shaping.squeeze: _reshaper(shaping.squeeze.impl),
+    shaping.unsqueeze: _reshaper(shaping.unsqueeze.impl),
+    shaping.flatten: _reshaper(shaping.flatten.impl),
     shaping.expand: _expand,
     shaping.tile: _tile,
     shaping.tile_grad: _tile_grad,

@@ -25,10 +25,10 @@ from anfir.dtypes import numpy_name
 from anfir.errors import UsageError
 from anfir.ir.graph import FuncGraph
 from anfir.nested import fold_nested
-from anfir.passes.pipeline import Phase, Program, write_text
+from anfir.passes.compile_state import Phase, Program, write_text
 from anfir.backends.tojax.errors import TracedRecursionError
 from anfir.backends.tojax.function import JaxFunction
-from anfir.backends.tojax.values import is_array, map_tuples
+from anfir.backends.tojax.traced import is_array, map_tuples
 
 
 def argument_specs(graph: FuncGraph) -> list[Any]:

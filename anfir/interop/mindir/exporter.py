@@ -51,7 +51,7 @@ from anfir.passes.pipeline import PHASES, Phase, compile_program
 from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.conv import conv_params
 from anfir.primitives.registry import PRIMITIVES
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
 P = PRIMITIVES
 

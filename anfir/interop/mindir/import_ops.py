@@ -24,7 +24,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.primitives import arith, conv, elementwise, gradient, indexing, nn, reduce, shaping, structure, tensor
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
 
 @dataclass

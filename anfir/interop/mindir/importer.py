@@ -48,7 +48,7 @@ from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.location import Location
-from anfir.values import SymbolicKey
+from anfir.runtime_values import SymbolicKey
 
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 

@@ -7,9 +7,9 @@ While JAX traces a program, a value is
   trace time (a constant of the program, or computed from constants only);
 * a tuple of values;
 * a **function**, exactly as the evaluator represents it — a FuncGraph, a
-  :class:`~anfir.values.Closure` (whose captured values may be traced), a
-  :class:`~anfir.values.Partial`, a Primitive or a MetaFunction — and a
-  :class:`~anfir.values.GradEnv` of gradients;
+  :class:`~anfir.runtime_values.Closure` (whose captured values may be traced), a
+  :class:`~anfir.runtime_values.Partial`, a Primitive or a MetaFunction — and a
+  :class:`~anfir.runtime_values.GradEnv` of gradients;
 * two values of this module: :class:`Either` (one of two values, chosen by a
   traced condition: what ``switch`` makes of functions it cannot select at
   trace time) and :class:`Continue` (a loop's next iteration, handed back to
@@ -33,7 +33,7 @@ from jax import lax
 
 from anfir.ir.graph import FuncGraph
 from anfir.nested import fold_nested
-from anfir.values import Closure, GradEnv, Partial
+from anfir.runtime_values import Closure, GradEnv, Partial
 
 
 @dataclass(frozen=True, eq=False)
