@@ -1,0 +1,135 @@
+"""The decomposition table (anfir/decompositions/) and its pass (anfir/passes/decompose.py):
+every expansion computes its primitive on the exporters' samples (against the primitive's
+own numpy evaluation), leaves no decomposed call behind, types every node it makes, and
+declines — leaving the call — where it needs a static fact it does not have."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import anfir
+from anfir.abstract.lattice import abstract_of_value
+from anfir.decompositions import DECOMPOSITIONS
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import manage
+from anfir.ir.nodes import CNode, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.passes.decompose import decompose
+from anfir.passes.specialize import infer_call
+from anfir.primitives import nn
+from export_samples import SAMPLES, A, S
+
+
+def one_call_graph(prim: Primitive, args: tuple[Any, ...]) -> tuple[FuncGraph, list[Any], dict[str, Any]]:
+    """A typed graph computing ``prim(*args)`` from parameters (``S`` args are constants)."""
+    graph = FuncGraph(f"one_{prim.name}")
+    given = args[-1].attrs if args and isinstance(args[-1], A) else {}
+    inputs: list[Any] = []
+    feed: list[Any] = []
+    for arg in args:
+        if isinstance(arg, A):
+            continue
+        if isinstance(arg, S):
+            node: Any = ValueNode(arg.value)
+            node.abstract = abstract_of_value(arg.value)
+        else:
+            node = graph.add_parameter(f"a{len(feed)}")
+            node.abstract = abstract_of_value(arg)
+            feed.append(arg)
+        inputs.append(node)
+    callee = ValueNode(prim)
+    callee.abstract = abstract_of_value(prim)
+    attrs = prim.canonical_attrs(given)
+    call = CNode(graph, [callee, *inputs], None, None, attrs)
+    call.abstract = infer_call(callee.abstract, [i.abstract for i in inputs], None, attrs)
+    graph.output = call
+    manage(graph)
+    return graph, feed, given
+
+
+def called(graph: FuncGraph) -> list[Primitive]:
+    """The primitives the graph's nodes call."""
+    assert graph.manager is not None
+    found = []
+    for nodes in graph.manager.nodes.values():
+        for node in nodes:
+            if isinstance(node, CNode) and isinstance(node.inputs[0], ValueNode) \
+                    and isinstance(node.inputs[0].value, Primitive):
+                found.append(node.inputs[0].value)
+                assert node.abstract is not None, f"an untyped node: {node}"
+    return found
+
+
+def _raw(arg: Any) -> Any:
+    return arg.value if isinstance(arg, S) else arg
+
+
+def test_the_table_is_keyed_by_primitive_objects() -> None:
+    assert DECOMPOSITIONS and all(isinstance(p, Primitive) for p in DECOMPOSITIONS)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("prim", sorted(DECOMPOSITIONS, key=lambda p: p.name), ids=lambda p: p.name)
+def test_each_decomposition_computes_its_primitive(prim: Primitive) -> None:
+    samples = SAMPLES.get(prim)
+    assert samples, f"add sample arguments for {prim.name} to export_samples.SAMPLES"
+    for args in samples:
+        graph, feed, given = one_call_graph(prim, args)
+        want = prim.impl(*[_raw(a) for a in args if not isinstance(a, A)], **given)
+        decompose(graph, frozenset())
+        left = [p for p in called(graph) if p in DECOMPOSITIONS]
+        assert not left, f"{prim.name}{given}: still calls {left}"
+        got = anfir.run(graph, *feed)
+        where = f"{prim.name}{tuple(np.shape(_raw(a)) for a in args if not isinstance(a, A))} {given}"
+        w, g = np.asarray(want), np.asarray(got)
+        assert w.shape == g.shape, where
+        assert g.dtype == w.dtype or w.dtype.kind == g.dtype.kind, (where, g.dtype, w.dtype)
+        single = w.dtype in (np.float32, np.float16)
+        np.testing.assert_allclose(g.astype(float), w.astype(float), rtol=1e-5 if single else 1e-9,
+                                   atol=1e-6 if single else 1e-12, equal_nan=True, err_msg=where)
+
+
+def test_a_kept_primitive_stays() -> None:
+    x = np.arange(6.0).reshape(2, 3)
+    graph, feed, _ = one_call_graph(nn.softmax, (x, A(axis=1)))
+    decompose(graph, frozenset({nn.softmax}))
+    assert called(graph) == [nn.softmax]
+    np.testing.assert_allclose(anfir.run(graph, *feed), nn.softmax.impl(x, axis=1))
+
+
+def test_an_expansion_uses_other_composites_and_expands_them_too() -> None:
+    """cross_entropy expands to log_softmax; kept, it stays; else it is expanded in turn."""
+    x, t = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]]), np.array([2, 0])
+    graph, _, _ = one_call_graph(nn.cross_entropy, (x, t))
+    decompose(graph, frozenset({nn.log_softmax}))
+    assert nn.log_softmax in called(graph) and nn.cross_entropy not in called(graph)
+    graph, feed, _ = one_call_graph(nn.cross_entropy, (x, t))
+    decompose(graph, frozenset())
+    assert not set(called(graph)) & set(DECOMPOSITIONS)
+    np.testing.assert_allclose(anfir.run(graph, *feed), nn.cross_entropy.impl(x, t))
+
+
+def test_an_expansion_that_needs_a_static_shape_declines() -> None:
+    """A causal attention over symbolic sequence lengths: the call stays as it was."""
+    mod = anfir.parse("def f(q: f64[B, L, 4], k: f64[B, L, 4], v: f64[B, L, 4]) = "
+                      "attention(q, k, v, causal=true)\n")
+    graph = anfir.compile(mod, entry="f")
+    decompose(graph, frozenset())
+    assert nn.attention in called(graph)
+
+
+def test_the_pass_is_linear_in_the_number_of_composites() -> None:
+    """A chain of 2000 softmaxes decomposes (no recursion on program size), every one."""
+    body = "\n".join(f"  let y{i + 1} = softmax(y{i}, axis=1) in" for i in range(2000))
+    mod = anfir.parse(f"def f(y0: f64[2, 3]) =\n{body}\n  y2000\n")
+    graph = anfir.compile(mod, entry="f")
+    decompose(graph, frozenset())
+    assert nn.softmax not in called(graph)
+    x = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -3.0]])
+    want = x
+    for _ in range(2000):
+        want = nn.softmax.impl(want, axis=1)
+    np.testing.assert_allclose(anfir.run(graph, x), want)
