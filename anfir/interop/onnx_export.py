@@ -59,9 +59,10 @@ from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
+from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import collective  # the SPMD primitives: stated reasons
-from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
+from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
 
@@ -73,6 +74,13 @@ OPSET = 21
 
 EXTRA = "onnx"
 """The extra that installs what this module needs: ``pip install "anfir[onnx]"``."""
+
+NATIVE: frozenset[Primitive] = frozenset({nn.softmax, nn.log_softmax})
+"""The composites of :data:`anfir.decompositions.DECOMPOSITIONS` ONNX writes as its own
+operators (Softmax, LogSoftmax); the others reach :data:`RULES` decomposed.  Not kept:
+LayerNormalization (its statistics are computed in stash_type's f32 for an f64 model),
+Gelu and Softplus (the expansions compute what ``anfir.run`` computes in every dtype;
+ONNX Softplus overflows where anfir's does not)."""
 
 PLACEHOLDER_INITIALIZER_LIMIT = 64
 """Placeholders up to this many elements are initializers; bigger ones ``ConstantOfShape``."""
@@ -106,9 +114,11 @@ def export_onnx(source: Source, entry: Optional[str] = None,
 
 
 def model_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None) -> "onnx.ModelProto":
-    """The ONNX model of an optimized graph (what ``anfir.compile`` returns)."""
+    """The ONNX model of an optimized graph (what ``anfir.compile`` returns).  The composites
+    ONNX does not keep (:data:`NATIVE`) are decomposed in ``graph`` first, in place
+    (:func:`anfir.passes.decompose.decompose`: the graph computes the same values)."""
     onnx = require_onnx()
-    flat = flatten_program(graph)
+    flat = flatten_program(decompose(graph, NATIVE))
     props = {"anfir.entry": graph.name}
     if graph.abstract is not None:
         props["anfir.signature"] = str(graph.abstract)
@@ -294,16 +304,6 @@ def logical(op_type: str) -> OnnxRule:
         w.node(op_type, [w.tensor(a, "bool") for a in op.args], [op.results[0].name])
     rule.__doc__ = f"ONNX {op_type}"
     return rule
-
-
-def _softplus(w: OnnxWriter, op: Op) -> None:
-    """softplus as ``Relu(x) + log1p(Exp(-Abs(x)))`` (anfir's overflow-free form; ONNX
-    Softplus overflows)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    w.node("Add", [w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d)],
-           [out.name])
 
 
 def _relu(w: OnnxWriter, op: Op) -> None:
@@ -757,89 +757,6 @@ def _cosh(w: OnnxWriter, x: str, d: str) -> str:
     return w.op("Mul", w.const(0.5, d), w.op("Add", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
 
 
-def _softsign(w: OnnxWriter, x: str, d: str) -> str:
-    """x / (1 + |x|)."""
-    return w.op("Div", x, w.op("Add", w.const(1, d), w.op("Abs", x)))
-
-
-def _sigmoid_tanh(w: OnnxWriter, x: str, d: str) -> str:
-    """0.5 * (tanh(0.5 * x) + 1): anfir's overflow-free logistic function."""
-    half = w.const(0.5, d)
-    return w.op("Mul", half, w.op("Add", w.op("Tanh", w.op("Mul", half, x)), w.const(1, d)))
-
-
-def _silu(w: OnnxWriter, x: str, d: str) -> str:
-    """x * sigmoid(x)."""
-    return w.op("Mul", x, _sigmoid_tanh(w, x, d))
-
-
-def _softplus_of(w: OnnxWriter, x: str, d: str) -> str:
-    """relu(x) + log1p(exp(-|x|))."""
-    return w.op("Add", w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d))
-
-
-def _mish(w: OnnxWriter, x: str, d: str) -> str:
-    """x * tanh(softplus(x))."""
-    return w.op("Mul", x, w.op("Tanh", _softplus_of(w, x, d)))
-
-
-def _selu(w: OnnxWriter, x: str, d: str) -> str:
-    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
-    negative = w.op("Mul", w.const(_SELU_ALPHA, d), _expm1(w, x, d))
-    chosen = w.op("Where", w.op("Greater", x, w.const(0, d)), x, negative)
-    return w.op("Mul", w.const(_SELU_SCALE, d), chosen)
-
-
-def _hard_swish(w: OnnxWriter, x: str, d: str) -> str:
-    """x * min(max(x * (1/6) + 0.5, 0), 1)."""
-    inner = w.op("Add", w.op("Mul", x, w.const(1.0 / 6.0, d)), w.const(0.5, d))
-    clipped = w.op("Min", w.op("Max", inner, w.const(0, d)), w.const(1, d))
-    return w.op("Mul", x, clipped)
-
-
-def _gelu(w: OnnxWriter, op: Op) -> None:
-    """x * Φ(x): ``0.5 x (1 + erf(x / √2))``, or the tanh approximation, as anfir computes it."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    one, half = w.const(1, d), w.const(0.5, d)
-    if op.attrs.get("approximate") == "tanh":
-        cube = w.op("Mul", w.op("Mul", w.op("Mul", w.const(0.044715, d), x), x), x)
-        inner = w.op("Mul", w.const(math.sqrt(2.0 / math.pi), d), w.op("Add", x, cube))
-        phi = w.op("Add", one, w.op("Tanh", inner))
-    else:
-        phi = w.op("Add", one, _erf_of(w, w.op("Mul", x, w.const(1.0 / math.sqrt(2.0), d)), d))
-    w.node("Mul", [w.op("Mul", half, x), phi], [out.name])
-
-
-def _leaky_relu(w: OnnxWriter, op: Op) -> None:
-    """x where x >= 0, else alpha * x (alpha in x's dtype: ONNX LeakyRelu's is an f32)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    scaled = w.op("Mul", w.const(op.attrs.get("alpha", 0.01), d), x)
-    w.node("Where", [w.op("GreaterOrEqual", x, w.const(0, d)), x, scaled], [out.name])
-
-
-def _elu(w: OnnxWriter, op: Op) -> None:
-    """x where x > 0, else alpha * expm1(x)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    negative = w.op("Mul", w.const(op.attrs.get("alpha", 1.0), d), _expm1(w, x, d))
-    w.node("Where", [w.op("Greater", x, w.const(0, d)), x, negative], [out.name])
-
-
-def _hard_sigmoid(w: OnnxWriter, op: Op) -> None:
-    """min(max(alpha * x + beta, 0), 1)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    line = w.op("Add", w.op("Mul", w.const(op.attrs.get("alpha", 0.2), d), x),
-                w.const(op.attrs.get("beta", 0.5), d))
-    w.node("Min", [w.op("Max", line, w.const(0, d)), w.const(1, d)], [out.name])
-
-
 def _clip(w: OnnxWriter, op: Op) -> None:
     """max(x, lo) then min(., hi): bounds from the arguments or the min/max attributes."""
     out = op.results[0]
@@ -1079,39 +996,6 @@ def _prod_others(w: OnnxWriter, op: Op) -> None:
     _back(w, w.op("Reshape", others, w.op("Shape", moved)), perm, out.name)
 
 
-def _var(root: bool) -> OnnxRule:
-    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-        mean = w.reduce("ReduceMean", x, axis, True)
-        deviation = w.op("Sub", x, mean)
-        total = w.reduce("ReduceSum", w.op("Mul", deviation, deviation), axis, keep)
-        count = w.op("Div", w.cast(w.op("Size", x), "i64", d), w.cast(w.op("Size", mean), "i64", d))
-        denominator = w.op("Sub", count, w.const(op.attrs.get("correction", 0), d))
-        if root:
-            w.node("Sqrt", [w.op("Div", total, denominator)], [out.name])
-        else:
-            w.node("Div", [total, denominator], [out.name])
-    rule.__doc__ = "standard deviation" if root else "variance"
-    return rule
-
-
-def _logsumexp(w: OnnxWriter, op: Op) -> None:
-    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    top = w.reduce("ReduceMax", x, axis, True)
-    finite = w.op("Not", w.op("Or", w.op("IsInf", top), w.op("IsNaN", top)))
-    top = w.op("Where", finite, top, w.const(0, d))
-    total = w.reduce("ReduceSum", w.op("Exp", w.op("Sub", x, top)), axis, keep)
-    w.node("Add", [w.op("Log", total), w.op("Reshape", top, w.op("Shape", total))], [out.name])
-
-
 def _all_any(reduce_type: str) -> OnnxRule:
     """all / any: the minimum / maximum of the truth values (as integers)."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -1120,32 +1004,6 @@ def _all_any(reduce_type: str) -> OnnxRule:
         w.node("Cast", [reduced], [op.results[0].name], to=_ONNX_TYPES["bool"])
     rule.__doc__ = f"{reduce_type} of the truth values"
     return rule
-
-
-def _norm(w: OnnxWriter, op: Op) -> None:
-    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
-    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    order = float(op.attrs.get("ord", 2))
-    magnitude = w.op("Abs", x)
-    if order == math.inf:
-        w.reduce("ReduceMax", magnitude, axis, keep, out.name)
-    elif order == -math.inf:
-        w.reduce("ReduceMin", magnitude, axis, keep, out.name)
-    elif order == 0:
-        nonzero = w.cast(w.op("Not", w.op("Equal", x, w.const(0, d))), "bool", d)
-        w.reduce("ReduceSum", nonzero, axis, keep, out.name)
-    elif order == 1:
-        w.reduce("ReduceSum", magnitude, axis, keep, out.name)
-    elif order == 2:
-        w.node("Sqrt", [w.reduce("ReduceSum", w.op("Mul", x, x), axis, keep)], [out.name])
-    else:
-        powered = w.op("Pow", magnitude, w.const(order, d))
-        w.node("Pow", [w.reduce("ReduceSum", powered, axis, keep), w.const(1.0 / order, d)],
-               [out.name])
 
 
 def _reshape_like(w: OnnxWriter, op: Op) -> None:
@@ -1174,10 +1032,6 @@ def _clip_grad(w: OnnxWriter, op: Op) -> None:
     w.node("Where", [inside, g, w.const(0, d)], [out.name])
 
 
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-
 # -- neural-network operators -------------------------------------------------------------------
 def _is_none(operand: Operand) -> bool:
     """Whether an operand is the constant None (an absent optional tensor)."""
@@ -1196,74 +1050,6 @@ def _softmax(op_type: str) -> OnnxRule:
     return rule
 
 
-def _tail_axes(w: OnnxWriter, operand: Operand, axis: int, what: str) -> list[int]:
-    return list(nn_kernels.tail_axes(_rank(w, operand, what), axis))
-
-
-def _normalise(w: OnnxWriter, x: str, axes: list[int], eps: float, d: str) -> str:
-    """(x - mean) / sqrt(var + eps) over ``axes`` (computed in x's dtype, as anfir does:
-    LayerNormalization would compute an f64 model in f32)."""
-    centred = w.op("Sub", x, w.reduce("ReduceMean", x, tuple(axes), True))
-    var = w.reduce("ReduceMean", w.op("Mul", centred, centred), tuple(axes), True)
-    return w.op("Div", centred, w.op("Sqrt", w.op("Add", var, w.const(eps, d))))
-
-
-def _layer_norm(w: OnnxWriter, op: Op) -> None:
-    """layer_norm over the axes from ``axis`` to the end, then scale and bias."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axes = _tail_axes(w, op.args[0], int(op.attrs.get("axis", -1)), "layer_norm")
-    y = _normalise(w, x, axes, float(op.attrs.get("eps", 1e-5)), d)
-    for operand, op_type in zip(op.args[1:], ("Mul", "Add")):
-        if not _is_none(operand):
-            y = w.op(op_type, y, w.tensor(operand, d))
-    w.node("Identity", [y], [out.name])
-
-
-def _rms_norm(w: OnnxWriter, op: Op) -> None:
-    """x / sqrt(mean(x^2) + eps) over the axes from ``axis``, times scale."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axes = _tail_axes(w, op.args[0], int(op.attrs.get("axis", -1)), "rms_norm")
-    mean = w.reduce("ReduceMean", w.op("Mul", x, x), tuple(axes), True)
-    eps = w.const(float(op.attrs.get("eps", 1e-6)), d)
-    y = w.op("Div", x, w.op("Sqrt", w.op("Add", mean, eps)))
-    if len(op.args) > 1 and not _is_none(op.args[1]):
-        y = w.op("Mul", y, w.tensor(op.args[1], d))
-    w.node("Identity", [y], [out.name])
-
-
-def _channel_view_of(w: OnnxWriter, s: str, rank: int) -> str:
-    """A (C,) tensor as (C, 1, ..., 1) against a tensor of ``rank``."""
-    if rank <= 2:
-        return s
-    return w.op("Unsqueeze", s, w.ints(list(range(1, rank - 1))))
-
-
-def _channel_norm(grouped: bool) -> OnnxRule:
-    """group_norm / instance_norm: normalise (groups of) channels, per-channel affine map."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        rank = _rank(w, op.args[0], "a channel norm")
-        scale, bias = op.args[-2:]
-        eps = float(op.attrs.get("eps", 1e-5))
-        if grouped:
-            groups = int(w.static(op.args[1]))
-            viewed = w.op("Reshape", x, w.ints([0, groups, -1]))
-            normal = _normalise(w, viewed, [2], eps, d)
-            normal = w.op("Reshape", normal, w.op("Shape", x))
-        else:
-            normal = _normalise(w, x, list(range(2, rank)), eps, d)
-        scaled = w.op("Mul", normal, _channel_view_of(w, w.tensor(scale, d), rank))
-        w.node("Add", [scaled, _channel_view_of(w, w.tensor(bias, d), rank)], [out.name])
-    rule.__doc__ = "group normalisation" if grouped else "instance normalisation"
-    return rule
-
-
 def _einsum(w: OnnxWriter, op: Op) -> None:
     """ONNX Einsum with the constant spec."""
     out = op.results[0]
@@ -1271,200 +1057,6 @@ def _einsum(w: OnnxWriter, op: Op) -> None:
     spec = w.static(op.args[0])
     w.node("Einsum", [w.tensor(a, d) for a in op.args[1:]], [out.name],
            equation=str(spec).replace(" ", ""))
-
-
-def _attention_scale_of(w: OnnxWriter, q: Operand, scale: Any, d: str) -> str:
-    """The attention scale as a constant of dtype ``d`` (1/sqrt(E) needs a known E)."""
-    shape = _static_shape(w, q, "attention")
-    if scale is None and not isinstance(shape[-1], int):
-        e = w.cast(w.op("Gather", w.op("Shape", w.tensor(q)), w.const(np.array(-1, np.int64), "i64"),
-                        axis=0), "i64", d)
-        return w.op("Reciprocal", w.op("Sqrt", e))
-    return w.const(nn_kernels.default_scale(shape, scale), d)
-
-
-def _probs(w: OnnxWriter, op: Op, d: str) -> str:
-    """softmax(q @ kᵀ * scale + mask) (causal: keys j <= i) of an attention op."""
-    q_op, k_op = op.args[0], op.args[1]
-    mask_op = op.args[2] if op.prim is nn.attention_probs else \
-        (op.args[3] if len(op.args) > 3 else None)
-    q, k = w.tensor(q_op, d), w.tensor(k_op, d)
-    rank = _rank(w, k_op, "attention")
-    logits = w.op("Mul", w.op("MatMul", q, w.op("Transpose", k, perm=list(range(rank - 2)) +
-                                                 [rank - 1, rank - 2])),
-                  _attention_scale_of(w, q_op, op.attrs.get("scale"), d))
-    keep = None
-    if op.attrs.get("causal"):
-        q_shape, k_shape = _static_shape(w, q_op, "attention"), _static_shape(w, k_op, "attention")
-        if not isinstance(q_shape[-2], int) or not isinstance(k_shape[-2], int):
-            raise ExportError("a causal attention needs known sequence lengths to export", w.loc)
-        keep = w.const(np.tril(np.ones((q_shape[-2], k_shape[-2]), dtype=bool)), "bool")
-    if mask_op is not None and not _is_none(mask_op):
-        if w.dtype_of_operand(mask_op) == "bool":
-            mask = w.tensor(mask_op, "bool")
-            keep = mask if keep is None else w.op("And", keep, mask)
-        else:
-            logits = w.op("Add", logits, w.tensor(mask_op, d))
-    if keep is not None:
-        logits = w.op("Where", keep, logits, w.const(-np.inf, d))
-    return w.op("Softmax", logits, axis=-1)
-
-
-def _attention(w: OnnxWriter, op: Op) -> None:
-    """Scaled dot-product attention from MatMul, Softmax and Where."""
-    out = op.results[0]
-    d = w.dtype(out)
-    w.node("MatMul", [_probs(w, op, d), w.tensor(op.args[2], d)], [out.name])
-
-
-def _attention_probs(w: OnnxWriter, op: Op) -> None:
-    """The weights of attention."""
-    out = op.results[0]
-    w.node("Identity", [_probs(w, op, w.dtype(out))], [out.name])
-
-
-def _attention_scale(w: OnnxWriter, op: Op) -> None:
-    """The scale attention uses."""
-    out = op.results[0]
-    w.node("Identity", [_attention_scale_of(w, op.args[0], op.attrs.get("scale"), w.dtype(out))],
-           [out.name])
-
-
-def _swap_last_rule(w: OnnxWriter, op: Op) -> None:
-    """Transpose of the last two axes."""
-    out = op.results[0]
-    rank = _rank(w, op.args[0], "swap_last")
-    w.node("Identity", [_swap_last(w, w.tensor(op.args[0], w.dtype(out)), rank)], [out.name])
-
-
-def _mask_cotangent(w: OnnxWriter, op: Op) -> None:
-    """Zeros for a bool mask, else the gradient summed to the mask's shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, mask_op = op.args
-    if w.dtype_of_operand(mask_op) == "bool":
-        w.node("ConstantOfShape", [w.op("Shape", w.tensor(mask_op))], [out.name],
-               value=w.fill_value(0, d))
-        return
-    _sum_to_rank(w, w.tensor(g_op, d), _static_shape(w, g_op, "attention"),
-                 _static_shape(w, mask_op, "attention"), w.op("Shape", w.tensor(mask_op)), out.name)
-
-
-def _loss_reduced(w: OnnxWriter, x: str, reduction: str, out: str) -> None:
-    """A per-element loss reduced as asked (none, sum, mean) into ``out``."""
-    if reduction == "none":
-        w.node("Identity", [x], [out])
-    else:
-        w.reduce("ReduceSum" if reduction == "sum" else "ReduceMean", x, None, False, out)
-
-
-def _loss_reduce(w: OnnxWriter, op: Op) -> None:
-    """loss_reduce: Identity, ReduceSum or ReduceMean."""
-    out = op.results[0]
-    _loss_reduced(w, w.tensor(op.args[0], w.dtype(out)), str(op.attrs.get("reduction", "mean")),
-                  out.name)
-
-
-def _loss_spread(w: OnnxWriter, op: Op) -> None:
-    """loss_spread: Identity, or the gradient expanded (divided by the count for mean)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.tensor(op.args[0], d)
-    reduction = op.attrs.get("reduction", "mean")
-    if reduction == "none":
-        w.node("Identity", [g], [out.name])
-        return
-    like = w.tensor(op.args[1])
-    if reduction == "mean":
-        count = w.op("Max", w.op("Size", like), w.const(np.array(1, np.int64), "i64"))
-        g = w.op("Div", g, w.cast(count, "i64", d))
-    w.node("Expand", [g, w.op("Shape", like)], [out.name])
-
-
-def _one_hot(w: OnnxWriter, target: Operand, like: Operand, axis: int, d: str) -> str:
-    """One-hot of the class indices along ``axis`` of ``like``, in dtype ``d``."""
-    rank = _rank(w, like, "a loss")
-    ax = axis % rank
-    classes = w.op("Gather", w.op("Shape", w.tensor(like)), w.const(np.array(ax, np.int64), "i64"),
-                   axis=0)
-    zero, one = w.const(np.array(0, np.int64), "i64"), w.const(np.array(1, np.int64), "i64")
-    labels = w.op("Reshape", w.op("Range", zero, classes, one),
-                  w.ints([-1] + [1] * (rank - ax - 1)))
-    picked = w.op("Equal", w.op("Unsqueeze", w.tensor(target, "i64"), w.ints([ax])), labels)
-    return w.cast(picked, "bool", d)
-
-
-def _class_mask(w: OnnxWriter, op: Op) -> None:
-    """One-hot of the targets."""
-    out = op.results[0]
-    w.node("Identity", [_one_hot(w, op.args[0], op.args[1], int(op.attrs.get("axis", -1)),
-                                 w.dtype(out))], [out.name])
-
-
-def _nll(log_softmax: bool) -> OnnxRule:
-    """nll_loss (or cross_entropy: LogSoftmax first) from a one-hot mask."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        axis = int(op.attrs.get("axis", -1))
-        lp = w.tensor(op.args[0], d)
-        if log_softmax:
-            lp = w.op("LogSoftmax", lp, axis=axis)
-        mask = _one_hot(w, op.args[1], op.args[0], axis, d)
-        picked = w.op("Neg", w.reduce("ReduceSum", w.op("Mul", lp, mask), axis, False))
-        _loss_reduced(w, picked, str(op.attrs.get("reduction", "mean")), out.name)
-    rule.__doc__ = "cross entropy" if log_softmax else "negative log-likelihood"
-    return rule
-
-
-def _mse_loss(w: OnnxWriter, op: Op) -> None:
-    """The reduced squared difference."""
-    out = op.results[0]
-    d = w.dtype(out)
-    diff = w.op("Sub", w.tensor(op.args[0], d), w.tensor(op.args[1], d))
-    _loss_reduced(w, w.op("Mul", diff, diff), str(op.attrs.get("reduction", "mean")), out.name)
-
-
-def _dropout(w: OnnxWriter, op: Op) -> None:
-    """Identity unless training; then the mask, drawn at export from the constant seed
-    (ONNX Dropout's own generator would give another mask than anfir.run)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    if not op.attrs.get("training"):
-        w.node("Identity", [x], [out.name])
-        return
-    shape = _static_shape(w, op.args[0], "dropout")
-    if not all(isinstance(s, int) for s in shape):
-        raise ExportError("a training dropout needs a known shape to export", w.loc)
-    rate, key = float(w.static(op.args[1])), int(w.static(op.args[2]))
-    if rate == 1.0:
-        w.node("Mul", [x, w.const(0, d)], [out.name])
-        return
-    keep = nn_kernels.dropout_keep(shape, rate, key).astype(numpy_dtype(d)) / (1.0 - rate)
-    w.node("Mul", [x, w.const(keep, d)], [out.name])
-
-
-def _tail_mean(w: OnnxWriter, op: Op) -> None:
-    """ReduceMean over the axes from ``axis`` to the end, kept."""
-    out = op.results[0]
-    axes = _tail_axes(w, op.args[0], int(op.attrs.get("axis", -1)), "tail_mean")
-    w.reduce("ReduceMean", w.tensor(op.args[0], w.dtype(out)), tuple(axes), True, out.name)
-
-
-def _channel_view(w: OnnxWriter, op: Op) -> None:
-    """A (C,) vector as (C, 1, ..., 1)."""
-    out = op.results[0]
-    s = w.tensor(op.args[0], w.dtype(out))
-    w.node("Identity", [_channel_view_of(w, s, _rank(w, op.args[1], "a channel norm"))],
-           [out.name])
-
-
-def _group_view(w: OnnxWriter, op: Op) -> None:
-    """(N, C, ...) as (N, groups, -1)."""
-    out = op.results[0]
-    x = w.tensor(op.args[0], w.dtype(out))
-    w.node("Reshape", [x, w.ints([0, int(w.static(op.args[1])), -1])], [out.name])
 
 
 def _einsum_ones(w: OnnxWriter, op: Op) -> None:
@@ -1779,7 +1371,6 @@ RULES: dict[Primitive, OnnxRule] = {
     arith.minimum: binary("Min"),
     arith.sigmoid: unary("Sigmoid"),
     arith.relu: _relu,
-    arith.softplus: _softplus,
     arith.lt: compare("Less"),
     arith.le: compare("LessOrEqual"),
     arith.gt: compare("Greater"),
@@ -1830,15 +1421,6 @@ RULES: dict[Primitive, OnnxRule] = {
     elementwise.cosh: _float_unary(_cosh),
     elementwise.asin: _float_unary(_asin),
     elementwise.acos: _float_unary(_acos),
-    elementwise.softsign: _float_unary(_softsign),
-    elementwise.silu: _float_unary(_silu),
-    elementwise.mish: _float_unary(_mish),
-    elementwise.gelu: _gelu,
-    elementwise.leaky_relu: _leaky_relu,
-    elementwise.elu: _elu,
-    elementwise.selu: _float_unary(_selu),
-    elementwise.hard_sigmoid: _hard_sigmoid,
-    elementwise.hard_swish: _float_unary(_hard_swish),
     elementwise.clip: _clip,
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
@@ -1855,38 +1437,15 @@ RULES: dict[Primitive, OnnxRule] = {
     reduce.max_: _extreme("ReduceMax", "Max"),
     reduce.min_: _extreme("ReduceMin", "Min"),
     reduce.prod: _reduce("ReduceProd"),
-    reduce.var: _var(root=False),
-    reduce.std: _var(root=True),
-    reduce.logsumexp: _logsumexp,
     reduce.all_: _all_any("ReduceMin"),
     reduce.any_: _all_any("ReduceMax"),
-    reduce.norm: _norm,
     reduce.argmax: _arg_extreme("ArgMax"),
     reduce.argmin: _arg_extreme("ArgMin"),
     reduce.cumsum: _cumsum,
     reduce.cumprod: _cumprod,
     nn.softmax: _softmax("Softmax"),
     nn.log_softmax: _softmax("LogSoftmax"),
-    nn.layer_norm: _layer_norm,
-    nn.rms_norm: _rms_norm,
-    nn.group_norm: _channel_norm(grouped=True),
-    nn.instance_norm: _channel_norm(grouped=False),
     nn.einsum: _einsum,
-    nn.attention: _attention,
-    nn.cross_entropy: _nll(log_softmax=True),
-    nn.nll_loss: _nll(log_softmax=False),
-    nn.mse_loss: _mse_loss,
-    nn.dropout: _dropout,
-    nn.tail_mean: _tail_mean,
-    nn.swap_last: _swap_last_rule,
-    nn.attention_probs: _attention_probs,
-    nn.attention_scale: _attention_scale,
-    nn.mask_cotangent: _mask_cotangent,
-    nn.loss_reduce: _loss_reduce,
-    nn.loss_spread: _loss_spread,
-    nn.class_mask: _class_mask,
-    nn.channel_view: _channel_view,
-    nn.group_view: _group_view,
     nn.einsum_ones: _einsum_ones,
     DIM: _dim,
     **_conv_family_rules(),
