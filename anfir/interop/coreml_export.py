@@ -58,10 +58,11 @@ from anfir.interop.flat import (
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
+from anfir.passes.decompose import decompose
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import collective  # the SPMD primitives: stated reasons
-from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
+from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
 
@@ -70,6 +71,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EXTRA = "coreml"
 """The extra that installs what this module needs: ``pip install "anfir[coreml]"``."""
+
+NATIVE: frozenset[Primitive] = frozenset({
+    nn.softmax, nn.layer_norm, elementwise.gelu, elementwise.silu, arith.softplus,
+    elementwise.softsign, elementwise.elu, elementwise.leaky_relu, elementwise.hard_sigmoid,
+})
+"""The composites of :data:`anfir.decompositions.DECOMPOSITIONS` written as MIL's own ops
+(``softmax``, ``layer_norm``, ``gelu``, ``silu``, ``softplus``, ``softsign``, ``elu``,
+``leaky_relu``, ``sigmoid_hard``); the others reach :data:`RULES` decomposed (``sigmoid``
+and ``erf`` are core primitives, written as MIL's ``sigmoid`` and ``erf``).  MIL has no
+log_softmax, rms_norm, group norm or loss ops; its ``instance_norm`` takes rank 3-4 only."""
 
 MAX_CONTROL_DEPTH = 64
 """How deeply ``cond`` and ``while_loop`` may nest: coremltools' builder writes a
@@ -144,9 +155,11 @@ def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = No
     With ``feeds`` (one anfir-style value per entry parameter), the inputs are
     constants instead: coremltools then computes every op it can at build time
     (its ops' value inference), which :func:`evaluate` reads back; ``evaluators``
-    compute the ops it cannot (see :func:`evaluate`).
+    compute the ops it cannot (see :func:`evaluate`).  The composites MIL does not have
+    (not in :data:`NATIVE`) are decomposed in ``graph`` first, in place
+    (:func:`anfir.passes.decompose.decompose`: the graph computes the same values).
     """
-    flat = flatten_program(graph)
+    flat = flatten_program(decompose(graph, NATIVE))
     props = {"anfir.entry": graph.name}
     if graph.abstract is not None:
         props["anfir.signature"] = str(graph.abstract)
@@ -382,19 +395,6 @@ def _expm1(w: MilWriter, x: Any, d: str) -> Any:
     return w.op("select", cond=w.op("equal", x=u, y=w.const(1, d)), a=x, b=general)
 
 
-def _softplus(w: MilWriter, x: Any, d: str) -> Any:
-    """relu(x) + log1p(exp(-|x|)): anfir's overflow-free softplus."""
-    tail = _log1p(w, w.op("exp", x=w.op("mul", x=w.op("abs", x=x), y=w.const(-1, d))), d)
-    return w.op("add", x=w.op("relu", x=x), y=tail)
-
-
-def _sigmoid(w: MilWriter, x: Any, d: str) -> Any:
-    """0.5 * (tanh(0.5 x) + 1): anfir's overflow-free logistic function."""
-    half = w.const(0.5, d)
-    inner = w.op("tanh", x=w.op("mul", x=x, y=half))
-    return w.op("mul", x=w.op("add", x=inner, y=w.const(1, d)), y=half)
-
-
 def _gelu(w: MilWriter, op: Op) -> None:
     """MIL gelu, EXACT or TANH_APPROXIMATION as the approximate attribute says."""
     out = op.results[0]
@@ -413,25 +413,12 @@ def _with_alpha(kind: str, default: float) -> MilRule:
     return rule
 
 
-def _selu(w: MilWriter, x: Any, d: str) -> Any:
-    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
-    negative = w.op("mul", x=_expm1(w, x, d), y=w.const(_SELU_ALPHA, d))
-    chosen = w.op("select", cond=w.op("greater", x=x, y=w.const(0, d)), a=x, b=negative)
-    return w.op("mul", x=chosen, y=w.const(_SELU_SCALE, d))
-
-
 def _hard_sigmoid(w: MilWriter, op: Op) -> None:
     """MIL sigmoid_hard (min(max(alpha x + beta, 0), 1))."""
     out = op.results[0]
     w.bind(out, w.op("sigmoid_hard", out, x=w.tensor(op.args[0], w.dtype(out)),
                      alpha=np.float32(op.attrs.get("alpha", 0.2)),
                      beta=np.float32(op.attrs.get("beta", 0.5))))
-
-
-def _hard_swish(w: MilWriter, x: Any, d: str) -> Any:
-    """x * min(max(x / 6 + 0.5, 0), 1)."""
-    gate = w.op("sigmoid_hard", x=x, alpha=np.float32(1.0 / 6.0), beta=np.float32(0.5))
-    return w.op("mul", x=x, y=gate)
 
 
 def _clip(w: MilWriter, op: Op) -> None:
@@ -867,39 +854,6 @@ def _clip_grad(w: MilWriter, op: Op) -> None:
     w.bind(out, w.op("select", out, cond=inside, a=g, b=w.const(0, d)))
 
 
-def _var(root: bool) -> MilRule:
-    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-        mean = w.reduce("reduce_mean", x, axis, True)
-        deviation = w.op("sub", x=x, y=mean)
-        total = w.reduce("reduce_sum", w.op("mul", x=deviation, y=deviation), axis, keep)
-        count = w.op("real_div", x=w.cast(w.size_of(x), d), y=w.cast(w.size_of(mean), d))
-        denominator = w.op("sub", x=count, y=w.const(op.attrs.get("correction", 0), d))
-        if root:
-            w.bind(out, w.op("sqrt", out, x=w.op("real_div", x=total, y=denominator)))
-        else:
-            w.bind(out, w.op("real_div", out, x=total, y=denominator))
-    rule.__doc__ = "standard deviation" if root else "variance"
-    return rule
-
-
-def _logsumexp(w: MilWriter, op: Op) -> None:
-    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    top = w.reduce("reduce_max", x, axis, True)
-    finite = w.op("equal", x=w.op("sub", x=top, y=top), y=w.const(0, d))  # not ±inf, not nan
-    top = w.op("select", cond=finite, a=top, b=w.const(0, d))
-    total = w.reduce("reduce_sum", w.op("exp", x=w.op("sub", x=x, y=top)), axis, keep)
-    w.bind(out, w.op("add", out, x=w.op("log", x=total), y=w.reshape(top, w.shape_of(total))))
-
-
 def _all_any(kind: str) -> MilRule:
     """all / any: the minimum / maximum of the truth values (as integers)."""
     def rule(w: MilWriter, op: Op) -> None:
@@ -909,32 +863,6 @@ def _all_any(kind: str) -> MilRule:
         w.bind(out, w.cast(reduced, "bool", out))
     rule.__doc__ = f"{kind} of the truth values"
     return rule
-
-
-def _norm(w: MilWriter, op: Op) -> None:
-    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
-    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    order = float(op.attrs.get("ord", 2))
-    magnitude = w.op("abs", x=x)
-    if order == math.inf:
-        w.bind(out, w.reduce("reduce_max", magnitude, axis, keep, out))
-    elif order == -math.inf:
-        w.bind(out, w.reduce("reduce_min", magnitude, axis, keep, out))
-    elif order == 0:
-        nonzero = w.cast(w.op("not_equal", x=x, y=w.const(0, d)), d)
-        w.bind(out, w.reduce("reduce_sum", nonzero, axis, keep, out))
-    elif order == 1:
-        w.bind(out, w.reduce("reduce_sum", magnitude, axis, keep, out))
-    elif order == 2:
-        w.bind(out, w.op("sqrt", out, x=w.reduce("reduce_sum", w.op("mul", x=x, y=x), axis, keep)))
-    else:
-        powered = w.op("pow", x=magnitude, y=w.const(order, d))
-        w.bind(out, w.op("pow", out, x=w.reduce("reduce_sum", powered, axis, keep),
-                         y=w.const(1.0 / order, d)))
 
 
 def _arg_extreme(kind: str) -> MilRule:
@@ -1059,15 +987,6 @@ def _prod_others(w: MilWriter, op: Op) -> None:
     w.bind(out, _back(w, w.reshape(others, moved_shape), perm, out))
 
 
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def _mul_by(w: MilWriter, x: Any, d: str, factor: Callable[[MilWriter, Any, str], Any]) -> Any:
-    """``x * factor(x)``."""
-    return w.op("mul", x=x, y=factor(w, x, d))
-
-
 RULES: dict[Primitive, MilRule] = {
     arith.add: binary("add"),
     arith.sub: binary("sub"),
@@ -1085,9 +1004,9 @@ RULES: dict[Primitive, MilRule] = {
     arith.sign: _sign,
     arith.maximum: binary("maximum"),
     arith.minimum: binary("minimum"),
-    arith.sigmoid: composite(_sigmoid, "0.5 * (tanh(x / 2) + 1)"),
+    arith.sigmoid: unary("sigmoid"),
     arith.relu: _relu,
-    arith.softplus: composite(_softplus, "relu(x) + log1p(exp(-|x|))"),
+    arith.softplus: unary("softplus"),
     arith.lt: compare("less"),
     arith.le: compare("less_equal"),
     arith.gt: compare("greater"),
@@ -1140,15 +1059,11 @@ RULES: dict[Primitive, MilRule] = {
     elementwise.asin: unary("asin"),
     elementwise.acos: unary("acos"),
     elementwise.softsign: unary("softsign"),
-    elementwise.silu: composite(lambda w, x, d: _mul_by(w, x, d, _sigmoid), "x * sigmoid(x)"),
-    elementwise.mish: composite(lambda w, x, d: _mul_by(
-        w, x, d, lambda w2, x2, d2: w2.op("tanh", x=_softplus(w2, x2, d2))), "x * tanh(softplus(x))"),
+    elementwise.silu: unary("silu"),
     elementwise.gelu: _gelu,
     elementwise.leaky_relu: _with_alpha("leaky_relu", 0.01),
     elementwise.elu: _with_alpha("elu", 1.0),
-    elementwise.selu: composite(_selu, "scale * (x > 0 ? x : alpha * expm1(x))"),
     elementwise.hard_sigmoid: _hard_sigmoid,
-    elementwise.hard_swish: composite(_hard_swish, "x * sigmoid_hard(x, 1/6, 1/2)"),
     elementwise.clip: _clip,
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
@@ -1160,12 +1075,8 @@ RULES: dict[Primitive, MilRule] = {
     reduce.max_: _extreme("reduce_max", "maximum"),
     reduce.min_: _extreme("reduce_min", "minimum"),
     reduce.prod: _reduce("reduce_prod"),
-    reduce.var: _var(root=False),
-    reduce.std: _var(root=True),
-    reduce.logsumexp: _logsumexp,
     reduce.all_: _all_any("reduce_min"),
     reduce.any_: _all_any("reduce_max"),
-    reduce.norm: _norm,
     reduce.argmax: _arg_extreme("reduce_argmax"),
     reduce.argmin: _arg_extreme("reduce_argmin"),
     reduce.cumsum: _cumsum,
