@@ -368,13 +368,13 @@ def _static(node: Node, what: str) -> Any:
 def _make_tuple(w: Writer, node: CNode) -> str:
     # An int constant item is an anfir Python int (a reshape's (b, l, 4, -1)): a scalar
     # value node, as the items computed next to it are, not a 0-d tensor.
-    return w.emit("MakeTuple", [w.constant(int(a.value), scalar=True) if _is_int_constant(a)
-                                else w.ref(a) for a in node.args])
+    return w.emit("MakeTuple", [_tuple_item(w, a) for a in node.args])
 
 
-def _is_int_constant(node: Node) -> bool:
-    return isinstance(node, ValueNode) and isinstance(node.value, int) \
-        and not isinstance(node.value, bool)
+def _tuple_item(w: Writer, node: Node) -> str:
+    if isinstance(node, ValueNode) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return w.constant(node.value, scalar=True)
+    return w.ref(node)
 
 
 @_rule(structure.tuple_getitem)
