@@ -14,13 +14,14 @@ entry in the family's table::
 
 from __future__ import annotations
 
-from anfir.decompositions import elementwise, nn, reduce
+from anfir.decompositions import elementwise, gradient, nn, reduce
 from anfir.decompositions.builder import Builder, Declined, Decomposition
 from anfir.ir.primitive import Primitive
 
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
     **elementwise.DECOMPOSITIONS,
     **reduce.DECOMPOSITIONS,
+    **gradient.DECOMPOSITIONS,
     **nn.DECOMPOSITIONS,
 }
 """Composite primitive object → the rule building its expansion from other primitives."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from anfir.decompositions.builder import Builder, Decomposition
-from anfir.decompositions.common import as_dtype, out_dtype
-from anfir.ir.nodes import Node
+from anfir.decompositions.common import as_dtype, optional, out_dtype
+from anfir.ir.nodes import Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.primitives import arith, elementwise, tensor
 
@@ -99,7 +99,23 @@ def _gelu(b: Builder) -> Node:
     return b.call(arith.mul, b.call(arith.mul, 0.5, x), phi)
 
 
+def _clip(b: Builder) -> Node:
+    """maximum(x, lo) then minimum(., hi): the bounds from the arguments or the min/max
+    attributes (None: no bound), in the result's dtype."""
+    d = out_dtype(b)
+    result = _x(b)
+    given = [optional(b, 1), optional(b, 2)]
+    for bound, attr, prim in ((given[0], "min", arith.maximum), (given[1], "max", arith.minimum)):
+        if bound is None and b.attrs.get(attr) is not None:
+            bound = b.const(b.attrs[attr])
+        if bound is not None:
+            # a constant bound is weak (a Python number), a computed one takes d
+            result = b.call(prim, result, bound if isinstance(bound, ValueNode) else as_dtype(b, bound, d))
+    return result
+
+
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
+    elementwise.clip: _clip,
     arith.softplus: _softplus,
     elementwise.softsign: _softsign,
     elementwise.silu: _silu,

@@ -421,21 +421,6 @@ def _hard_sigmoid(w: MilWriter, op: Op) -> None:
                      beta=np.float32(op.attrs.get("beta", 0.5))))
 
 
-def _clip(w: MilWriter, op: Op) -> None:
-    """maximum(x, lo) then minimum(., hi): bounds from the arguments or the attributes."""
-    out = op.results[0]
-    d = w.dtype(out)
-    result = w.tensor(op.args[0], d)
-    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
-    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
-    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
-    for bound, kind in ((lo, "maximum"), (hi, "minimum")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        result = w.op(kind, x=result, y=w.tensor(bound, d))
-    w.bind(out, result)
-
-
 def _int_safe(w: MilWriter, y: Any, d: str) -> tuple[Any, Any]:
     """(y == 0, y with its zeros made 1): integer division by 0 is 0 in numpy."""
     zero = w.op("equal", x=y, y=w.const(0, d))
@@ -777,45 +762,6 @@ def _unreduce(w: MilWriter, op: Op) -> None:
     w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
 
 
-def _matmul_grad(wrt_x: bool) -> MilRule:
-    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with
-    numpy's rules for vectors (a row x, a column y) and batches (summed back)."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        if wrt_x:
-            dout_op, y_op, x_op = op.args
-        else:
-            x_op, dout_op, y_op = op.args
-        x_shape = _static_shape(w, x_op, "a matmul gradient")
-        y_shape = _static_shape(w, y_op, "a matmul gradient")
-        x, y, dout = w.tensor(x_op, d), w.tensor(y_op, d), w.tensor(dout_op, d)
-        d_rank = len(_static_shape(w, dout_op, "a matmul gradient"))
-        x2_shape, y2_shape = tuple(x_shape), tuple(y_shape)
-        if len(y_shape) == 1:
-            y = w.op("expand_dims", x=y, axes=np.array([1], dtype=np.int32))
-            dout = w.op("expand_dims", x=dout, axes=np.array([d_rank], dtype=np.int32))
-            d_rank += 1
-            y2_shape = (y_shape[0], 1)
-        if len(x_shape) == 1:
-            x = w.op("expand_dims", x=x, axes=np.array([0], dtype=np.int32))
-            dout = w.op("expand_dims", x=dout, axes=np.array([d_rank - 1], dtype=np.int32))
-            d_rank += 1
-            x2_shape = (1, x_shape[0])
-        if wrt_x:
-            product = w.op("matmul", x=dout, y=y, transpose_y=True)
-            target, target2 = x_op, x2_shape
-        else:
-            product = w.op("matmul", x=x, y=dout, transpose_x=True)
-            target, target2 = y_op, y2_shape
-        rank = max(d_rank, len(target2))
-        shape = w.shape_of(w.tensor(target))
-        w.bind(out, _sum_to_rank(w, product, (None,) * (rank - len(target2)) + tuple(target2),
-                                 target2, shape, out))
-    rule.__doc__ = "MIL matmul with a transposed operand, summed over broadcast batch axes"
-    return rule
-
-
 def _tangent_dot(w: MilWriter, op: Op) -> None:
     """``sum(a * b)``."""
     out = op.results[0]
@@ -833,25 +779,6 @@ def _reshape_like(w: MilWriter, op: Op) -> None:
     out = op.results[0]
     g = w.tensor(op.args[0], w.dtype(out))
     w.bind(out, w.reshape(g, w.shape_of(w.tensor(op.args[1])), out))
-
-
-def _clip_grad(w: MilWriter, op: Op) -> None:
-    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, x_op, lo, hi = op.args
-    g = w.tensor(g_op, d)
-    tests = []
-    for bound, kind in ((lo, "greater_equal"), (hi, "less_equal")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        c = w.common_dtype([x_op, bound])
-        tests.append(w.op(kind, x=w.tensor(x_op, c), y=w.tensor(bound, c)))
-    if not tests:
-        w.bind(out, g)
-        return
-    inside = tests[0] if len(tests) == 1 else w.op("logical_and", x=tests[0], y=tests[1])
-    w.bind(out, w.op("select", out, cond=inside, a=g, b=w.const(0, d)))
 
 
 def _all_any(kind: str) -> MilRule:
@@ -1034,13 +961,10 @@ RULES: dict[Primitive, MilRule] = {
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
     gradient.unreduce: _unreduce,
-    gradient.matmul_dx: _matmul_grad(wrt_x=True),
-    gradient.matmul_dy: _matmul_grad(wrt_x=False),
     gradient.size: _size,
     gradient.cast_like: _cast,
     gradient.tangent_dot: _tangent_dot,
     gradient.reshape_like: _reshape_like,
-    gradient.clip_grad: _clip_grad,
     elementwise.erf: unary("erf"),
     elementwise.expm1: composite(_expm1, "Kahan's expm1"),
     elementwise.log1p: composite(_log1p, "Goldberg's log1p"),
@@ -1064,7 +988,6 @@ RULES: dict[Primitive, MilRule] = {
     elementwise.leaky_relu: _with_alpha("leaky_relu", 0.01),
     elementwise.elu: _with_alpha("elu", 1.0),
     elementwise.hard_sigmoid: _hard_sigmoid,
-    elementwise.clip: _clip,
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
     elementwise.fmod: _fmod,

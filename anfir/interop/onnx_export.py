@@ -541,62 +541,6 @@ def _unreduce(w: OnnxWriter, op: Op) -> None:
     w.node("Expand", [g, w.op("Shape", w.tensor(x_op))], [out.name])
 
 
-def _swap_last(w: OnnxWriter, name: str, rank: int) -> str:
-    """``name`` with its last two axes swapped."""
-    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
-    out = w.temp("transposed")
-    w.node("Transpose", [name], [out], perm=perm)
-    return out
-
-
-def _unsqueeze(w: OnnxWriter, name: str, axis: int) -> str:
-    """``name`` with a new axis of size 1 at ``axis``."""
-    out = w.temp("unsqueezed")
-    w.node("Unsqueeze", [name, w.const(np.array([axis], dtype=np.int64), "i64")], [out])
-    return out
-
-
-def _matmul_grad(wrt_x: bool) -> OnnxRule:
-    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with
-    numpy's rules for vectors (a row x, a column y) and batches (summed back)."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        if wrt_x:
-            dout_op, y_op, x_op = op.args
-        else:
-            x_op, dout_op, y_op = op.args
-        x_shape = _static_shape(w, x_op, "a matmul gradient")
-        y_shape = _static_shape(w, y_op, "a matmul gradient")
-        x, y, dout = w.tensor(x_op, d), w.tensor(y_op, d), w.tensor(dout_op, d)
-        d_rank = len(_static_shape(w, dout_op, "a matmul gradient"))
-        x2_shape, y2_shape = tuple(x_shape), tuple(y_shape)
-        if len(y_shape) == 1:
-            y = _unsqueeze(w, y, 1)
-            dout = _unsqueeze(w, dout, d_rank)
-            d_rank += 1
-            y2_shape = (y_shape[0], 1)
-        if len(x_shape) == 1:
-            x = _unsqueeze(w, x, 0)
-            dout = _unsqueeze(w, dout, d_rank - 1)
-            d_rank += 1
-            x2_shape = (1, x_shape[0])
-        product = w.temp("product")
-        if wrt_x:
-            w.node("MatMul", [dout, _swap_last(w, y, len(y2_shape))], [product])
-            target, target2 = x_op, x2_shape
-        else:
-            w.node("MatMul", [_swap_last(w, x, len(x2_shape)), dout], [product])
-            target, target2 = y_op, y2_shape
-        rank = max(d_rank, len(target2))
-        shape = w.temp("shape")
-        w.node("Shape", [w.tensor(target)], [shape])
-        _sum_to_rank(w, product, (None,) * (rank - len(target2)) + tuple(target2), target2,
-                     shape, out.name)
-    rule.__doc__ = "MatMul with a transposed operand, summed over broadcast batch axes"
-    return rule
-
-
 def _tangent_dot(w: OnnxWriter, op: Op) -> None:
     """``sum(a * b)``."""
     out = op.results[0]
@@ -755,21 +699,6 @@ def _sinh(w: OnnxWriter, x: str, d: str) -> str:
 def _cosh(w: OnnxWriter, x: str, d: str) -> str:
     """(exp(x) + exp(-x)) / 2 (onnxruntime has no f64 Cosh)."""
     return w.op("Mul", w.const(0.5, d), w.op("Add", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
-
-
-def _clip(w: OnnxWriter, op: Op) -> None:
-    """max(x, lo) then min(., hi): bounds from the arguments or the min/max attributes."""
-    out = op.results[0]
-    d = w.dtype(out)
-    result = w.tensor(op.args[0], d)
-    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
-    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
-    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
-    for bound, op_type in ((lo, "Max"), (hi, "Min")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        result = w.op(op_type, result, w.tensor(bound, d))
-    w.node("Identity", [result], [out.name])
 
 
 def _extreme(reduce_type: str, elementwise: str) -> OnnxRule:
@@ -1013,31 +942,7 @@ def _reshape_like(w: OnnxWriter, op: Op) -> None:
     w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name], allowzero=1)
 
 
-def _clip_grad(w: OnnxWriter, op: Op) -> None:
-    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, x_op, lo, hi = op.args
-    g = w.tensor(g_op, d)
-    tests = []
-    for bound, op_type in ((lo, "GreaterOrEqual"), (hi, "LessOrEqual")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        c = w.common_dtype([x_op, bound])
-        tests.append(w.op(op_type, w.tensor(x_op, c), w.tensor(bound, c)))
-    if not tests:
-        w.node("Identity", [g], [out.name])
-        return
-    inside = tests[0] if len(tests) == 1 else w.op("And", *tests)
-    w.node("Where", [inside, g, w.const(0, d)], [out.name])
-
-
 # -- neural-network operators -------------------------------------------------------------------
-def _is_none(operand: Operand) -> bool:
-    """Whether an operand is the constant None (an absent optional tensor)."""
-    return isinstance(operand, Const) and operand.value is None
-
-
 def _softmax(op_type: str) -> OnnxRule:
     """ONNX Softmax / LogSoftmax along the axis attribute."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -1398,14 +1303,11 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
     gradient.unreduce: _unreduce,
-    gradient.matmul_dx: _matmul_grad(wrt_x=True),
-    gradient.matmul_dy: _matmul_grad(wrt_x=False),
     gradient.size: _size,
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
     gradient.reshape_like: _reshape_like,
     gradient.prod_others: _prod_others,
-    gradient.clip_grad: _clip_grad,
     elementwise.erf: _float_unary(_erf),
     elementwise.expm1: _float_unary(_expm1),
     elementwise.log1p: _float_unary(_log1p),
@@ -1421,7 +1323,6 @@ RULES: dict[Primitive, OnnxRule] = {
     elementwise.cosh: _float_unary(_cosh),
     elementwise.asin: _float_unary(_asin),
     elementwise.acos: _float_unary(_acos),
-    elementwise.clip: _clip,
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
     elementwise.fmod: _fmod,
