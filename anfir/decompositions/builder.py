@@ -17,6 +17,7 @@ import numpy as np
 
 from anfir.abstract.lattice import abstract_of_value
 from anfir.abstract.values import UNKNOWN, AbstractValue, AScalar, ATensor
+from anfir.dtypes import numpy_dtype
 from anfir.errors import AnfirError
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -60,6 +61,11 @@ class Builder:
         except AnfirError:
             raise Declined(f"no type for the constant {value!r}") from None
         return node
+
+    def typed(self, value: float, dtype: str) -> ValueNode:
+        """A 0-d constant of ``dtype`` (where a Python number would be weak on both sides
+        of an op, ``where(c, 1.0, 0.0)``, and give f64)."""
+        return self.const(np.asarray(value, dtype=numpy_dtype(dtype)))
 
     def node_of(self, operand: Operand) -> Node:
         """``operand`` as a node (a constant for a plain value)."""

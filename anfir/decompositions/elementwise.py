@@ -114,7 +114,22 @@ def _clip(b: Builder) -> Node:
     return result
 
 
+def _atan2(b: Builder) -> Node:
+    """atan2(y, x) from atan(y / x) and the quadrant (x = 0: ±π/2 by y's sign, 0 at 0)."""
+    d = out_dtype(b)
+    y, x = as_dtype(b, b.arg(0), d), as_dtype(b, b.arg(1), d)
+    base = b.call(elementwise.atan, b.call(arith.div, y, x))
+    left = b.call(tensor.where, b.call(arith.lt, y, 0.0), b.call(arith.sub, base, math.pi),
+                  b.call(arith.add, base, math.pi))
+    vertical = b.call(tensor.where, b.call(arith.gt, y, 0.0), b.typed(math.pi / 2, d),
+                      b.call(tensor.where, b.call(arith.lt, y, 0.0), b.typed(-math.pi / 2, d),
+                             b.typed(0.0, d)))
+    result = b.call(tensor.where, b.call(arith.lt, x, 0.0), left, base)
+    return b.call(tensor.where, b.call(arith.eq, x, 0.0), vertical, result)
+
+
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
+    elementwise.atan2: _atan2,
     elementwise.clip: _clip,
     arith.softplus: _softplus,
     elementwise.softsign: _softsign,

@@ -472,23 +472,6 @@ def _fmod(w: MilWriter, op: Op) -> None:
     w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=signed))
 
 
-def _atan2(w: MilWriter, op: Op) -> None:
-    """atan2(y, x) from atan(y / x) and the quadrant."""
-    out = op.results[0]
-    d = w.dtype(out)
-    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    zero = w.const(0, d)
-    base = w.op("atan", x=w.op("real_div", x=y, y=x))
-    left = w.op("select", cond=w.op("less", x=y, y=zero),
-                a=w.op("sub", x=base, y=w.const(math.pi, d)),
-                b=w.op("add", x=base, y=w.const(math.pi, d)))
-    vertical = w.op("select", cond=w.op("greater", x=y, y=zero), a=w.const(math.pi / 2, d),
-                    b=w.op("select", cond=w.op("less", x=y, y=zero), a=w.const(-math.pi / 2, d),
-                           b=zero))
-    result = w.op("select", cond=w.op("less", x=x, y=zero), a=left, b=base)
-    w.bind(out, w.op("select", out, cond=w.op("equal", x=x, y=zero), a=vertical, b=result))
-
-
 def _isnan(w: MilWriter, op: Op) -> None:
     """x != x (integers are never nan)."""
     out = op.results[0]
@@ -991,7 +974,6 @@ RULES: dict[Primitive, MilRule] = {
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
     elementwise.fmod: _fmod,
-    elementwise.atan2: _atan2,
     elementwise.isnan: _isnan,
     elementwise.isinf: _isinf,
     elementwise.logical_xor: logical("logical_xor"),

@@ -769,21 +769,6 @@ def _fmod(w: OnnxWriter, op: Op) -> None:
     w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=1)], [out.name])
 
 
-def _atan2(w: OnnxWriter, op: Op) -> None:
-    """atan2(y, x) from Atan(y / x) and the quadrant."""
-    out = op.results[0]
-    d = w.dtype(out)
-    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    zero = w.const(0, d)
-    base = _atan_of(w, w.op("Div", y, x), d)
-    left = w.op("Where", w.op("Less", y, zero), w.op("Sub", base, w.const(math.pi, d)),
-                w.op("Add", base, w.const(math.pi, d)))
-    vertical = w.op("Where", w.op("Greater", y, zero), w.const(math.pi / 2, d),
-                    w.op("Where", w.op("Less", y, zero), w.const(-math.pi / 2, d), zero))
-    result = w.op("Where", w.op("Less", x, zero), left, base)
-    w.node("Where", [w.op("Equal", x, zero), vertical, result], [out.name])
-
-
 def _predicate(op_type: str) -> OnnxRule:
     """IsNaN / IsInf (integers, never nan or inf, are compared as floats)."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -1326,7 +1311,6 @@ RULES: dict[Primitive, OnnxRule] = {
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
     elementwise.fmod: _fmod,
-    elementwise.atan2: _atan2,
     elementwise.isnan: _predicate("IsNaN"),
     elementwise.isinf: _predicate("IsInf"),
     elementwise.logical_xor: logical("Xor"),

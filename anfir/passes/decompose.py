@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol, Union
 
+from anfir.abstract.values import AScalar, ATensor
 from anfir.decompositions import DECOMPOSITIONS
 from anfir.decompositions.builder import Builder, Declined
 from anfir.errors import AnfirTypeError
@@ -62,14 +63,22 @@ def decompose(target: Union[FuncGraph, HasGraph], keep: frozenset[Primitive]) ->
             new = DECOMPOSITIONS[builder.prim](builder)
         except Declined:
             continue
-        if new is node:
-            continue
-        if isinstance(new, CNode) and new.abstract is None:
-            new.abstract = node.abstract
+        if new is node or not _same_kind(new.abstract, node.abstract):
+            continue  # an expansion that would change the value's type is not applied
         manager.replace(node, new)
         # The expansion's own composites, in the order it made them.
         work.extend(reversed([c for c in builder.created if _expands(c, keep) is not None]))
     return graph
+
+
+def _same_kind(new: Any, old: Any) -> bool:
+    """Whether an expansion typed ``new`` may stand for a call typed ``old``: the same kind
+    of value, dtype and rank (dimensions may be spelled differently)."""
+    if isinstance(old, ATensor):
+        return isinstance(new, ATensor) and new.dtype == old.dtype and new.rank == old.rank
+    if isinstance(old, AScalar):
+        return isinstance(new, AScalar) and new.dtype == old.dtype
+    return type(new) is type(old)
 
 
 def _expands(node: Node, keep: frozenset[Primitive]) -> Optional[Primitive]:
