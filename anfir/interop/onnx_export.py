@@ -1023,7 +1023,7 @@ def _conv(w: OnnxWriter, op: Op) -> None:
     d = w.dtype(out)
     n = _rank(w, op.args[1], "conv") - 2
     inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
-    bias = _bias_operand(op) if op.prim.name == "conv" else None
+    bias = _bias_operand(op) if op.prim is conv.conv else None
     if bias is not None:
         inputs.append(w.tensor(bias, d))
     w.node("Conv", inputs, [out.name], **_conv_attrs(w, op, n))
