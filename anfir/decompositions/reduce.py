@@ -4,12 +4,15 @@ deviation, logsumexp and the vector norms, from sums, means and extremes."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
+
+import numpy as np
 
 from anfir.decompositions.builder import Builder, Decomposition
 from anfir.decompositions.common import as_dtype, count_ratio, out_dtype, reduced
 from anfir.ir.nodes import Node
 from anfir.ir.primitive import Primitive
-from anfir.primitives import arith, elementwise, reduce, tensor
+from anfir.primitives import arith, elementwise, gradient, reduce, shaping, tensor
 
 
 def _var_of(b: Builder) -> Node:
@@ -69,7 +72,71 @@ def _norm(b: Builder) -> Node:
     return b.call(arith.pow_, reduced(b, tensor.sum_, powered, axis, keep), 1.0 / order)
 
 
+def moved_last(b: Builder, x: Node, axes: Sequence[int]) -> tuple[Node, list[int]]:
+    """``x`` with ``axes`` moved last (in order); the permutation used."""
+    rank = b.rank(x)
+    perm = [i for i in range(rank) if i not in axes] + list(axes)
+    return (x if perm == list(range(rank)) else b.call(tensor.transpose, x, tuple(perm))), perm
+
+
+def moved_back(b: Builder, y: Node, perm: list[int]) -> Node:
+    """``y`` with the permutation ``perm`` undone."""
+    if perm == sorted(perm):
+        return y
+    return b.call(tensor.transpose, y, tuple(perm.index(i) for i in range(len(perm))))
+
+
+def products_where(b: Builder, last: Node, keep: np.ndarray, d: str) -> Node:
+    """For each i of the last axis, the product of the elements j where ``keep[i, j]`` (a
+    constant [n, n] mask): the elements broadcast to [..., n, n], the others made 1 — exact
+    for zeros and signs (no logarithms)."""
+    rows = b.call(shaping.unsqueeze, last, axis=b.rank(last) - 1)
+    chosen = b.call(tensor.where, b.const(keep), rows, b.typed(1, d))
+    return reduced(b, reduce.prod, chosen, -1, False)
+
+
+def _cumprod(b: Builder) -> Node:
+    """Running products: for each i, the product of the elements j <= i (j < i exclusive;
+    j >= i reverse) of the axis (its length must be known)."""
+    d = out_dtype(b)
+    x = as_dtype(b, b.arg(0), d)
+    axis = b.attrs["axis"]
+    if axis is None:
+        x, axis = b.call(tensor.reshape, x, (-1,)), 0
+    rank = b.rank(x)
+    n = b.shape(x)[int(axis) % rank]
+    if not isinstance(n, int):
+        raise b.decline("cumprod along an axis of unknown length")
+    last, perm = moved_last(b, x, [int(axis) % rank])
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    compare = {(False, False): np.less_equal, (True, False): np.less,
+               (False, True): np.greater_equal, (True, True): np.greater}
+    keep = compare[(bool(b.attrs["exclusive"]), bool(b.attrs["reverse"]))](j, i)
+    return moved_back(b, products_where(b, last, keep, d), perm)
+
+
+def _prod_others(b: Builder) -> Node:
+    """For each element, the product of the others of its group of ``prod(x, axis)``: the
+    reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
+    d = out_dtype(b)
+    x = as_dtype(b, b.arg(0), d)
+    rank = b.rank(x)
+    if rank == 0:
+        return b.call(tensor.ones_like, x)
+    axis = b.static(b.arg(1))
+    axes = list(range(rank)) if axis is None else sorted(
+        int(a) % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
+    moved, perm = moved_last(b, x, axes)
+    shape = b.static_shape(moved)
+    kept, n = shape[:rank - len(axes)], int(np.prod(shape[rank - len(axes):], dtype=np.int64))
+    flat = b.call(tensor.reshape, moved, kept + (n,))
+    others = products_where(b, flat, ~np.eye(n, dtype=bool), d)
+    return moved_back(b, b.call(tensor.reshape, others, shape), perm)
+
+
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
+    reduce.cumprod: _cumprod,
+    gradient.prod_others: _prod_others,
     reduce.var: _var,
     reduce.std: _std,
     reduce.logsumexp: _logsumexp,

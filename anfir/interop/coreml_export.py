@@ -817,86 +817,6 @@ def _cumsum(w: MilWriter, op: Op) -> None:
     w.bind(out, total)
 
 
-def _along_last(w: MilWriter, x: Any, rank: int, axes: Sequence[int]) -> tuple[Any, list[int]]:
-    """``x`` with ``axes`` moved last (in order); the permutation used."""
-    perm = [i for i in range(rank) if i not in axes] + list(axes)
-    if perm == list(range(rank)):
-        return x, perm
-    return w.op("transpose", x=x, perm=np.array(perm, dtype=np.int32)), perm
-
-
-def _back(w: MilWriter, y: Any, perm: list[int], out: Value) -> Any:
-    """``y`` with the permutation ``perm`` undone."""
-    if perm == sorted(perm):
-        return y
-    inverse = [perm.index(i) for i in range(len(perm))]
-    return w.op("transpose", out, x=y, perm=np.array(inverse, dtype=np.int32))
-
-
-def _products_where(w: MilWriter, last: Any, keep: Callable[[Any, Any], Any], d: str) -> Any:
-    """For each i of the last axis (size n), the product of the elements j where
-    ``keep(i, j)`` (i an [n, 1] and j a [1, n] index grid): the elements broadcast to
-    [..., n, n], the others made 1, then a product over the last axis.  Exact (no
-    logarithms), so zeros and signs are kept."""
-    shape = w.shape_of(last)
-    n = (w.const(int(shape[-1]), "i32") if isinstance(shape, np.ndarray)
-         else w.op("gather", x=shape, indices=np.int32(-1), axis=0))
-    indices = w.op("range_1d", start=np.int32(0), end=n, step=np.int32(1))
-    i = w.op("expand_dims", x=indices, axes=np.array([1], dtype=np.int32))
-    j = w.op("expand_dims", x=indices, axes=np.array([0], dtype=np.int32))
-    rows = w.op("expand_dims", x=last, axes=np.array([-2], dtype=np.int32))
-    chosen = w.select(keep(i, j), rows, w.const(1, d), d)
-    return w.op("reduce_prod", x=chosen, axes=np.array([-1], dtype=np.int32), keep_dims=False)
-
-
-def _cumprod(w: MilWriter, op: Op) -> None:
-    """Running products (MIL has no cumprod): for each i, the product of the elements
-    j <= i of the axis (j < i exclusive; j >= i reverse), over an [n, n] mask."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis = op.attrs.get("axis")
-    if axis is None:
-        x, axis, rank = w.reshape(x, np.array([-1], dtype=np.int32)), 0, 1
-    else:
-        rank = len(_static_shape(w, op.args[0], "cumprod"))
-    last, perm = _along_last(w, x, rank, [int(axis) % rank])
-    kind = {(False, False): "less_equal", (True, False): "less",
-            (False, True): "greater_equal", (True, True): "greater"}[
-        (bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse")))]
-    products = _products_where(w, last, lambda i, j: w.op(kind, x=j, y=i), d)
-    w.bind(out, _back(w, products, perm, out))
-
-
-def _prod_others(w: MilWriter, op: Op) -> None:
-    """For each element, the product of the others of its group of ``prod(x, axis)``:
-    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    rank = len(_static_shape(w, op.args[0], "prod_others"))
-    if rank == 0:
-        w.bind(out, w.const(1, d))
-        return
-    axis = w.static(op.args[1])
-    axes = list(range(rank)) if axis is None else sorted(
-        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
-    moved, perm = _along_last(w, x, rank, axes)
-    kept = rank - len(axes)
-    moved_shape = w.shape_of(moved)
-    if isinstance(moved_shape, np.ndarray):
-        flat_shape: Any = np.array(list(moved_shape[:kept]) + [-1], dtype=np.int32)
-    elif kept == 0:
-        flat_shape = np.array([-1], dtype=np.int32)
-    else:
-        head = w.op("slice_by_index", x=moved_shape, begin=np.array([0], dtype=np.int32),
-                    end=np.array([kept], dtype=np.int32))
-        flat_shape = w.op("concat", values=[head, np.array([-1], dtype=np.int32)], axis=0)
-    flat = w.reshape(moved, flat_shape)
-    others = _products_where(w, flat, lambda i, j: w.op("not_equal", x=i, y=j), d)
-    w.bind(out, _back(w, w.reshape(others, moved_shape), perm, out))
-
-
 RULES: dict[Primitive, MilRule] = {
     arith.add: binary("add"),
     arith.sub: binary("sub"),
@@ -985,8 +905,6 @@ RULES: dict[Primitive, MilRule] = {
     reduce.argmax: _arg_extreme("reduce_argmax"),
     reduce.argmin: _arg_extreme("reduce_argmin"),
     reduce.cumsum: _cumsum,
-    reduce.cumprod: _cumprod,
-    gradient.prod_others: _prod_others,
     DIM: _dim,
     **coreml_nn.RULES,
 }

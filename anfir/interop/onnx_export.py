@@ -829,36 +829,6 @@ def _arg_extreme(op_type: str) -> OnnxRule:
     return rule
 
 
-def _along_last(w: OnnxWriter, x: str, rank: int, axes: Sequence[int]) -> tuple[str, list[int]]:
-    """``x`` with ``axes`` moved last (in order); the permutation used."""
-    perm = [i for i in range(rank) if i not in axes] + list(axes)
-    return (w.op("Transpose", x, perm=perm) if perm != list(range(rank)) else x), perm
-
-
-def _back(w: OnnxWriter, y: str, perm: list[int], out: str) -> None:
-    """``y`` with the permutation ``perm`` undone, into ``out``."""
-    if perm == sorted(perm):
-        w.node("Identity", [y], [out])
-        return
-    w.node("Transpose", [y], [out], perm=[perm.index(i) for i in range(len(perm))])
-
-
-def _index_grid(w: OnnxWriter, last: str) -> tuple[str, str]:
-    """For the last axis of ``last`` (size n): column indices ``[n, 1]`` and row indices ``[1, n]``."""
-    n = w.op("Gather", w.op("Shape", last), w.const(np.array(-1, dtype=np.int64), "i64"), axis=0)
-    indices = w.op("Range", w.const(np.array(0, dtype=np.int64), "i64"), n,
-                   w.const(np.array(1, dtype=np.int64), "i64"))
-    return w.op("Unsqueeze", indices, w.ints([1])), w.op("Unsqueeze", indices, w.ints([0]))
-
-
-def _products_where(w: OnnxWriter, last: str, keep: str, d: str) -> str:
-    """For each i of the last axis, the product of the elements j where ``keep[i, j]``
-    (an [n, n] boolean): the elements broadcast to [..., n, n], others made 1."""
-    rows = w.op("Unsqueeze", last, w.ints([-2]))
-    chosen = w.op("Where", keep, rows, w.const(1, d))
-    return w.op("ReduceProd", chosen, w.ints([-1]), keepdims=0)
-
-
 def _cumsum(w: OnnxWriter, op: Op) -> None:
     """ONNX CumSum (its exclusive and reverse are numpy's); no axis: of the flattened x."""
     out = op.results[0]
@@ -869,45 +839,6 @@ def _cumsum(w: OnnxWriter, op: Op) -> None:
     w.node("CumSum", [x, w.const(np.array(int(axis), dtype=np.int64), "i64")], [out.name],
            exclusive=int(bool(op.attrs.get("exclusive"))),
            reverse=int(bool(op.attrs.get("reverse"))))
-
-
-def _cumprod(w: OnnxWriter, op: Op) -> None:
-    """Running products (ONNX has no CumProd): for each i, the product of the elements
-    j <= i (j < i exclusive; j >= i reverse) of the axis, exact (no logarithms)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis = op.attrs.get("axis")
-    if axis is None:
-        x, axis, rank = w.op("Reshape", x, w.ints([-1])), 0, 1
-    else:
-        rank = len(_static_shape(w, op.args[0], "cumprod"))
-    last, perm = _along_last(w, x, rank, [int(axis) % rank])
-    i, j = _index_grid(w, last)
-    exclusive, reverse = bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse"))
-    compare = {(False, False): "LessOrEqual", (True, False): "Less",
-               (False, True): "GreaterOrEqual", (True, True): "Greater"}[(exclusive, reverse)]
-    _back(w, _products_where(w, last, w.op(compare, j, i), d), perm, out.name)
-
-
-def _prod_others(w: OnnxWriter, op: Op) -> None:
-    """For each element, the product of the others of its group of ``prod(x, axis)``:
-    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    rank = len(_static_shape(w, op.args[0], "prod_others"))
-    if rank == 0:
-        w.node("ConstantOfShape", [w.ints([])], [out.name], value=w.fill_value(1, d))
-        return
-    axis = w.static(op.args[1])
-    axes = list(range(rank)) if axis is None else sorted(
-        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
-    moved, perm = _along_last(w, x, rank, axes)
-    flat = w.op("Reshape", moved, w.ints([0] * (rank - len(axes)) + [-1]))  # 0: keep that axis
-    i, j = _index_grid(w, flat)
-    others = _products_where(w, flat, w.op("Not", w.op("Equal", i, j)), d)
-    _back(w, w.op("Reshape", others, w.op("Shape", moved)), perm, out.name)
 
 
 def _all_any(reduce_type: str) -> OnnxRule:
@@ -1292,7 +1223,6 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
     gradient.reshape_like: _reshape_like,
-    gradient.prod_others: _prod_others,
     elementwise.erf: _float_unary(_erf),
     elementwise.expm1: _float_unary(_expm1),
     elementwise.log1p: _float_unary(_log1p),
@@ -1327,7 +1257,6 @@ RULES: dict[Primitive, OnnxRule] = {
     reduce.argmax: _arg_extreme("ArgMax"),
     reduce.argmin: _arg_extreme("ArgMin"),
     reduce.cumsum: _cumsum,
-    reduce.cumprod: _cumprod,
     nn.softmax: _softmax("Softmax"),
     nn.log_softmax: _softmax("LogSoftmax"),
     nn.einsum: _einsum,
