@@ -14,7 +14,7 @@ entry in the family's table::
 
 from __future__ import annotations
 
-from anfir.decompositions import elementwise, gradient, nn, reduce
+from anfir.decompositions import elementwise, gradient, nn, reduce, shaping
 from anfir.decompositions.builder import Builder, Declined, Decomposition
 from anfir.ir.primitive import Primitive
 
@@ -22,6 +22,7 @@ DECOMPOSITIONS: dict[Primitive, Decomposition] = {
     **elementwise.DECOMPOSITIONS,
     **reduce.DECOMPOSITIONS,
     **gradient.DECOMPOSITIONS,
+    **shaping.DECOMPOSITIONS,
     **nn.DECOMPOSITIONS,
 }
 """Composite primitive object → the rule building its expansion from other primitives."""

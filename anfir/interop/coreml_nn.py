@@ -265,28 +265,6 @@ def _slice_rule(w: "MilWriter", op: Op) -> None:
     _bind_identity(w, out, _slice_of(w, w.tensor(op.args[0], w.dtype(out)), shape, op.attrs))
 
 
-def _flat_scatter(w: "MilWriter", op: Op, positions: np.ndarray, sources: np.ndarray,
-                  shape: tuple[int, ...]) -> None:
-    """out (of shape) = zeros, then out.flat[positions[k]] += dout.flat[sources[k]]."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.reshape(w.tensor(op.args[0], d), _i32([-1]))
-    picked = w.op("gather", x=g, indices=_i32(sources.tolist()), axis=0)
-    zeros = w.const(np.zeros(int(np.prod(shape))), d)
-    summed = w.op("scatter_along_axis", data=zeros, indices=_i32(positions.tolist()),
-                  updates=picked, axis=0, mode="add")
-    w.bind(out, w.reshape(summed, _i32(shape), out))
-
-
-def _slice_grad(w: "MilWriter", op: Op) -> None:
-    """dout scattered (scatter_along_axis, add) to the positions slice took."""
-    shape = _static(w, op.args[1], "slice_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    a = op.attrs
-    taken = np.asarray(shaping._slice(where, a["starts"], a["ends"], a["axes"], a["steps"]))
-    _flat_scatter(w, op, taken.reshape(-1), np.arange(taken.size), shape)
-
-
 def _pad(w: "MilWriter", op: Op) -> None:
     """MIL pad (constant, reflect, replicate for edge); wrap as the slices it copies
     concatenated around x; negative pads crop (slice_by_index)."""
@@ -329,15 +307,6 @@ def _axis_slice(w: "MilWriter", x: Any, axis: int, lo: int, hi: int) -> Any:
     begin, end = [0] * len(x.shape), list(x.shape)
     begin[axis], end[axis] = lo, hi
     return _slice(w, x, begin, end)
-
-
-def _pad_grad(w: "MilWriter", op: Op) -> None:
-    """Each padded element's gradient added to its source (scatter_along_axis, add)."""
-    shape = _static(w, op.args[1], "pad_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    sources = np.asarray(shaping._pad(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
-    keep = np.nonzero(sources >= 0)[0]
-    _flat_scatter(w, op, sources[keep], keep, shape)
 
 
 def _squeeze(w: "MilWriter", op: Op) -> None:
@@ -396,18 +365,6 @@ def _tile(w: "MilWriter", op: Op) -> None:
         x = w.reshape(x, _i32([1] * (len(dims) - len(shape)) + [int(n) for n in shape])) \
             if not shape else _expand_dims(w, x, list(range(len(dims) - len(shape))))
     w.bind(out, w.op("tile", out, x=x, reps=_i32(counts)))
-
-
-def _tile_grad(w: "MilWriter", op: Op) -> None:
-    """reshape to (rep, dim) pairs, reduce_sum over the reps, reshape to x's shape."""
-    out = op.results[0]
-    shape = _static(w, op.args[1], "tile_grad")
-    reps = shaping.ints_attr(op.attrs["reps"], "reps", "tile_grad")
-    dims, counts = shaping._tile_layout(list(shape), tuple(reps))
-    interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
-    g = w.reshape(w.tensor(op.args[0], w.dtype(out)), _i32(interleaved))
-    summed = w.op("reduce_sum", x=g, axes=_i32(range(0, 2 * len(dims), 2)), keep_dims=False)
-    w.bind(out, w.reshape(summed, _i32(shape), out))
 
 
 def _flip(w: "MilWriter", op: Op) -> None:
@@ -1010,9 +967,9 @@ RULES: dict[Primitive, Rule] = {
     nn.softmax: _softmax, nn.layer_norm: _layer_norm, nn.einsum: _einsum,
     nn.einsum_ones: _einsum_ones,
     shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice_rule,
-    shaping.slice_grad: _slice_grad, shaping.pad: _pad, shaping.pad_grad: _pad_grad,
+    shaping.pad: _pad,
     shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
-    shaping.expand: _expand, shaping.tile: _tile, shaping.tile_grad: _tile_grad,
+    shaping.expand: _expand, shaping.tile: _tile,
     shaping.flip: _flip, shaping.roll: _roll(1), shaping.roll_back: _roll(-1),
     shaping.tril: _triangle(upper=False), shaping.triu: _triangle(upper=True),
     shaping.rank: _rank, shaping.split: _split_rule, shaping.concat_grad: _concat_grad,

@@ -4,8 +4,8 @@ primitives/indexing.py), merged into :data:`anfir.interop.onnx_export.RULES`.
 Most map to one ONNX operator (Concat, Slice, Pad, Squeeze, Expand, Tile,
 Trilu, Gather, GatherElements, GatherND, ScatterElements, ScatterND).  The
 gradient helpers that are linear maps fixed by static shapes (``slice_grad``,
-``pad_grad``) are written as a scatter-add of the flattened gradient into
-positions computed here with the primitive's own numpy helpers.  Primitives
+``pad_grad``, ``tile_grad``) reach ONNX decomposed (anfir/decompositions/shaping.py:
+a scatter-add of the flattened gradient, a reshape and a sum).  Primitives
 that return a tuple (``split``, ``topk``, ``stack_grad``, ``concat_grad``) write
 one ONNX output per item.
 """
@@ -81,31 +81,8 @@ def _slice(w: "OnnxWriter", op: Op) -> None:
     w.node("Slice", [w.tensor(op.args[0], w.dtype(out)), *_slice_inputs(w, rank, op.attrs)], [out.name])
 
 
-def _flat_scatter(w: "OnnxWriter", op: Op, positions: np.ndarray, sources: np.ndarray,
-                  shape: tuple[int, ...]) -> None:
-    """out (of shape) = zeros, then out.flat[positions[k]] += dout.flat[sources[k]]."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.op("Reshape", w.tensor(op.args[0], d), w.ints([-1]))
-    picked = w.op("Gather", g, w.ints(sources.tolist()), axis=0)
-    zeros = w.const(np.zeros(int(np.prod(shape)), dtype=np.float64).astype(_np(d)), d)
-    summed = w.op("ScatterElements", zeros, w.ints(positions.tolist()), picked, axis=0,
-                  reduction="add")
-    w.node("Reshape", [summed, w.ints(list(shape))], [out.name])
-
-
 def _np(d: str) -> Any:
     return numpy_dtype(d)
-
-
-def _slice_grad(w: "OnnxWriter", op: Op) -> None:
-    """dout scattered into zeros at the positions slice took (static shape)."""
-    shape = _ints_shape(w, op.args[1], "slice_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    a = op.attrs
-    taken = shaping._slice(where, a["starts"], a["ends"], a["axes"], a["steps"])
-    positions = np.asarray(taken).reshape(-1)
-    _flat_scatter(w, op, positions, np.arange(positions.size), shape)
 
 
 def _pad(w: "OnnxWriter", op: Op) -> None:
@@ -125,15 +102,6 @@ def _pad(w: "OnnxWriter", op: Op) -> None:
         return
     w.node("Slice", [padded, w.ints([c[1] for c in crop]), w.ints([c[2] for c in crop]),
                      w.ints([c[0] for c in crop])], [out.name])
-
-
-def _pad_grad(w: "OnnxWriter", op: Op) -> None:
-    """Each padded element's gradient added to its source (static shape)."""
-    shape = _ints_shape(w, op.args[1], "pad_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    sources = np.asarray(shaping._pad(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
-    keep = np.nonzero(sources >= 0)[0]
-    _flat_scatter(w, op, sources[keep], keep, shape)
 
 
 def _squeeze(w: "OnnxWriter", op: Op) -> None:
@@ -188,17 +156,6 @@ def _tile(w: "OnnxWriter", op: Op) -> None:
     if len(dims) > rank:
         x = w.op("Unsqueeze", x, w.ints(list(range(len(dims) - rank))))
     w.node("Tile", [x, w.ints(counts)], [out.name])
-
-
-def _tile_grad(w: "OnnxWriter", op: Op) -> None:
-    """Reshape to (rep, dim) pairs, ReduceSum over the reps, Reshape to x's shape."""
-    out = op.results[0]
-    shape = _ints_shape(w, op.args[1], "tile_grad")
-    _, counts, dims = _tile_input(w, op, "tile_grad")
-    interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
-    g = w.op("Reshape", w.tensor(op.args[0], w.dtype(out)), w.ints(interleaved))
-    summed = w.op("ReduceSum", g, w.ints(list(range(0, 2 * len(dims), 2))), keepdims=0)
-    w.node("Reshape", [summed, w.ints(list(shape))], [out.name])
 
 
 def _flip(w: "OnnxWriter", op: Op) -> None:
@@ -410,9 +367,9 @@ SHAPING_RULES: dict[Primitive, Rule] = {
     shaping.split: _split, shaping.concat_grad: _concat_grad, shaping.stack_grad: _stack_grad,
     indexing.topk: _topk,
     shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice,
-    shaping.slice_grad: _slice_grad, shaping.pad: _pad, shaping.pad_grad: _pad_grad,
+    shaping.pad: _pad,
     shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
-    shaping.expand: _expand, shaping.tile: _tile, shaping.tile_grad: _tile_grad,
+    shaping.expand: _expand, shaping.tile: _tile,
     shaping.flip: _flip, shaping.roll: lambda w, op: _roll_with(w, op, 1),
     shaping.roll_back: lambda w, op: _roll_with(w, op, -1),
     shaping.tril: _triangle(0), shaping.triu: _triangle(1), shaping.rank: _rank,
