@@ -48,12 +48,12 @@ import numpy as np
 
 from anfir.abstract.shapes import dims_equal, is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
-from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop import coreml_nn
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    dtype_of_type, shape_of_type,
+    common_dtype, dtype_of_type, operand_dtype, shape_of_type, static_value,
 )
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
@@ -1176,33 +1176,11 @@ class MilWriter:
 
     def dtype_of_operand(self, operand: Operand) -> str:
         """The anfir element type of an operand."""
-        if isinstance(operand, (Value, Undefined)):
-            return dtype_of_type(operand.type)
-        if isinstance(operand, Const):
-            if operand.type is not None:
-                return dtype_of_type(operand.type)
-            value = operand.value
-            if isinstance(value, (np.ndarray, np.generic)):
-                return dtype_name(value.dtype) or "f64"
-            found = literal_dtype(value)
-            if found is None:
-                raise ExportError(f"the constant {value!r} is not a tensor", self.loc)
-            return found
-        raise ExportError("a tuple where a tensor is needed", self.loc)
+        return operand_dtype(operand, self.loc)
 
     def common_dtype(self, operands: Sequence[Operand]) -> str:
         """numpy's promotion of the operands' dtypes, Python constants being weak."""
-        strong = [self.dtype_of_operand(o) for o in operands if not _is_weak(o)]
-        weak = [self.dtype_of_operand(o) for o in operands if _is_weak(o)]
-        if not strong:
-            return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
-        result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
-        for d in weak:
-            if is_float(d) and not is_float(result):
-                result = "f64"
-            elif is_integer(d) and is_bool(result):
-                result = "i64"
-        return result
+        return common_dtype(operands, self.loc)
 
     def tensor(self, operand: Operand, dtype: Optional[str] = None) -> Any:
         """The MIL var holding ``operand`` (converted to ``dtype``'s MIL dtype when given)."""
@@ -1247,13 +1225,7 @@ class MilWriter:
 
     def static(self, operand: Operand) -> Any:
         """The Python value of a constant operand (tuples of constants too)."""
-        if isinstance(operand, Const):
-            value = operand.value
-            return value.name if isinstance(value, DType) else value
-        if isinstance(operand, tuple):
-            return tuple(self.static(o) for o in operand)
-        raise ExportError("an argument that must be a constant to export is known only at "
-                          "run time", self.loc)
+        return static_value(operand, self.loc)
 
     def shape_of(self, var: Any) -> Any:
         """``shape(var)``: a 1-D int32 var (a constant when the shape is known)."""
@@ -1318,12 +1290,6 @@ class MilWriter:
             return self.op(kind, out, x=x, keep_dims=keepdims)
         axes = list(axis) if isinstance(axis, tuple) else [axis]
         return self.op(kind, out, x=x, axes=np.array(axes, dtype=np.int32), keep_dims=keepdims)
-
-
-def _is_weak(operand: Operand) -> bool:
-    """A Python constant of no declared type: it takes the other operand's dtype."""
-    return isinstance(operand, Const) and operand.type is None and not isinstance(
-        operand.value, (np.ndarray, np.generic))
 
 
 def describe(model_or_path: Any) -> dict[str, Any]:

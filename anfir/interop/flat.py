@@ -25,13 +25,16 @@ blocks around it), and names are unique across the whole program.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor
+from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.errors import ExportError
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
+from anfir.values import DType
 
 
 @dataclass(eq=False)
@@ -342,8 +345,63 @@ def is_value_type(t: Any) -> bool:
     return isinstance(t, (AScalar, ATensor, AString))
 
 
+# -- operands, as both writers read them ---------------------------------------------------------
+def is_weak(operand: Operand) -> bool:
+    """A Python constant of no declared type: it takes the other operand's dtype."""
+    return isinstance(operand, Const) and operand.type is None and not isinstance(
+        operand.value, (np.ndarray, np.generic))
+
+
+def operand_dtype(operand: Operand, loc: Optional[Location] = None) -> str:
+    """The element type an operand has when written without a conversion (``str`` for a
+    string constant; a tuple is an :class:`ExportError` at ``loc``)."""
+    if isinstance(operand, (Value, Undefined)):
+        return dtype_of_type(operand.type)
+    if isinstance(operand, Const):
+        if operand.type is not None:
+            return dtype_of_type(operand.type)
+        value = operand.value
+        if isinstance(value, (np.ndarray, np.generic)):
+            return dtype_name(value.dtype) or "f64"
+        if isinstance(value, str):
+            return "str"
+        found = literal_dtype(value)
+        if found is None:
+            raise ExportError(f"the constant {value!r} is not a tensor", loc)
+        return found
+    raise ExportError("a tuple where a tensor is needed", loc)
+
+
+def common_dtype(operands: Sequence[Operand], loc: Optional[Location] = None) -> str:
+    """numpy's promotion of the operands' dtypes, Python constants being weak (``x < 0``
+    compares an f32 ``x`` as f32)."""
+    strong = [operand_dtype(o, loc) for o in operands if not is_weak(o)]
+    weak = [operand_dtype(o, loc) for o in operands if is_weak(o)]
+    if not strong:
+        return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
+    result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
+    for d in weak:
+        if is_float(d) and not is_float(result):
+            result = "f64"
+        elif is_integer(d) and is_bool(result):
+            result = "i64"
+    return result
+
+
+def static_value(operand: Operand, loc: Optional[Location] = None) -> Any:
+    """The Python value of a constant operand (tuples of constants too; a dtype by name)."""
+    if isinstance(operand, Const):
+        value = operand.value
+        return value.name if isinstance(value, DType) else value
+    if isinstance(operand, tuple):
+        return tuple(static_value(o, loc) for o in operand)
+    raise ExportError("an argument that must be a constant to export is known only at "
+                      "run time", loc)
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
-    "is_value_type", "prune", "shape_of_type",
+    "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
+    "static_value",
 ]

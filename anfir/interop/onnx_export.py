@@ -48,11 +48,11 @@ import numpy as np
 
 from anfir.abstract.shapes import dims_equal, is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor, dim_text
-from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    dtype_of_type, shape_of_type,
+    common_dtype, dtype_of_type, operand_dtype, shape_of_type, static_value,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
@@ -64,7 +64,6 @@ from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, reduce, structure, tensor
 from anfir.primitives.batching import BATCHING_PRIMITIVES
-from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -1521,36 +1520,11 @@ class OnnxWriter:
 
     def dtype_of_operand(self, operand: Operand) -> str:
         """The element type an operand has when written without a conversion."""
-        if isinstance(operand, (Value, Undefined)):
-            return dtype_of_type(operand.type)
-        if isinstance(operand, Const):
-            if operand.type is not None:
-                return dtype_of_type(operand.type)
-            value = operand.value
-            if isinstance(value, (np.ndarray, np.generic)):
-                return dtype_name(value.dtype) or "f64"
-            if isinstance(value, str):
-                return "str"
-            found = literal_dtype(value)
-            if found is None:
-                raise ExportError(f"the constant {value!r} is not a tensor", self.loc)
-            return found
-        raise ExportError("a tuple where a tensor is needed", self.loc)
+        return operand_dtype(operand, self.loc)
 
     def common_dtype(self, operands: Sequence[Operand]) -> str:
-        """numpy's promotion of the operands' dtypes, Python constants being weak
-        (``x < 0`` compares an f32 ``x`` as f32)."""
-        strong = [self.dtype_of_operand(o) for o in operands if not _is_weak(o)]
-        weak = [self.dtype_of_operand(o) for o in operands if _is_weak(o)]
-        if not strong:
-            return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
-        result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
-        for d in weak:
-            if is_float(d) and not is_float(result):
-                result = "f64"
-            elif is_integer(d) and is_bool(result):
-                result = "i64"
-        return result
+        """numpy's promotion of the operands' dtypes, Python constants being weak."""
+        return common_dtype(operands, self.loc)
 
     def tensor(self, operand: Operand, dtype: Optional[str] = None) -> str:
         """The name of a tensor holding ``operand`` (converted to ``dtype`` when given)."""
@@ -1573,13 +1547,7 @@ class OnnxWriter:
 
     def static(self, operand: Operand) -> Any:
         """The Python value of a constant operand (tuples of constants too)."""
-        if isinstance(operand, Const):
-            value = operand.value
-            return value.name if isinstance(value, DType) else value
-        if isinstance(operand, tuple):
-            return tuple(self.static(o) for o in operand)
-        raise ExportError("an argument that must be a constant to export is known only at "
-                          "run time", self.loc)
+        return static_value(operand, self.loc)
 
     def shape_tensor(self, operand: Operand) -> str:
         """A 1-D i64 tensor from a shape operand (a tuple of constants and i64 values)."""
@@ -1644,12 +1612,6 @@ class OnnxWriter:
         """A typed ``ValueInfoProto`` (dtype and dims, symbolic ones as dim_params)."""
         dtype = _exportable(dtype_of_type(t), self.loc)
         return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype], _dims(t))
-
-
-def _is_weak(operand: Operand) -> bool:
-    """A Python constant of no declared type: it takes the other operand's dtype."""
-    return isinstance(operand, Const) and operand.type is None and not isinstance(
-        operand.value, (np.ndarray, np.generic))
 
 
 _PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",
