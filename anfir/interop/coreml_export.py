@@ -53,7 +53,8 @@ from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop import coreml_nn
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    common_dtype, dtype_of_type, operand_dtype, shape_of_type, static_value,
+    common_dtype, dtype_of_type, known_rank_shape, operand_dtype, operand_leaves, shape_items,
+    shape_of_type, static_value, sum_to_axes,
 )
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
@@ -635,16 +636,7 @@ def _array(w: MilWriter, op: Op) -> None:
     """A tensor from elements computed at run time: concat of the elements, reshaped."""
     out = op.results[0]
     d = w.dtype(out)
-    leaves: list[Operand] = []
-    stack: list[Operand] = [op.args[0]]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        elif isinstance(item, Const) and isinstance(item.value, tuple):
-            stack.extend(reversed([Const(v) for v in item.value]))
-        else:
-            leaves.append(item)
+    leaves = operand_leaves(op.args[0])
     shape = shape_of_type(out.type)
     if shape is None or not all(isinstance(s, int) for s in shape):
         raise ExportError("array() of values with a shape known only at run time", w.loc)
@@ -676,20 +668,13 @@ def _dim(w: MilWriter, op: Op) -> None:
 
 def _static_shape(w: MilWriter, operand: Operand, what: str) -> tuple[Any, ...]:
     """An operand's shape from its type (the rank must be known)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs tensors of known rank", w.loc)
-    return shape
+    return known_rank_shape(w.type_of(operand), what, w.loc)
 
 
 def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
                  x_shape_var: Any, out: Value) -> Any:
     """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    extra = len(g_shape) - len(x_shape)
-    if extra < 0:
-        raise ExportError("sum_to of a gradient of lower rank than its value", w.loc)
-    axes = list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
-                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+    axes = sum_to_axes(g_shape, x_shape, w.loc)
     if axes:
         g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
     return w.reshape(g, x_shape_var, out)
@@ -1243,12 +1228,7 @@ class MilWriter:
 
     def shape_tensor(self, operand: Operand) -> Any:
         """A 1-D int32 shape from a shape operand (a tuple of constants and int values)."""
-        items = operand if isinstance(operand, tuple) else None
-        if items is None and isinstance(operand, Const):
-            value = operand.value
-            items = tuple(Const(v) for v in value) if isinstance(value, tuple) else (operand,)
-        if items is None:
-            items = (operand,)
+        items = shape_items(operand)
         if all(isinstance(i, Const) for i in items):
             return np.array([int(i.value) for i in items if isinstance(i, Const)], dtype=np.int32)
         pieces = [self.reshape(self.tensor(item, "i32"), np.array([1], dtype=np.int32))

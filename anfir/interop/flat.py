@@ -399,9 +399,55 @@ def static_value(operand: Operand, loc: Optional[Location] = None) -> Any:
                       "run time", loc)
 
 
+
+def operand_leaves(operand: Operand) -> list[Operand]:
+    """The scalars of a nested tuple operand (``array``'s elements), in order; a constant
+    tuple is taken apart too.  Iterative: the nesting may be deep."""
+    leaves: list[Operand] = []
+    stack: list[Operand] = [operand]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif isinstance(item, Const) and isinstance(item.value, tuple):
+            stack.extend(reversed([Const(v) for v in item.value]))
+        else:
+            leaves.append(item)
+    return leaves
+
+
+def shape_items(operand: Operand) -> tuple[Operand, ...]:
+    """The dimensions of a shape operand (a tuple of constants and int values, a constant
+    tuple, or one int), one operand each."""
+    if isinstance(operand, tuple):
+        return operand
+    if isinstance(operand, Const) and isinstance(operand.value, tuple):
+        return tuple(Const(v) for v in operand.value)
+    return (operand,)
+
+
+def known_rank_shape(t: AbstractValue, what: str, loc: Optional[Location] = None) -> tuple[Any, ...]:
+    """A type's shape (its rank must be known: else an :class:`ExportError` naming ``what``)."""
+    shape = shape_of_type(t)
+    if shape is None:
+        raise ExportError(f"{what} needs tensors of known rank", loc)
+    return shape
+
+
+def sum_to_axes(g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
+                loc: Optional[Location] = None) -> list[int]:
+    """The axes of ``g`` that ``sum_to(g, x)`` sums (kept as 1): those broadcasting added in
+    front, and those where x has 1 and g does not."""
+    extra = len(g_shape) - len(x_shape)
+    if extra < 0:
+        raise ExportError("sum_to of a gradient of lower rank than its value", loc)
+    return list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
+                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
     "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
-    "static_value",
+    "static_value", "operand_leaves", "shape_items", "known_rank_shape", "sum_to_axes",
 ]

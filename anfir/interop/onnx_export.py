@@ -52,7 +52,8 @@ from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    common_dtype, dtype_of_type, operand_dtype, shape_of_type, static_value,
+    common_dtype, dtype_of_type, known_rank_shape, operand_dtype, operand_leaves, shape_items,
+    shape_of_type, static_value, sum_to_axes,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
@@ -412,16 +413,7 @@ def _array(w: OnnxWriter, op: Op) -> None:
     """A tensor from elements computed at run time (constant ones are folded before)."""
     out = op.results[0]
     d = w.dtype(out)
-    leaves: list[Operand] = []
-    stack: list[Operand] = [op.args[0]]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        elif isinstance(item, Const) and isinstance(item.value, tuple):
-            stack.extend(reversed([Const(v) for v in item.value]))
-        else:
-            leaves.append(item)
+    leaves = operand_leaves(op.args[0])
     one = w.const(np.array([1], dtype=np.int64), "i64")
     pieces = []
     for leaf in leaves:
@@ -467,20 +459,13 @@ def _dim(w: OnnxWriter, op: Op) -> None:
 
 def _static_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[Any, ...]:
     """An operand's shape from its type (the rank must be known)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs tensors of known rank", w.loc)
-    return shape
+    return known_rank_shape(w.type_of(operand), what, w.loc)
 
 
 def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
                  x_shape_tensor: str, out: str) -> None:
     """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    extra = len(g_shape) - len(x_shape)
-    if extra < 0:
-        raise ExportError("sum_to of a gradient of lower rank than its value", w.loc)
-    axes = list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
-                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+    axes = sum_to_axes(g_shape, x_shape, w.loc)
     if axes:
         reduced = w.temp("summed")
         w.node("ReduceSum", [g, w.const(np.array(axes, dtype=np.int64), "i64")], [reduced],
@@ -1551,12 +1536,7 @@ class OnnxWriter:
 
     def shape_tensor(self, operand: Operand) -> str:
         """A 1-D i64 tensor from a shape operand (a tuple of constants and i64 values)."""
-        items = operand if isinstance(operand, tuple) else None
-        if items is None and isinstance(operand, Const):
-            value = operand.value
-            items = tuple(Const(v) for v in value) if isinstance(value, tuple) else (operand,)
-        if items is None:
-            items = (operand,)
+        items = shape_items(operand)
         if all(isinstance(i, Const) for i in items):
             dims = [int(i.value) for i in items if isinstance(i, Const)]
             return self.const(np.array(dims, dtype=np.int64), "i64")
