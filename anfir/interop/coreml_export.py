@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 import numpy as np
 
-from anfir.abstract.shapes import dims_equal, is_unknown_dim
+from anfir.abstract.shapes import is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
 from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
@@ -54,7 +54,8 @@ from anfir.interop import coreml_nn
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     common_dtype, dtype_of_type, known_rank_shape, operand_dtype, operand_leaves, shape_items,
-    shape_of_type, static_value, sum_to_axes,
+    nest_by_structure, program_properties, same_static_shape, shape_of_type, static_value,
+    sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
@@ -161,16 +162,9 @@ def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = No
     (:func:`anfir.passes.decompose.decompose`: the graph computes the same values).
     """
     flat = flatten_program(decompose(graph, NATIVE))
-    props = {"anfir.entry": graph.name}
-    if graph.abstract is not None:
-        props["anfir.signature"] = str(graph.abstract)
-    props.update(metadata or {})
-    props["anfir.inputs"] = json.dumps(flat.input_structure)
-    props["anfir.outputs"] = json.dumps(flat.output_structure)
-    props["anfir.scalar_outputs"] = json.dumps(
-        [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
-    flat.metadata = props
-    values = None if feeds is None else _feed_values(flat, feeds)
+    props = program_properties(flat, graph.name,
+                               None if graph.abstract is None else str(graph.abstract), metadata or {})
+    values = None if feeds is None else values_by_name(flat.input_structure, feeds)
     program = MilWriter(require_coremltools(), flat, evaluators).program(values)
     _METADATA[program] = props
     return program
@@ -250,36 +244,7 @@ def _nest(structure: Any, scalars: set[str], by_name: dict[str, np.ndarray]) -> 
         value = by_name[name]
         return value.reshape(()).item() if name in scalars else value
 
-    if not isinstance(structure, list):
-        return leaf(structure)
-    # Bottom-up without recursion: each list is built after the lists in it.
-    order: list[list[Any]] = []
-    stack = [structure]
-    while stack:
-        current = stack.pop()
-        order.append(current)
-        stack.extend(x for x in current if isinstance(x, list))
-    done: dict[int, tuple[Any, ...]] = {}
-    for current in reversed(order):
-        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else leaf(x) for x in current)
-    return done[id(structure)]
-
-
-def _feed_values(flat: FlatProgram, feeds: Sequence[Any]) -> dict[str, Any]:
-    """Flat input name → value, from one anfir-style value per entry parameter."""
-    if len(feeds) != len(flat.input_structure):
-        raise ExportError(f"the program takes {len(flat.input_structure)} arguments, not {len(feeds)}")
-    out: dict[str, Any] = {}
-    stack: list[tuple[Any, Any]] = list(zip(flat.input_structure, feeds))
-    while stack:
-        names, value = stack.pop()
-        if names is None:
-            continue
-        if isinstance(names, list):
-            stack.extend(zip(names, value))
-        else:
-            out[names] = value
-    return out
+    return nest_by_structure(structure, leaf)
 
 
 # -- types --------------------------------------------------------------------------------
@@ -680,11 +645,6 @@ def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[
     return w.reshape(g, x_shape_var, out)
 
 
-def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two shapes are provably equal."""
-    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
-
-
 def _sum_to(w: MilWriter, op: Op) -> None:
     """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
     out = op.results[0]
@@ -692,7 +652,7 @@ def _sum_to(w: MilWriter, op: Op) -> None:
     g = w.tensor(g_op, w.dtype(out))
     g_shape = _static_shape(w, g_op, "sum_to")
     x_shape = _static_shape(w, x_op, "sum_to")
-    if _same_shape(g_shape, x_shape):
+    if same_static_shape(g_shape, x_shape):
         w.bind(out, g)
         return
     w.bind(out, _sum_to_rank(w, g, g_shape, x_shape, w.shape_of(w.tensor(x_op)), out))
@@ -704,7 +664,7 @@ def _broadcast_like(w: MilWriter, op: Op) -> None:
     g_op, x_op = op.args
     d = w.dtype(out)
     g = w.tensor(g_op, d)
-    if _same_shape(_static_shape(w, g_op, "broadcast_like"),
+    if same_static_shape(_static_shape(w, g_op, "broadcast_like"),
                    _static_shape(w, x_op, "broadcast_like")):
         w.bind(out, g)
         return

@@ -24,11 +24,13 @@ blocks around it), and names are unique across the whole program.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from anfir.abstract.shapes import dims_equal, is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor
 from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
 from anfir.errors import ExportError
@@ -445,9 +447,67 @@ def sum_to_axes(g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
                                  if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
 
 
+
+def same_static_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two shapes are provably equal (no unknown dimension)."""
+    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
+
+
+def program_properties(program: FlatProgram, entry: str, signature: Optional[str],
+                       extra: dict[str, str]) -> dict[str, str]:
+    """The metadata an exported model carries (entry, signature, ``extra``, how its inputs
+    and outputs nest, which outputs are scalars); also set as ``program.metadata``."""
+    props = {"anfir.entry": entry}
+    if signature is not None:
+        props["anfir.signature"] = signature
+    props.update(extra)
+    props["anfir.inputs"] = json.dumps(program.input_structure)
+    props["anfir.outputs"] = json.dumps(program.output_structure)
+    props["anfir.scalar_outputs"] = json.dumps(
+        [n for n, t in zip(program.output_names, program.output_types) if not isinstance(t, ATensor)])
+    program.metadata = props
+    return props
+
+
+def nest_by_structure(structure: Any, leaf: Callable[[Optional[str]], Any]) -> Any:
+    """An ``anfir.outputs`` structure (names in nested lists) as nested tuples of
+    ``leaf(name)``, built bottom-up without recursion."""
+    if not isinstance(structure, list):
+        return leaf(structure)
+    order: list[list[Any]] = []
+    stack = [structure]
+    while stack:
+        current = stack.pop()
+        order.append(current)
+        stack.extend(x for x in current if isinstance(x, list))
+    done: dict[int, tuple[Any, ...]] = {}
+    for current in reversed(order):
+        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else leaf(x) for x in current)
+    return done[id(structure)]
+
+
+def values_by_name(structure: list[Any], args: Sequence[Any]) -> dict[str, Any]:
+    """Flat input name → value, from one anfir-style value per entry parameter nested as
+    the ``anfir.inputs`` structure says."""
+    if len(structure) != len(args):
+        raise ExportError(f"the program takes {len(structure)} arguments, not {len(args)}")
+    out: dict[str, Any] = {}
+    stack: list[tuple[Any, Any]] = list(zip(structure, args))
+    while stack:
+        names, value = stack.pop()
+        if names is None:
+            continue
+        if isinstance(names, list):
+            stack.extend(zip(names, value))
+        else:
+            out[names] = value
+    return out
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
     "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
     "static_value", "operand_leaves", "shape_items", "known_rank_shape", "sum_to_axes",
+    "same_static_shape", "program_properties", "nest_by_structure", "values_by_name",
 ]

@@ -46,14 +46,15 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.shapes import dims_equal, is_unknown_dim
+from anfir.abstract.shapes import is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor, dim_text
 from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     common_dtype, dtype_of_type, known_rank_shape, operand_dtype, operand_leaves, shape_items,
-    shape_of_type, static_value, sum_to_axes,
+    nest_by_structure, program_properties, same_static_shape, shape_of_type, static_value,
+    sum_to_axes,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
@@ -119,18 +120,10 @@ def model_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None
     (:func:`anfir.passes.decompose.decompose`: the graph computes the same values)."""
     onnx = require_onnx()
     flat = flatten_program(decompose(graph, NATIVE))
-    props = {"anfir.entry": graph.name}
-    if graph.abstract is not None:
-        props["anfir.signature"] = str(graph.abstract)
-    for key, value in sorted(graph.flags.items()):
-        if isinstance(value, str):
-            props[f"anfir.flag.{key}"] = value
-    props.update(metadata or {})
-    props["anfir.inputs"] = json.dumps(flat.input_structure)
-    props["anfir.outputs"] = json.dumps(flat.output_structure)
-    props["anfir.scalar_outputs"] = json.dumps(
-        [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
-    flat.metadata = props
+    flags = {f"anfir.flag.{key}": value for key, value in sorted(graph.flags.items())
+             if isinstance(value, str)}
+    program_properties(flat, graph.name, None if graph.abstract is None else str(graph.abstract),
+                       {**flags, **(metadata or {})})
     return OnnxWriter(onnx, flat).model(graph.loc)
 
 
@@ -176,39 +169,7 @@ def nest_outputs(model: "onnx.ModelProto", outputs: Sequence[Any]) -> Any:
             return item.decode() if isinstance(item, bytes) else item
         return np.asarray(value)
 
-    stack: list[tuple[Any, list[Any], int]] = []
-    if not isinstance(structure, list):
-        return leaf(structure)
-    root: list[Any] = []
-    stack.append((structure, root, 0))
-    while stack:
-        names, out, index = stack.pop()
-        if index >= len(names):
-            continue
-        stack.append((names, out, index + 1))
-        item = names[index]
-        if isinstance(item, list):
-            inner: list[Any] = []
-            out.append(inner)
-            stack.append((item, inner, 0))
-        else:
-            out.append(leaf(item))
-    return _tuples(root)
-
-
-def _tuples(nested: list[Any]) -> tuple[Any, ...]:
-    # Lists to tuples, bottom-up, without recursion.
-    """Nested lists as nested tuples."""
-    order: list[list[Any]] = []
-    stack = [nested]
-    while stack:
-        current = stack.pop()
-        order.append(current)
-        stack.extend(x for x in current if isinstance(x, list))
-    done: dict[int, tuple[Any, ...]] = {}
-    for current in reversed(order):
-        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else x for x in current)
-    return done[id(nested)]
+    return nest_by_structure(structure, leaf)
 
 
 # -- types -------------------------------------------------------------------------------------
@@ -474,11 +435,6 @@ def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple
     w.node("Reshape", [g, x_shape_tensor], [out])
 
 
-def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two shapes are provably equal."""
-    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
-
-
 def _sum_to(w: OnnxWriter, op: Op) -> None:
     """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
     out = op.results[0]
@@ -486,7 +442,7 @@ def _sum_to(w: OnnxWriter, op: Op) -> None:
     g = w.tensor(g_op, w.dtype(out))
     g_shape = _static_shape(w, g_op, "sum_to")
     x_shape = _static_shape(w, x_op, "sum_to")
-    if _same_shape(g_shape, x_shape):
+    if same_static_shape(g_shape, x_shape):
         w.node("Identity", [g], [out.name])
         return
     shape = w.temp("shape")
@@ -499,7 +455,7 @@ def _broadcast_like(w: OnnxWriter, op: Op) -> None:
     out = op.results[0]
     g_op, x_op = op.args
     g = w.tensor(g_op, w.dtype(out))
-    if _same_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
+    if same_static_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
         w.node("Identity", [g], [out.name])
         return
     shape = w.temp("shape")
