@@ -47,14 +47,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 import numpy as np
 
 from anfir.abstract.shapes import is_unknown_dim
-from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
+from anfir.abstract.values import AbstractValue, AScalar, dim_text
 from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop import coreml_nn
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    common_dtype, dtype_of_type, known_rank_shape, operand_dtype, operand_leaves, shape_items,
-    nest_by_structure, program_properties, same_static_shape, shape_of_type, static_value,
+    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
+    nest_by_structure, program_properties, same_static_shape, shape_of_type,
     sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import flatten_program
@@ -883,7 +883,7 @@ UNSUPPORTED: dict[Primitive, str] = {
 
 
 # -- the writer ----------------------------------------------------------------------------
-class MilWriter:
+class MilWriter(OperandReader):
     """Writes a :class:`FlatProgram` as a MIL Program; the helpers rules use are here."""
 
     def __init__(self, ct: Any, program: FlatProgram,
@@ -1113,19 +1113,8 @@ class MilWriter:
         if isinstance(operand, (Value, Undefined)):
             return operand.type
         if isinstance(operand, Const):
-            value = operand.value
-            d = self.dtype_of_operand(operand)
-            shape = np.shape(value) if isinstance(value, np.ndarray) else ()
-            return ATensor(d, tuple(shape)) if shape else AScalar(d)
+            return self.constant_type(operand)
         raise ExportError(f"a tuple where a tensor is needed ({operand!r})", self.loc)
-
-    def dtype_of_operand(self, operand: Operand) -> str:
-        """The anfir element type of an operand."""
-        return operand_dtype(operand, self.loc)
-
-    def common_dtype(self, operands: Sequence[Operand]) -> str:
-        """numpy's promotion of the operands' dtypes, Python constants being weak."""
-        return common_dtype(operands, self.loc)
 
     def tensor(self, operand: Operand, dtype: Optional[str] = None) -> Any:
         """The MIL var holding ``operand`` (converted to ``dtype``'s MIL dtype when given)."""
@@ -1167,10 +1156,6 @@ class MilWriter:
             shape = ()
         concrete = tuple(s if isinstance(s, int) else 0 for s in shape)
         return self.const(np.zeros(concrete), d)
-
-    def static(self, operand: Operand) -> Any:
-        """The Python value of a constant operand (tuples of constants too)."""
-        return static_value(operand, self.loc)
 
     def shape_of(self, var: Any) -> Any:
         """``shape(var)``: a 1-D int32 var (a constant when the shape is known)."""

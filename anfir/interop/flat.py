@@ -504,10 +504,38 @@ def values_by_name(structure: list[Any], args: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
+
+class OperandReader:
+    """What both writers read off operands, their errors located at ``self.loc`` (the op
+    being written): dtypes, promotion, constants' values and types."""
+
+    loc: Optional[Location] = None
+
+    def dtype_of_operand(self, operand: Operand) -> str:
+        """The element type an operand has when written without a conversion."""
+        return operand_dtype(operand, self.loc)
+
+    def common_dtype(self, operands: Sequence[Operand]) -> str:
+        """numpy's promotion of the operands' dtypes, Python constants being weak."""
+        return common_dtype(operands, self.loc)
+
+    def static(self, operand: Operand) -> Any:
+        """The Python value of a constant operand (tuples of constants too)."""
+        return static_value(operand, self.loc)
+
+    def constant_type(self, operand: Const) -> AbstractValue:
+        """A constant operand's type: its dtype, and its shape when it is an array."""
+        value = operand.value
+        d = self.dtype_of_operand(operand)
+        shape = np.shape(value) if isinstance(value, np.ndarray) else ()
+        return AString() if d == "str" else ATensor(d, tuple(shape)) if shape else AScalar(d)
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
     "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
     "static_value", "operand_leaves", "shape_items", "known_rank_shape", "sum_to_axes",
     "same_static_shape", "program_properties", "nest_by_structure", "values_by_name",
+    "OperandReader",
 ]

@@ -52,8 +52,8 @@ from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    common_dtype, dtype_of_type, known_rank_shape, operand_dtype, operand_leaves, shape_items,
-    nest_by_structure, program_properties, same_static_shape, shape_of_type, static_value,
+    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
+    nest_by_structure, program_properties, same_static_shape, shape_of_type,
     sum_to_axes,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
@@ -1254,7 +1254,7 @@ class _Task:
     pos: int = 0
 
 
-class OnnxWriter:
+class OnnxWriter(OperandReader):
     """Writes a :class:`FlatProgram` as an ONNX model; the helpers rules use are here."""
 
     def __init__(self, onnx: Any, program: FlatProgram) -> None:
@@ -1453,19 +1453,8 @@ class OnnxWriter:
         if isinstance(operand, Undefined):
             return _placeholder_type(operand.type)
         if isinstance(operand, Const):
-            value = operand.value
-            d = self.dtype_of_operand(operand)
-            shape = np.shape(value) if isinstance(value, np.ndarray) else ()
-            return AString() if d == "str" else ATensor(d, tuple(shape)) if shape else AScalar(d)
+            return self.constant_type(operand)
         raise ExportError(f"a tuple where a tensor is needed ({operand!r})", self.loc)
-
-    def dtype_of_operand(self, operand: Operand) -> str:
-        """The element type an operand has when written without a conversion."""
-        return operand_dtype(operand, self.loc)
-
-    def common_dtype(self, operands: Sequence[Operand]) -> str:
-        """numpy's promotion of the operands' dtypes, Python constants being weak."""
-        return common_dtype(operands, self.loc)
 
     def tensor(self, operand: Operand, dtype: Optional[str] = None) -> str:
         """The name of a tensor holding ``operand`` (converted to ``dtype`` when given)."""
@@ -1485,10 +1474,6 @@ class OnnxWriter:
         out = self.temp(f"{name}_{want}")
         self.node("Cast", [name], [out], to=_ONNX_TYPES[want])
         return out
-
-    def static(self, operand: Operand) -> Any:
-        """The Python value of a constant operand (tuples of constants too)."""
-        return static_value(operand, self.loc)
 
     def shape_tensor(self, operand: Operand) -> str:
         """A 1-D i64 tensor from a shape operand (a tuple of constants and i64 values)."""
