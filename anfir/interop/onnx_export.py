@@ -54,7 +54,7 @@ from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
     nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    sum_to_axes,
+    sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
@@ -133,22 +133,15 @@ def onnx_inputs(model: "onnx.ModelProto", *args: Any) -> dict[str, np.ndarray]:
     props = {p.key: p.value for p in model.metadata_props}
     structure = json.loads(props.get("anfir.inputs", "[]"))
     types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-    feed: dict[str, np.ndarray] = {}
     if len(structure) != len(args):
         raise ExportError(f"the model takes {len(structure)} arguments, not {len(args)}")
-    stack: list[tuple[Any, Any]] = list(zip(structure, args))
-    while stack:
-        names, value = stack.pop()
-        if names is None:
-            continue
-        if isinstance(names, list):
-            stack.extend(zip(names, value))
-            continue
-        elem = types[names]
+    feed: dict[str, np.ndarray] = {}
+    for name, value in values_by_name(structure, args).items():
+        elem = types[name]
         if elem == _ONNX_TYPES["str"]:
-            feed[names] = np.array(value, dtype=object)
+            feed[name] = np.array(value, dtype=object)
         else:
-            feed[names] = np.asarray(value, dtype=_NUMPY_OF_ELEM[elem])
+            feed[name] = np.asarray(value, dtype=_NUMPY_OF_ELEM[elem])
     return feed
 
 
