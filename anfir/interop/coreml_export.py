@@ -55,7 +55,7 @@ from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
     nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    sum_to_axes, values_by_name,
+    one_device_reasons, sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
@@ -63,9 +63,7 @@ from anfir.ir.primitive import Primitive
 from anfir.passes.decompose import decompose
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
-from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -857,14 +855,8 @@ RULES: dict[Primitive, MilRule] = {
 apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
 
-_SPMD_REASON = ("a primitive of per-device (SPMD) programs: Core ML describes one device's "
-                "program and has no collective communication; export the global program "
-                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
-                "under jax.shard_map")
-
 UNSUPPORTED: dict[Primitive, str] = {
-    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
-                                       collective.shard)},
+    **one_device_reasons("Core ML"),
     elementwise.bitwise_and: "MIL has no bitwise operations",
     elementwise.bitwise_or: "MIL has no bitwise operations",
     elementwise.bitwise_xor: "MIL has no bitwise operations",
@@ -873,11 +865,6 @@ UNSUPPORTED: dict[Primitive, str] = {
     **{prim: "Core ML has no complex tensors"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     **coreml_nn.UNSUPPORTED,
-    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
-    # evaluator and through to_jax; this target does not take them yet.
-    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
-             "batched program with anfir.run or anfir.to_jax)"
-       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that cannot be exported to MIL, with the reason (the error quotes it)."""
 

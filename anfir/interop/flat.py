@@ -36,6 +36,8 @@ from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtyp
 from anfir.errors import ExportError
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
+from anfir.primitives import collective
+from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.values import DType
 
 
@@ -531,11 +533,25 @@ class OperandReader:
         return AString() if d == "str" else ATensor(d, tuple(shape)) if shape else AScalar(d)
 
 
+
+def one_device_reasons(target: str) -> dict[Primitive, str]:
+    """Why a flat target (``target`` names it in the message) cannot write the per-device
+    (SPMD) primitives nor vmap's batching ones: the stated reasons every such back end gives."""
+    spmd = (f"a primitive of per-device (SPMD) programs: {target} describes one device's "
+            "program and has no collective communication; export the global program "
+            "(compiled without a mesh), or run the per-device one with anfir.to_jax "
+            "under jax.shard_map")
+    batching = ("a batching primitive of vmap: not supported by this target yet (run the "
+                "batched program with anfir.run or anfir.to_jax)")
+    return {**{prim: spmd for prim in (*collective.COLLECTIVES, collective.axis_size, collective.shard)},
+            **{prim: batching for prim in BATCHING_PRIMITIVES}}
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
     "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
     "static_value", "operand_leaves", "shape_items", "known_rank_shape", "sum_to_axes",
     "same_static_shape", "program_properties", "nest_by_structure", "values_by_name",
-    "OperandReader",
+    "OperandReader", "one_device_reasons",
 ]

@@ -54,7 +54,7 @@ from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
     nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    sum_to_axes, values_by_name,
+    one_device_reasons, sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
@@ -63,9 +63,7 @@ from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, reduce, structure, tensor
-from anfir.primitives.batching import BATCHING_PRIMITIVES
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -1203,25 +1201,14 @@ takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 
 RULES.update(SHAPING_RULES)
 
-_SPMD_REASON = ("a primitive of per-device (SPMD) programs: ONNX describes one device's "
-                "program and has no collective communication; export the global program "
-                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
-                "under jax.shard_map")
-
 UNSUPPORTED: dict[Primitive, str] = {
-    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
-                                       collective.shard)},
+    **one_device_reasons("ONNX"),
     **UNSUPPORTED_SHAPING,
     **{prim: "ONNX has no complex element types in its operators (complex64/128 are "
              "storage types only: no Real, Imag or Complex operator)"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     nn.einsum_grad_spec: "it computes a string from constants, which constant folding does "
                          "before export; ONNX has no string-valued equation input",
-    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
-    # evaluator and through to_jax; this target does not take them yet.
-    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
-             "batched program with anfir.run or anfir.to_jax)"
-       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 
