@@ -25,7 +25,7 @@ import numpy as np
 
 from anfir.dtypes import is_float
 from anfir.errors import ExportError
-from anfir.interop.flat import Const, Op, Operand, shape_of_type
+from anfir.interop.flat import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
 from anfir.ir.primitive import Primitive
 from anfir.primitives import conv, indexing, nn, nn_kernels, shaping
 
@@ -41,18 +41,11 @@ def _i32(values: Sequence[int]) -> np.ndarray:
 
 
 def _shape(w: "MilWriter", operand: Operand, what: str) -> tuple[Any, ...]:
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs a tensor of known rank", w.loc)
-    return tuple(shape)
+    return tuple(known_rank_shape(w.type_of(operand), what, w.loc))
 
 
 def _static(w: "MilWriter", operand: Operand, what: str) -> tuple[int, ...]:
-    shape = _shape(w, operand, what)
-    if not all(isinstance(d, (int, np.integer)) for d in shape):
-        raise ExportError(f"{what} needs static dimensions to export to Core ML, not {shape}",
-                          w.loc)
-    return tuple(int(d) for d in shape)
+    return static_dims(_shape(w, operand, what), what, "Core ML", w.loc)
 
 
 def _is_none(operand: Operand) -> bool:

@@ -547,11 +547,21 @@ def one_device_reasons(target: str) -> dict[Primitive, str]:
             **{prim: batching for prim in BATCHING_PRIMITIVES}}
 
 
+
+def static_dims(shape: tuple[Any, ...], what: str, target: str,
+                loc: Optional[Location] = None) -> tuple[int, ...]:
+    """``shape`` with every dimension known (else an :class:`ExportError`: ``what`` needs
+    static dimensions to export to ``target``)."""
+    if not all(isinstance(d, (int, np.integer)) for d in shape):
+        raise ExportError(f"{what} needs static dimensions to export to {target}, not {shape}", loc)
+    return tuple(int(d) for d in shape)
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
     "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
     "static_value", "operand_leaves", "shape_items", "known_rank_shape", "sum_to_axes",
     "same_static_shape", "program_properties", "nest_by_structure", "values_by_name",
-    "OperandReader", "one_device_reasons",
+    "OperandReader", "one_device_reasons", "static_dims",
 ]

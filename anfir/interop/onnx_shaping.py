@@ -18,7 +18,7 @@ import numpy as np
 
 from anfir.dtypes import numpy_dtype
 from anfir.errors import ExportError
-from anfir.interop.flat import Op, shape_of_type
+from anfir.interop.flat import Op, known_rank_shape, static_dims
 from anfir.ir.primitive import Primitive
 from anfir.primitives import indexing, shaping
 
@@ -30,17 +30,11 @@ INT_MAX = np.iinfo(np.int64).max
 
 
 def _shape(w: "OnnxWriter", operand: Any, what: str) -> tuple[Any, ...]:
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs a tensor of known rank", w.loc)
-    return tuple(shape)
+    return tuple(known_rank_shape(w.type_of(operand), what, w.loc))
 
 
 def _ints_shape(w: "OnnxWriter", operand: Any, what: str) -> tuple[int, ...]:
-    shape = _shape(w, operand, what)
-    if not all(isinstance(d, int) for d in shape):
-        raise ExportError(f"{what} needs static dimensions to export, not {shape}", w.loc)
-    return tuple(int(d) for d in shape)
+    return static_dims(_shape(w, operand, what), what, "ONNX", w.loc)
 
 
 def _zeros_like(w: "OnnxWriter", x: str, d: str) -> str:
