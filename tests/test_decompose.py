@@ -148,3 +148,20 @@ def test_the_pass_is_linear_in_the_number_of_composites() -> None:
     for _ in range(2000):
         want = nn.softmax.impl(want, axis=1)
     np.testing.assert_allclose(anfir.run(graph, x), want)
+
+
+def test_a_loss_over_a_symbolic_class_count_decomposes_and_exports() -> None:
+    """The one-hot of a loss counts its classes at run time when the class axis is symbolic:
+    the ONNX model of cross_entropy over f64[B, C] computes anfir's value (onnxruntime)."""
+    ort = pytest.importorskip("onnxruntime")
+    from anfir.interop import onnx_export
+    mod = anfir.parse("def f(x: f64[B, C], t: i64[B]) = cross_entropy(x, t)\n")
+    graph = anfir.compile(mod, entry="f")
+    decompose(graph, frozenset())
+    assert not set(called(graph)) & set(DECOMPOSITIONS)
+    model = onnx_export.export_onnx(mod, entry="f")
+    session = ort.InferenceSession(model.SerializeToString())
+    for x, t in ((np.random.default_rng(1).normal(size=(3, 5)), np.array([1, 4, 0])),
+                 (np.random.default_rng(2).normal(size=(2, 7)), np.array([6, 2]))):
+        (got,) = session.run(None, onnx_export.onnx_inputs(model, x, t))
+        np.testing.assert_allclose(got, nn.cross_entropy.impl(x, t), rtol=1e-12)

@@ -12,7 +12,7 @@ from anfir.decompositions.common import (
 from anfir.dtypes import numpy_dtype
 from anfir.ir.nodes import Node
 from anfir.ir.primitive import Primitive
-from anfir.primitives import arith, gradient, nn, nn_kernels, reduce, shaping, structure, tensor
+from anfir.primitives import arith, gradient, indexing, nn, nn_kernels, reduce, shaping, structure, tensor
 
 
 def _softmax(b: Builder) -> Node:
@@ -206,16 +206,19 @@ def _loss_spread(b: Builder) -> Node:
 
 
 def one_hot(b: Builder, target: Node, like: Node, axis: int, d: str) -> Node:
-    """One-hot of the class indices along ``axis`` of ``like``, in dtype ``d`` (the number
-    of classes must be known)."""
+    """One-hot of the class indices along ``axis`` of ``like``, in dtype ``d``."""
     rank = b.rank(like)
     ax = axis % rank
     classes = b.shape(like)[ax]
-    if not isinstance(classes, int):
-        raise b.decline("a loss needs a known number of classes")
-    labels = np.arange(classes, dtype=np.int64).reshape([-1] + [1] * (rank - ax - 1))
-    picked = b.call(arith.eq, b.call(shaping.unsqueeze, as_dtype(b, target, "i64"), axis=ax),
-                    b.const(labels))
+    labels: Node
+    if isinstance(classes, int):
+        labels = b.const(np.arange(classes, dtype=np.int64).reshape([-1] + [1] * (rank - ax - 1)))
+    else:  # counted at run time: arange(0, shape(like)[ax])
+        count = b.call(structure.tuple_getitem, b.call(tensor.shape, like), ax)
+        labels = b.call(indexing.arange, 0, count)
+        if rank - ax - 1:
+            labels = b.call(shaping.unsqueeze, labels, axis=tuple(range(1, rank - ax)))
+    picked = b.call(arith.eq, b.call(shaping.unsqueeze, as_dtype(b, target, "i64"), axis=ax), labels)
     return b.call(tensor.cast, picked, d)
 
 
