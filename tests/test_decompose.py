@@ -165,3 +165,38 @@ def test_a_loss_over_a_symbolic_class_count_decomposes_and_exports() -> None:
                  (np.random.default_rng(2).normal(size=(2, 7)), np.array([6, 2]))):
         (got,) = session.run(None, onnx_export.onnx_inputs(model, x, t))
         np.testing.assert_allclose(got, nn.cross_entropy.impl(x, t), rtol=1e-12)
+
+
+_R = np.random.default_rng(5)
+SYMBOLIC = {
+    "attention over a symbolic E (the default scale at run time)":
+        ("def f(q: f64[2, L, E], k: f64[2, L, E], v: f64[2, L, E]) = attention(q, k, v)\n",
+         [_R.normal(size=(2, 3, 4))] * 3),
+    "group_norm over a symbolic batch":
+        ("def f(x: f64[N, 4, 3], s: f64[4], b: f64[4]) = group_norm(x, 2, s, b)\n",
+         [_R.normal(size=(2, 4, 3)), _R.normal(size=4), _R.normal(size=4)]),
+    "cumprod along a symbolic axis":
+        ("def f(x: f64[2, L]) = cumprod(x, axis=1, exclusive=true, reverse=true)\n",
+         [_R.normal(size=(2, 5))]),
+    "prod's gradient over a symbolic batch":
+        ("def g(x: f64[B, 3]) = sum(prod(x, axis=1))\ndef f(x: f64[B, 3]) = grad(g)(x)\n",
+         [_R.normal(size=(4, 3))]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SYMBOLIC))
+def test_expansions_over_symbolic_dimensions_compute_at_run_time(case: str) -> None:
+    """Where a dimension is symbolic an expansion reads it at run time (shape, arange)
+    instead of declining: the ONNX model computes anfir's values (onnxruntime)."""
+    ort = pytest.importorskip("onnxruntime")
+    from anfir.interop import onnx_export
+    text, args = SYMBOLIC[case]
+    mod = anfir.parse(text)
+    graph = anfir.compile(mod, entry="f")
+    decompose(graph, frozenset())
+    assert not set(called(graph)) & set(DECOMPOSITIONS), case
+    model = onnx_export.export_onnx(mod, entry="f")
+    (got,) = ort.InferenceSession(model.SerializeToString()).run(
+        None, onnx_export.onnx_inputs(model, *args))
+    want = anfir.run(anfir.compile(mod, entry="f", args=args), *args)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=case)

@@ -24,6 +24,7 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.specialize import infer_call
+from anfir.primitives import structure, tensor
 
 Operand = Union[Node, int, float, bool, str, tuple, None, np.ndarray, np.generic]
 """What a builder call takes as an input: a node, or a constant value."""
@@ -129,6 +130,22 @@ class Builder:
         if not all(isinstance(d, int) for d in shape):
             raise Declined("a dimension is not known")
         return tuple(int(d) for d in shape)
+
+    def dim(self, node: Node, axis: int) -> Union[int, Node]:
+        """Dimension ``axis`` of ``node``: an int when known, else a node computing it at run
+        time (``shape(node)[axis]``)."""
+        shape = self.shape(node)
+        d = shape[axis]
+        if isinstance(d, (int, np.integer)):
+            return int(d)
+        return self.call(structure.tuple_getitem, self.call(tensor.shape, node), axis % len(shape))
+
+    def shape_of(self, dims: Sequence[Union[int, Node]]) -> Union[tuple[int, ...], Node]:
+        """A shape operand from dimensions: a tuple constant when all are ints, else a
+        tuple built at run time."""
+        if all(isinstance(d, int) for d in dims):
+            return tuple(int(d) for d in dims)  # type: ignore[arg-type]
+        return self.call(structure.make_tuple, *dims)
 
     def rank(self, node: Node) -> int:
         """The node's rank."""

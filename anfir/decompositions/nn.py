@@ -88,11 +88,12 @@ def _group_norm(b: Builder) -> Node:
     per-channel affine map."""
     d = out_dtype(b)
     x = as_dtype(b, b.arg(0), d)
-    shape = b.static_shape(x)
+    rank = b.rank(x)
     groups = int(b.static(b.arg(1)))
-    viewed = b.call(tensor.reshape, x, (shape[0], groups, -1))
-    normal = b.call(tensor.reshape, normalise(b, viewed, (2,), float(b.attrs["eps"])), shape)
-    return _affine(b, normal, len(shape), d)
+    viewed = b.call(tensor.reshape, x, b.shape_of([b.dim(x, 0), groups, -1]))
+    normal = normalise(b, viewed, (2,), float(b.attrs["eps"]))
+    normal = b.call(tensor.reshape, normal, b.shape_of([b.dim(x, i) for i in range(rank)]))
+    return _affine(b, normal, rank, d)
 
 
 def _channel_view(b: Builder) -> Node:
@@ -102,8 +103,8 @@ def _channel_view(b: Builder) -> Node:
 
 def _group_view(b: Builder) -> Node:
     """(N, C, ...) as (N, groups, -1)."""
-    shape = b.static_shape(b.arg(0))
-    return b.call(tensor.reshape, b.arg(0), (shape[0], int(b.static(b.arg(1))), -1))
+    x = b.arg(0)
+    return b.call(tensor.reshape, x, b.shape_of([b.dim(x, 0), int(b.static(b.arg(1))), -1]))
 
 
 def _tail_mean(b: Builder) -> Node:
@@ -120,15 +121,18 @@ def _swap_last(b: Builder) -> Node:
     return b.call(tensor.transpose, b.arg(0), tuple(range(rank - 2)) + (rank - 1, rank - 2))
 
 
-def _scale(b: Builder, q: Node) -> float:
-    """The attention scale (1 / sqrt(E) needs a known E)."""
+def _scale(b: Builder, q: Node) -> float | Node:
+    """The attention scale: the attribute, or 1 / sqrt(E) (computed at run time when E,
+    q's last dimension, is symbolic)."""
     scale = b.attrs.get("scale")
     if scale is not None:
         return float(scale)
-    last = b.shape(q)[-1] if b.rank(q) else None
-    if not isinstance(last, int):
-        raise b.decline("the default attention scale needs a known last dimension of q")
-    return nn_kernels.default_scale((last,), None)
+    if not b.rank(q):
+        raise b.decline("attention of a 0-d q")
+    last = b.dim(q, -1)
+    if isinstance(last, int):
+        return nn_kernels.default_scale((last,), None)
+    return b.call(arith.div, 1.0, b.call(arith.sqrt, b.call(tensor.cast, last, "f64")))
 
 
 def _probs(b: Builder, q: Node, k: Node, mask: Node | None) -> Node:
@@ -168,8 +172,9 @@ def _attention_probs(b: Builder) -> Node:
 
 
 def _attention_scale(b: Builder) -> Node:
-    """The scale attention uses, a constant."""
-    return b.const(_scale(b, b.arg(0)))
+    """The scale attention uses (a constant when q's last dimension is known)."""
+    scale = _scale(b, b.arg(0))
+    return scale if isinstance(scale, Node) else b.const(scale)
 
 
 def _mask_cotangent(b: Builder) -> Node:

@@ -4,7 +4,7 @@ deviation, logsumexp and the vector norms, from sums, means and extremes."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from anfir.decompositions.builder import Builder, Decomposition
 from anfir.decompositions.common import as_dtype, count_ratio, out_dtype, reduced
 from anfir.ir.nodes import Node
 from anfir.ir.primitive import Primitive
-from anfir.primitives import arith, elementwise, gradient, reduce, shaping, tensor
+from anfir.primitives import arith, elementwise, gradient, indexing, reduce, shaping, tensor
 
 
 def _var_of(b: Builder) -> Node:
@@ -86,13 +86,26 @@ def moved_back(b: Builder, y: Node, perm: list[int]) -> Node:
     return b.call(tensor.transpose, y, tuple(perm.index(i) for i in range(len(perm))))
 
 
-def products_where(b: Builder, last: Node, keep: np.ndarray, d: str) -> Node:
-    """For each i of the last axis, the product of the elements j where ``keep[i, j]`` (a
-    constant [n, n] mask): the elements broadcast to [..., n, n], the others made 1 — exact
-    for zeros and signs (no logarithms)."""
+def products_where(b: Builder, last: Node, keep: Callable[[Any, Any], Any], d: str) -> Node:
+    """For each i of the last axis, the product of the elements j where ``keep(i, j)`` (an
+    [n, n] mask, a constant when n is known, else from arange): the elements broadcast to
+    [..., n, n], the others made 1 — exact for zeros and signs (no logarithms)."""
+    n = b.dim(last, -1)
+    if isinstance(n, int):
+        mask: Node = b.const(keep(np.arange(n)[:, None], np.arange(n)[None, :]))
+    else:
+        index = b.call(indexing.arange, 0, n)
+        mask = b.call(_COMPARE[keep], b.call(shaping.unsqueeze, index, axis=1),
+                      b.call(shaping.unsqueeze, index, axis=0))
     rows = b.call(shaping.unsqueeze, last, axis=b.rank(last) - 1)
-    chosen = b.call(tensor.where, b.const(keep), rows, b.typed(1, d))
+    chosen = b.call(tensor.where, mask, rows, b.typed(1, d))
     return reduced(b, reduce.prod, chosen, -1, False)
+
+
+_COMPARE: dict[Any, Primitive] = {np.less_equal: arith.le, np.less: arith.lt,
+                                  np.greater_equal: arith.ge, np.greater: arith.gt,
+                                  np.not_equal: arith.ne}
+"""The anfir comparison of each numpy one a mask is made with."""
 
 
 def _cumprod(b: Builder) -> Node:
@@ -104,14 +117,10 @@ def _cumprod(b: Builder) -> Node:
     if axis is None:
         x, axis = b.call(tensor.reshape, x, (-1,)), 0
     rank = b.rank(x)
-    n = b.shape(x)[int(axis) % rank]
-    if not isinstance(n, int):
-        raise b.decline("cumprod along an axis of unknown length")
     last, perm = moved_last(b, x, [int(axis) % rank])
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    compare = {(False, False): np.less_equal, (True, False): np.less,
-               (False, True): np.greater_equal, (True, True): np.greater}
-    keep = compare[(bool(b.attrs["exclusive"]), bool(b.attrs["reverse"]))](j, i)
+    compare = {(False, False): np.greater_equal, (True, False): np.greater,
+               (False, True): np.less_equal, (True, True): np.less}  # keep(i, j): j <= i...
+    keep = compare[(bool(b.attrs["exclusive"]), bool(b.attrs["reverse"]))]
     return moved_back(b, products_where(b, last, keep, d), perm)
 
 
@@ -127,11 +136,10 @@ def _prod_others(b: Builder) -> Node:
     axes = list(range(rank)) if axis is None else sorted(
         int(a) % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
     moved, perm = moved_last(b, x, axes)
-    shape = b.static_shape(moved)
-    kept, n = shape[:rank - len(axes)], int(np.prod(shape[rank - len(axes):], dtype=np.int64))
-    flat = b.call(tensor.reshape, moved, kept + (n,))
-    others = products_where(b, flat, ~np.eye(n, dtype=bool), d)
-    return moved_back(b, b.call(tensor.reshape, others, shape), perm)
+    dims = [b.dim(moved, i) for i in range(rank)]
+    flat = b.call(tensor.reshape, moved, b.shape_of(dims[:rank - len(axes)] + [-1]))
+    others = products_where(b, flat, np.not_equal, d)
+    return moved_back(b, b.call(tensor.reshape, others, b.shape_of(dims)), perm)
 
 
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
