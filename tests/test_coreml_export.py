@@ -36,6 +36,7 @@ from anfir.interop.flat import (  # noqa: E402
     DIM, PSEUDO_PRIMITIVES, Block, Const, FlatProgram, NameAllocator, Op, Value, shape_of_type,
 )
 from anfir.primitives import PRIMITIVES  # noqa: E402
+from anfir.decompositions import DECOMPOSITIONS  # noqa: E402
 from cli_harness import run_in_process  # noqa: E402
 from export_samples import CNN, EXAMPLE_EXPORTS, SAMPLES, A, S, cnn_data  # noqa: E402
 
@@ -89,9 +90,12 @@ def saved(program: Any, tmp_path: Path, name: str = "model") -> dict[str, Any]:
 
 # -- the rule table --------------------------------------------------------------------------
 def test_every_primitive_has_a_rule_or_a_reason() -> None:
-    handled = set(flatten.WALKER_ONLY) | set(RULES) | set(UNSUPPORTED)
+    # or a decomposition (anfir/decompositions/) the exporter runs for what it does not keep
+    decomposed = set(DECOMPOSITIONS) - set(coreml_export.NATIVE)
+    handled = set(flatten.WALKER_ONLY) | set(RULES) | set(UNSUPPORTED) | decomposed
     missing = [p.name for p in [*PRIMITIVES.values(), *PSEUDO_PRIMITIVES] if p not in handled]
-    assert not missing, f"primitives with no MIL rule, no walker rule and no reason: {missing}"
+    assert not missing, f"primitives with no MIL rule, no walker rule, no decomposition and no reason: {missing}"
+    assert set(coreml_export.NATIVE) <= set(RULES), "a kept composite needs its rule"
     assert all(reason.strip() for reason in UNSUPPORTED.values())
     assert not set(RULES) & set(UNSUPPORTED)
     assert not set(flatten.WALKER_ONLY) & set(RULES)
@@ -282,11 +286,17 @@ def _scatter_nd(data: Any, indices: Any, updates: Any, mode: str) -> np.ndarray:
     return out
 
 
+def _silu(x: Any) -> np.ndarray:
+    x = np.asarray(x)
+    return x / (1 + np.exp(-x))
+
+
 REFERENCE_OPS = {"conv": _conv, "conv_transpose": _conv_transpose, "max_pool": _max_pool,
                  "avg_pool": _avg_pool, "scatter": _scatter, "gather_nd": _gather_nd,
-                 "scatter_nd": _scatter_nd, "scatter_along_axis": _scatter_along_axis}
+                 "scatter_nd": _scatter_nd, "scatter_along_axis": _scatter_along_axis,
+                 "silu": _silu}
 """MIL op → its value by its documented meaning, where coremltools has no value inference
-(PyTorch's convolutions and pools, numpy's indexing) or one that is wrong
+(PyTorch's convolutions and pools, numpy's indexing and silu) or one that is wrong
 (``scatter_along_axis`` puts where ``mode="add"`` adds)."""
 
 
@@ -589,7 +599,7 @@ def compare_with_anfir(module: Any, entry: str, args: list[Any], rtol: float = 1
     an export error that names a primitive MIL cannot express (and why)."""
     want = anfir.run(anfir.compile(module, entry=entry, args=args), *args)
     try:
-        got = coreml_export.evaluate(module, entry, args)
+        got = coreml_export.evaluate(module, entry, args, REFERENCE_OPS)
     except anfir.AnfirError as err:
         assert err.kind == "export error" and err.loc is not None, err.render()
         assert any(reason in err.message for reason in UNSUPPORTED.values()), err.message

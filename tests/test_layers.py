@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("printers", ("anfir.printers",)),
     ("evaluator", ("anfir.eval",)),
     ("autodiff", ("anfir.autodiff",)),
-    ("passes", ("anfir.passes",)),
+    ("passes", ("anfir.passes", "anfir.decompositions")),
     ("interop and back ends", ("anfir.interop", "anfir.backends", "anfir.lowlevel")),
     ("top", ("anfir.wiring", "anfir.cli", "anfir.__main__", "anfir")),
 ]

@@ -46,6 +46,7 @@ from anfir.interop.flat import (  # noqa: E402
     DIM, PSEUDO_PRIMITIVES, Block, Const, FlatProgram, NameAllocator, Op, Value,
 )
 from anfir.interop.onnx_export import RULES, UNSUPPORTED, nest_outputs, onnx_inputs  # noqa: E402
+from anfir.decompositions import DECOMPOSITIONS  # noqa: E402
 from anfir.primitives import PRIMITIVES  # noqa: E402
 from cli_harness import run_in_process  # noqa: E402
 from export_samples import (  # noqa: E402
@@ -129,9 +130,12 @@ def op_types(model: Any) -> set[str]:
 
 # -- the rule table -----------------------------------------------------------------
 def test_every_primitive_has_a_rule_or_a_reason() -> None:
-    handled = set(flatten.WALKER_ONLY) | set(RULES) | set(UNSUPPORTED)
+    # or a decomposition (anfir/decompositions/) the exporter runs for what it does not keep
+    decomposed = set(DECOMPOSITIONS) - set(onnx_export.NATIVE)
+    handled = set(flatten.WALKER_ONLY) | set(RULES) | set(UNSUPPORTED) | decomposed
     missing = [p.name for p in [*PRIMITIVES.values(), *PSEUDO_PRIMITIVES] if p not in handled]
-    assert not missing, f"primitives with no ONNX rule, no walker rule and no reason: {missing}"
+    assert not missing, f"primitives with no ONNX rule, no walker rule, no decomposition and no reason: {missing}"
+    assert set(onnx_export.NATIVE) <= set(RULES), "a kept composite needs its rule"
     assert all(reason.strip() for reason in UNSUPPORTED.values())
     # The walker-only primitives never reach the table; every other one the walker
     # may write as an op has a rule.
@@ -696,7 +700,8 @@ def test_the_operator_table_of_the_docs_names_every_rule() -> None:
     section = text[text.index("## Operators"):]
     rows = [line for line in section.split("\n") if line.startswith("| `")]
     named = {name for row in rows for name in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", row.split("|")[1])}
-    expected = {p.name for p in [*RULES, *flatten.WALKER_ONLY]}
+    decomposed = set(DECOMPOSITIONS) - set(onnx_export.NATIVE)  # written through their expansion
+    expected = {p.name for p in [*RULES, *flatten.WALKER_ONLY, *decomposed]}
     assert named == expected, (sorted(expected - named), sorted(named - expected))
 
 

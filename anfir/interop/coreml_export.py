@@ -46,23 +46,24 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Se
 
 import numpy as np
 
-from anfir.abstract.shapes import dims_equal, is_unknown_dim
-from anfir.abstract.values import AbstractValue, AScalar, ATensor, dim_text
-from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.abstract.shapes import is_unknown_dim
+from anfir.abstract.values import AbstractValue, AScalar, dim_text
+from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop import coreml_nn
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    dtype_of_type, shape_of_type,
+    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
+    nest_by_structure, program_properties, same_static_shape, shape_of_type,
+    one_device_reasons, sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
+from anfir.passes.decompose import decompose
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import collective  # the SPMD primitives: stated reasons
-from anfir.primitives import arith, complexes, elementwise, gradient, reduce, structure, tensor
-from anfir.primitives.batching import BATCHING_PRIMITIVES
+from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
 from anfir.runtime_values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EXTRA = "coreml"
 """The extra that installs what this module needs: ``pip install "anfir[coreml]"``."""
+
+NATIVE: frozenset[Primitive] = frozenset({
+    nn.softmax, nn.layer_norm, elementwise.gelu, elementwise.silu, arith.softplus,
+    elementwise.softsign, elementwise.elu, elementwise.leaky_relu, elementwise.hard_sigmoid,
+})
+"""The composites of :data:`anfir.decompositions.DECOMPOSITIONS` written as MIL's own ops
+(``softmax``, ``layer_norm``, ``gelu``, ``silu``, ``softplus``, ``softsign``, ``elu``,
+``leaky_relu``, ``sigmoid_hard``); the others reach :data:`RULES` decomposed (``sigmoid``
+and ``erf`` are core primitives, written as MIL's ``sigmoid`` and ``erf``).  MIL has no
+log_softmax, rms_norm, group norm or loss ops; its ``instance_norm`` takes rank 3-4 only."""
 
 MAX_CONTROL_DEPTH = 64
 """How deeply ``cond`` and ``while_loop`` may nest: coremltools' builder writes a
@@ -144,19 +155,14 @@ def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = No
     With ``feeds`` (one anfir-style value per entry parameter), the inputs are
     constants instead: coremltools then computes every op it can at build time
     (its ops' value inference), which :func:`evaluate` reads back; ``evaluators``
-    compute the ops it cannot (see :func:`evaluate`).
+    compute the ops it cannot (see :func:`evaluate`).  The composites MIL does not have
+    (not in :data:`NATIVE`) are decomposed in ``graph`` first, in place
+    (:func:`anfir.passes.decompose.decompose`: the graph computes the same values).
     """
-    flat = flatten_program(graph)
-    props = {"anfir.entry": graph.name}
-    if graph.abstract is not None:
-        props["anfir.signature"] = str(graph.abstract)
-    props.update(metadata or {})
-    props["anfir.inputs"] = json.dumps(flat.input_structure)
-    props["anfir.outputs"] = json.dumps(flat.output_structure)
-    props["anfir.scalar_outputs"] = json.dumps(
-        [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
-    flat.metadata = props
-    values = None if feeds is None else _feed_values(flat, feeds)
+    flat = flatten_program(decompose(graph, NATIVE))
+    props = program_properties(flat, graph.name,
+                               None if graph.abstract is None else str(graph.abstract), metadata or {})
+    values = None if feeds is None else values_by_name(flat.input_structure, feeds)
     program = MilWriter(require_coremltools(), flat, evaluators).program(values)
     _METADATA[program] = props
     return program
@@ -236,36 +242,7 @@ def _nest(structure: Any, scalars: set[str], by_name: dict[str, np.ndarray]) -> 
         value = by_name[name]
         return value.reshape(()).item() if name in scalars else value
 
-    if not isinstance(structure, list):
-        return leaf(structure)
-    # Bottom-up without recursion: each list is built after the lists in it.
-    order: list[list[Any]] = []
-    stack = [structure]
-    while stack:
-        current = stack.pop()
-        order.append(current)
-        stack.extend(x for x in current if isinstance(x, list))
-    done: dict[int, tuple[Any, ...]] = {}
-    for current in reversed(order):
-        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else leaf(x) for x in current)
-    return done[id(structure)]
-
-
-def _feed_values(flat: FlatProgram, feeds: Sequence[Any]) -> dict[str, Any]:
-    """Flat input name → value, from one anfir-style value per entry parameter."""
-    if len(feeds) != len(flat.input_structure):
-        raise ExportError(f"the program takes {len(flat.input_structure)} arguments, not {len(feeds)}")
-    out: dict[str, Any] = {}
-    stack: list[tuple[Any, Any]] = list(zip(flat.input_structure, feeds))
-    while stack:
-        names, value = stack.pop()
-        if names is None:
-            continue
-        if isinstance(names, list):
-            stack.extend(zip(names, value))
-        else:
-            out[names] = value
-    return out
+    return nest_by_structure(structure, leaf)
 
 
 # -- types --------------------------------------------------------------------------------
@@ -382,19 +359,6 @@ def _expm1(w: MilWriter, x: Any, d: str) -> Any:
     return w.op("select", cond=w.op("equal", x=u, y=w.const(1, d)), a=x, b=general)
 
 
-def _softplus(w: MilWriter, x: Any, d: str) -> Any:
-    """relu(x) + log1p(exp(-|x|)): anfir's overflow-free softplus."""
-    tail = _log1p(w, w.op("exp", x=w.op("mul", x=w.op("abs", x=x), y=w.const(-1, d))), d)
-    return w.op("add", x=w.op("relu", x=x), y=tail)
-
-
-def _sigmoid(w: MilWriter, x: Any, d: str) -> Any:
-    """0.5 * (tanh(0.5 x) + 1): anfir's overflow-free logistic function."""
-    half = w.const(0.5, d)
-    inner = w.op("tanh", x=w.op("mul", x=x, y=half))
-    return w.op("mul", x=w.op("add", x=inner, y=w.const(1, d)), y=half)
-
-
 def _gelu(w: MilWriter, op: Op) -> None:
     """MIL gelu, EXACT or TANH_APPROXIMATION as the approximate attribute says."""
     out = op.results[0]
@@ -413,40 +377,12 @@ def _with_alpha(kind: str, default: float) -> MilRule:
     return rule
 
 
-def _selu(w: MilWriter, x: Any, d: str) -> Any:
-    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
-    negative = w.op("mul", x=_expm1(w, x, d), y=w.const(_SELU_ALPHA, d))
-    chosen = w.op("select", cond=w.op("greater", x=x, y=w.const(0, d)), a=x, b=negative)
-    return w.op("mul", x=chosen, y=w.const(_SELU_SCALE, d))
-
-
 def _hard_sigmoid(w: MilWriter, op: Op) -> None:
     """MIL sigmoid_hard (min(max(alpha x + beta, 0), 1))."""
     out = op.results[0]
     w.bind(out, w.op("sigmoid_hard", out, x=w.tensor(op.args[0], w.dtype(out)),
                      alpha=np.float32(op.attrs.get("alpha", 0.2)),
                      beta=np.float32(op.attrs.get("beta", 0.5))))
-
-
-def _hard_swish(w: MilWriter, x: Any, d: str) -> Any:
-    """x * min(max(x / 6 + 0.5, 0), 1)."""
-    gate = w.op("sigmoid_hard", x=x, alpha=np.float32(1.0 / 6.0), beta=np.float32(0.5))
-    return w.op("mul", x=x, y=gate)
-
-
-def _clip(w: MilWriter, op: Op) -> None:
-    """maximum(x, lo) then minimum(., hi): bounds from the arguments or the attributes."""
-    out = op.results[0]
-    d = w.dtype(out)
-    result = w.tensor(op.args[0], d)
-    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
-    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
-    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
-    for bound, kind in ((lo, "maximum"), (hi, "minimum")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        result = w.op(kind, x=result, y=w.tensor(bound, d))
-    w.bind(out, result)
 
 
 def _int_safe(w: MilWriter, y: Any, d: str) -> tuple[Any, Any]:
@@ -498,23 +434,6 @@ def _fmod(w: MilWriter, op: Op) -> None:
     rest = w.op("sub", x=ax, y=w.op("mul", x=w.op("floor_div", x=ax, y=ay), y=ay))
     signed = w.op("mul", x=rest, y=w.op("sign", x=x))
     w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=signed))
-
-
-def _atan2(w: MilWriter, op: Op) -> None:
-    """atan2(y, x) from atan(y / x) and the quadrant."""
-    out = op.results[0]
-    d = w.dtype(out)
-    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    zero = w.const(0, d)
-    base = w.op("atan", x=w.op("real_div", x=y, y=x))
-    left = w.op("select", cond=w.op("less", x=y, y=zero),
-                a=w.op("sub", x=base, y=w.const(math.pi, d)),
-                b=w.op("add", x=base, y=w.const(math.pi, d)))
-    vertical = w.op("select", cond=w.op("greater", x=y, y=zero), a=w.const(math.pi / 2, d),
-                    b=w.op("select", cond=w.op("less", x=y, y=zero), a=w.const(-math.pi / 2, d),
-                           b=zero))
-    result = w.op("select", cond=w.op("less", x=x, y=zero), a=left, b=base)
-    w.bind(out, w.op("select", out, cond=w.op("equal", x=x, y=zero), a=vertical, b=result))
 
 
 def _isnan(w: MilWriter, op: Op) -> None:
@@ -680,16 +599,7 @@ def _array(w: MilWriter, op: Op) -> None:
     """A tensor from elements computed at run time: concat of the elements, reshaped."""
     out = op.results[0]
     d = w.dtype(out)
-    leaves: list[Operand] = []
-    stack: list[Operand] = [op.args[0]]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        elif isinstance(item, Const) and isinstance(item.value, tuple):
-            stack.extend(reversed([Const(v) for v in item.value]))
-        else:
-            leaves.append(item)
+    leaves = operand_leaves(op.args[0])
     shape = shape_of_type(out.type)
     if shape is None or not all(isinstance(s, int) for s in shape):
         raise ExportError("array() of values with a shape known only at run time", w.loc)
@@ -721,28 +631,16 @@ def _dim(w: MilWriter, op: Op) -> None:
 
 def _static_shape(w: MilWriter, operand: Operand, what: str) -> tuple[Any, ...]:
     """An operand's shape from its type (the rank must be known)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs tensors of known rank", w.loc)
-    return shape
+    return known_rank_shape(w.type_of(operand), what, w.loc)
 
 
 def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
                  x_shape_var: Any, out: Value) -> Any:
     """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    extra = len(g_shape) - len(x_shape)
-    if extra < 0:
-        raise ExportError("sum_to of a gradient of lower rank than its value", w.loc)
-    axes = list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
-                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+    axes = sum_to_axes(g_shape, x_shape, w.loc)
     if axes:
         g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
     return w.reshape(g, x_shape_var, out)
-
-
-def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two shapes are provably equal."""
-    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
 
 
 def _sum_to(w: MilWriter, op: Op) -> None:
@@ -752,7 +650,7 @@ def _sum_to(w: MilWriter, op: Op) -> None:
     g = w.tensor(g_op, w.dtype(out))
     g_shape = _static_shape(w, g_op, "sum_to")
     x_shape = _static_shape(w, x_op, "sum_to")
-    if _same_shape(g_shape, x_shape):
+    if same_static_shape(g_shape, x_shape):
         w.bind(out, g)
         return
     w.bind(out, _sum_to_rank(w, g, g_shape, x_shape, w.shape_of(w.tensor(x_op)), out))
@@ -764,7 +662,7 @@ def _broadcast_like(w: MilWriter, op: Op) -> None:
     g_op, x_op = op.args
     d = w.dtype(out)
     g = w.tensor(g_op, d)
-    if _same_shape(_static_shape(w, g_op, "broadcast_like"),
+    if same_static_shape(_static_shape(w, g_op, "broadcast_like"),
                    _static_shape(w, x_op, "broadcast_like")):
         w.bind(out, g)
         return
@@ -790,45 +688,6 @@ def _unreduce(w: MilWriter, op: Op) -> None:
     w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
 
 
-def _matmul_grad(wrt_x: bool) -> MilRule:
-    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with
-    numpy's rules for vectors (a row x, a column y) and batches (summed back)."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        if wrt_x:
-            dout_op, y_op, x_op = op.args
-        else:
-            x_op, dout_op, y_op = op.args
-        x_shape = _static_shape(w, x_op, "a matmul gradient")
-        y_shape = _static_shape(w, y_op, "a matmul gradient")
-        x, y, dout = w.tensor(x_op, d), w.tensor(y_op, d), w.tensor(dout_op, d)
-        d_rank = len(_static_shape(w, dout_op, "a matmul gradient"))
-        x2_shape, y2_shape = tuple(x_shape), tuple(y_shape)
-        if len(y_shape) == 1:
-            y = w.op("expand_dims", x=y, axes=np.array([1], dtype=np.int32))
-            dout = w.op("expand_dims", x=dout, axes=np.array([d_rank], dtype=np.int32))
-            d_rank += 1
-            y2_shape = (y_shape[0], 1)
-        if len(x_shape) == 1:
-            x = w.op("expand_dims", x=x, axes=np.array([0], dtype=np.int32))
-            dout = w.op("expand_dims", x=dout, axes=np.array([d_rank - 1], dtype=np.int32))
-            d_rank += 1
-            x2_shape = (1, x_shape[0])
-        if wrt_x:
-            product = w.op("matmul", x=dout, y=y, transpose_y=True)
-            target, target2 = x_op, x2_shape
-        else:
-            product = w.op("matmul", x=x, y=dout, transpose_x=True)
-            target, target2 = y_op, y2_shape
-        rank = max(d_rank, len(target2))
-        shape = w.shape_of(w.tensor(target))
-        w.bind(out, _sum_to_rank(w, product, (None,) * (rank - len(target2)) + tuple(target2),
-                                 target2, shape, out))
-    rule.__doc__ = "MIL matmul with a transposed operand, summed over broadcast batch axes"
-    return rule
-
-
 def _tangent_dot(w: MilWriter, op: Op) -> None:
     """``sum(a * b)``."""
     out = op.results[0]
@@ -848,58 +707,6 @@ def _reshape_like(w: MilWriter, op: Op) -> None:
     w.bind(out, w.reshape(g, w.shape_of(w.tensor(op.args[1])), out))
 
 
-def _clip_grad(w: MilWriter, op: Op) -> None:
-    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, x_op, lo, hi = op.args
-    g = w.tensor(g_op, d)
-    tests = []
-    for bound, kind in ((lo, "greater_equal"), (hi, "less_equal")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        c = w.common_dtype([x_op, bound])
-        tests.append(w.op(kind, x=w.tensor(x_op, c), y=w.tensor(bound, c)))
-    if not tests:
-        w.bind(out, g)
-        return
-    inside = tests[0] if len(tests) == 1 else w.op("logical_and", x=tests[0], y=tests[1])
-    w.bind(out, w.op("select", out, cond=inside, a=g, b=w.const(0, d)))
-
-
-def _var(root: bool) -> MilRule:
-    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-        mean = w.reduce("reduce_mean", x, axis, True)
-        deviation = w.op("sub", x=x, y=mean)
-        total = w.reduce("reduce_sum", w.op("mul", x=deviation, y=deviation), axis, keep)
-        count = w.op("real_div", x=w.cast(w.size_of(x), d), y=w.cast(w.size_of(mean), d))
-        denominator = w.op("sub", x=count, y=w.const(op.attrs.get("correction", 0), d))
-        if root:
-            w.bind(out, w.op("sqrt", out, x=w.op("real_div", x=total, y=denominator)))
-        else:
-            w.bind(out, w.op("real_div", out, x=total, y=denominator))
-    rule.__doc__ = "standard deviation" if root else "variance"
-    return rule
-
-
-def _logsumexp(w: MilWriter, op: Op) -> None:
-    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    top = w.reduce("reduce_max", x, axis, True)
-    finite = w.op("equal", x=w.op("sub", x=top, y=top), y=w.const(0, d))  # not ±inf, not nan
-    top = w.op("select", cond=finite, a=top, b=w.const(0, d))
-    total = w.reduce("reduce_sum", w.op("exp", x=w.op("sub", x=x, y=top)), axis, keep)
-    w.bind(out, w.op("add", out, x=w.op("log", x=total), y=w.reshape(top, w.shape_of(total))))
-
-
 def _all_any(kind: str) -> MilRule:
     """all / any: the minimum / maximum of the truth values (as integers)."""
     def rule(w: MilWriter, op: Op) -> None:
@@ -909,32 +716,6 @@ def _all_any(kind: str) -> MilRule:
         w.bind(out, w.cast(reduced, "bool", out))
     rule.__doc__ = f"{kind} of the truth values"
     return rule
-
-
-def _norm(w: MilWriter, op: Op) -> None:
-    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
-    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    order = float(op.attrs.get("ord", 2))
-    magnitude = w.op("abs", x=x)
-    if order == math.inf:
-        w.bind(out, w.reduce("reduce_max", magnitude, axis, keep, out))
-    elif order == -math.inf:
-        w.bind(out, w.reduce("reduce_min", magnitude, axis, keep, out))
-    elif order == 0:
-        nonzero = w.cast(w.op("not_equal", x=x, y=w.const(0, d)), d)
-        w.bind(out, w.reduce("reduce_sum", nonzero, axis, keep, out))
-    elif order == 1:
-        w.bind(out, w.reduce("reduce_sum", magnitude, axis, keep, out))
-    elif order == 2:
-        w.bind(out, w.op("sqrt", out, x=w.reduce("reduce_sum", w.op("mul", x=x, y=x), axis, keep)))
-    else:
-        powered = w.op("pow", x=magnitude, y=w.const(order, d))
-        w.bind(out, w.op("pow", out, x=w.reduce("reduce_sum", powered, axis, keep),
-                         y=w.const(1.0 / order, d)))
 
 
 def _arg_extreme(kind: str) -> MilRule:
@@ -979,95 +760,6 @@ def _cumsum(w: MilWriter, op: Op) -> None:
     w.bind(out, total)
 
 
-def _along_last(w: MilWriter, x: Any, rank: int, axes: Sequence[int]) -> tuple[Any, list[int]]:
-    """``x`` with ``axes`` moved last (in order); the permutation used."""
-    perm = [i for i in range(rank) if i not in axes] + list(axes)
-    if perm == list(range(rank)):
-        return x, perm
-    return w.op("transpose", x=x, perm=np.array(perm, dtype=np.int32)), perm
-
-
-def _back(w: MilWriter, y: Any, perm: list[int], out: Value) -> Any:
-    """``y`` with the permutation ``perm`` undone."""
-    if perm == sorted(perm):
-        return y
-    inverse = [perm.index(i) for i in range(len(perm))]
-    return w.op("transpose", out, x=y, perm=np.array(inverse, dtype=np.int32))
-
-
-def _products_where(w: MilWriter, last: Any, keep: Callable[[Any, Any], Any], d: str) -> Any:
-    """For each i of the last axis (size n), the product of the elements j where
-    ``keep(i, j)`` (i an [n, 1] and j a [1, n] index grid): the elements broadcast to
-    [..., n, n], the others made 1, then a product over the last axis.  Exact (no
-    logarithms), so zeros and signs are kept."""
-    shape = w.shape_of(last)
-    n = (w.const(int(shape[-1]), "i32") if isinstance(shape, np.ndarray)
-         else w.op("gather", x=shape, indices=np.int32(-1), axis=0))
-    indices = w.op("range_1d", start=np.int32(0), end=n, step=np.int32(1))
-    i = w.op("expand_dims", x=indices, axes=np.array([1], dtype=np.int32))
-    j = w.op("expand_dims", x=indices, axes=np.array([0], dtype=np.int32))
-    rows = w.op("expand_dims", x=last, axes=np.array([-2], dtype=np.int32))
-    chosen = w.select(keep(i, j), rows, w.const(1, d), d)
-    return w.op("reduce_prod", x=chosen, axes=np.array([-1], dtype=np.int32), keep_dims=False)
-
-
-def _cumprod(w: MilWriter, op: Op) -> None:
-    """Running products (MIL has no cumprod): for each i, the product of the elements
-    j <= i of the axis (j < i exclusive; j >= i reverse), over an [n, n] mask."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis = op.attrs.get("axis")
-    if axis is None:
-        x, axis, rank = w.reshape(x, np.array([-1], dtype=np.int32)), 0, 1
-    else:
-        rank = len(_static_shape(w, op.args[0], "cumprod"))
-    last, perm = _along_last(w, x, rank, [int(axis) % rank])
-    kind = {(False, False): "less_equal", (True, False): "less",
-            (False, True): "greater_equal", (True, True): "greater"}[
-        (bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse")))]
-    products = _products_where(w, last, lambda i, j: w.op(kind, x=j, y=i), d)
-    w.bind(out, _back(w, products, perm, out))
-
-
-def _prod_others(w: MilWriter, op: Op) -> None:
-    """For each element, the product of the others of its group of ``prod(x, axis)``:
-    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    rank = len(_static_shape(w, op.args[0], "prod_others"))
-    if rank == 0:
-        w.bind(out, w.const(1, d))
-        return
-    axis = w.static(op.args[1])
-    axes = list(range(rank)) if axis is None else sorted(
-        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
-    moved, perm = _along_last(w, x, rank, axes)
-    kept = rank - len(axes)
-    moved_shape = w.shape_of(moved)
-    if isinstance(moved_shape, np.ndarray):
-        flat_shape: Any = np.array(list(moved_shape[:kept]) + [-1], dtype=np.int32)
-    elif kept == 0:
-        flat_shape = np.array([-1], dtype=np.int32)
-    else:
-        head = w.op("slice_by_index", x=moved_shape, begin=np.array([0], dtype=np.int32),
-                    end=np.array([kept], dtype=np.int32))
-        flat_shape = w.op("concat", values=[head, np.array([-1], dtype=np.int32)], axis=0)
-    flat = w.reshape(moved, flat_shape)
-    others = _products_where(w, flat, lambda i, j: w.op("not_equal", x=i, y=j), d)
-    w.bind(out, _back(w, w.reshape(others, moved_shape), perm, out))
-
-
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def _mul_by(w: MilWriter, x: Any, d: str, factor: Callable[[MilWriter, Any, str], Any]) -> Any:
-    """``x * factor(x)``."""
-    return w.op("mul", x=x, y=factor(w, x, d))
-
-
 RULES: dict[Primitive, MilRule] = {
     arith.add: binary("add"),
     arith.sub: binary("sub"),
@@ -1085,9 +777,9 @@ RULES: dict[Primitive, MilRule] = {
     arith.sign: _sign,
     arith.maximum: binary("maximum"),
     arith.minimum: binary("minimum"),
-    arith.sigmoid: composite(_sigmoid, "0.5 * (tanh(x / 2) + 1)"),
+    arith.sigmoid: unary("sigmoid"),
     arith.relu: _relu,
-    arith.softplus: composite(_softplus, "relu(x) + log1p(exp(-|x|))"),
+    arith.softplus: unary("softplus"),
     arith.lt: compare("less"),
     arith.le: compare("less_equal"),
     arith.gt: compare("greater"),
@@ -1115,13 +807,10 @@ RULES: dict[Primitive, MilRule] = {
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
     gradient.unreduce: _unreduce,
-    gradient.matmul_dx: _matmul_grad(wrt_x=True),
-    gradient.matmul_dy: _matmul_grad(wrt_x=False),
     gradient.size: _size,
     gradient.cast_like: _cast,
     gradient.tangent_dot: _tangent_dot,
     gradient.reshape_like: _reshape_like,
-    gradient.clip_grad: _clip_grad,
     elementwise.erf: unary("erf"),
     elementwise.expm1: composite(_expm1, "Kahan's expm1"),
     elementwise.log1p: composite(_log1p, "Goldberg's log1p"),
@@ -1140,37 +829,25 @@ RULES: dict[Primitive, MilRule] = {
     elementwise.asin: unary("asin"),
     elementwise.acos: unary("acos"),
     elementwise.softsign: unary("softsign"),
-    elementwise.silu: composite(lambda w, x, d: _mul_by(w, x, d, _sigmoid), "x * sigmoid(x)"),
-    elementwise.mish: composite(lambda w, x, d: _mul_by(
-        w, x, d, lambda w2, x2, d2: w2.op("tanh", x=_softplus(w2, x2, d2))), "x * tanh(softplus(x))"),
+    elementwise.silu: unary("silu"),
     elementwise.gelu: _gelu,
     elementwise.leaky_relu: _with_alpha("leaky_relu", 0.01),
     elementwise.elu: _with_alpha("elu", 1.0),
-    elementwise.selu: composite(_selu, "scale * (x > 0 ? x : alpha * expm1(x))"),
     elementwise.hard_sigmoid: _hard_sigmoid,
-    elementwise.hard_swish: composite(_hard_swish, "x * sigmoid_hard(x, 1/6, 1/2)"),
-    elementwise.clip: _clip,
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
     elementwise.fmod: _fmod,
-    elementwise.atan2: _atan2,
     elementwise.isnan: _isnan,
     elementwise.isinf: _isinf,
     elementwise.logical_xor: logical("logical_xor"),
     reduce.max_: _extreme("reduce_max", "maximum"),
     reduce.min_: _extreme("reduce_min", "minimum"),
     reduce.prod: _reduce("reduce_prod"),
-    reduce.var: _var(root=False),
-    reduce.std: _var(root=True),
-    reduce.logsumexp: _logsumexp,
     reduce.all_: _all_any("reduce_min"),
     reduce.any_: _all_any("reduce_max"),
-    reduce.norm: _norm,
     reduce.argmax: _arg_extreme("reduce_argmax"),
     reduce.argmin: _arg_extreme("reduce_argmin"),
     reduce.cumsum: _cumsum,
-    reduce.cumprod: _cumprod,
-    gradient.prod_others: _prod_others,
     DIM: _dim,
     **coreml_nn.RULES,
 }
@@ -1178,14 +855,8 @@ RULES: dict[Primitive, MilRule] = {
 apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.interop.flatten.WALKER_ONLY`)."""
 
-_SPMD_REASON = ("a primitive of per-device (SPMD) programs: Core ML describes one device's "
-                "program and has no collective communication; export the global program "
-                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
-                "under jax.shard_map")
-
 UNSUPPORTED: dict[Primitive, str] = {
-    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
-                                       collective.shard)},
+    **one_device_reasons("Core ML"),
     elementwise.bitwise_and: "MIL has no bitwise operations",
     elementwise.bitwise_or: "MIL has no bitwise operations",
     elementwise.bitwise_xor: "MIL has no bitwise operations",
@@ -1194,17 +865,12 @@ UNSUPPORTED: dict[Primitive, str] = {
     **{prim: "Core ML has no complex tensors"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     **coreml_nn.UNSUPPORTED,
-    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
-    # evaluator and through to_jax; this target does not take them yet.
-    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
-             "batched program with anfir.run or anfir.to_jax)"
-       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that cannot be exported to MIL, with the reason (the error quotes it)."""
 
 
 # -- the writer ----------------------------------------------------------------------------
-class MilWriter:
+class MilWriter(OperandReader):
     """Writes a :class:`FlatProgram` as a MIL Program; the helpers rules use are here."""
 
     def __init__(self, ct: Any, program: FlatProgram,
@@ -1434,41 +1100,8 @@ class MilWriter:
         if isinstance(operand, (Value, Undefined)):
             return operand.type
         if isinstance(operand, Const):
-            value = operand.value
-            d = self.dtype_of_operand(operand)
-            shape = np.shape(value) if isinstance(value, np.ndarray) else ()
-            return ATensor(d, tuple(shape)) if shape else AScalar(d)
+            return self.constant_type(operand)
         raise ExportError(f"a tuple where a tensor is needed ({operand!r})", self.loc)
-
-    def dtype_of_operand(self, operand: Operand) -> str:
-        """The anfir element type of an operand."""
-        if isinstance(operand, (Value, Undefined)):
-            return dtype_of_type(operand.type)
-        if isinstance(operand, Const):
-            if operand.type is not None:
-                return dtype_of_type(operand.type)
-            value = operand.value
-            if isinstance(value, (np.ndarray, np.generic)):
-                return dtype_name(value.dtype) or "f64"
-            found = literal_dtype(value)
-            if found is None:
-                raise ExportError(f"the constant {value!r} is not a tensor", self.loc)
-            return found
-        raise ExportError("a tuple where a tensor is needed", self.loc)
-
-    def common_dtype(self, operands: Sequence[Operand]) -> str:
-        """numpy's promotion of the operands' dtypes, Python constants being weak."""
-        strong = [self.dtype_of_operand(o) for o in operands if not _is_weak(o)]
-        weak = [self.dtype_of_operand(o) for o in operands if _is_weak(o)]
-        if not strong:
-            return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
-        result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
-        for d in weak:
-            if is_float(d) and not is_float(result):
-                result = "f64"
-            elif is_integer(d) and is_bool(result):
-                result = "i64"
-        return result
 
     def tensor(self, operand: Operand, dtype: Optional[str] = None) -> Any:
         """The MIL var holding ``operand`` (converted to ``dtype``'s MIL dtype when given)."""
@@ -1511,16 +1144,6 @@ class MilWriter:
         concrete = tuple(s if isinstance(s, int) else 0 for s in shape)
         return self.const(np.zeros(concrete), d)
 
-    def static(self, operand: Operand) -> Any:
-        """The Python value of a constant operand (tuples of constants too)."""
-        if isinstance(operand, Const):
-            value = operand.value
-            return value.name if isinstance(value, DType) else value
-        if isinstance(operand, tuple):
-            return tuple(self.static(o) for o in operand)
-        raise ExportError("an argument that must be a constant to export is known only at "
-                          "run time", self.loc)
-
     def shape_of(self, var: Any) -> Any:
         """``shape(var)``: a 1-D int32 var (a constant when the shape is known)."""
         shape = var.shape
@@ -1537,12 +1160,7 @@ class MilWriter:
 
     def shape_tensor(self, operand: Operand) -> Any:
         """A 1-D int32 shape from a shape operand (a tuple of constants and int values)."""
-        items = operand if isinstance(operand, tuple) else None
-        if items is None and isinstance(operand, Const):
-            value = operand.value
-            items = tuple(Const(v) for v in value) if isinstance(value, tuple) else (operand,)
-        if items is None:
-            items = (operand,)
+        items = shape_items(operand)
         if all(isinstance(i, Const) for i in items):
             return np.array([int(i.value) for i in items if isinstance(i, Const)], dtype=np.int32)
         pieces = [self.reshape(self.tensor(item, "i32"), np.array([1], dtype=np.int32))
@@ -1584,12 +1202,6 @@ class MilWriter:
             return self.op(kind, out, x=x, keep_dims=keepdims)
         axes = list(axis) if isinstance(axis, tuple) else [axis]
         return self.op(kind, out, x=x, axes=np.array(axes, dtype=np.int32), keep_dims=keepdims)
-
-
-def _is_weak(operand: Operand) -> bool:
-    """A Python constant of no declared type: it takes the other operand's dtype."""
-    return isinstance(operand, Const) and operand.type is None and not isinstance(
-        operand.value, (np.ndarray, np.generic))
 
 
 def describe(model_or_path: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import numpy as np
 
 from anfir.dtypes import is_float
 from anfir.errors import ExportError
-from anfir.interop.flat import Const, Op, Operand, shape_of_type
+from anfir.interop.flat import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
 from anfir.ir.primitive import Primitive
 from anfir.primitives import conv, indexing, nn, nn_kernels, shaping
 
@@ -41,18 +41,11 @@ def _i32(values: Sequence[int]) -> np.ndarray:
 
 
 def _shape(w: "MilWriter", operand: Operand, what: str) -> tuple[Any, ...]:
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs a tensor of known rank", w.loc)
-    return tuple(shape)
+    return tuple(known_rank_shape(w.type_of(operand), what, w.loc))
 
 
 def _static(w: "MilWriter", operand: Operand, what: str) -> tuple[int, ...]:
-    shape = _shape(w, operand, what)
-    if not all(isinstance(d, (int, np.integer)) for d in shape):
-        raise ExportError(f"{what} needs static dimensions to export to Core ML, not {shape}",
-                          w.loc)
-    return tuple(int(d) for d in shape)
+    return static_dims(_shape(w, operand, what), what, "Core ML", w.loc)
 
 
 def _is_none(operand: Operand) -> bool:
@@ -98,16 +91,6 @@ def _expand_dims(w: "MilWriter", x: Any, axes: Sequence[int]) -> Any:
     return w.op("expand_dims", x=x, axes=_i32(axes)) if axes else x
 
 
-def _sum(w: "MilWriter", x: Any, axes: Sequence[int], keep: bool) -> Any:
-    if not axes:
-        return x
-    return w.op("reduce_sum", x=x, axes=_i32(axes), keep_dims=keep)
-
-
-def _mean(w: "MilWriter", x: Any, axes: Sequence[int], keep: bool) -> Any:
-    return w.op("reduce_mean", x=x, axes=_i32(axes), keep_dims=keep)
-
-
 def _slice(w: "MilWriter", x: Any, begin: Sequence[int], end: Sequence[Optional[int]],
            stride: Optional[Sequence[int]] = None) -> Any:
     """``x[begin:end:stride]`` on every axis (non-negative bounds; an end of None: to the
@@ -141,82 +124,26 @@ def _softmax(w: "MilWriter", op: Op) -> None:
     w.bind(out, w.op("softmax", out, x=x, axis=int(op.attrs.get("axis", -1))))
 
 
-def _log_softmax_of(w: "MilWriter", x: Any, axis: int) -> Any:
-    top = w.op("reduce_max", x=x, axes=_i32([axis]), keep_dims=True)
-    shifted = w.op("sub", x=x, y=top)
-    total = w.op("reduce_sum", x=w.op("exp", x=shifted), axes=_i32([axis]), keep_dims=True)
-    return w.op("sub", x=shifted, y=w.op("log", x=total))
-
-
-def _log_softmax(w: "MilWriter", op: Op) -> None:
-    """(x - max) - log(sum(exp(x - max))) along the axis."""
-    out = op.results[0]
-    x = w.tensor(op.args[0], w.dtype(out))
-    _bind_identity(w, out, _log_softmax_of(w, x, int(op.attrs.get("axis", -1))))
-
-
-def _normalise(w: "MilWriter", x: Any, axes: Sequence[int], eps: float, d: str) -> Any:
-    """(x - mean) / sqrt(var + eps) over ``axes``."""
-    centred = w.op("sub", x=x, y=_mean(w, x, axes, True))
-    var = _mean(w, w.op("mul", x=centred, y=centred), axes, True)
-    return w.op("real_div", x=centred,
-                y=w.op("sqrt", x=w.op("add", x=var, y=w.const(eps, d))))
-
-
 def _tail(w: "MilWriter", op: Op, what: str) -> list[int]:
     return list(nn_kernels.tail_axes(len(_shape(w, op.args[0], what)), int(op.attrs.get("axis", -1))))
 
 
 def _layer_norm(w: "MilWriter", op: Op) -> None:
-    """Normalised over the axes from ``axis`` (reduce_mean in the model's dtype), times
-    scale, plus bias."""
+    """MIL layer_norm over the axes from ``axis``; then times scale and plus bias (MIL's
+    gamma and beta must be constants, and a trained model's are inputs)."""
     out = op.results[0]
     d = w.dtype(out)
-    y = _normalise(w, w.tensor(op.args[0], d), _tail(w, op, "layer_norm"),
-                   float(op.attrs.get("eps", 1e-5)), d)
+    y = w.op("layer_norm", x=w.tensor(op.args[0], d), axes=_i32(_tail(w, op, "layer_norm")),
+             epsilon=w.const(float(op.attrs.get("eps", 1e-5)), d))
     for operand, kind in zip(op.args[1:], ("mul", "add")):
         if not _is_none(operand):
             y = w.op(kind, x=y, y=w.tensor(operand, d))
     _bind_identity(w, out, y)
 
 
-def _rms_norm(w: "MilWriter", op: Op) -> None:
-    """x / sqrt(mean(x²) + eps) over the axes from ``axis``, times scale."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    mean = _mean(w, w.op("mul", x=x, y=x), _tail(w, op, "rms_norm"), True)
-    y = w.op("real_div", x=x, y=w.op("sqrt", x=w.op(
-        "add", x=mean, y=w.const(float(op.attrs.get("eps", 1e-6)), d))))
-    if len(op.args) > 1 and not _is_none(op.args[1]):
-        y = w.op("mul", x=y, y=w.tensor(op.args[1], d))
-    _bind_identity(w, out, y)
-
-
 def _channel_view_of(w: "MilWriter", v: Any, rank: int) -> Any:
     """A (C,) vector as (C, 1, ..., 1) against a tensor of ``rank``."""
     return _expand_dims(w, v, list(range(1, rank - 1)))
-
-
-def _channel_norm(grouped: bool) -> Rule:
-    """group_norm / instance_norm: (groups of) channels normalised, a per-channel affine map."""
-    def rule(w: "MilWriter", op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        rank = len(_shape(w, op.args[0], "a channel norm"))
-        eps = float(op.attrs.get("eps", 1e-5))
-        if grouped:
-            groups = int(w.static(op.args[1]))
-            viewed = w.reshape(x, _shape_var(w, x, [("dim", 0), groups, -1]))
-            normal = w.reshape(_normalise(w, viewed, [2], eps, d), w.shape_of(x))
-        else:
-            normal = _normalise(w, x, list(range(2, rank)), eps, d)
-        scale, bias = (w.tensor(a, d) for a in op.args[-2:])
-        scaled = w.op("mul", x=normal, y=_channel_view_of(w, scale, rank))
-        w.bind(out, w.op("add", out, x=scaled, y=_channel_view_of(w, bias, rank)))
-    rule.__doc__ = "group normalisation" if grouped else "instance normalisation"
-    return rule
 
 
 def _einsum_labels(spec: str, ranks: Sequence[int], w: "MilWriter") -> tuple[list[str], str]:
@@ -265,201 +192,6 @@ def _einsum(w: "MilWriter", op: Op) -> None:
     if kept != list(output):
         product = w.op("transpose", x=product, perm=_i32([kept.index(c) for c in output]))
     _bind_identity(w, out, product)
-
-
-def _swap_last_of(w: "MilWriter", x: Any, rank: int) -> Any:
-    return w.op("transpose", x=x, perm=_i32([*range(rank - 2), rank - 1, rank - 2]))
-
-
-def _attention_scale_of(w: "MilWriter", q: Operand, scale: Any, d: str) -> Any:
-    shape = _shape(w, q, "attention")
-    if scale is None and not isinstance(shape[-1], int):
-        e = w.cast(w.op("gather", x=w.shape_of(w.tensor(q)), indices=np.int32(len(shape) - 1),
-                        axis=0), d)
-        return w.op("real_div", x=w.const(1, d), y=w.op("sqrt", x=e))
-    return w.const(nn_kernels.default_scale(shape, scale), d)
-
-
-def _probs(w: "MilWriter", op: Op, d: str) -> Any:
-    """softmax(q @ kᵀ * scale + mask) (causal: keys j <= i) of an attention op."""
-    q_op, k_op = op.args[0], op.args[1]
-    mask_op = op.args[2] if op.prim is nn.attention_probs else \
-        (op.args[3] if len(op.args) > 3 else None)
-    q, k = w.tensor(q_op, d), w.tensor(k_op, d)
-    rank = len(_shape(w, k_op, "attention"))
-    logits = w.op("mul", x=w.op("matmul", x=q, y=_swap_last_of(w, k, rank)),
-                  y=_attention_scale_of(w, q_op, op.attrs.get("scale"), d))
-    keep = None
-    if op.attrs.get("causal"):
-        q_shape, k_shape = _shape(w, q_op, "attention"), _shape(w, k_op, "attention")
-        if not isinstance(q_shape[-2], int) or not isinstance(k_shape[-2], int):
-            raise ExportError("a causal attention needs known sequence lengths to export", w.loc)
-        keep = w.const(np.tril(np.ones((q_shape[-2], k_shape[-2]), dtype=bool)), "bool")
-    if mask_op is not None and not _is_none(mask_op):
-        if w.dtype_of_operand(mask_op) == "bool":
-            mask = w.tensor(mask_op, "bool")
-            keep = mask if keep is None else w.op("logical_and", x=keep, y=mask)
-        else:
-            logits = w.op("add", x=logits, y=w.tensor(mask_op, d))
-    if keep is not None:
-        # -inf where a key does not take part (select broadcasts as numpy)
-        minus = _broadcast(w, w.const(-np.inf, d), w.shape_of(logits), d)
-        logits = w.select(keep, logits, minus, d)
-    return w.op("softmax", x=logits, axis=-1)
-
-
-def _attention(w: "MilWriter", op: Op) -> None:
-    """Scaled dot-product attention from matmul, softmax and select."""
-    out = op.results[0]
-    d = w.dtype(out)
-    w.bind(out, w.op("matmul", out, x=_probs(w, op, d), y=w.tensor(op.args[2], d)))
-
-
-def _attention_probs(w: "MilWriter", op: Op) -> None:
-    """The weights of attention."""
-    out = op.results[0]
-    _bind_identity(w, out, _probs(w, op, w.dtype(out)))
-
-
-def _attention_scale(w: "MilWriter", op: Op) -> None:
-    """The scale attention uses (a constant, or 1/sqrt(E) of a symbolic E)."""
-    out = op.results[0]
-    _bind_identity(w, out, _attention_scale_of(w, op.args[0], op.attrs.get("scale"), w.dtype(out)))
-
-
-def _swap_last(w: "MilWriter", op: Op) -> None:
-    """transpose of the last two axes."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "swap_last"))
-    w.bind(out, _swap_last_of(w, w.tensor(op.args[0], w.dtype(out)), rank))
-
-
-def _mask_cotangent(w: "MilWriter", op: Op) -> None:
-    """Zeros for a bool mask, else the gradient summed to the mask's shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, mask_op = op.args
-    mask = w.tensor(mask_op)
-    if w.dtype_of_operand(mask_op) == "bool":
-        w.bind(out, _fill(w, w.shape_of(mask), 0, d))
-        return
-    g_shape, m_shape = _shape(w, g_op, "attention"), _shape(w, mask_op, "attention")
-    extra = len(g_shape) - len(m_shape)
-    axes = list(range(extra)) + [extra + i for i, n in enumerate(m_shape)
-                                 if n == 1 and g_shape[extra + i] != 1]
-    w.bind(out, w.reshape(_sum(w, w.tensor(g_op, d), axes, True), w.shape_of(mask), out))
-
-
-def _reduced(w: "MilWriter", x: Any, reduction: str) -> Any:
-    if reduction == "none":
-        return x
-    return w.op("reduce_sum" if reduction == "sum" else "reduce_mean", x=x, keep_dims=False) \
-        if x.shape else x
-
-
-def _loss_reduce(w: "MilWriter", op: Op) -> None:
-    """Identity, reduce_sum or reduce_mean."""
-    out = op.results[0]
-    x = w.tensor(op.args[0], w.dtype(out))
-    _bind_identity(w, out, _reduced(w, x, str(op.attrs.get("reduction", "mean"))))
-
-
-def _loss_spread(w: "MilWriter", op: Op) -> None:
-    """Identity, or the gradient broadcast (divided by the count for a mean)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.tensor(op.args[0], d)
-    reduction = op.attrs.get("reduction", "mean")
-    if reduction == "none":
-        _bind_identity(w, out, g)
-        return
-    like = w.tensor(op.args[1])
-    if reduction == "mean":
-        count = w.op("maximum", x=w.size_of(like), y=w.const(1, "i32"))
-        g = w.op("real_div", x=g, y=w.cast(count, d))
-    w.bind(out, _broadcast(w, g, w.shape_of(like), d))
-
-
-def _one_hot_of(w: "MilWriter", target: Operand, like: Operand, axis: int, d: str) -> Any:
-    """One-hot of the class indices along ``axis`` of ``like``, in dtype ``d``."""
-    rank = len(_shape(w, like, "a loss"))
-    ax = axis % rank
-    classes = w.op("gather", x=w.shape_of(w.tensor(like)), indices=np.int32(ax), axis=0)
-    labels = w.op("range_1d", start=np.int32(0), end=classes, step=np.int32(1))
-    labels = w.reshape(labels, _i32([-1] + [1] * (rank - ax - 1)))
-    hit = w.op("equal", x=_expand_dims(w, w.tensor(target, "i32"), [ax]), y=labels)
-    return w.cast(hit, d)
-
-
-def _class_mask(w: "MilWriter", op: Op) -> None:
-    """One-hot of the targets."""
-    out = op.results[0]
-    _bind_identity(w, out, _one_hot_of(w, op.args[0], op.args[1], int(op.attrs.get("axis", -1)),
-                                       w.dtype(out)))
-
-
-def _nll(log_softmax: bool) -> Rule:
-    """nll_loss (cross_entropy: log-softmax first): -sum(logp * one-hot), reduced."""
-    def rule(w: "MilWriter", op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        axis = int(op.attrs.get("axis", -1))
-        lp = w.tensor(op.args[0], d)
-        rank = len(_shape(w, op.args[0], "a loss"))
-        if log_softmax:
-            lp = _log_softmax_of(w, lp, axis % rank)
-        mask = _one_hot_of(w, op.args[1], op.args[0], axis, d)
-        picked = w.op("mul", x=w.op("reduce_sum", x=w.op("mul", x=lp, y=mask),
-                                    axes=_i32([axis % rank]), keep_dims=False),
-                      y=w.const(-1, d))
-        _bind_identity(w, out, _reduced(w, picked, str(op.attrs.get("reduction", "mean"))))
-    rule.__doc__ = "cross entropy" if log_softmax else "negative log-likelihood"
-    return rule
-
-
-def _mse_loss(w: "MilWriter", op: Op) -> None:
-    """The reduced squared difference."""
-    out = op.results[0]
-    d = w.dtype(out)
-    diff = w.op("sub", x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d))
-    _bind_identity(w, out, _reduced(w, w.op("mul", x=diff, y=diff),
-                                    str(op.attrs.get("reduction", "mean"))))
-
-
-def _dropout(w: "MilWriter", op: Op) -> None:
-    """Identity unless training; then times the mask drawn at export from the constant
-    seed (the mask ``anfir.run`` draws)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    if not op.attrs.get("training"):
-        _bind_identity(w, out, x)
-        return
-    shape = _static(w, op.args[0], "a training dropout")
-    rate, key = float(w.static(op.args[1])), int(w.static(op.args[2]))
-    keep = np.zeros(shape) if rate == 1.0 else \
-        nn_kernels.dropout_keep(shape, rate, key).astype(np.float64) / (1.0 - rate)
-    w.bind(out, w.op("mul", out, x=x, y=w.const(keep, d)))
-
-
-def _tail_mean(w: "MilWriter", op: Op) -> None:
-    """reduce_mean over the axes from ``axis``, kept."""
-    out = op.results[0]
-    w.bind(out, _mean(w, w.tensor(op.args[0], w.dtype(out)), _tail(w, op, "tail_mean"), True))
-
-
-def _channel_view(w: "MilWriter", op: Op) -> None:
-    """A (C,) vector as (C, 1, ..., 1)."""
-    out = op.results[0]
-    v = w.tensor(op.args[0], w.dtype(out))
-    _bind_identity(w, out, _channel_view_of(w, v, len(_shape(w, op.args[1], "a channel norm"))))
-
-
-def _group_view(w: "MilWriter", op: Op) -> None:
-    """(N, C, ...) as (N, groups, -1)."""
-    out = op.results[0]
-    x = w.tensor(op.args[0], w.dtype(out))
-    w.bind(out, w.reshape(x, _shape_var(w, x, [("dim", 0), int(w.static(op.args[1])), -1]), out))
 
 
 def _einsum_ones(w: "MilWriter", op: Op) -> None:
@@ -526,28 +258,6 @@ def _slice_rule(w: "MilWriter", op: Op) -> None:
     _bind_identity(w, out, _slice_of(w, w.tensor(op.args[0], w.dtype(out)), shape, op.attrs))
 
 
-def _flat_scatter(w: "MilWriter", op: Op, positions: np.ndarray, sources: np.ndarray,
-                  shape: tuple[int, ...]) -> None:
-    """out (of shape) = zeros, then out.flat[positions[k]] += dout.flat[sources[k]]."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.reshape(w.tensor(op.args[0], d), _i32([-1]))
-    picked = w.op("gather", x=g, indices=_i32(sources.tolist()), axis=0)
-    zeros = w.const(np.zeros(int(np.prod(shape))), d)
-    summed = w.op("scatter_along_axis", data=zeros, indices=_i32(positions.tolist()),
-                  updates=picked, axis=0, mode="add")
-    w.bind(out, w.reshape(summed, _i32(shape), out))
-
-
-def _slice_grad(w: "MilWriter", op: Op) -> None:
-    """dout scattered (scatter_along_axis, add) to the positions slice took."""
-    shape = _static(w, op.args[1], "slice_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    a = op.attrs
-    taken = np.asarray(shaping.slice_.impl(where, a["starts"], a["ends"], a["axes"], a["steps"]))
-    _flat_scatter(w, op, taken.reshape(-1), np.arange(taken.size), shape)
-
-
 def _pad(w: "MilWriter", op: Op) -> None:
     """MIL pad (constant, reflect, replicate for edge); wrap as the slices it copies
     concatenated around x; negative pads crop (slice_by_index)."""
@@ -590,15 +300,6 @@ def _axis_slice(w: "MilWriter", x: Any, axis: int, lo: int, hi: int) -> Any:
     begin, end = [0] * len(x.shape), list(x.shape)
     begin[axis], end[axis] = lo, hi
     return _slice(w, x, begin, end)
-
-
-def _pad_grad(w: "MilWriter", op: Op) -> None:
-    """Each padded element's gradient added to its source (scatter_along_axis, add)."""
-    shape = _static(w, op.args[1], "pad_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    sources = np.asarray(shaping.pad.impl(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
-    keep = np.nonzero(sources >= 0)[0]
-    _flat_scatter(w, op, sources[keep], keep, shape)
 
 
 def _squeeze(w: "MilWriter", op: Op) -> None:
@@ -657,18 +358,6 @@ def _tile(w: "MilWriter", op: Op) -> None:
         x = w.reshape(x, _i32([1] * (len(dims) - len(shape)) + [int(n) for n in shape])) \
             if not shape else _expand_dims(w, x, list(range(len(dims) - len(shape))))
     w.bind(out, w.op("tile", out, x=x, reps=_i32(counts)))
-
-
-def _tile_grad(w: "MilWriter", op: Op) -> None:
-    """reshape to (rep, dim) pairs, reduce_sum over the reps, reshape to x's shape."""
-    out = op.results[0]
-    shape = _static(w, op.args[1], "tile_grad")
-    reps = shaping.ints_attr(op.attrs["reps"], "reps", "tile_grad")
-    dims, counts = shaping.tile_layout(list(shape), tuple(reps))
-    interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
-    g = w.reshape(w.tensor(op.args[0], w.dtype(out)), _i32(interleaved))
-    summed = w.op("reduce_sum", x=g, axes=_i32(range(0, 2 * len(dims), 2)), keep_dims=False)
-    w.bind(out, w.reshape(summed, _i32(shape), out))
 
 
 def _flip(w: "MilWriter", op: Op) -> None:
@@ -1268,20 +957,12 @@ def _batch_norm(w: "MilWriter", op: Op) -> None:
 
 
 RULES: dict[Primitive, Rule] = {
-    nn.softmax: _softmax, nn.log_softmax: _log_softmax, nn.layer_norm: _layer_norm,
-    nn.rms_norm: _rms_norm, nn.group_norm: _channel_norm(grouped=True),
-    nn.instance_norm: _channel_norm(grouped=False), nn.einsum: _einsum,
-    nn.attention: _attention, nn.attention_probs: _attention_probs,
-    nn.attention_scale: _attention_scale, nn.swap_last: _swap_last,
-    nn.mask_cotangent: _mask_cotangent, nn.cross_entropy: _nll(log_softmax=True),
-    nn.nll_loss: _nll(log_softmax=False), nn.mse_loss: _mse_loss, nn.dropout: _dropout,
-    nn.tail_mean: _tail_mean, nn.loss_reduce: _loss_reduce, nn.loss_spread: _loss_spread,
-    nn.class_mask: _class_mask, nn.channel_view: _channel_view, nn.group_view: _group_view,
+    nn.softmax: _softmax, nn.layer_norm: _layer_norm, nn.einsum: _einsum,
     nn.einsum_ones: _einsum_ones,
     shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice_rule,
-    shaping.slice_grad: _slice_grad, shaping.pad: _pad, shaping.pad_grad: _pad_grad,
+    shaping.pad: _pad,
     shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
-    shaping.expand: _expand, shaping.tile: _tile, shaping.tile_grad: _tile_grad,
+    shaping.expand: _expand, shaping.tile: _tile,
     shaping.flip: _flip, shaping.roll: _roll(1), shaping.roll_back: _roll(-1),
     shaping.tril: _triangle(upper=False), shaping.triu: _triangle(upper=True),
     shaping.rank: _rank, shaping.split: _split_rule, shaping.concat_grad: _concat_grad,

@@ -24,14 +24,21 @@ blocks around it), and names are unique across the whole program.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from anfir.abstract.shapes import dims_equal, is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor
+from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.errors import ExportError
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
+from anfir.primitives import collective
+from anfir.primitives.batching import BATCHING_PRIMITIVES
+from anfir.runtime_values import DType
 
 
 @dataclass(eq=False)
@@ -342,8 +349,219 @@ def is_value_type(t: Any) -> bool:
     return isinstance(t, (AScalar, ATensor, AString))
 
 
+# -- operands, as both writers read them ---------------------------------------------------------
+def is_weak(operand: Operand) -> bool:
+    """A Python constant of no declared type: it takes the other operand's dtype."""
+    return isinstance(operand, Const) and operand.type is None and not isinstance(
+        operand.value, (np.ndarray, np.generic))
+
+
+def operand_dtype(operand: Operand, loc: Optional[Location] = None) -> str:
+    """The element type an operand has when written without a conversion (``str`` for a
+    string constant; a tuple is an :class:`ExportError` at ``loc``)."""
+    if isinstance(operand, (Value, Undefined)):
+        return dtype_of_type(operand.type)
+    if isinstance(operand, Const):
+        if operand.type is not None:
+            return dtype_of_type(operand.type)
+        value = operand.value
+        if isinstance(value, (np.ndarray, np.generic)):
+            return dtype_name(value.dtype) or "f64"
+        if isinstance(value, str):
+            return "str"
+        found = literal_dtype(value)
+        if found is None:
+            raise ExportError(f"the constant {value!r} is not a tensor", loc)
+        return found
+    raise ExportError("a tuple where a tensor is needed", loc)
+
+
+def common_dtype(operands: Sequence[Operand], loc: Optional[Location] = None) -> str:
+    """numpy's promotion of the operands' dtypes, Python constants being weak (``x < 0``
+    compares an f32 ``x`` as f32)."""
+    strong = [operand_dtype(o, loc) for o in operands if not is_weak(o)]
+    weak = [operand_dtype(o, loc) for o in operands if is_weak(o)]
+    if not strong:
+        return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
+    result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
+    for d in weak:
+        if is_float(d) and not is_float(result):
+            result = "f64"
+        elif is_integer(d) and is_bool(result):
+            result = "i64"
+    return result
+
+
+def static_value(operand: Operand, loc: Optional[Location] = None) -> Any:
+    """The Python value of a constant operand (tuples of constants too; a dtype by name)."""
+    if isinstance(operand, Const):
+        value = operand.value
+        return value.name if isinstance(value, DType) else value
+    if isinstance(operand, tuple):
+        return tuple(static_value(o, loc) for o in operand)
+    raise ExportError("an argument that must be a constant to export is known only at "
+                      "run time", loc)
+
+
+
+def operand_leaves(operand: Operand) -> list[Operand]:
+    """The scalars of a nested tuple operand (``array``'s elements), in order; a constant
+    tuple is taken apart too.  Iterative: the nesting may be deep."""
+    leaves: list[Operand] = []
+    stack: list[Operand] = [operand]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif isinstance(item, Const) and isinstance(item.value, tuple):
+            stack.extend(reversed([Const(v) for v in item.value]))
+        else:
+            leaves.append(item)
+    return leaves
+
+
+def shape_items(operand: Operand) -> tuple[Operand, ...]:
+    """The dimensions of a shape operand (a tuple of constants and int values, a constant
+    tuple, or one int), one operand each."""
+    if isinstance(operand, tuple):
+        return operand
+    if isinstance(operand, Const) and isinstance(operand.value, tuple):
+        return tuple(Const(v) for v in operand.value)
+    return (operand,)
+
+
+def known_rank_shape(t: AbstractValue, what: str, loc: Optional[Location] = None) -> tuple[Any, ...]:
+    """A type's shape (its rank must be known: else an :class:`ExportError` naming ``what``)."""
+    shape = shape_of_type(t)
+    if shape is None:
+        raise ExportError(f"{what} needs tensors of known rank", loc)
+    return shape
+
+
+def sum_to_axes(g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
+                loc: Optional[Location] = None) -> list[int]:
+    """The axes of ``g`` that ``sum_to(g, x)`` sums (kept as 1): those broadcasting added in
+    front, and those where x has 1 and g does not."""
+    extra = len(g_shape) - len(x_shape)
+    if extra < 0:
+        raise ExportError("sum_to of a gradient of lower rank than its value", loc)
+    return list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
+                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+
+
+
+def same_static_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two shapes are provably equal (no unknown dimension)."""
+    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
+
+
+def program_properties(program: FlatProgram, entry: str, signature: Optional[str],
+                       extra: dict[str, str]) -> dict[str, str]:
+    """The metadata an exported model carries (entry, signature, ``extra``, how its inputs
+    and outputs nest, which outputs are scalars); also set as ``program.metadata``."""
+    props = {"anfir.entry": entry}
+    if signature is not None:
+        props["anfir.signature"] = signature
+    props.update(extra)
+    props["anfir.inputs"] = json.dumps(program.input_structure)
+    props["anfir.outputs"] = json.dumps(program.output_structure)
+    props["anfir.scalar_outputs"] = json.dumps(
+        [n for n, t in zip(program.output_names, program.output_types) if not isinstance(t, ATensor)])
+    program.metadata = props
+    return props
+
+
+def nest_by_structure(structure: Any, leaf: Callable[[Optional[str]], Any]) -> Any:
+    """An ``anfir.outputs`` structure (names in nested lists) as nested tuples of
+    ``leaf(name)``, built bottom-up without recursion."""
+    if not isinstance(structure, list):
+        return leaf(structure)
+    order: list[list[Any]] = []
+    stack = [structure]
+    while stack:
+        current = stack.pop()
+        order.append(current)
+        stack.extend(x for x in current if isinstance(x, list))
+    done: dict[int, tuple[Any, ...]] = {}
+    for current in reversed(order):
+        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else leaf(x) for x in current)
+    return done[id(structure)]
+
+
+def values_by_name(structure: list[Any], args: Sequence[Any]) -> dict[str, Any]:
+    """Flat input name → value, from one anfir-style value per entry parameter nested as
+    the ``anfir.inputs`` structure says."""
+    if len(structure) != len(args):
+        raise ExportError(f"the program takes {len(structure)} arguments, not {len(args)}")
+    out: dict[str, Any] = {}
+    stack: list[tuple[Any, Any]] = list(zip(structure, args))
+    while stack:
+        names, value = stack.pop()
+        if names is None:
+            continue
+        if isinstance(names, list):
+            stack.extend(zip(names, value))
+        else:
+            out[names] = value
+    return out
+
+
+
+class OperandReader:
+    """What both writers read off operands, their errors located at ``self.loc`` (the op
+    being written): dtypes, promotion, constants' values and types."""
+
+    loc: Optional[Location] = None
+
+    def dtype_of_operand(self, operand: Operand) -> str:
+        """The element type an operand has when written without a conversion."""
+        return operand_dtype(operand, self.loc)
+
+    def common_dtype(self, operands: Sequence[Operand]) -> str:
+        """numpy's promotion of the operands' dtypes, Python constants being weak."""
+        return common_dtype(operands, self.loc)
+
+    def static(self, operand: Operand) -> Any:
+        """The Python value of a constant operand (tuples of constants too)."""
+        return static_value(operand, self.loc)
+
+    def constant_type(self, operand: Const) -> AbstractValue:
+        """A constant operand's type: its dtype, and its shape when it is an array."""
+        value = operand.value
+        d = self.dtype_of_operand(operand)
+        shape = np.shape(value) if isinstance(value, np.ndarray) else ()
+        return AString() if d == "str" else ATensor(d, tuple(shape)) if shape else AScalar(d)
+
+
+
+def one_device_reasons(target: str) -> dict[Primitive, str]:
+    """Why a flat target (``target`` names it in the message) cannot write the per-device
+    (SPMD) primitives nor vmap's batching ones: the stated reasons every such back end gives."""
+    spmd = (f"a primitive of per-device (SPMD) programs: {target} describes one device's "
+            "program and has no collective communication; export the global program "
+            "(compiled without a mesh), or run the per-device one with anfir.to_jax "
+            "under jax.shard_map")
+    batching = ("a batching primitive of vmap: not supported by this target yet (run the "
+                "batched program with anfir.run or anfir.to_jax)")
+    return {**{prim: spmd for prim in (*collective.COLLECTIVES, collective.axis_size, collective.shard)},
+            **{prim: batching for prim in BATCHING_PRIMITIVES}}
+
+
+
+def static_dims(shape: tuple[Any, ...], what: str, target: str,
+                loc: Optional[Location] = None) -> tuple[int, ...]:
+    """``shape`` with every dimension known (else an :class:`ExportError`: ``what`` needs
+    static dimensions to export to ``target``)."""
+    if not all(isinstance(d, (int, np.integer)) for d in shape):
+        raise ExportError(f"{what} needs static dimensions to export to {target}, not {shape}", loc)
+    return tuple(int(d) for d in shape)
+
+
 __all__ = [
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
-    "is_value_type", "prune", "shape_of_type",
+    "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",
+    "static_value", "operand_leaves", "shape_items", "known_rank_shape", "sum_to_axes",
+    "same_static_shape", "program_properties", "nest_by_structure", "values_by_name",
+    "OperandReader", "one_device_reasons", "static_dims",
 ]

@@ -46,24 +46,24 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.shapes import dims_equal, is_unknown_dim
+from anfir.abstract.shapes import is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor, dim_text
-from anfir.dtypes import dtype_name, is_bool, is_float, is_integer, literal_dtype, numpy_dtype
+from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.flat import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    dtype_of_type, shape_of_type,
+    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
+    nest_by_structure, program_properties, same_static_shape, shape_of_type,
+    one_device_reasons, sum_to_axes, values_by_name,
 )
 from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
+from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
-from anfir.primitives.batching import BATCHING_PRIMITIVES
-from anfir.runtime_values import DType
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -73,6 +73,13 @@ OPSET = 21
 
 EXTRA = "onnx"
 """The extra that installs what this module needs: ``pip install "anfir[onnx]"``."""
+
+NATIVE: frozenset[Primitive] = frozenset({nn.softmax, nn.log_softmax})
+"""The composites of :data:`anfir.decompositions.DECOMPOSITIONS` ONNX writes as its own
+operators (Softmax, LogSoftmax); the others reach :data:`RULES` decomposed.  Not kept:
+LayerNormalization (its statistics are computed in stash_type's f32 for an f64 model),
+Gelu and Softplus (the expansions compute what ``anfir.run`` computes in every dtype;
+ONNX Softplus overflows where anfir's does not)."""
 
 PLACEHOLDER_INITIALIZER_LIMIT = 64
 """Placeholders up to this many elements are initializers; bigger ones ``ConstantOfShape``."""
@@ -106,21 +113,15 @@ def export_onnx(source: Source, entry: Optional[str] = None,
 
 
 def model_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None) -> "onnx.ModelProto":
-    """The ONNX model of an optimized graph (what ``anfir.compile`` returns)."""
+    """The ONNX model of an optimized graph (what ``anfir.compile`` returns).  The composites
+    ONNX does not keep (:data:`NATIVE`) are decomposed in ``graph`` first, in place
+    (:func:`anfir.passes.decompose.decompose`: the graph computes the same values)."""
     onnx = require_onnx()
-    flat = flatten_program(graph)
-    props = {"anfir.entry": graph.name}
-    if graph.abstract is not None:
-        props["anfir.signature"] = str(graph.abstract)
-    for key, value in sorted(graph.flags.items()):
-        if isinstance(value, str):
-            props[f"anfir.flag.{key}"] = value
-    props.update(metadata or {})
-    props["anfir.inputs"] = json.dumps(flat.input_structure)
-    props["anfir.outputs"] = json.dumps(flat.output_structure)
-    props["anfir.scalar_outputs"] = json.dumps(
-        [n for n, t in zip(flat.output_names, flat.output_types) if not isinstance(t, ATensor)])
-    flat.metadata = props
+    flat = flatten_program(decompose(graph, NATIVE))
+    flags = {f"anfir.flag.{key}": value for key, value in sorted(graph.flags.items())
+             if isinstance(value, str)}
+    program_properties(flat, graph.name, None if graph.abstract is None else str(graph.abstract),
+                       {**flags, **(metadata or {})})
     return OnnxWriter(onnx, flat).model(graph.loc)
 
 
@@ -130,22 +131,15 @@ def onnx_inputs(model: "onnx.ModelProto", *args: Any) -> dict[str, np.ndarray]:
     props = {p.key: p.value for p in model.metadata_props}
     structure = json.loads(props.get("anfir.inputs", "[]"))
     types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-    feed: dict[str, np.ndarray] = {}
     if len(structure) != len(args):
         raise ExportError(f"the model takes {len(structure)} arguments, not {len(args)}")
-    stack: list[tuple[Any, Any]] = list(zip(structure, args))
-    while stack:
-        names, value = stack.pop()
-        if names is None:
-            continue
-        if isinstance(names, list):
-            stack.extend(zip(names, value))
-            continue
-        elem = types[names]
+    feed: dict[str, np.ndarray] = {}
+    for name, value in values_by_name(structure, args).items():
+        elem = types[name]
         if elem == _ONNX_TYPES["str"]:
-            feed[names] = np.array(value, dtype=object)
+            feed[name] = np.array(value, dtype=object)
         else:
-            feed[names] = np.asarray(value, dtype=_NUMPY_OF_ELEM[elem])
+            feed[name] = np.asarray(value, dtype=_NUMPY_OF_ELEM[elem])
     return feed
 
 
@@ -166,39 +160,7 @@ def nest_outputs(model: "onnx.ModelProto", outputs: Sequence[Any]) -> Any:
             return item.decode() if isinstance(item, bytes) else item
         return np.asarray(value)
 
-    stack: list[tuple[Any, list[Any], int]] = []
-    if not isinstance(structure, list):
-        return leaf(structure)
-    root: list[Any] = []
-    stack.append((structure, root, 0))
-    while stack:
-        names, out, index = stack.pop()
-        if index >= len(names):
-            continue
-        stack.append((names, out, index + 1))
-        item = names[index]
-        if isinstance(item, list):
-            inner: list[Any] = []
-            out.append(inner)
-            stack.append((item, inner, 0))
-        else:
-            out.append(leaf(item))
-    return _tuples(root)
-
-
-def _tuples(nested: list[Any]) -> tuple[Any, ...]:
-    # Lists to tuples, bottom-up, without recursion.
-    """Nested lists as nested tuples."""
-    order: list[list[Any]] = []
-    stack = [nested]
-    while stack:
-        current = stack.pop()
-        order.append(current)
-        stack.extend(x for x in current if isinstance(x, list))
-    done: dict[int, tuple[Any, ...]] = {}
-    for current in reversed(order):
-        done[id(current)] = tuple(done[id(x)] if isinstance(x, list) else x for x in current)
-    return done[id(nested)]
+    return nest_by_structure(structure, leaf)
 
 
 # -- types -------------------------------------------------------------------------------------
@@ -294,16 +256,6 @@ def logical(op_type: str) -> OnnxRule:
         w.node(op_type, [w.tensor(a, "bool") for a in op.args], [op.results[0].name])
     rule.__doc__ = f"ONNX {op_type}"
     return rule
-
-
-def _softplus(w: OnnxWriter, op: Op) -> None:
-    """softplus as ``Relu(x) + log1p(Exp(-Abs(x)))`` (anfir's overflow-free form; ONNX
-    Softplus overflows)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    w.node("Add", [w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d)],
-           [out.name])
 
 
 def _relu(w: OnnxWriter, op: Op) -> None:
@@ -413,16 +365,7 @@ def _array(w: OnnxWriter, op: Op) -> None:
     """A tensor from elements computed at run time (constant ones are folded before)."""
     out = op.results[0]
     d = w.dtype(out)
-    leaves: list[Operand] = []
-    stack: list[Operand] = [op.args[0]]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        elif isinstance(item, Const) and isinstance(item.value, tuple):
-            stack.extend(reversed([Const(v) for v in item.value]))
-        else:
-            leaves.append(item)
+    leaves = operand_leaves(op.args[0])
     one = w.const(np.array([1], dtype=np.int64), "i64")
     pieces = []
     for leaf in leaves:
@@ -468,31 +411,19 @@ def _dim(w: OnnxWriter, op: Op) -> None:
 
 def _static_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[Any, ...]:
     """An operand's shape from its type (the rank must be known)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs tensors of known rank", w.loc)
-    return shape
+    return known_rank_shape(w.type_of(operand), what, w.loc)
 
 
 def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
                  x_shape_tensor: str, out: str) -> None:
     """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    extra = len(g_shape) - len(x_shape)
-    if extra < 0:
-        raise ExportError("sum_to of a gradient of lower rank than its value", w.loc)
-    axes = list(range(extra)) + [extra + i for i, d in enumerate(x_shape)
-                                 if isinstance(d, int) and d == 1 and g_shape[extra + i] != 1]
+    axes = sum_to_axes(g_shape, x_shape, w.loc)
     if axes:
         reduced = w.temp("summed")
         w.node("ReduceSum", [g, w.const(np.array(axes, dtype=np.int64), "i64")], [reduced],
                keepdims=1)
         g = reduced
     w.node("Reshape", [g, x_shape_tensor], [out])
-
-
-def _same_shape(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two shapes are provably equal."""
-    return len(a) == len(b) and all(dims_equal(x, y) and not is_unknown_dim(x) for x, y in zip(a, b))
 
 
 def _sum_to(w: OnnxWriter, op: Op) -> None:
@@ -502,7 +433,7 @@ def _sum_to(w: OnnxWriter, op: Op) -> None:
     g = w.tensor(g_op, w.dtype(out))
     g_shape = _static_shape(w, g_op, "sum_to")
     x_shape = _static_shape(w, x_op, "sum_to")
-    if _same_shape(g_shape, x_shape):
+    if same_static_shape(g_shape, x_shape):
         w.node("Identity", [g], [out.name])
         return
     shape = w.temp("shape")
@@ -515,7 +446,7 @@ def _broadcast_like(w: OnnxWriter, op: Op) -> None:
     out = op.results[0]
     g_op, x_op = op.args
     g = w.tensor(g_op, w.dtype(out))
-    if _same_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
+    if same_static_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
         w.node("Identity", [g], [out.name])
         return
     shape = w.temp("shape")
@@ -539,62 +470,6 @@ def _unreduce(w: OnnxWriter, op: Op) -> None:
         axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
         g = w.op("Unsqueeze", g, w.ints(axes))
     w.node("Expand", [g, w.op("Shape", w.tensor(x_op))], [out.name])
-
-
-def _swap_last(w: OnnxWriter, name: str, rank: int) -> str:
-    """``name`` with its last two axes swapped."""
-    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
-    out = w.temp("transposed")
-    w.node("Transpose", [name], [out], perm=perm)
-    return out
-
-
-def _unsqueeze(w: OnnxWriter, name: str, axis: int) -> str:
-    """``name`` with a new axis of size 1 at ``axis``."""
-    out = w.temp("unsqueezed")
-    w.node("Unsqueeze", [name, w.const(np.array([axis], dtype=np.int64), "i64")], [out])
-    return out
-
-
-def _matmul_grad(wrt_x: bool) -> OnnxRule:
-    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with
-    numpy's rules for vectors (a row x, a column y) and batches (summed back)."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        if wrt_x:
-            dout_op, y_op, x_op = op.args
-        else:
-            x_op, dout_op, y_op = op.args
-        x_shape = _static_shape(w, x_op, "a matmul gradient")
-        y_shape = _static_shape(w, y_op, "a matmul gradient")
-        x, y, dout = w.tensor(x_op, d), w.tensor(y_op, d), w.tensor(dout_op, d)
-        d_rank = len(_static_shape(w, dout_op, "a matmul gradient"))
-        x2_shape, y2_shape = tuple(x_shape), tuple(y_shape)
-        if len(y_shape) == 1:
-            y = _unsqueeze(w, y, 1)
-            dout = _unsqueeze(w, dout, d_rank)
-            d_rank += 1
-            y2_shape = (y_shape[0], 1)
-        if len(x_shape) == 1:
-            x = _unsqueeze(w, x, 0)
-            dout = _unsqueeze(w, dout, d_rank - 1)
-            d_rank += 1
-            x2_shape = (1, x_shape[0])
-        product = w.temp("product")
-        if wrt_x:
-            w.node("MatMul", [dout, _swap_last(w, y, len(y2_shape))], [product])
-            target, target2 = x_op, x2_shape
-        else:
-            w.node("MatMul", [_swap_last(w, x, len(x2_shape)), dout], [product])
-            target, target2 = y_op, y2_shape
-        rank = max(d_rank, len(target2))
-        shape = w.temp("shape")
-        w.node("Shape", [w.tensor(target)], [shape])
-        _sum_to_rank(w, product, (None,) * (rank - len(target2)) + tuple(target2), target2,
-                     shape, out.name)
-    rule.__doc__ = "MatMul with a transposed operand, summed over broadcast batch axes"
-    return rule
 
 
 def _tangent_dot(w: OnnxWriter, op: Op) -> None:
@@ -757,104 +632,6 @@ def _cosh(w: OnnxWriter, x: str, d: str) -> str:
     return w.op("Mul", w.const(0.5, d), w.op("Add", w.op("Exp", x), w.op("Exp", w.op("Neg", x))))
 
 
-def _softsign(w: OnnxWriter, x: str, d: str) -> str:
-    """x / (1 + |x|)."""
-    return w.op("Div", x, w.op("Add", w.const(1, d), w.op("Abs", x)))
-
-
-def _sigmoid_tanh(w: OnnxWriter, x: str, d: str) -> str:
-    """0.5 * (tanh(0.5 * x) + 1): anfir's overflow-free logistic function."""
-    half = w.const(0.5, d)
-    return w.op("Mul", half, w.op("Add", w.op("Tanh", w.op("Mul", half, x)), w.const(1, d)))
-
-
-def _silu(w: OnnxWriter, x: str, d: str) -> str:
-    """x * sigmoid(x)."""
-    return w.op("Mul", x, _sigmoid_tanh(w, x, d))
-
-
-def _softplus_of(w: OnnxWriter, x: str, d: str) -> str:
-    """relu(x) + log1p(exp(-|x|))."""
-    return w.op("Add", w.op("Relu", x), _log1p(w, w.op("Exp", w.op("Neg", w.op("Abs", x))), d))
-
-
-def _mish(w: OnnxWriter, x: str, d: str) -> str:
-    """x * tanh(softplus(x))."""
-    return w.op("Mul", x, w.op("Tanh", _softplus_of(w, x, d)))
-
-
-def _selu(w: OnnxWriter, x: str, d: str) -> str:
-    """scale * (x where x > 0, else alpha * expm1(x)), PyTorch's constants."""
-    negative = w.op("Mul", w.const(_SELU_ALPHA, d), _expm1(w, x, d))
-    chosen = w.op("Where", w.op("Greater", x, w.const(0, d)), x, negative)
-    return w.op("Mul", w.const(_SELU_SCALE, d), chosen)
-
-
-def _hard_swish(w: OnnxWriter, x: str, d: str) -> str:
-    """x * min(max(x * (1/6) + 0.5, 0), 1)."""
-    inner = w.op("Add", w.op("Mul", x, w.const(1.0 / 6.0, d)), w.const(0.5, d))
-    clipped = w.op("Min", w.op("Max", inner, w.const(0, d)), w.const(1, d))
-    return w.op("Mul", x, clipped)
-
-
-def _gelu(w: OnnxWriter, op: Op) -> None:
-    """x * Φ(x): ``0.5 x (1 + erf(x / √2))``, or the tanh approximation, as anfir computes it."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    one, half = w.const(1, d), w.const(0.5, d)
-    if op.attrs.get("approximate") == "tanh":
-        cube = w.op("Mul", w.op("Mul", w.op("Mul", w.const(0.044715, d), x), x), x)
-        inner = w.op("Mul", w.const(math.sqrt(2.0 / math.pi), d), w.op("Add", x, cube))
-        phi = w.op("Add", one, w.op("Tanh", inner))
-    else:
-        phi = w.op("Add", one, _erf_of(w, w.op("Mul", x, w.const(1.0 / math.sqrt(2.0), d)), d))
-    w.node("Mul", [w.op("Mul", half, x), phi], [out.name])
-
-
-def _leaky_relu(w: OnnxWriter, op: Op) -> None:
-    """x where x >= 0, else alpha * x (alpha in x's dtype: ONNX LeakyRelu's is an f32)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    scaled = w.op("Mul", w.const(op.attrs.get("alpha", 0.01), d), x)
-    w.node("Where", [w.op("GreaterOrEqual", x, w.const(0, d)), x, scaled], [out.name])
-
-
-def _elu(w: OnnxWriter, op: Op) -> None:
-    """x where x > 0, else alpha * expm1(x)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    negative = w.op("Mul", w.const(op.attrs.get("alpha", 1.0), d), _expm1(w, x, d))
-    w.node("Where", [w.op("Greater", x, w.const(0, d)), x, negative], [out.name])
-
-
-def _hard_sigmoid(w: OnnxWriter, op: Op) -> None:
-    """min(max(alpha * x + beta, 0), 1)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    line = w.op("Add", w.op("Mul", w.const(op.attrs.get("alpha", 0.2), d), x),
-                w.const(op.attrs.get("beta", 0.5), d))
-    w.node("Min", [w.op("Max", line, w.const(0, d)), w.const(1, d)], [out.name])
-
-
-def _clip(w: OnnxWriter, op: Op) -> None:
-    """max(x, lo) then min(., hi): bounds from the arguments or the min/max attributes."""
-    out = op.results[0]
-    d = w.dtype(out)
-    result = w.tensor(op.args[0], d)
-    bounds = list(op.args[1:]) + [None] * (3 - len(op.args))
-    lo = bounds[0] if bounds[0] is not None else Const(op.attrs.get("min"))
-    hi = bounds[1] if bounds[1] is not None else Const(op.attrs.get("max"))
-    for bound, op_type in ((lo, "Max"), (hi, "Min")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        result = w.op(op_type, result, w.tensor(bound, d))
-    w.node("Identity", [result], [out.name])
-
-
 def _extreme(reduce_type: str, elementwise: str) -> OnnxRule:
     """max/min: the reduction over the axis attribute, or with two arguments the elementwise op."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -923,21 +700,6 @@ def _fmod(w: OnnxWriter, op: Op) -> None:
     w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=1)], [out.name])
 
 
-def _atan2(w: OnnxWriter, op: Op) -> None:
-    """atan2(y, x) from Atan(y / x) and the quadrant."""
-    out = op.results[0]
-    d = w.dtype(out)
-    y, x = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    zero = w.const(0, d)
-    base = _atan_of(w, w.op("Div", y, x), d)
-    left = w.op("Where", w.op("Less", y, zero), w.op("Sub", base, w.const(math.pi, d)),
-                w.op("Add", base, w.const(math.pi, d)))
-    vertical = w.op("Where", w.op("Greater", y, zero), w.const(math.pi / 2, d),
-                    w.op("Where", w.op("Less", y, zero), w.const(-math.pi / 2, d), zero))
-    result = w.op("Where", w.op("Less", x, zero), left, base)
-    w.node("Where", [w.op("Equal", x, zero), vertical, result], [out.name])
-
-
 def _predicate(op_type: str) -> OnnxRule:
     """IsNaN / IsInf (integers, never nan or inf, are compared as floats)."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -998,36 +760,6 @@ def _arg_extreme(op_type: str) -> OnnxRule:
     return rule
 
 
-def _along_last(w: OnnxWriter, x: str, rank: int, axes: Sequence[int]) -> tuple[str, list[int]]:
-    """``x`` with ``axes`` moved last (in order); the permutation used."""
-    perm = [i for i in range(rank) if i not in axes] + list(axes)
-    return (w.op("Transpose", x, perm=perm) if perm != list(range(rank)) else x), perm
-
-
-def _back(w: OnnxWriter, y: str, perm: list[int], out: str) -> None:
-    """``y`` with the permutation ``perm`` undone, into ``out``."""
-    if perm == sorted(perm):
-        w.node("Identity", [y], [out])
-        return
-    w.node("Transpose", [y], [out], perm=[perm.index(i) for i in range(len(perm))])
-
-
-def _index_grid(w: OnnxWriter, last: str) -> tuple[str, str]:
-    """For the last axis of ``last`` (size n): column indices ``[n, 1]`` and row indices ``[1, n]``."""
-    n = w.op("Gather", w.op("Shape", last), w.const(np.array(-1, dtype=np.int64), "i64"), axis=0)
-    indices = w.op("Range", w.const(np.array(0, dtype=np.int64), "i64"), n,
-                   w.const(np.array(1, dtype=np.int64), "i64"))
-    return w.op("Unsqueeze", indices, w.ints([1])), w.op("Unsqueeze", indices, w.ints([0]))
-
-
-def _products_where(w: OnnxWriter, last: str, keep: str, d: str) -> str:
-    """For each i of the last axis, the product of the elements j where ``keep[i, j]``
-    (an [n, n] boolean): the elements broadcast to [..., n, n], others made 1."""
-    rows = w.op("Unsqueeze", last, w.ints([-2]))
-    chosen = w.op("Where", keep, rows, w.const(1, d))
-    return w.op("ReduceProd", chosen, w.ints([-1]), keepdims=0)
-
-
 def _cumsum(w: OnnxWriter, op: Op) -> None:
     """ONNX CumSum (its exclusive and reverse are numpy's); no axis: of the flattened x."""
     out = op.results[0]
@@ -1040,78 +772,6 @@ def _cumsum(w: OnnxWriter, op: Op) -> None:
            reverse=int(bool(op.attrs.get("reverse"))))
 
 
-def _cumprod(w: OnnxWriter, op: Op) -> None:
-    """Running products (ONNX has no CumProd): for each i, the product of the elements
-    j <= i (j < i exclusive; j >= i reverse) of the axis, exact (no logarithms)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis = op.attrs.get("axis")
-    if axis is None:
-        x, axis, rank = w.op("Reshape", x, w.ints([-1])), 0, 1
-    else:
-        rank = len(_static_shape(w, op.args[0], "cumprod"))
-    last, perm = _along_last(w, x, rank, [int(axis) % rank])
-    i, j = _index_grid(w, last)
-    exclusive, reverse = bool(op.attrs.get("exclusive")), bool(op.attrs.get("reverse"))
-    compare = {(False, False): "LessOrEqual", (True, False): "Less",
-               (False, True): "GreaterOrEqual", (True, True): "Greater"}[(exclusive, reverse)]
-    _back(w, _products_where(w, last, w.op(compare, j, i), d), perm, out.name)
-
-
-def _prod_others(w: OnnxWriter, op: Op) -> None:
-    """For each element, the product of the others of its group of ``prod(x, axis)``:
-    the reduced axes flattened last, a product over an [n, n] mask without the diagonal."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    rank = len(_static_shape(w, op.args[0], "prod_others"))
-    if rank == 0:
-        w.node("ConstantOfShape", [w.ints([])], [out.name], value=w.fill_value(1, d))
-        return
-    axis = w.static(op.args[1])
-    axes = list(range(rank)) if axis is None else sorted(
-        a % rank for a in (axis if isinstance(axis, tuple) else (axis,)))
-    moved, perm = _along_last(w, x, rank, axes)
-    flat = w.op("Reshape", moved, w.ints([0] * (rank - len(axes)) + [-1]))  # 0: keep that axis
-    i, j = _index_grid(w, flat)
-    others = _products_where(w, flat, w.op("Not", w.op("Equal", i, j)), d)
-    _back(w, w.op("Reshape", others, w.op("Shape", moved)), perm, out.name)
-
-
-def _var(root: bool) -> OnnxRule:
-    """Variance (std: its square root) over the axis attribute, divided by n - correction."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-        mean = w.reduce("ReduceMean", x, axis, True)
-        deviation = w.op("Sub", x, mean)
-        total = w.reduce("ReduceSum", w.op("Mul", deviation, deviation), axis, keep)
-        count = w.op("Div", w.cast(w.op("Size", x), "i64", d), w.cast(w.op("Size", mean), "i64", d))
-        denominator = w.op("Sub", count, w.const(op.attrs.get("correction", 0), d))
-        if root:
-            w.node("Sqrt", [w.op("Div", total, denominator)], [out.name])
-        else:
-            w.node("Div", [total, denominator], [out.name])
-    rule.__doc__ = "standard deviation" if root else "variance"
-    return rule
-
-
-def _logsumexp(w: OnnxWriter, op: Op) -> None:
-    """log(sum(exp(x - top))) + top, top the (finite) maximum: no overflow."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    top = w.reduce("ReduceMax", x, axis, True)
-    finite = w.op("Not", w.op("Or", w.op("IsInf", top), w.op("IsNaN", top)))
-    top = w.op("Where", finite, top, w.const(0, d))
-    total = w.reduce("ReduceSum", w.op("Exp", w.op("Sub", x, top)), axis, keep)
-    w.node("Add", [w.op("Log", total), w.op("Reshape", top, w.op("Shape", total))], [out.name])
-
-
 def _all_any(reduce_type: str) -> OnnxRule:
     """all / any: the minimum / maximum of the truth values (as integers)."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -1122,32 +782,6 @@ def _all_any(reduce_type: str) -> OnnxRule:
     return rule
 
 
-def _norm(w: OnnxWriter, op: Op) -> None:
-    """The vector norm for the ord attribute: max/min |x| (±inf), the count of non-zeros
-    (0), sum |x| (1), sqrt(sum x²) (2), (sum |x|^ord)^(1/ord)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axis, keep = op.attrs.get("axis"), bool(op.attrs.get("keepdims"))
-    order = float(op.attrs.get("ord", 2))
-    magnitude = w.op("Abs", x)
-    if order == math.inf:
-        w.reduce("ReduceMax", magnitude, axis, keep, out.name)
-    elif order == -math.inf:
-        w.reduce("ReduceMin", magnitude, axis, keep, out.name)
-    elif order == 0:
-        nonzero = w.cast(w.op("Not", w.op("Equal", x, w.const(0, d))), "bool", d)
-        w.reduce("ReduceSum", nonzero, axis, keep, out.name)
-    elif order == 1:
-        w.reduce("ReduceSum", magnitude, axis, keep, out.name)
-    elif order == 2:
-        w.node("Sqrt", [w.reduce("ReduceSum", w.op("Mul", x, x), axis, keep)], [out.name])
-    else:
-        powered = w.op("Pow", magnitude, w.const(order, d))
-        w.node("Pow", [w.reduce("ReduceSum", powered, axis, keep), w.const(1.0 / order, d)],
-               [out.name])
-
-
 def _reshape_like(w: OnnxWriter, op: Op) -> None:
     """``g`` reshaped to ``x``'s shape."""
     out = op.results[0]
@@ -1155,35 +789,7 @@ def _reshape_like(w: OnnxWriter, op: Op) -> None:
     w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name], allowzero=1)
 
 
-def _clip_grad(w: OnnxWriter, op: Op) -> None:
-    """``g`` where lo <= x <= hi (a None bound is no bound), else 0."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, x_op, lo, hi = op.args
-    g = w.tensor(g_op, d)
-    tests = []
-    for bound, op_type in ((lo, "GreaterOrEqual"), (hi, "LessOrEqual")):
-        if isinstance(bound, Const) and bound.value is None:
-            continue
-        c = w.common_dtype([x_op, bound])
-        tests.append(w.op(op_type, w.tensor(x_op, c), w.tensor(bound, c)))
-    if not tests:
-        w.node("Identity", [g], [out.name])
-        return
-    inside = tests[0] if len(tests) == 1 else w.op("And", *tests)
-    w.node("Where", [inside, g, w.const(0, d)], [out.name])
-
-
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-
 # -- neural-network operators -------------------------------------------------------------------
-def _is_none(operand: Operand) -> bool:
-    """Whether an operand is the constant None (an absent optional tensor)."""
-    return isinstance(operand, Const) and operand.value is None
-
-
 def _softmax(op_type: str) -> OnnxRule:
     """ONNX Softmax / LogSoftmax along the axis attribute."""
     def rule(w: OnnxWriter, op: Op) -> None:
@@ -1196,74 +802,6 @@ def _softmax(op_type: str) -> OnnxRule:
     return rule
 
 
-def _tail_axes(w: OnnxWriter, operand: Operand, axis: int, what: str) -> list[int]:
-    return list(nn_kernels.tail_axes(_rank(w, operand, what), axis))
-
-
-def _normalise(w: OnnxWriter, x: str, axes: list[int], eps: float, d: str) -> str:
-    """(x - mean) / sqrt(var + eps) over ``axes`` (computed in x's dtype, as anfir does:
-    LayerNormalization would compute an f64 model in f32)."""
-    centred = w.op("Sub", x, w.reduce("ReduceMean", x, tuple(axes), True))
-    var = w.reduce("ReduceMean", w.op("Mul", centred, centred), tuple(axes), True)
-    return w.op("Div", centred, w.op("Sqrt", w.op("Add", var, w.const(eps, d))))
-
-
-def _layer_norm(w: OnnxWriter, op: Op) -> None:
-    """layer_norm over the axes from ``axis`` to the end, then scale and bias."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axes = _tail_axes(w, op.args[0], int(op.attrs.get("axis", -1)), "layer_norm")
-    y = _normalise(w, x, axes, float(op.attrs.get("eps", 1e-5)), d)
-    for operand, op_type in zip(op.args[1:], ("Mul", "Add")):
-        if not _is_none(operand):
-            y = w.op(op_type, y, w.tensor(operand, d))
-    w.node("Identity", [y], [out.name])
-
-
-def _rms_norm(w: OnnxWriter, op: Op) -> None:
-    """x / sqrt(mean(x^2) + eps) over the axes from ``axis``, times scale."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    axes = _tail_axes(w, op.args[0], int(op.attrs.get("axis", -1)), "rms_norm")
-    mean = w.reduce("ReduceMean", w.op("Mul", x, x), tuple(axes), True)
-    eps = w.const(float(op.attrs.get("eps", 1e-6)), d)
-    y = w.op("Div", x, w.op("Sqrt", w.op("Add", mean, eps)))
-    if len(op.args) > 1 and not _is_none(op.args[1]):
-        y = w.op("Mul", y, w.tensor(op.args[1], d))
-    w.node("Identity", [y], [out.name])
-
-
-def _channel_view_of(w: OnnxWriter, s: str, rank: int) -> str:
-    """A (C,) tensor as (C, 1, ..., 1) against a tensor of ``rank``."""
-    if rank <= 2:
-        return s
-    return w.op("Unsqueeze", s, w.ints(list(range(1, rank - 1))))
-
-
-def _channel_norm(grouped: bool) -> OnnxRule:
-    """group_norm / instance_norm: normalise (groups of) channels, per-channel affine map."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        x = w.tensor(op.args[0], d)
-        rank = _rank(w, op.args[0], "a channel norm")
-        scale, bias = op.args[-2:]
-        eps = float(op.attrs.get("eps", 1e-5))
-        if grouped:
-            groups = int(w.static(op.args[1]))
-            viewed = w.op("Reshape", x, w.ints([0, groups, -1]))
-            normal = _normalise(w, viewed, [2], eps, d)
-            normal = w.op("Reshape", normal, w.op("Shape", x))
-        else:
-            normal = _normalise(w, x, list(range(2, rank)), eps, d)
-        scaled = w.op("Mul", normal, _channel_view_of(w, w.tensor(scale, d), rank))
-        w.node("Add", [scaled, _channel_view_of(w, w.tensor(bias, d), rank)], [out.name])
-    rule.__doc__ = "group normalisation" if grouped else "instance normalisation"
-    return rule
-
-
 def _einsum(w: OnnxWriter, op: Op) -> None:
     """ONNX Einsum with the constant spec."""
     out = op.results[0]
@@ -1271,200 +809,6 @@ def _einsum(w: OnnxWriter, op: Op) -> None:
     spec = w.static(op.args[0])
     w.node("Einsum", [w.tensor(a, d) for a in op.args[1:]], [out.name],
            equation=str(spec).replace(" ", ""))
-
-
-def _attention_scale_of(w: OnnxWriter, q: Operand, scale: Any, d: str) -> str:
-    """The attention scale as a constant of dtype ``d`` (1/sqrt(E) needs a known E)."""
-    shape = _static_shape(w, q, "attention")
-    if scale is None and not isinstance(shape[-1], int):
-        e = w.cast(w.op("Gather", w.op("Shape", w.tensor(q)), w.const(np.array(-1, np.int64), "i64"),
-                        axis=0), "i64", d)
-        return w.op("Reciprocal", w.op("Sqrt", e))
-    return w.const(nn_kernels.default_scale(shape, scale), d)
-
-
-def _probs(w: OnnxWriter, op: Op, d: str) -> str:
-    """softmax(q @ kᵀ * scale + mask) (causal: keys j <= i) of an attention op."""
-    q_op, k_op = op.args[0], op.args[1]
-    mask_op = op.args[2] if op.prim is nn.attention_probs else \
-        (op.args[3] if len(op.args) > 3 else None)
-    q, k = w.tensor(q_op, d), w.tensor(k_op, d)
-    rank = _rank(w, k_op, "attention")
-    logits = w.op("Mul", w.op("MatMul", q, w.op("Transpose", k, perm=list(range(rank - 2)) +
-                                                 [rank - 1, rank - 2])),
-                  _attention_scale_of(w, q_op, op.attrs.get("scale"), d))
-    keep = None
-    if op.attrs.get("causal"):
-        q_shape, k_shape = _static_shape(w, q_op, "attention"), _static_shape(w, k_op, "attention")
-        if not isinstance(q_shape[-2], int) or not isinstance(k_shape[-2], int):
-            raise ExportError("a causal attention needs known sequence lengths to export", w.loc)
-        keep = w.const(np.tril(np.ones((q_shape[-2], k_shape[-2]), dtype=bool)), "bool")
-    if mask_op is not None and not _is_none(mask_op):
-        if w.dtype_of_operand(mask_op) == "bool":
-            mask = w.tensor(mask_op, "bool")
-            keep = mask if keep is None else w.op("And", keep, mask)
-        else:
-            logits = w.op("Add", logits, w.tensor(mask_op, d))
-    if keep is not None:
-        logits = w.op("Where", keep, logits, w.const(-np.inf, d))
-    return w.op("Softmax", logits, axis=-1)
-
-
-def _attention(w: OnnxWriter, op: Op) -> None:
-    """Scaled dot-product attention from MatMul, Softmax and Where."""
-    out = op.results[0]
-    d = w.dtype(out)
-    w.node("MatMul", [_probs(w, op, d), w.tensor(op.args[2], d)], [out.name])
-
-
-def _attention_probs(w: OnnxWriter, op: Op) -> None:
-    """The weights of attention."""
-    out = op.results[0]
-    w.node("Identity", [_probs(w, op, w.dtype(out))], [out.name])
-
-
-def _attention_scale(w: OnnxWriter, op: Op) -> None:
-    """The scale attention uses."""
-    out = op.results[0]
-    w.node("Identity", [_attention_scale_of(w, op.args[0], op.attrs.get("scale"), w.dtype(out))],
-           [out.name])
-
-
-def _swap_last_rule(w: OnnxWriter, op: Op) -> None:
-    """Transpose of the last two axes."""
-    out = op.results[0]
-    rank = _rank(w, op.args[0], "swap_last")
-    w.node("Identity", [_swap_last(w, w.tensor(op.args[0], w.dtype(out)), rank)], [out.name])
-
-
-def _mask_cotangent(w: OnnxWriter, op: Op) -> None:
-    """Zeros for a bool mask, else the gradient summed to the mask's shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, mask_op = op.args
-    if w.dtype_of_operand(mask_op) == "bool":
-        w.node("ConstantOfShape", [w.op("Shape", w.tensor(mask_op))], [out.name],
-               value=w.fill_value(0, d))
-        return
-    _sum_to_rank(w, w.tensor(g_op, d), _static_shape(w, g_op, "attention"),
-                 _static_shape(w, mask_op, "attention"), w.op("Shape", w.tensor(mask_op)), out.name)
-
-
-def _loss_reduced(w: OnnxWriter, x: str, reduction: str, out: str) -> None:
-    """A per-element loss reduced as asked (none, sum, mean) into ``out``."""
-    if reduction == "none":
-        w.node("Identity", [x], [out])
-    else:
-        w.reduce("ReduceSum" if reduction == "sum" else "ReduceMean", x, None, False, out)
-
-
-def _loss_reduce(w: OnnxWriter, op: Op) -> None:
-    """loss_reduce: Identity, ReduceSum or ReduceMean."""
-    out = op.results[0]
-    _loss_reduced(w, w.tensor(op.args[0], w.dtype(out)), str(op.attrs.get("reduction", "mean")),
-                  out.name)
-
-
-def _loss_spread(w: OnnxWriter, op: Op) -> None:
-    """loss_spread: Identity, or the gradient expanded (divided by the count for mean)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.tensor(op.args[0], d)
-    reduction = op.attrs.get("reduction", "mean")
-    if reduction == "none":
-        w.node("Identity", [g], [out.name])
-        return
-    like = w.tensor(op.args[1])
-    if reduction == "mean":
-        count = w.op("Max", w.op("Size", like), w.const(np.array(1, np.int64), "i64"))
-        g = w.op("Div", g, w.cast(count, "i64", d))
-    w.node("Expand", [g, w.op("Shape", like)], [out.name])
-
-
-def _one_hot(w: OnnxWriter, target: Operand, like: Operand, axis: int, d: str) -> str:
-    """One-hot of the class indices along ``axis`` of ``like``, in dtype ``d``."""
-    rank = _rank(w, like, "a loss")
-    ax = axis % rank
-    classes = w.op("Gather", w.op("Shape", w.tensor(like)), w.const(np.array(ax, np.int64), "i64"),
-                   axis=0)
-    zero, one = w.const(np.array(0, np.int64), "i64"), w.const(np.array(1, np.int64), "i64")
-    labels = w.op("Reshape", w.op("Range", zero, classes, one),
-                  w.ints([-1] + [1] * (rank - ax - 1)))
-    picked = w.op("Equal", w.op("Unsqueeze", w.tensor(target, "i64"), w.ints([ax])), labels)
-    return w.cast(picked, "bool", d)
-
-
-def _class_mask(w: OnnxWriter, op: Op) -> None:
-    """One-hot of the targets."""
-    out = op.results[0]
-    w.node("Identity", [_one_hot(w, op.args[0], op.args[1], int(op.attrs.get("axis", -1)),
-                                 w.dtype(out))], [out.name])
-
-
-def _nll(log_softmax: bool) -> OnnxRule:
-    """nll_loss (or cross_entropy: LogSoftmax first) from a one-hot mask."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        axis = int(op.attrs.get("axis", -1))
-        lp = w.tensor(op.args[0], d)
-        if log_softmax:
-            lp = w.op("LogSoftmax", lp, axis=axis)
-        mask = _one_hot(w, op.args[1], op.args[0], axis, d)
-        picked = w.op("Neg", w.reduce("ReduceSum", w.op("Mul", lp, mask), axis, False))
-        _loss_reduced(w, picked, str(op.attrs.get("reduction", "mean")), out.name)
-    rule.__doc__ = "cross entropy" if log_softmax else "negative log-likelihood"
-    return rule
-
-
-def _mse_loss(w: OnnxWriter, op: Op) -> None:
-    """The reduced squared difference."""
-    out = op.results[0]
-    d = w.dtype(out)
-    diff = w.op("Sub", w.tensor(op.args[0], d), w.tensor(op.args[1], d))
-    _loss_reduced(w, w.op("Mul", diff, diff), str(op.attrs.get("reduction", "mean")), out.name)
-
-
-def _dropout(w: OnnxWriter, op: Op) -> None:
-    """Identity unless training; then the mask, drawn at export from the constant seed
-    (ONNX Dropout's own generator would give another mask than anfir.run)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x = w.tensor(op.args[0], d)
-    if not op.attrs.get("training"):
-        w.node("Identity", [x], [out.name])
-        return
-    shape = _static_shape(w, op.args[0], "dropout")
-    if not all(isinstance(s, int) for s in shape):
-        raise ExportError("a training dropout needs a known shape to export", w.loc)
-    rate, key = float(w.static(op.args[1])), int(w.static(op.args[2]))
-    if rate == 1.0:
-        w.node("Mul", [x, w.const(0, d)], [out.name])
-        return
-    keep = nn_kernels.dropout_keep(shape, rate, key).astype(numpy_dtype(d)) / (1.0 - rate)
-    w.node("Mul", [x, w.const(keep, d)], [out.name])
-
-
-def _tail_mean(w: OnnxWriter, op: Op) -> None:
-    """ReduceMean over the axes from ``axis`` to the end, kept."""
-    out = op.results[0]
-    axes = _tail_axes(w, op.args[0], int(op.attrs.get("axis", -1)), "tail_mean")
-    w.reduce("ReduceMean", w.tensor(op.args[0], w.dtype(out)), tuple(axes), True, out.name)
-
-
-def _channel_view(w: OnnxWriter, op: Op) -> None:
-    """A (C,) vector as (C, 1, ..., 1)."""
-    out = op.results[0]
-    s = w.tensor(op.args[0], w.dtype(out))
-    w.node("Identity", [_channel_view_of(w, s, _rank(w, op.args[1], "a channel norm"))],
-           [out.name])
-
-
-def _group_view(w: OnnxWriter, op: Op) -> None:
-    """(N, C, ...) as (N, groups, -1)."""
-    out = op.results[0]
-    x = w.tensor(op.args[0], w.dtype(out))
-    w.node("Reshape", [x, w.ints([0, int(w.static(op.args[1])), -1])], [out.name])
 
 
 def _einsum_ones(w: OnnxWriter, op: Op) -> None:
@@ -1541,7 +885,7 @@ def _conv(w: OnnxWriter, op: Op) -> None:
     d = w.dtype(out)
     n = _rank(w, op.args[1], "conv") - 2
     inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
-    bias = _bias_operand(op) if op.prim.name == "conv" else None
+    bias = _bias_operand(op) if op.prim is conv.conv else None
     if bias is not None:
         inputs.append(w.tensor(bias, d))
     w.node("Conv", inputs, [out.name], **_conv_attrs(w, op, n))
@@ -1779,7 +1123,6 @@ RULES: dict[Primitive, OnnxRule] = {
     arith.minimum: binary("Min"),
     arith.sigmoid: unary("Sigmoid"),
     arith.relu: _relu,
-    arith.softplus: _softplus,
     arith.lt: compare("Less"),
     arith.le: compare("LessOrEqual"),
     arith.gt: compare("Greater"),
@@ -1807,14 +1150,10 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
     gradient.unreduce: _unreduce,
-    gradient.matmul_dx: _matmul_grad(wrt_x=True),
-    gradient.matmul_dy: _matmul_grad(wrt_x=False),
     gradient.size: _size,
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
     gradient.reshape_like: _reshape_like,
-    gradient.prod_others: _prod_others,
-    gradient.clip_grad: _clip_grad,
     elementwise.erf: _float_unary(_erf),
     elementwise.expm1: _float_unary(_expm1),
     elementwise.log1p: _float_unary(_log1p),
@@ -1830,20 +1169,9 @@ RULES: dict[Primitive, OnnxRule] = {
     elementwise.cosh: _float_unary(_cosh),
     elementwise.asin: _float_unary(_asin),
     elementwise.acos: _float_unary(_acos),
-    elementwise.softsign: _float_unary(_softsign),
-    elementwise.silu: _float_unary(_silu),
-    elementwise.mish: _float_unary(_mish),
-    elementwise.gelu: _gelu,
-    elementwise.leaky_relu: _leaky_relu,
-    elementwise.elu: _elu,
-    elementwise.selu: _float_unary(_selu),
-    elementwise.hard_sigmoid: _hard_sigmoid,
-    elementwise.hard_swish: _float_unary(_hard_swish),
-    elementwise.clip: _clip,
     elementwise.floor_div: _floor_div,
     elementwise.mod: _mod,
     elementwise.fmod: _fmod,
-    elementwise.atan2: _atan2,
     elementwise.isnan: _predicate("IsNaN"),
     elementwise.isinf: _predicate("IsInf"),
     elementwise.logical_xor: logical("Xor"),
@@ -1855,38 +1183,14 @@ RULES: dict[Primitive, OnnxRule] = {
     reduce.max_: _extreme("ReduceMax", "Max"),
     reduce.min_: _extreme("ReduceMin", "Min"),
     reduce.prod: _reduce("ReduceProd"),
-    reduce.var: _var(root=False),
-    reduce.std: _var(root=True),
-    reduce.logsumexp: _logsumexp,
     reduce.all_: _all_any("ReduceMin"),
     reduce.any_: _all_any("ReduceMax"),
-    reduce.norm: _norm,
     reduce.argmax: _arg_extreme("ArgMax"),
     reduce.argmin: _arg_extreme("ArgMin"),
     reduce.cumsum: _cumsum,
-    reduce.cumprod: _cumprod,
     nn.softmax: _softmax("Softmax"),
     nn.log_softmax: _softmax("LogSoftmax"),
-    nn.layer_norm: _layer_norm,
-    nn.rms_norm: _rms_norm,
-    nn.group_norm: _channel_norm(grouped=True),
-    nn.instance_norm: _channel_norm(grouped=False),
     nn.einsum: _einsum,
-    nn.attention: _attention,
-    nn.cross_entropy: _nll(log_softmax=True),
-    nn.nll_loss: _nll(log_softmax=False),
-    nn.mse_loss: _mse_loss,
-    nn.dropout: _dropout,
-    nn.tail_mean: _tail_mean,
-    nn.swap_last: _swap_last_rule,
-    nn.attention_probs: _attention_probs,
-    nn.attention_scale: _attention_scale,
-    nn.mask_cotangent: _mask_cotangent,
-    nn.loss_reduce: _loss_reduce,
-    nn.loss_spread: _loss_spread,
-    nn.class_mask: _class_mask,
-    nn.channel_view: _channel_view,
-    nn.group_view: _group_view,
     nn.einsum_ones: _einsum_ones,
     DIM: _dim,
     **_conv_family_rules(),
@@ -1897,25 +1201,14 @@ takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 
 RULES.update(SHAPING_RULES)
 
-_SPMD_REASON = ("a primitive of per-device (SPMD) programs: ONNX describes one device's "
-                "program and has no collective communication; export the global program "
-                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
-                "under jax.shard_map")
-
 UNSUPPORTED: dict[Primitive, str] = {
-    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
-                                       collective.shard)},
+    **one_device_reasons("ONNX"),
     **UNSUPPORTED_SHAPING,
     **{prim: "ONNX has no complex element types in its operators (complex64/128 are "
              "storage types only: no Real, Imag or Complex operator)"
        for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
     nn.einsum_grad_spec: "it computes a string from constants, which constant folding does "
                          "before export; ONNX has no string-valued equation input",
-    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
-    # evaluator and through to_jax; this target does not take them yet.
-    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
-             "batched program with anfir.run or anfir.to_jax)"
-       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 
@@ -1941,7 +1234,7 @@ class _Task:
     pos: int = 0
 
 
-class OnnxWriter:
+class OnnxWriter(OperandReader):
     """Writes a :class:`FlatProgram` as an ONNX model; the helpers rules use are here."""
 
     def __init__(self, onnx: Any, program: FlatProgram) -> None:
@@ -2140,44 +1433,8 @@ class OnnxWriter:
         if isinstance(operand, Undefined):
             return _placeholder_type(operand.type)
         if isinstance(operand, Const):
-            value = operand.value
-            d = self.dtype_of_operand(operand)
-            shape = np.shape(value) if isinstance(value, np.ndarray) else ()
-            return AString() if d == "str" else ATensor(d, tuple(shape)) if shape else AScalar(d)
+            return self.constant_type(operand)
         raise ExportError(f"a tuple where a tensor is needed ({operand!r})", self.loc)
-
-    def dtype_of_operand(self, operand: Operand) -> str:
-        """The element type an operand has when written without a conversion."""
-        if isinstance(operand, (Value, Undefined)):
-            return dtype_of_type(operand.type)
-        if isinstance(operand, Const):
-            if operand.type is not None:
-                return dtype_of_type(operand.type)
-            value = operand.value
-            if isinstance(value, (np.ndarray, np.generic)):
-                return dtype_name(value.dtype) or "f64"
-            if isinstance(value, str):
-                return "str"
-            found = literal_dtype(value)
-            if found is None:
-                raise ExportError(f"the constant {value!r} is not a tensor", self.loc)
-            return found
-        raise ExportError("a tuple where a tensor is needed", self.loc)
-
-    def common_dtype(self, operands: Sequence[Operand]) -> str:
-        """numpy's promotion of the operands' dtypes, Python constants being weak
-        (``x < 0`` compares an f32 ``x`` as f32)."""
-        strong = [self.dtype_of_operand(o) for o in operands if not _is_weak(o)]
-        weak = [self.dtype_of_operand(o) for o in operands if _is_weak(o)]
-        if not strong:
-            return dtype_name(np.result_type(*[numpy_dtype(d) for d in weak])) or "f64"
-        result = dtype_name(np.result_type(*[numpy_dtype(d) for d in strong])) or "f64"
-        for d in weak:
-            if is_float(d) and not is_float(result):
-                result = "f64"
-            elif is_integer(d) and is_bool(result):
-                result = "i64"
-        return result
 
     def tensor(self, operand: Operand, dtype: Optional[str] = None) -> str:
         """The name of a tensor holding ``operand`` (converted to ``dtype`` when given)."""
@@ -2198,24 +1455,9 @@ class OnnxWriter:
         self.node("Cast", [name], [out], to=_ONNX_TYPES[want])
         return out
 
-    def static(self, operand: Operand) -> Any:
-        """The Python value of a constant operand (tuples of constants too)."""
-        if isinstance(operand, Const):
-            value = operand.value
-            return value.name if isinstance(value, DType) else value
-        if isinstance(operand, tuple):
-            return tuple(self.static(o) for o in operand)
-        raise ExportError("an argument that must be a constant to export is known only at "
-                          "run time", self.loc)
-
     def shape_tensor(self, operand: Operand) -> str:
         """A 1-D i64 tensor from a shape operand (a tuple of constants and i64 values)."""
-        items = operand if isinstance(operand, tuple) else None
-        if items is None and isinstance(operand, Const):
-            value = operand.value
-            items = tuple(Const(v) for v in value) if isinstance(value, tuple) else (operand,)
-        if items is None:
-            items = (operand,)
+        items = shape_items(operand)
         if all(isinstance(i, Const) for i in items):
             dims = [int(i.value) for i in items if isinstance(i, Const)]
             return self.const(np.array(dims, dtype=np.int64), "i64")
@@ -2271,12 +1513,6 @@ class OnnxWriter:
         """A typed ``ValueInfoProto`` (dtype and dims, symbolic ones as dim_params)."""
         dtype = _exportable(dtype_of_type(t), self.loc)
         return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype], _dims(t))
-
-
-def _is_weak(operand: Operand) -> bool:
-    """A Python constant of no declared type: it takes the other operand's dtype."""
-    return isinstance(operand, Const) and operand.type is None and not isinstance(
-        operand.value, (np.ndarray, np.generic))
 
 
 _PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",

@@ -4,8 +4,8 @@ primitives/indexing.py), merged into :data:`anfir.interop.onnx_export.RULES`.
 Most map to one ONNX operator (Concat, Slice, Pad, Squeeze, Expand, Tile,
 Trilu, Gather, GatherElements, GatherND, ScatterElements, ScatterND).  The
 gradient helpers that are linear maps fixed by static shapes (``slice_grad``,
-``pad_grad``) are written as a scatter-add of the flattened gradient into
-positions computed here with the primitive's own numpy helpers.  Primitives
+``pad_grad``, ``tile_grad``) reach ONNX decomposed (anfir/decompositions/shaping.py:
+a scatter-add of the flattened gradient, a reshape and a sum).  Primitives
 that return a tuple (``split``, ``topk``, ``stack_grad``, ``concat_grad``) write
 one ONNX output per item.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from anfir.dtypes import numpy_dtype
 from anfir.errors import ExportError
-from anfir.interop.flat import Op, shape_of_type
+from anfir.interop.flat import Op, known_rank_shape, static_dims
 from anfir.ir.primitive import Primitive
 from anfir.primitives import indexing, shaping
 
@@ -30,17 +30,11 @@ INT_MAX = np.iinfo(np.int64).max
 
 
 def _shape(w: "OnnxWriter", operand: Any, what: str) -> tuple[Any, ...]:
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None:
-        raise ExportError(f"{what} needs a tensor of known rank", w.loc)
-    return tuple(shape)
+    return tuple(known_rank_shape(w.type_of(operand), what, w.loc))
 
 
 def _ints_shape(w: "OnnxWriter", operand: Any, what: str) -> tuple[int, ...]:
-    shape = _shape(w, operand, what)
-    if not all(isinstance(d, int) for d in shape):
-        raise ExportError(f"{what} needs static dimensions to export, not {shape}", w.loc)
-    return tuple(int(d) for d in shape)
+    return static_dims(_shape(w, operand, what), what, "ONNX", w.loc)
 
 
 def _zeros_like(w: "OnnxWriter", x: str, d: str) -> str:
@@ -81,31 +75,8 @@ def _slice(w: "OnnxWriter", op: Op) -> None:
     w.node("Slice", [w.tensor(op.args[0], w.dtype(out)), *_slice_inputs(w, rank, op.attrs)], [out.name])
 
 
-def _flat_scatter(w: "OnnxWriter", op: Op, positions: np.ndarray, sources: np.ndarray,
-                  shape: tuple[int, ...]) -> None:
-    """out (of shape) = zeros, then out.flat[positions[k]] += dout.flat[sources[k]]."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.op("Reshape", w.tensor(op.args[0], d), w.ints([-1]))
-    picked = w.op("Gather", g, w.ints(sources.tolist()), axis=0)
-    zeros = w.const(np.zeros(int(np.prod(shape)), dtype=np.float64).astype(_np(d)), d)
-    summed = w.op("ScatterElements", zeros, w.ints(positions.tolist()), picked, axis=0,
-                  reduction="add")
-    w.node("Reshape", [summed, w.ints(list(shape))], [out.name])
-
-
 def _np(d: str) -> Any:
     return numpy_dtype(d)
-
-
-def _slice_grad(w: "OnnxWriter", op: Op) -> None:
-    """dout scattered into zeros at the positions slice took (static shape)."""
-    shape = _ints_shape(w, op.args[1], "slice_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    a = op.attrs
-    taken = shaping.slice_.impl(where, a["starts"], a["ends"], a["axes"], a["steps"])
-    positions = np.asarray(taken).reshape(-1)
-    _flat_scatter(w, op, positions, np.arange(positions.size), shape)
 
 
 def _pad(w: "OnnxWriter", op: Op) -> None:
@@ -125,15 +96,6 @@ def _pad(w: "OnnxWriter", op: Op) -> None:
         return
     w.node("Slice", [padded, w.ints([c[1] for c in crop]), w.ints([c[2] for c in crop]),
                      w.ints([c[0] for c in crop])], [out.name])
-
-
-def _pad_grad(w: "OnnxWriter", op: Op) -> None:
-    """Each padded element's gradient added to its source (static shape)."""
-    shape = _ints_shape(w, op.args[1], "pad_grad")
-    where = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    sources = np.asarray(shaping.pad.impl(where, op.attrs["pads"], op.attrs["mode"], -1)).reshape(-1)
-    keep = np.nonzero(sources >= 0)[0]
-    _flat_scatter(w, op, sources[keep], keep, shape)
 
 
 def _squeeze(w: "OnnxWriter", op: Op) -> None:
@@ -188,17 +150,6 @@ def _tile(w: "OnnxWriter", op: Op) -> None:
     if len(dims) > rank:
         x = w.op("Unsqueeze", x, w.ints(list(range(len(dims) - rank))))
     w.node("Tile", [x, w.ints(counts)], [out.name])
-
-
-def _tile_grad(w: "OnnxWriter", op: Op) -> None:
-    """Reshape to (rep, dim) pairs, ReduceSum over the reps, Reshape to x's shape."""
-    out = op.results[0]
-    shape = _ints_shape(w, op.args[1], "tile_grad")
-    _, counts, dims = _tile_input(w, op, "tile_grad")
-    interleaved = [int(v) for pair in zip(counts, dims) for v in pair]
-    g = w.op("Reshape", w.tensor(op.args[0], w.dtype(out)), w.ints(interleaved))
-    summed = w.op("ReduceSum", g, w.ints(list(range(0, 2 * len(dims), 2))), keepdims=0)
-    w.node("Reshape", [summed, w.ints(list(shape))], [out.name])
 
 
 def _flip(w: "OnnxWriter", op: Op) -> None:
@@ -410,9 +361,9 @@ SHAPING_RULES: dict[Primitive, Rule] = {
     shaping.split: _split, shaping.concat_grad: _concat_grad, shaping.stack_grad: _stack_grad,
     indexing.topk: _topk,
     shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice,
-    shaping.slice_grad: _slice_grad, shaping.pad: _pad, shaping.pad_grad: _pad_grad,
+    shaping.pad: _pad,
     shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
-    shaping.expand: _expand, shaping.tile: _tile, shaping.tile_grad: _tile_grad,
+    shaping.expand: _expand, shaping.tile: _tile,
     shaping.flip: _flip, shaping.roll: lambda w, op: _roll_with(w, op, 1),
     shaping.roll_back: lambda w, op: _roll_with(w, op, -1),
     shaping.tril: _triangle(0), shaping.triu: _triangle(1), shaping.rank: _rank,

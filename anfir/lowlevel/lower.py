@@ -27,7 +27,9 @@ import numpy as np
 from anfir.abstract.values import AbstractValue, AScalar, ATensor
 from anfir.dtypes import TYPE_NAMES, dtype_name, numpy_dtype
 from anfir.errors import AnfirError
-from anfir.interop.flat import Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Undefined, Value
+from anfir.interop.flat import (
+    Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Undefined, Value, nest_by_structure,
+)
 from anfir.interop.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
@@ -252,21 +254,7 @@ def _renamed(structure: Any, names: dict[str, str]) -> Any:
 
 def _structure(structure: Any, buffers: dict[str, Buffer]) -> Structure:
     """A flat structure (names, None, lists) as buffers, None and tuples."""
-    if isinstance(structure, str):
-        return buffers[structure]
-    if structure is None:
-        return None
-    order: list[list[Any]] = []
-    stack = [structure]
-    while stack:
-        current = stack.pop()
-        order.append(current)
-        stack.extend(x for x in current if isinstance(x, list))
-    done: dict[int, tuple[Any, ...]] = {}
-    for current in reversed(order):
-        done[id(current)] = tuple(done[id(x)] if isinstance(x, list)
-                                  else (buffers[x] if isinstance(x, str) else None) for x in current)
-    return done[id(structure)]
+    return nest_by_structure(structure, lambda name: buffers[name] if isinstance(name, str) else None)
 
 
 __all__ = ["Lowerer", "LoweringError", "concrete_type", "lower_graph"]

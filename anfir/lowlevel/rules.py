@@ -29,16 +29,14 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from anfir.interop.flat import DIM
+from anfir.interop.flat import DIM, one_device_reasons
 from anfir.ir.primitive import Primitive
 from anfir.lowlevel import kernels
 from anfir.lowlevel.kernels import ScratchFactory
 from anfir.lowlevel.program import COPY
-from anfir.primitives import collective  # the SPMD primitives: stated reasons
 from anfir.primitives import (arith, complexes, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                               structure, tensor)
 from anfir.primitives import loops
-from anfir.primitives.batching import BATCHING_PRIMITIVES
 from anfir.primitives import checkpointing
 
 
@@ -345,14 +343,8 @@ RULES: dict[Primitive, LowRule] = {
 
 _WALKED = "taken apart by the flattening walk (anfir/interop/flatten.py) before lowering"
 
-_SPMD_REASON = ("a primitive of per-device (SPMD) programs: the low-level buffer program describes one device's "
-                "program and has no collective communication; export the global program "
-                "(compiled without a mesh), or run the per-device one with anfir.to_jax "
-                "under jax.shard_map")
-
 UNLOWERED: dict[Primitive, str] = {
-    **{prim: _SPMD_REASON for prim in (*collective.COLLECTIVES, collective.axis_size,
-                                       collective.shard)},
+    **one_device_reasons("the low-level buffer program"),
     DIM: "a dimension known only at run time: the low level needs concrete shapes",
     structure.make_tuple: _WALKED, structure.tuple_getitem: _WALKED, structure.len_: _WALKED,
     structure.partial: _WALKED, structure.identity: _WALKED, structure.stop_gradient: _WALKED,
@@ -365,11 +357,6 @@ UNLOWERED: dict[Primitive, str] = {
        for prim in (shaping.split, shaping.concat_grad, shaping.stack_grad, indexing.topk)},
     nn.einsum_grad_spec: "it computes a string (an einsum equation) from constants, which "
                          "constant folding does before lowering; buffers hold no strings",
-    # vmap's primitives (anfir/primitives/batching.py): batched programs run on the
-    # evaluator and through to_jax; this target does not take them yet.
-    **{prim: "a batching primitive of vmap: not supported by this target yet (run the "
-             "batched program with anfir.run or anfir.to_jax)"
-       for prim in BATCHING_PRIMITIVES},
 }
 """Primitives that never become an instruction, with the reason."""
 

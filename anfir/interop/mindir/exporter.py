@@ -46,7 +46,9 @@ from anfir.ir.manager import analyse
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
+from anfir.decompositions import DECOMPOSITIONS
 from anfir.passes import ad
+from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import PHASES, Phase, compile_program
 from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.conv import conv_params
@@ -364,7 +366,15 @@ def _static(node: Node, what: str) -> Any:
 
 @_rule(structure.make_tuple)
 def _make_tuple(w: Writer, node: CNode) -> str:
-    return w.emit("MakeTuple", [w.ref(a) for a in node.args])
+    # An int constant item is an anfir Python int (a reshape's (b, l, 4, -1)): a scalar
+    # value node, as the items computed next to it are, not a 0-d tensor.
+    return w.emit("MakeTuple", [_tuple_item(w, a) for a in node.args])
+
+
+def _tuple_item(w: Writer, node: Node) -> str:
+    if isinstance(node, ValueNode) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return w.constant(node.value, scalar=True)
+    return w.ref(node)
 
 
 @_rule(structure.tuple_getitem)
@@ -711,6 +721,13 @@ def _numpy(dtype: str) -> Any:
     return BY_NAME[dtype].numpy
 
 
+def native() -> frozenset[Primitive]:
+    """The composites of :data:`anfir.decompositions.DECOMPOSITIONS` MindSpore has as ops of
+    its own (those :data:`RULES` writes: ``Softmax``, ``LogSoftmax``, ``Softplus``...); the
+    others are decomposed into core primitives before the graphs are written."""
+    return frozenset(p for p in DECOMPOSITIONS if p in RULES)
+
+
 def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
                   path: Optional[str] = None, params: Optional[dict[str, Any]] = None) -> bytes:
     """Compile ``source``'s entry for ``args`` and write it as ``.mindir`` bytes (and to
@@ -723,7 +740,7 @@ def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Seque
     phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run else p
               for p in PHASES]
     graph = compile_program(source, entry=entry, args=args, phases=phases).graph
-    model = Writer(params).run(graph)
+    model = Writer(params).run(decompose(graph, native()))
     data: bytes = model.SerializeToString(deterministic=True)
     if path is not None:
         with open(os.fspath(path), "wb") as handle:

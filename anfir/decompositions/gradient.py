@@ -1,0 +1,63 @@
+"""Expansions of the gradient helpers (anfir/primitives/gradient.py) the back ends have no
+single operator for: the matmul gradients, the clip gradient."""
+
+from __future__ import annotations
+
+from anfir.decompositions.builder import ExpansionBuilder, Decomposition
+from anfir.decompositions.common import as_dtype, out_dtype
+from anfir.ir.nodes import Node, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.primitives import arith, gradient, shaping, structure, tensor
+
+
+def _swap_last(b: ExpansionBuilder, x: Node) -> Node:
+    rank = b.rank(x)
+    return b.call(tensor.transpose, x, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+
+
+def _matmul_grad(wrt_x: bool) -> Decomposition:
+    """matmul_dx(dout, y, x) = dout @ yᵀ and matmul_dy(x, dout, y) = xᵀ @ dout, with numpy's
+    rules for vectors (x a row, y a column) and batches (summed back to the operand)."""
+    def rule(b: ExpansionBuilder) -> Node:
+        d = out_dtype(b)
+        if wrt_x:
+            dout, y, x = (as_dtype(b, b.arg(i), d) for i in range(3))
+        else:
+            x, dout, y = (as_dtype(b, b.arg(i), d) for i in range(3))
+        x_vector, y_vector = b.rank(x) == 1, b.rank(y) == 1
+        if b.rank(x) == 0 or b.rank(y) == 0:
+            raise b.decline("a matmul of a scalar")
+        if y_vector:
+            y = b.call(shaping.unsqueeze, y, axis=1)
+            dout = b.call(shaping.unsqueeze, dout, axis=b.rank(dout))
+        if x_vector:
+            x = b.call(shaping.unsqueeze, x, axis=0)
+            dout = b.call(shaping.unsqueeze, dout, axis=b.rank(dout) - 1)
+        if wrt_x:
+            product, target, vector, axis = b.call(tensor.matmul, dout, _swap_last(b, y)), x, x_vector, 0
+        else:
+            product, target, vector, axis = b.call(tensor.matmul, _swap_last(b, x), dout), y, y_vector, 1
+        if b.shape(product) != b.shape(target):
+            product = b.call(gradient.sum_to, product, target)
+        return b.call(shaping.squeeze, product, axis=axis) if vector else product
+    rule.__doc__ = "a matmul with a transposed operand, summed over the broadcast batch axes"
+    return rule
+
+
+def _clip_grad(b: ExpansionBuilder) -> Node:
+    """g where lo <= x <= hi (a None bound is no bound), else 0."""
+    g, x = b.arg(0), b.arg(1)
+    tests = [b.call(prim, x, bound) for prim, bound in ((arith.ge, b.arg(2)), (arith.le, b.arg(3)))
+             if not (isinstance(bound, ValueNode) and bound.value is None)]
+    if not tests:
+        return g
+    inside = tests[0] if len(tests) == 1 else b.call(arith.logical_and, *tests)
+    return b.call(tensor.where, inside, g, b.call(structure.zeros_like, g))
+
+
+DECOMPOSITIONS: dict[Primitive, Decomposition] = {
+    gradient.matmul_dx: _matmul_grad(wrt_x=True),
+    gradient.matmul_dy: _matmul_grad(wrt_x=False),
+    gradient.clip_grad: _clip_grad,
+}
+"""The gradient helpers' expansions."""
