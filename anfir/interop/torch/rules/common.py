@@ -2,7 +2,7 @@
 ``run_decompositions()``) to builders over anfir's operator library.
 
 One entry per op: ``rule(b, *args, **kwargs)`` gets a
-:class:`~anfir.interop.torch_import.Builder` and the op's arguments with FX
+:class:`~anfir.interop.torch.importer.Builder` and the op's arguments with FX
 nodes already replaced by anfir nodes, and returns the node computing the
 op's result (a tuple for ops with several results).  Rules hold the
 primitive objects of :mod:`anfir.primitives` (never their names), so a
@@ -19,7 +19,7 @@ import operator
 from typing import Any, Callable, Optional
 
 from anfir.errors import AnfirError
-from anfir.interop import window_attrs
+from anfir.interop import attributes
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -315,7 +315,7 @@ def _int_tuple(values: Any, n: int) -> tuple[int, ...]:
 def _ints(values: Any, n: int) -> Any:
     """A torch int-list argument (stride, padding per axis, dilation, kernel) as an
     anfir window attribute in its one short form (:mod:`anfir.interop.window_attrs`)."""
-    return window_attrs.per_axis(_int_tuple(values, n), n)
+    return attributes.per_axis(_int_tuple(values, n), n)
 
 
 def _convolution(b: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,

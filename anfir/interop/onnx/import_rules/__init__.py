@@ -4,7 +4,7 @@
 rule used for a node is the last whose ``since_version`` is at most the
 model's opset of that domain (a rule may also read ``ctx.opset`` for details
 that changed between versions, such as axes moving from an attribute to an
-input).  A rule takes a :class:`~anfir.interop.onnx_import.Ctx` and returns
+input).  A rule takes a :class:`~anfir.interop.onnx.importer.Ctx` and returns
 the nodes of the ONNX node's outputs.  Rules hold the primitive objects of
 :mod:`anfir.primitives` (``arith.add``, ``nn.softmax``...), never their names:
 a misspelt or missing primitive is an import error of this module, which mypy
@@ -12,7 +12,7 @@ sees, not an error of the first model that uses the op.
 
 An op with no rule here whose ONNX schema is a function (``Gelu`` before it had
 a rule, ``Celu``, ``Range``...) is expanded through that function body by
-:mod:`anfir.interop.onnx_import`.
+:mod:`anfir.interop.onnx.importer`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from anfir.dtypes import (
     is_integer,
     numpy_dtype,
 )
-from anfir.interop.onnx_common import (
+from anfir.interop.onnx.common import (
     DTYPE_OF_ELEM,
     Ctx,
     NeedsValue,
@@ -40,7 +40,7 @@ from anfir.interop.onnx_common import (
     TypeInfo,
     UseFunctionBody,
 )
-from anfir.interop import window_attrs
+from anfir.interop import attributes
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -1280,9 +1280,9 @@ def call_named(ctx: Ctx, prim: Primitive, inputs: Sequence[Node], named: dict[st
     operator library decides which of its parameters are static).  A convolution's or
     pool's window attributes are written in their one short form (every rule gives
     ``stride`` as its n per-axis values, n the spatial rank)."""
-    if prim in window_attrs.WINDOWED and isinstance(named.get("stride"), tuple):
+    if prim in attributes.WINDOWED and isinstance(named.get("stride"), tuple):
         try:
-            named = window_attrs.window(named, len(named["stride"]))
+            named = attributes.window(named, len(named["stride"]))
         except ValueError as e:
             raise NodeError(f"{prim.name}: {e}") from None
     args: list[Any] = list(inputs)

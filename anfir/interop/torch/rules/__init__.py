@@ -3,7 +3,7 @@ importer: normalisations, norms and distances, scatters and index updates,
 padding modes, resampling, flips and repeats, the backward ops a program that
 differentiates itself contains, and the symbolic-size queries.
 
-Each rule composes anfir primitives (see :mod:`anfir.interop.torch_ops` for
+Each rule composes anfir primitives (see :mod:`anfir.interop.torch.rules.common` for
 the rule protocol), so an imported op's gradient is the composition's — each
 written so that it is PyTorch's, including at kinks (``tests/test_kinks.py``)
 — and every back end that runs the primitives runs the op.  Static sizes are
@@ -23,7 +23,7 @@ import numpy as np
 from anfir.errors import AnfirError
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.primitives import arith, conv, elementwise, indexing, nn, reduce, shaping, structure, tensor
-from anfir.interop.torch_ops import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
+from anfir.interop.torch.rules.common import (Rule, _adaptive_avg_pool, _array_node, _axes, _batch_norm_eval,
                                      _constant_pad_nd, _convolution, _div_mode, _expand, _int_tuple, _ints,
                                      _max_pool_with_indices, _binary, _channel_fill, _reshape_to_result,
                                      _softmax_core, _static_ints, aten_table)
@@ -1242,7 +1242,7 @@ def core_table(torch: Any) -> dict[Any, Rule]:
 
 
 def full_table(torch: Any) -> dict[Any, Rule]:
-    """Every rule the importer has: :func:`anfir.interop.torch_ops.aten_table` and
+    """Every rule the importer has: :func:`anfir.interop.torch.rules.common.aten_table` and
     this module's."""
     table = aten_table(torch)
     table.update(core_table(torch))
