@@ -65,17 +65,14 @@ def _atanh(b: Any, x: Any) -> Any:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     for name, prim in (("abs", arith.abs_), ("neg", arith.neg), ("exp", arith.exp), ("log", arith.log),
                        ("sin", arith.sin), ("cos", arith.cos), ("tanh", arith.tanh), ("sqrt", arith.sqrt),
                        ("sigmoid", arith.sigmoid), ("relu", arith.relu), ("sign", arith.sign),
                        ("logical_not", arith.logical_not)):
-        op = getattr(aten, name, None)
-        if op is not None:
-            put(op.default, unary(prim))
+        named(name, "default", unary(prim))
     for op, prim in ((aten.maximum.default, arith.maximum), (aten.minimum.default, arith.minimum),
                      (aten.mul.Tensor, arith.mul), (aten.mul.Scalar, arith.mul),
                      (aten.div.Tensor, arith.div), (aten.div.Scalar, arith.div),

@@ -254,8 +254,7 @@ def _max_pool_op(n: int) -> Rule:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     put(aten._native_batch_norm_legit_no_training.default, _batch_norm_eval)

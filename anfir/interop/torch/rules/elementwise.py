@@ -74,8 +74,7 @@ def _clamp_max_only(b: Any, x: Any, hi: Any) -> Any:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     for name, prim in (("rsqrt", elementwise.rsqrt), ("erf", elementwise.erf),
@@ -87,9 +86,7 @@ def rules(torch: Any, table: RuleTable) -> None:
                        ("isnan", elementwise.isnan), ("isinf", elementwise.isinf),
                        ("bitwise_not", elementwise.bitwise_not), ("silu", elementwise.silu),
                        ("mish", elementwise.mish)):
-        op = getattr(aten, name, None)
-        if op is not None:
-            put(op.default, unary(prim))
+        named(name, "default", unary(prim))
     for op, prim in ((aten.atan2.default, elementwise.atan2), (aten.fmod.Tensor, elementwise.fmod),
                      (aten.fmod.Scalar, elementwise.fmod), (aten.remainder.Tensor, elementwise.mod),
                      (aten.remainder.Scalar, elementwise.mod),

@@ -531,8 +531,7 @@ def _embedding_dense_backward(b: Any, grad: Any, indices: Any, num_weights: int,
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     put(aten.topk.default, _topk)

@@ -306,8 +306,7 @@ def _weight_norm(b: Any, v: Any, g: Any, dim: int = 0) -> Any:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     put(aten.scaled_dot_product_attention.default, _sdpa)

@@ -97,8 +97,7 @@ def _pdist(b: Any, x: Any, p: float = 2.0) -> Any:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     put(aten.max.dim, _extreme_dim(reduce.argmax))

@@ -146,8 +146,7 @@ def _diff_op(b: Any, x: Any, n: int = 1, dim: int = -1, prepend: Any = None, app
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     put(aten.cat.default, _cat)

@@ -132,8 +132,7 @@ def _set_grad_enabled(b: Any, enabled: bool, body: Any, *args: Any) -> Any:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     for op in (aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default,

@@ -158,8 +158,7 @@ def _where_scalars(b: Any, cond: Any, x: Any, y: Any) -> Any:
 
 
 def rules(torch: Any, table: RuleTable) -> None:
-    """Add this family's rules to ``table`` (keyed by ``OpOverload``, Python operator
-    or higher-order op)."""
+    """Add this family's rules to ``table``."""
     aten = torch.ops.aten
     put, named = table.put, table.named
     for op, prim in ((aten.mm.default, tensor.matmul), (aten.bmm.default, tensor.matmul),
