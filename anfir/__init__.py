@@ -31,8 +31,9 @@ from anfir.eval import mesh as _mesh
 from anfir.grammar.parser import parse_module
 from anfir.interop import coreml_export as _coreml_export
 from anfir.interop import onnx_export as _onnx_export
-from anfir.interop import onnx_external as _onnx_external
-from anfir.interop import onnx_import as _onnx_import, torch_import as _torch_import
+from anfir.interop.onnx import external as _onnx_external
+from anfir.interop.onnx import importer as _onnx_import
+from anfir.interop.torch import importer as _torch_import
 from anfir.interop import mindir as _mindir
 from anfir.interop.mindir import exporter as _mindir_export
 from anfir.ir.graph import FuncGraph, Module
@@ -255,7 +256,7 @@ def import_onnx(model_or_path: Any, params_as_inputs: bool = False) -> Module:
     ``params_as_inputs=True`` the entry's first parameters, their values in
     ``mod.params``.  Needs the ``onnx`` package (``pip install "anfir[onnx]"``);
     every node that does not import is listed in one :class:`AnfirError`.
-    See :mod:`anfir.interop.onnx_import` and docs/onnx.md.
+    See :mod:`anfir.interop.onnx.importer` and docs/onnx.md.
     """
     return _onnx_import.import_onnx(model_or_path, params_as_inputs=params_as_inputs)
 

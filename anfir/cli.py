@@ -27,7 +27,9 @@ from anfir.lowlevel import remat
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import coreml_export, onnx_export, onnx_external, onnx_import, torch_import
+from anfir.interop import coreml_export, onnx_export
+from anfir.interop.onnx import external as onnx_external, importer as onnx_import
+from anfir.interop.torch import importer as torch_import
 from anfir.interop import mindir
 from anfir.interop.mindir import exporter as mindir_exporter, schema as mindir_schema
 from anfir.ir.walk import reachable_graphs

@@ -170,11 +170,11 @@ def _reference(onnx: Any, model: Any, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("saturate", [0, 1])
 def test_onnx_cast_to_float8_saturates_as_the_reference(d: str, saturate: int) -> None:
     onnx = pytest.importorskip("onnx", reason="onnx.reference is the reference")
-    from anfir.interop.onnx_export import _ONNX_TYPES
+    from anfir.interop.onnx_export import ONNX_TYPES
     with np.errstate(over="ignore"):  # 1e6 is inf in f16
         half = SPECIAL.astype(np.float16)
     for x in (SPECIAL, half, np.array([-1000, -3, 0, 7, 500, 60000], np.int32)):
-        model = _cast_model(onnx, _ONNX_TYPES[dtypes.require_dtype_name(x.dtype)], _ONNX_TYPES[d], 21,
+        model = _cast_model(onnx, ONNX_TYPES[dtypes.require_dtype_name(x.dtype)], ONNX_TYPES[d], 21,
                             saturate=saturate)
         got = anfir.run(anfir.import_onnx(model).entry, x)
         _same(got, _reference(onnx, model, x))

@@ -224,7 +224,7 @@ def test_norms_map_to_the_same_primitives() -> None:
 
 
 def test_window_attributes_have_one_short_form() -> None:
-    from anfir.interop import window_attrs as w
+    from anfir.interop import attributes as w
     assert w.per_axis((1, 1), 2) == 1 and w.per_axis([2, 3], 2) == (2, 3) and w.per_axis(4, 3) == 4
     assert w.per_axis([5], 2) == 5
     assert w.padding((1, 1, 1, 1), 2) == 1          # begins == ends, all equal

@@ -261,3 +261,62 @@ def test_hard_dependencies_are_imported_at_module_level() -> None:
     assert not lazy, "function-level imports of hard dependencies:\n" + "\n".join(lazy)
     assert function_level_hard_imports("def f():\n    import numpy as np\n    import torch\n",
                                        hard) == [2]
+
+
+# -- the rooms of interop (issue 23): packages that mirror primitives/ ----------------------------
+
+ROOMS: dict[str, str] = {
+    "anfir.interop.onnx": "the ONNX importer, its rules by family, the Backend",
+    "anfir.interop.onnx.import_rules": "ONNX import rules, one module per primitive family",
+    "anfir.interop.torch": "the torch.export importer",
+    "anfir.interop.torch.rules": "torch.export rules, one module per primitive family",
+    "anfir.interop.mindir": "MindSpore's .mindir format",
+}
+"""The packages of ``anfir/interop`` and what each holds."""
+
+RULE_ROOMS = {"anfir.interop.onnx.import_rules": {"control"}, "anfir.interop.torch.rules": set()}
+"""Rule packages whose modules are named after ``anfir/primitives/`` modules (plus the
+named extras; ``control`` holds ONNX's If/Loop/Scan, built on ``structure.switch``)."""
+
+
+def test_every_interop_package_is_a_known_room_in_the_architecture_doc() -> None:
+    packages = sorted(name for name, path in modules().items()
+                      if path.name == "__init__.py" and name.startswith("anfir.interop."))
+    assert packages == sorted(ROOMS), packages
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for name in ROOMS:
+        assert "`" + name.replace("anfir.", "", 1).replace(".", "/") + "/" in doc, name
+
+
+def test_rule_rooms_mirror_the_op_library_and_list_every_family() -> None:
+    import importlib
+    primitives = {p.stem for p in (PACKAGE / "primitives").glob("*.py")}
+    for package, extras in RULE_ROOMS.items():
+        folder = PACKAGE.joinpath(*package.split(".")[1:])
+        families = {p.stem for p in folder.glob("*.py")} - {"__init__", "common"}
+        assert families - extras <= primitives, (package, families - extras - primitives)
+        # Each family module is in the package's fixed FAMILIES order exactly once, so
+        # none is left out of the table and none depends on being imported first.
+        order = importlib.import_module(package).FAMILIES
+        assert len(order) == len(families), (package, len(order), sorted(families))
+        for family in families:
+            module = importlib.import_module(f"{package}.{family}")
+            member = getattr(module, "RULES", None) or module.rules
+            assert sum(entry is member for entry in order) == 1, (package, family)
+
+
+def test_interop_modules_import_absolutely() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    # A relative import could reach anfir.interop.torch (or .onnx) for `torch`; absolute
+    # imports always get PyTorch and onnx, whatever imports first.
+    relative = [f"{name}:{node.lineno}" for name, path in modules().items() if name.startswith("anfir.interop")
+                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                if isinstance(node, ast.ImportFrom) and node.level]
+    assert not relative, relative
+    code = ("import anfir.interop.torch.importer as imp, anfir.interop.onnx.backend\n"
+            "torch = imp.require_torch()\n"
+            "assert torch.__name__ == 'torch' and hasattr(torch, 'export'), torch\n"
+            "import onnx\n"
+            "assert hasattr(onnx, 'ModelProto'), onnx\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

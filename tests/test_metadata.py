@@ -244,7 +244,7 @@ def _onnx_model(constant: bool = False) -> object:
 
 
 def test_onnx_metadata_is_kept_printed_and_round_trips() -> None:
-    from anfir.interop.onnx_import import import_onnx
+    from anfir.interop.onnx.importer import import_onnx
 
     mod = import_onnx(_onnx_model(), params_as_inputs=True)
     assert {k: mod.metadata[k] for k in ("producer_name", "producer_version", "domain",
@@ -288,7 +288,7 @@ def test_onnx_metadata_is_kept_printed_and_round_trips() -> None:
 def test_onnx_text_with_constants_keeps_metadata_through_normalisation() -> None:
     # Without params_as_inputs the weights are constants, which print as array(...)
     # calls that parse as nodes: the first reprint normalises, later ones are identical.
-    from anfir.interop.onnx_import import import_onnx
+    from anfir.interop.onnx.importer import import_onnx
 
     mod = import_onnx(_onnx_model(constant=True))
     assert "folds" not in str(_node_meta(mod.entry))  # the Constant left no node

@@ -192,7 +192,7 @@ def one_op_model(prim: Any, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:
     program = FlatProgram("op", inputs, [v.name for v in inputs], block, outputs,
                           "output" if len(outputs) == 1 else list(outputs), types, names)
     model = onnx_export.OnnxWriter(onnx, program).model(None)
-    feed = {v.name: np.asarray(x, dtype=onnx_export._NUMPY_OF_ELEM[onnx_export._ONNX_TYPES[
+    feed = {v.name: np.asarray(x, dtype=onnx_export._NUMPY_OF_ELEM[onnx_export.ONNX_TYPES[
         v.type.dtype]]) for v, x in zip(inputs, feed_values)}
     return model, [feed]
 

@@ -190,7 +190,7 @@ def test_saving_twice_writes_the_same_bytes_not_appended(tmp_path: object) -> No
 
 def test_external_data_is_chosen_past_protobufs_limit(tmp_path: object,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from anfir.interop import onnx_external
+    from anfir.interop.onnx import external as onnx_external
 
     exported = anfir.export_onnx(anfir.import_onnx(_wide()))
     path = os.path.join(str(tmp_path), "wide.onnx")

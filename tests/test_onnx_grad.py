@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="the reference gradients are PyTorch
 pytest.importorskip("onnx", reason="ONNX import needs the onnx package (anfir[onnx])")
 
 import anfir  # noqa: E402
-from anfir.interop.onnx_import import import_onnx  # noqa: E402
+from anfir.interop.onnx.importer import import_onnx  # noqa: E402
 
 nn = torch.nn
 

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import anfir  # noqa: E402
 from anfir.errors import AnfirError  # noqa: E402
-from anfir.interop.onnx_import import OnnxImportError, import_onnx  # noqa: E402
+from anfir.interop.onnx.importer import OnnxImportError, import_onnx  # noqa: E402
 
 from tests import onnx_node_runner as runner  # noqa: E402
 
@@ -115,7 +115,7 @@ def test_silero_vad_matches_the_reference_evaluator() -> None:
 
     from onnx.reference import ReferenceEvaluator
 
-    from anfir.interop.onnx_import import with_input_shapes
+    from anfir.interop.onnx.importer import with_input_shapes
 
     path = os.path.join(os.path.dirname(silero_vad.__file__), "data", "silero_vad.onnx")
     model = onnx.load(path)

@@ -204,7 +204,7 @@ def lookups(package: Path = PACKAGE) -> dict[str, list[tuple[int, str]]]:
     sources = {module_name(path, package.parent): path.read_text(encoding="utf-8")
                for path in sorted(package.rglob("*.py"))}
     # First each module's own lookup helpers, then every module again with the
-    # helpers it imports from others (torch_core_ops used torch_ops's `_prim`).
+    # helpers it imports from others (the torch rules used a shared `_prim`).
     helpers = {name: _scan(text, {})[1] for name, text in sources.items()}
     found = {}
     for name, text in sources.items():

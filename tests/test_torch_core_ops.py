@@ -2,7 +2,7 @@
 
 ``test_core_aten_coverage`` lists which of the overloads PyTorch tags
 ``torch.Tag.core`` the importer maps; every one it does not is in
-``torch_core_ops.EXCLUDED`` with a reason (docs/torch.md lists them), and at
+``anfir.interop.torch.rules.EXCLUDED`` with a reason (docs/torch.md lists them), and at
 most nine are.  The cases below run the ops the importer gained for it: each
 module is exported, imported, run against eager PyTorch, and — where the op is
 differentiable — differentiated against ``torch.autograd``.
@@ -20,8 +20,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import anfir  # noqa: E402
-from anfir.interop.torch_core_ops import EXCLUDED, full_table  # noqa: E402
-from anfir.interop.torch_core_ops import core_overloads as _core_overloads  # noqa: E402
+from anfir.interop.torch.rules import EXCLUDED, full_table  # noqa: E402
+from anfir.interop.torch.rules import core_overloads as _core_overloads  # noqa: E402
 from anfir.ir.graph import FuncGraph  # noqa: E402
 from anfir.primitives import registry  # noqa: E402
 

@@ -136,7 +136,7 @@ def onnx_inputs(model: "onnx.ModelProto", *args: Any) -> dict[str, np.ndarray]:
     feed: dict[str, np.ndarray] = {}
     for name, value in values_by_name(structure, args).items():
         elem = types[name]
-        if elem == _ONNX_TYPES["str"]:
+        if elem == ONNX_TYPES["str"]:
             feed[name] = np.array(value, dtype=object)
         else:
             feed[name] = np.asarray(value, dtype=_NUMPY_OF_ELEM[elem])
@@ -164,7 +164,7 @@ def nest_outputs(model: "onnx.ModelProto", outputs: Sequence[Any]) -> Any:
 
 
 # -- types -------------------------------------------------------------------------------------
-_ONNX_TYPES: dict[str, int] = {
+ONNX_TYPES: dict[str, int] = {
     "f16": 10, "f32": 1, "f64": 11, "i8": 3, "i16": 5, "i32": 6, "i64": 7,
     "u8": 2, "u16": 4, "u32": 12, "u64": 13, "bool": 9, "str": 8,
     "bf16": 16, "c64": 14, "c128": 15,
@@ -190,7 +190,7 @@ def _exportable(dtype: str, loc: Optional[Location] = None) -> str:
 
 
 _NUMPY_OF_ELEM: dict[int, Any] = {v: (object if k == "str" else numpy_dtype(k))
-                                  for k, v in _ONNX_TYPES.items()}
+                                  for k, v in ONNX_TYPES.items()}
 
 
 def _dims(t: AbstractValue) -> Optional[list[Any]]:
@@ -386,7 +386,7 @@ def _cast(w: OnnxWriter, op: Op) -> None:
     out = op.results[0]
     d = w.dtype(out)
     extra = {"saturate": 0} if d in _FLOAT8 else {}
-    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=_ONNX_TYPES[d], **extra)
+    w.node("Cast", [w.tensor(op.args[0])], [out.name], to=ONNX_TYPES[d], **extra)
 
 
 def _cast_like(w: OnnxWriter, op: Op) -> None:
@@ -738,7 +738,7 @@ def _bit_shift(w: OnnxWriter, op: Op) -> None:
     u = _UNSIGNED.get(d, d)
     shifted = w.op("BitShift", w.cast(x, d, u), w.cast(y, d, u),
                    direction="RIGHT" if right else "LEFT")
-    w.node("Cast", [shifted], [out.name], to=_ONNX_TYPES[d])
+    w.node("Cast", [shifted], [out.name], to=ONNX_TYPES[d])
 
 
 def _arg_extreme(op_type: str) -> OnnxRule:
@@ -777,7 +777,7 @@ def _all_any(reduce_type: str) -> OnnxRule:
     def rule(w: OnnxWriter, op: Op) -> None:
         truth = w.cast(w.tensor(op.args[0], "bool"), "bool", "i32")
         reduced = w.reduce(reduce_type, truth, op.attrs.get("axis"), bool(op.attrs.get("keepdims")))
-        w.node("Cast", [reduced], [op.results[0].name], to=_ONNX_TYPES["bool"])
+        w.node("Cast", [reduced], [op.results[0].name], to=ONNX_TYPES["bool"])
     rule.__doc__ = f"{reduce_type} of the truth values"
     return rule
 
@@ -1249,7 +1249,7 @@ class OnnxWriter(OperandReader):
         self.graph = _Graph(program.name)
         self.loc: Optional[Location] = None
         """The location of the op being written (nodes get it as their doc string)."""
-        for name, code in _ONNX_TYPES.items():
+        for name, code in ONNX_TYPES.items():
             assert getattr(onnx.TensorProto, _PROTO_NAMES[name]) == code, name
 
     # -- the model -------------------------------------------------------------------
@@ -1452,7 +1452,7 @@ class OnnxWriter(OperandReader):
         if want is None or want == have:
             return name
         out = self.temp(f"{name}_{want}")
-        self.node("Cast", [name], [out], to=_ONNX_TYPES[want])
+        self.node("Cast", [name], [out], to=ONNX_TYPES[want])
         return out
 
     def shape_tensor(self, operand: Operand) -> str:
@@ -1483,7 +1483,7 @@ class OnnxWriter(OperandReader):
         if name is None:
             name = self._consts[key] = self.names.take("const")
             if dtype == "str":
-                tensor_proto = self.helper.make_tensor(name, _ONNX_TYPES["str"], list(array.shape),
+                tensor_proto = self.helper.make_tensor(name, ONNX_TYPES["str"], list(array.shape),
                                                        [str(v).encode("utf-8") for v in array.flat])
             else:
                 tensor_proto = self.onnx.numpy_helper.from_array(array, name)
@@ -1512,7 +1512,7 @@ class OnnxWriter(OperandReader):
     def value_info(self, name: str, t: AbstractValue) -> Any:
         """A typed ``ValueInfoProto`` (dtype and dims, symbolic ones as dim_params)."""
         dtype = _exportable(dtype_of_type(t), self.loc)
-        return self.helper.make_tensor_value_info(name, _ONNX_TYPES[dtype], _dims(t))
+        return self.helper.make_tensor_value_info(name, ONNX_TYPES[dtype], _dims(t))
 
 
 _PROTO_NAMES = {"f16": "FLOAT16", "f32": "FLOAT", "f64": "DOUBLE", "i8": "INT8", "i16": "INT16",

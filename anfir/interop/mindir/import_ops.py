@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from anfir.interop import window_attrs
+from anfir.interop import attributes
 from anfir.interop.mindir.common import TYPE_IDS, NodeError
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph
@@ -46,9 +46,9 @@ class Ctx:
         """``prim(*args, **attrs)`` in the node's graph, at its place, the attributes in
         the op library's canonical form (a window's in its short form: MindSpore's
         convolutions and pools are 2-d)."""
-        if prim in window_attrs.WINDOWED:
+        if prim in attributes.WINDOWED:
             try:
-                attrs = window_attrs.window(attrs, 2)
+                attrs = attributes.window(attrs, 2)
             except ValueError as e:
                 raise NodeError(f"{self.op}: {e}") from None
         return self.graph.apply(prim, *args, loc=self.loc,

@@ -15,7 +15,7 @@ How a model becomes graphs:
   values in ``Module.params``), annotated with their ONNX types — ``dim_param``
   names are dimension variables shared by name across the signature, unknown
   dimensions fresh ones (``_d0``, ``_d1``...);
-* each node is built by the rule :data:`anfir.interop.onnx_ops.OPS` holds for
+* each node is built by the rule :data:`anfir.interop.onnx.import_rules.OPS` holds for
   its op type and opset (one rule per op, over the operator library); an op
   with no rule whose ONNX schema is a function is expanded through the
   schema's own function body; model-local functions (``FunctionProto``) become
@@ -50,8 +50,8 @@ import numpy as np
 from anfir import limits
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError
-from anfir.interop.onnx_export import _ONNX_TYPES
-from anfir.interop.onnx_external import ExternalDataError, read_external
+from anfir.interop.onnx_export import ONNX_TYPES
+from anfir.interop.onnx.external import ExternalDataError, read_external
 from anfir.abstract.lattice import abstract_of_value
 from anfir.abstract.rules import static_of_abstract
 from anfir.abstract.typeann import abstract_from_annotation
@@ -62,11 +62,11 @@ from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.ir.primitive import Primitive
-from anfir.interop.onnx_common import (
+from anfir.interop.onnx.common import (
     DTYPE_OF_ELEM, MIN_OPSET, Ctx, NeedsValue, NodeError, OnnxImportError, Scope, TypeInfo, UseFunctionBody, require_onnx,
 )
-from anfir.interop.onnx_ops import OPS
-from anfir.interop.window_attrs import float32_attr
+from anfir.interop.onnx.import_rules import OPS
+from anfir.interop.attributes import float32_attr
 from anfir.primitives import structure, tensor
 
 __all__ = ["DTYPE_OF_ELEM", "MIN_OPSET", "Importer", "OnnxImportError", "import_onnx", "read_model",
@@ -145,7 +145,7 @@ class Importer:
                             "constant size limit")
         if proto.data_location == self.onnx.TensorProto.EXTERNAL:
             # MODEL.onnx.data beside the model (torch.onnx.export's default): read
-            # within the model's directory and the size limits (onnx_external).
+            # within the model's directory and the size limits (anfir.interop.onnx.external).
             try:
                 proto = read_external(self.onnx, proto, self.base_dir, itemsize)
             except ExternalDataError as e:
@@ -460,7 +460,7 @@ class Importer:
                     types.append(self.sequence_types[name].SerializeToString())
                     continue
                 if dtype is not None:
-                    tp.tensor_type.elem_type = _ONNX_TYPES[dtype]
+                    tp.tensor_type.elem_type = ONNX_TYPES[dtype]
                 elif name:
                     # onnx's C++ builders crash on an input of unknown type: no body then.
                     return None
@@ -603,7 +603,7 @@ class Importer:
                     return
                 shape = None if info.dims is None else [d if isinstance(d, (int, str)) else None
                                                         for d in info.dims]
-                inputs.append(helper.make_tensor_value_info(name, _ONNX_TYPES[info.dtype], shape))
+                inputs.append(helper.make_tensor_value_info(name, ONNX_TYPES[info.dtype], shape))
         graph = helper.make_graph(list(nodes), "body", inputs, [])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
         try:

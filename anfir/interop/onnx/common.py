@@ -2,7 +2,7 @@
 errors a rule raises, what ONNX says of a value (:class:`TypeInfo`), the names in
 scope (:class:`Scope`) and what a rule sees (:class:`Ctx`).
 
-:mod:`anfir.interop.onnx_ops` (the rules) and :mod:`anfir.interop.onnx_import`
+:mod:`anfir.interop.onnx.import_rules` (the rules) and :mod:`anfir.interop.onnx.importer`
 (the importer) both build on this module, so neither imports the other's
 internals at run time.
 """
@@ -16,14 +16,14 @@ import numpy as np
 
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError, MissingDependencyError
-from anfir.interop.onnx_export import _ONNX_TYPES, EXTRA
+from anfir.interop.onnx_export import ONNX_TYPES, EXTRA
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ParameterNode, ValueNode
 
 if TYPE_CHECKING:  # pragma: no cover
-    from anfir.interop.onnx_import import Importer
+    from anfir.interop.onnx.importer import Importer
 
-DTYPE_OF_ELEM: dict[int, str] = {v: k for k, v in _ONNX_TYPES.items() if k != "str"}
+DTYPE_OF_ELEM: dict[int, str] = {v: k for k, v in ONNX_TYPES.items() if k != "str"}
 """ONNX ``TensorProto.DataType`` → anfir dtype (the exporter's table, read backwards)."""
 
 MIN_OPSET = 7

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from anfir.eval import run as _run
-from anfir.interop.onnx_import import (
+from anfir.interop.onnx.importer import (
     OnnxImportError,
     import_onnx,
     require_onnx,

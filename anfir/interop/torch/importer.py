@@ -12,9 +12,10 @@ the signature's order, as torch-mlir's FX importer makes mutations functional.
 the entry's parameter names, so ``anfir.run(mod.entry, *mod.params.values(),
 *inputs)`` runs the model.
 
-Each ATen call is built by one entry of :data:`anfir.interop.torch_ops`'s
-table, keyed by the ``OpOverload``.  Every call node gets the location of its
-``stack_trace``: the innermost frame in the user's code (outside torch).
+Each ATen call is built by one entry of the table
+:func:`anfir.interop.torch.rules.full_table` builds (its rules by family, as in
+``anfir/primitives/``), keyed by the ``OpOverload``.  Every call node gets the
+location of its ``stack_trace``: the innermost frame in the user's code (outside torch).
 Dynamic dimensions (``torch.export.Dim``) become dimension variables named
 after their sympy symbols (``f32[s77, 4]``); their ranges are the entry's
 ``ranges`` attribute (``#@ ranges {"s77": [2, 64]}`` above ``def forward``),
@@ -39,8 +40,9 @@ import sympy
 
 from anfir.abstract.dimranges import RANGES
 from anfir.errors import AnfirError, MissingDependencyError, UsageError
-from anfir.interop.torch_core_ops import full_table, needs_functionalization
-from anfir.interop.torch_ops import Rule, reads_pool_indices
+from anfir.interop.torch.rules import full_table, needs_functionalization
+from anfir.interop.torch.rules.common import Rule
+from anfir.interop.torch.rules.conv import reads_pool_indices
 from anfir.ir.annotations import ScalarAnn, TensorAnn
 from anfir.ir.attrs import NO_ATTRS
 from anfir.ir.graph import FuncGraph, Module
