@@ -29,8 +29,8 @@ from anfir.errors import AnfirError, UsageError
 from anfir.eval import run as _run
 from anfir.eval import mesh as _mesh
 from anfir.grammar.parser import parse_module
-from anfir.interop import coreml_export as _coreml_export
-from anfir.interop import onnx_export as _onnx_export
+from anfir.interop.coreml import exporter as _coreml_export
+from anfir.interop.onnx import exporter as _onnx_export
 from anfir.interop.onnx import external as _onnx_external
 from anfir.interop.onnx import importer as _onnx_import
 from anfir.interop.torch import importer as _torch_import
@@ -218,7 +218,7 @@ def export_onnx(mod_or_graph: Any, entry: Optional[str] = None,
     ``args`` are example values or types, as for :func:`compile`.  Needs the
     ``onnx`` package (``pip install "anfir[onnx]"``); a program that is not
     first-order after optimization is an :class:`AnfirError` naming the node.
-    See :mod:`anfir.interop.onnx_export`.
+    See :mod:`anfir.interop.onnx.exporter`.
     """
     return _onnx_export.export_onnx(mod_or_graph, entry=entry, args=args)
 
@@ -242,8 +242,8 @@ def export_coreml(mod_or_graph: Any, entry: Optional[str] = None,
 
     ``args`` are example values or types, as for :func:`compile`.  Needs
     coremltools (``pip install "anfir[coreml]"``); convert and save with
-    ``anfir.interop.coreml_export.to_mlmodel(prog).save("X.mlpackage")``.
-    See :mod:`anfir.interop.coreml_export` and docs/coreml.md.
+    ``anfir.interop.coreml.exporter.to_mlmodel(prog).save("X.mlpackage")``.
+    See :mod:`anfir.interop.coreml.exporter` and docs/coreml.md.
     """
     return _coreml_export.export_coreml(mod_or_graph, entry=entry, args=args)
 

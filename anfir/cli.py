@@ -27,7 +27,8 @@ from anfir.lowlevel import remat
 from anfir.eval import run
 from anfir.grammar.parser import parse_module
 from anfir.grammar.resolve import resolve_module
-from anfir.interop import coreml_export, onnx_export
+from anfir.interop.coreml import exporter as coreml_export
+from anfir.interop.onnx import exporter as onnx_export
 from anfir.interop.onnx import external as onnx_external, importer as onnx_import
 from anfir.interop.torch import importer as torch_import
 from anfir.interop import mindir

@@ -1063,7 +1063,7 @@ gradient."""),
 import jax
 import onnxruntime
 
-from anfir.interop.onnx_export import onnx_inputs
+from anfir.interop.onnx.exporter import onnx_inputs
 
 onnx_model = anfir.export_onnx(dloss)
 print(len(onnx_model.graph.node), "ONNX nodes, opset", onnx_model.opset_import[0].version)

@@ -30,9 +30,10 @@ import anfir  # noqa: E402
 import spec_examples  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
 from anfir.abstract.values import AScalar, ATensor, ATuple  # noqa: E402
-from anfir.interop import coreml_export, flatten  # noqa: E402
-from anfir.interop.coreml_export import RULES, UNSUPPORTED, MilWriter  # noqa: E402
-from anfir.interop.flat import (  # noqa: E402
+from anfir.flat import flatten  # noqa: E402
+from anfir.interop.coreml import exporter as coreml_export  # noqa: E402
+from anfir.interop.coreml.exporter import RULES, UNSUPPORTED, MilWriter  # noqa: E402
+from anfir.flat.statements import (  # noqa: E402
     DIM, PSEUDO_PRIMITIVES, Block, Const, FlatProgram, NameAllocator, Op, Value, shape_of_type,
 )
 from anfir.primitives import PRIMITIVES  # noqa: E402

@@ -14,7 +14,7 @@ ct = pytest.importorskip("coremltools",
                          reason='the coreml extra is not installed: pip install -e ".[coreml]"')
 
 import anfir  # noqa: E402
-from anfir.interop import coreml_export  # noqa: E402
+from anfir.interop.coreml import exporter as coreml_export  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

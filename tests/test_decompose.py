@@ -154,7 +154,7 @@ def test_a_loss_over_a_symbolic_class_count_decomposes_and_exports() -> None:
     """The one-hot of a loss counts its classes at run time when the class axis is symbolic:
     the ONNX model of cross_entropy over f64[B, C] computes anfir's value (onnxruntime)."""
     ort = pytest.importorskip("onnxruntime")
-    from anfir.interop import onnx_export
+    from anfir.interop.onnx import exporter as onnx_export
     mod = anfir.parse("def f(x: f64[B, C], t: i64[B]) = cross_entropy(x, t)\n")
     graph = anfir.compile(mod, entry="f")
     decompose(graph, frozenset())
@@ -189,7 +189,7 @@ def test_expansions_over_symbolic_dimensions_compute_at_run_time(case: str) -> N
     """Where a dimension is symbolic an expansion reads it at run time (shape, arange)
     instead of declining: the ONNX model computes anfir's values (onnxruntime)."""
     ort = pytest.importorskip("onnxruntime")
-    from anfir.interop import onnx_export
+    from anfir.interop.onnx import exporter as onnx_export
     text, args = SYMBOLIC[case]
     mod = anfir.parse(text)
     graph = anfir.compile(mod, entry="f")

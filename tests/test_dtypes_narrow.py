@@ -170,7 +170,7 @@ def _reference(onnx: Any, model: Any, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("saturate", [0, 1])
 def test_onnx_cast_to_float8_saturates_as_the_reference(d: str, saturate: int) -> None:
     onnx = pytest.importorskip("onnx", reason="onnx.reference is the reference")
-    from anfir.interop.onnx_export import ONNX_TYPES
+    from anfir.interop.onnx.exporter import ONNX_TYPES
     with np.errstate(over="ignore"):  # 1e6 is inf in f16
         half = SPECIAL.astype(np.float16)
     for x in (SPECIAL, half, np.array([-1000, -3, 0, 7, 500, 60000], np.int32)):
@@ -284,7 +284,7 @@ def test_jax_and_the_low_level_compute_the_same_casts() -> None:
 
 def test_core_ml_has_no_narrow_tensors() -> None:
     from anfir.errors import ExportError
-    from anfir.interop.coreml_export import mil_dtype
+    from anfir.interop.coreml.exporter import mil_dtype
     for d in NARROW:
         with pytest.raises(ExportError, match=f"Core ML has no tensors of {d}"):
             mil_dtype(d)

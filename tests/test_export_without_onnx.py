@@ -17,8 +17,8 @@ import pytest
 import anfir
 import spec_examples
 from anfir.errors import ExportError, MissingDependencyError
-from anfir.interop.flat import Block, IfOp, LoopOp, Op
-from anfir.interop.flatten import flatten_program
+from anfir.flat.statements import Block, IfOp, LoopOp, Op
+from anfir.flat.flatten import flatten_program
 from cli_harness import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,10 +126,10 @@ def test_the_command_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch
 
 def test_importing_anfir_never_imports_onnx() -> None:
     code = ("import sys\n"
-            "import anfir, anfir.cli, anfir.interop.onnx_export, anfir.interop.flatten\n"
+            "import anfir, anfir.cli, anfir.interop.onnx.exporter, anfir.flat.flatten\n"
             "assert 'onnx' not in sys.modules, 'onnx was imported'\n"
             "sys.modules['onnx'] = None\n"
-            "import importlib; importlib.reload(anfir.interop.onnx_export)\n")
+            "import importlib; importlib.reload(anfir.interop.onnx.exporter)\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
                    env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
@@ -155,7 +155,7 @@ def test_export_without_coremltools_names_the_extra(monkeypatch: pytest.MonkeyPa
 
 def test_importing_anfir_never_imports_coremltools() -> None:
     code = ("import sys\n"
-            "import anfir, anfir.cli, anfir.interop.coreml_export\n"
+            "import anfir, anfir.cli, anfir.interop.coreml.exporter\n"
             "assert 'coremltools' not in sys.modules, 'coremltools was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
                    env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evaluator", ("anfir.eval",)),
     ("autodiff", ("anfir.autodiff",)),
     ("passes", ("anfir.passes", "anfir.decompositions")),
+    ("flat program", ("anfir.flat",)),
     ("interop and back ends", ("anfir.interop", "anfir.backends", "anfir.lowlevel")),
     ("top", ("anfir.wiring", "anfir.cli", "anfir.__main__", "anfir")),
 ]
@@ -271,6 +272,7 @@ ROOMS: dict[str, str] = {
     "anfir.interop.torch": "the torch.export importer",
     "anfir.interop.torch.rules": "torch.export rules, one module per primitive family",
     "anfir.interop.mindir": "MindSpore's .mindir format",
+    "anfir.interop.coreml": "the Core ML (MIL) exporter and its nn-family rules",
 }
 """The packages of ``anfir/interop`` and what each holds."""
 

@@ -153,7 +153,7 @@ def test_no_new_shared_module_or_class_name() -> None:
     assert modules <= SHARED_MODULE_NAMES, sorted(modules - SHARED_MODULE_NAMES)
     assert classes <= SHARED_CLASS_NAMES, sorted(classes - SHARED_CLASS_NAMES)
     from anfir import runtime_values
-    from anfir.interop import flatten
+    from anfir.flat import flatten
     assert flatten.FlatClosure is not runtime_values.Closure
     assert (layers.PACKAGE / "backends" / "tojax" / "traced.py").is_file()
 

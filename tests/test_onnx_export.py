@@ -41,11 +41,12 @@ import anfir  # noqa: E402
 import spec_examples  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
 from anfir.abstract.values import AScalar, ATensor, ATuple  # noqa: E402
-from anfir.interop import flatten, onnx_export  # noqa: E402
-from anfir.interop.flat import (  # noqa: E402
+from anfir.flat import flatten  # noqa: E402
+from anfir.interop.onnx import exporter as onnx_export  # noqa: E402
+from anfir.flat.statements import (  # noqa: E402
     DIM, PSEUDO_PRIMITIVES, Block, Const, FlatProgram, NameAllocator, Op, Value,
 )
-from anfir.interop.onnx_export import RULES, UNSUPPORTED, nest_outputs, onnx_inputs  # noqa: E402
+from anfir.interop.onnx.exporter import RULES, UNSUPPORTED, nest_outputs, onnx_inputs  # noqa: E402
 from anfir.decompositions import DECOMPOSITIONS  # noqa: E402
 from anfir.primitives import PRIMITIVES  # noqa: E402
 from cli_harness import run_in_process  # noqa: E402

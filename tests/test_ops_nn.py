@@ -489,7 +489,7 @@ def _exported_args() -> list[Any]:
 def test_onnx_export_computes_what_run_computes(entry: str) -> None:
     pytest.importorskip("onnx", reason="the ONNX exporter needs onnx")
     ort = pytest.importorskip("onnxruntime", reason="the models run on onnxruntime")
-    from anfir.interop.onnx_export import nest_outputs, onnx_inputs
+    from anfir.interop.onnx.exporter import nest_outputs, onnx_inputs
 
     module = anfir.parse(EXPORTED, "exported.anf")
     args = _exported_args()

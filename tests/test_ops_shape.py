@@ -536,7 +536,7 @@ def test_jax_computes_what_run_computes() -> None:
 def test_onnx_export_computes_what_run_computes() -> None:
     pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (the onnx extra)")
     ort = pytest.importorskip("onnxruntime", reason="running the exported model needs onnxruntime")
-    from anfir.interop.onnx_export import nest_outputs, onnx_inputs
+    from anfir.interop.onnx.exporter import nest_outputs, onnx_inputs
     source = BACKEND + "def dloss(x: f64[2, 3, 4]) = grad(loss)(x)\n"
     mod = anfir.parse(source, "onnx_shape.anf")
     x = np.random.default_rng(6).normal(size=(2, 3, 4))
@@ -551,7 +551,7 @@ def test_onnx_export_computes_what_run_computes() -> None:
 def test_tuple_returning_operators_export_one_output_per_item() -> None:
     pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (the onnx extra)")
     ort = pytest.importorskip("onnxruntime", reason="running the exported model needs onnxruntime")
-    from anfir.interop.onnx_export import nest_outputs, onnx_inputs
+    from anfir.interop.onnx.exporter import nest_outputs, onnx_inputs
     mod = anfir.parse("""
 def f(x: f64[B, 6]) = (split(x, 3, 1), split(x, (1, 5), -1), topk(x, 2), topk(x, 1, 0, false))
 def loss(x: f64[B, 6]) = sum(sin(concat((x, x * x), 1))) + sum(sin(stack((x, x * 2.0), 0)))

@@ -277,7 +277,7 @@ def test_batched_programs_export_to_onnx_and_core_ml(name: str) -> None:
     """Once typed, the batching primitives are core ones (passes/batching_typed.py): the
     compiled program keeps none, and ONNX (run by onnxruntime) and Core ML write it."""
     ort = pytest.importorskip("onnxruntime")
-    from anfir.interop.onnx_export import onnx_inputs
+    from anfir.interop.onnx.exporter import onnx_inputs
     from anfir.primitives.batching import BATCHING_PRIMITIVES
 
     args, ref = next((c[1], c[2]) for c in CASES if c[0] == name)

@@ -1,6 +1,6 @@
 """``lower``: the optimized graph as instructions over buffers, every value its own buffer.
 
-The graph is first flattened (:func:`anfir.interop.flatten.flatten_program`:
+The graph is first flattened (:func:`anfir.flat.flatten.flatten_program`:
 calls of non-recursive graphs inlined, closures converted, tuples taken
 apart), then each op of the flat program becomes one :class:`Instr` through
 its rule (:data:`anfir.lowlevel.rules.RULES`):
@@ -27,10 +27,10 @@ import numpy as np
 from anfir.abstract.values import AbstractValue, AScalar, ATensor
 from anfir.dtypes import TYPE_NAMES, dtype_name, numpy_dtype
 from anfir.errors import AnfirError
-from anfir.interop.flat import (
+from anfir.flat.statements import (
     Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Undefined, Value, nest_by_structure,
 )
-from anfir.interop.flatten import flatten_program
+from anfir.flat.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.location import Location
 from anfir.runtime_values import DType

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
-from anfir.interop.flat import DIM, one_device_reasons
+from anfir.flat.statements import DIM, one_device_reasons
 from anfir.ir.primitive import Primitive
 from anfir.lowlevel import kernels
 from anfir.lowlevel.kernels import ScratchFactory
@@ -341,7 +341,7 @@ RULES: dict[Primitive, LowRule] = {
 }
 """The low-level rule of each primitive, keyed by the primitive object."""
 
-_WALKED = "taken apart by the flattening walk (anfir/interop/flatten.py) before lowering"
+_WALKED = "taken apart by the flattening walk (anfir/flat/flatten.py) before lowering"
 
 UNLOWERED: dict[Primitive, str] = {
     **one_device_reasons("the low-level buffer program"),

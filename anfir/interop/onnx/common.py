@@ -16,7 +16,7 @@ import numpy as np
 
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError, MissingDependencyError
-from anfir.interop.onnx_export import ONNX_TYPES, EXTRA
+from anfir.interop.onnx.exporter import ONNX_TYPES, EXTRA
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import Node, ParameterNode, ValueNode
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from anfir import limits
 from anfir.errors import AnfirError
-from anfir.interop.onnx_export import require_onnx
+from anfir.interop.onnx.exporter import require_onnx
 
 PACKED_4BIT = frozenset({"INT4", "UINT4", "FLOAT4E2M1"})
 """Element types stored two to a byte."""

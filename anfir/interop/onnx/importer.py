@@ -50,7 +50,7 @@ import numpy as np
 from anfir import limits
 from anfir.dtypes import BY_NAME, dtype_name
 from anfir.errors import AnfirError
-from anfir.interop.onnx_export import ONNX_TYPES
+from anfir.interop.onnx.exporter import ONNX_TYPES
 from anfir.interop.onnx.external import ExternalDataError, read_external
 from anfir.abstract.lattice import abstract_of_value
 from anfir.abstract.rules import static_of_abstract

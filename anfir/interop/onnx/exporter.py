@@ -7,7 +7,7 @@
 
 The program is compiled (``anfir.compile``: specialized, differentiated,
 inlined, optimized), walked into a first-order flat program
-(:mod:`anfir.interop.flatten`: tuples taken apart, closures converted, calls
+(:mod:`anfir.flat.flatten`: tuples taken apart, closures converted, calls
 inlined, ``if`` → ``If``, tail recursion → ``Loop``), and each flat op is
 written by the rule :data:`RULES` holds for its primitive object.  Adding an
 operator is one entry::
@@ -50,14 +50,14 @@ from anfir.abstract.shapes import is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor, dim_text
 from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
-from anfir.interop.flat import (
+from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
     nest_by_structure, program_properties, same_static_shape, shape_of_type,
     one_device_reasons, sum_to_axes, values_by_name,
 )
-from anfir.interop.flatten import UNKNOWN_DIM, flatten_program, sanitize
-from anfir.interop.onnx_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
+from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
+from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
@@ -1197,7 +1197,7 @@ RULES: dict[Primitive, OnnxRule] = {
 }
 """Primitive object → the rule writing its ONNX nodes.  A primitive the walker
 takes apart itself (``make_tuple``, ``env_getitem``...) needs none
-(:data:`anfir.interop.flatten.WALKER_ONLY`)."""
+(:data:`anfir.flat.flatten.WALKER_ONLY`)."""
 
 RULES.update(SHAPING_RULES)
 

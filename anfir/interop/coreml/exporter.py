@@ -7,7 +7,7 @@
     model.save("mlp.mlpackage")
 
 The program is compiled and walked into the same first-order flat program as
-the ONNX exporter's (:mod:`anfir.interop.flatten`); each flat op is written by
+the ONNX exporter's (:mod:`anfir.flat.flatten`); each flat op is written by
 the rule :data:`RULES` holds for its primitive object, through coremltools'
 MIL builder.  ``if`` becomes MIL ``cond``, tail recursion ``while_loop``.
 Adding an operator is one entry::
@@ -50,14 +50,14 @@ from anfir.abstract.shapes import is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, dim_text
 from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
-from anfir.interop import coreml_nn
-from anfir.interop.flat import (
+from anfir.interop.coreml import nn as coreml_nn
+from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
     nest_by_structure, program_properties, same_static_shape, shape_of_type,
     one_device_reasons, sum_to_axes, values_by_name,
 )
-from anfir.interop.flatten import flatten_program
+from anfir.flat.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.passes.decompose import decompose
@@ -853,7 +853,7 @@ RULES: dict[Primitive, MilRule] = {
 }
 """Primitive object → the rule writing its MIL ops.  A primitive the walker takes
 apart itself (``make_tuple``, ``env_getitem``...) needs none
-(:data:`anfir.interop.flatten.WALKER_ONLY`)."""
+(:data:`anfir.flat.flatten.WALKER_ONLY`)."""
 
 UNSUPPORTED: dict[Primitive, str] = {
     **one_device_reasons("Core ML"),

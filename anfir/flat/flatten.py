@@ -1,7 +1,7 @@
 """The optimized graph as a first-order program: closures, calls and recursion taken apart.
 
 :func:`flatten_program` walks the graph ``anfir.compile`` returns and writes a
-:class:`~anfir.interop.flat.FlatProgram` — what every exporter emits from.  The
+:class:`~anfir.flat.statements.FlatProgram` — what every exporter emits from.  The
 walk is a small partial evaluator: each node gets a *symbolic value*
 (:class:`SV`) — a tensor of the flat program (:class:`Leaf`), a constant known
 at export time (:class:`Known`), a tuple of symbolic values (:class:`Tup`), a
@@ -14,7 +14,7 @@ not a tensor disappears:
   with its parameters bound to the arguments' symbolic values;
 * **closures** are converted: a closure is its graph plus the captured
   symbolic values, so calling it is inlining it;
-* ``switch(c, f, g)()`` — anfir's ``if`` — becomes an :class:`~anfir.interop.flat.IfOp`
+* ``switch(c, f, g)()`` — anfir's ``if`` — becomes an :class:`~anfir.flat.statements.IfOp`
   whose branches are the two calls; what they return is merged slot by slot
   (a value made in a branch leaves it as a result of the ``If``);
 * **a function value from several lambdas** (a backpropagator returned from an
@@ -22,7 +22,7 @@ not a tensor disappears:
   possible closures (lambda-set specialization) and an ``i64`` tag saying which
   one it is; calling it is an ``If`` chain on the tag;
 * **tail recursion** whose state is tensors and scalars becomes a
-  :class:`~anfir.interop.flat.LoopOp`: the recursive graph is walked once as
+  :class:`~anfir.flat.statements.LoopOp`: the recursive graph is walked once as
   the loop body, a self-call in tail position is "continue with these
   arguments", any other result is "stop with this value";
 * gradient **environments** (``newenv``/``env_setitem``/``env_getitem``) have
@@ -40,7 +40,7 @@ tuples) is walked recursively, up to :data:`MAX_NESTING` levels.
 
 Which primitive the walker handles itself is :data:`STRUCTURAL` (a table keyed
 by the primitive objects); every other primitive becomes an
-:class:`~anfir.interop.flat.Op` for the target's own table.
+:class:`~anfir.flat.statements.Op` for the target's own table.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from anfir.abstract.values import (
 )
 from anfir.dtypes import dtype_name, is_float, numpy_dtype
 from anfir.errors import AnfirError, ExportError
-from anfir.interop.flat import (
+from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Structure, Undefined,
     Value, dtype_of_type, is_value_type, prune,
 )

@@ -1,6 +1,6 @@
 """A first-order, closure-free program: what every exporter writes out.
 
-:func:`anfir.interop.flatten.flatten_program` walks anfir's optimized graph
+:func:`anfir.flat.flatten.flatten_program` walks anfir's optimized graph
 and produces a :class:`FlatProgram`; an exporter (``onnx_export``, and Core ML
 later) turns it into its target's format through a table of rules keyed by
 the primitive objects.  The flat program has only what such targets have:

@@ -1,6 +1,6 @@
 """MIL rules of the neural-network, shape, indexing and convolution operators
 (``primitives/nn.py``, ``shaping.py``, ``indexing.py``, ``conv.py``), merged into
-:data:`anfir.interop.coreml_export.RULES`.
+:data:`anfir.interop.coreml.exporter.RULES`.
 
 Most map to one MIL op (``softmax``, ``concat``, ``slice_by_index``, ``pad``,
 ``gather``, ``gather_along_axis``, ``scatter_along_axis``, ``gather_nd``,
@@ -14,7 +14,7 @@ and the pooling gradients, from the windows of the padded input
 ``conv_transpose`` whose kernels pick one offset each; conv's weight
 gradient as a ``conv`` over the batch axis, as the ONNX exporter does.
 
-Rules use only the writer's helpers (:class:`~anfir.interop.coreml_export.MilWriter`).
+Rules use only the writer's helpers (:class:`~anfir.interop.coreml.exporter.MilWriter`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import numpy as np
 
 from anfir.dtypes import is_float
 from anfir.errors import ExportError
-from anfir.interop.flat import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
+from anfir.flat.statements import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
 from anfir.ir.primitive import Primitive
 from anfir.primitives import conv, indexing, nn, nn_kernels, shaping
 
 if TYPE_CHECKING:  # pragma: no cover
-    from anfir.interop.coreml_export import MilWriter
+    from anfir.interop.coreml.exporter import MilWriter
 
 Rule = Callable[["MilWriter", Op], None]
 

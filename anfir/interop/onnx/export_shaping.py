@@ -1,5 +1,5 @@
 """ONNX rules of the shape and indexing operators (primitives/shaping.py and
-primitives/indexing.py), merged into :data:`anfir.interop.onnx_export.RULES`.
+primitives/indexing.py), merged into :data:`anfir.interop.onnx.exporter.RULES`.
 
 Most map to one ONNX operator (Concat, Slice, Pad, Squeeze, Expand, Tile,
 Trilu, Gather, GatherElements, GatherND, ScatterElements, ScatterND).  The
@@ -18,12 +18,12 @@ import numpy as np
 
 from anfir.dtypes import numpy_dtype
 from anfir.errors import ExportError
-from anfir.interop.flat import Op, known_rank_shape, static_dims
+from anfir.flat.statements import Op, known_rank_shape, static_dims
 from anfir.ir.primitive import Primitive
 from anfir.primitives import indexing, shaping
 
 if TYPE_CHECKING:  # pragma: no cover
-    from anfir.interop.onnx_export import OnnxWriter
+    from anfir.interop.onnx.exporter import OnnxWriter
 
 Rule = Callable[["OnnxWriter", Op], None]
 INT_MAX = np.iinfo(np.int64).max
