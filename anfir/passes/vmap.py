@@ -11,7 +11,7 @@ located error from the specializer).  ``anfir.run`` batches the same way at run 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from anfir.autodiff.batching import Batcher, BatchingError, primitive_graph
 from anfir.autodiff.jacobians import known_jacobian
@@ -48,57 +48,55 @@ def expand_batching(entry: FuncGraph) -> int:
 def expand_jacobians(entry: FuncGraph) -> int:
     """Replace every ``jacfwd``/``jacrev``/``hessian`` call ``which(f, i)`` whose ``f`` and
     ``i`` are known by the graph it makes (whose ``vmap`` the next round expands); the count."""
-    manager = entry.manager or manage(entry)
-    calls = []
-    for graph in reachable_graphs([entry]):
-        for node in toposort(graph, manager):
-            if isinstance(node, CNode) and node.graph is graph and any(
-                    node.is_apply(which) for which in JACOBIANS):
-                calls.append(node)
-    count = 0
-    for call in calls:
-        consts = [_constant(a) for a in call.inputs[2:]]
-        if any(c is _UNKNOWN for c in consts) or len(consts) > 1:
-            continue
-        fn = _target(call, [None])
+
+    def make(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
+        fn = _target(call, [None]) if len(consts) <= 1 else None
         if fn is None:
-            continue
+            return None
         which = call.inputs[0].value  # type: ignore[attr-defined]
-        try:
-            made = known_jacobian(which, fn, consts[0] if consts else 0, call.loc)
-        except AnfirError as err:
-            if err.loc is None:
-                raise BatchingError(err.message, call.loc) from None
-            raise
-        manager.replace(call, ValueNode(made, call.loc, call.name))
-        count += 1
-    return count
+        return known_jacobian(which, fn, consts[0] if consts else 0, call.loc)
+
+    return _expand(entry, JACOBIANS, make)
 
 
 def expand_vmaps(entry: FuncGraph) -> int:
     """Replace every ``vmap`` call on a known function in ``entry``'s reach; the count."""
+
+    def make(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
+        target = _target(call, consts)
+        if target is None:
+            return None
+        in_axes = consts[0] if consts else 0
+        out_axes = consts[1] if len(consts) > 1 else 0
+        return Batcher(per_example_loops=True).entry(target, in_axes, out_axes, call.loc)
+
+    return _expand(entry, (meta.vmap,), make)
+
+
+def _expand(entry: FuncGraph, metas: tuple[MetaFunction, ...],
+            make: Callable[[CNode, list[Any]], Optional[FuncGraph]]) -> int:
+    """Replace each call of one of ``metas`` in ``entry``'s reach whose arguments after the
+    function are constants by the graph ``make(call, constants)`` builds (None: left as
+    it is); the count.  An error without a place is placed at the call."""
     manager = entry.manager or manage(entry)
     calls = []
     for graph in reachable_graphs([entry]):
         for node in toposort(graph, manager):
-            if isinstance(node, CNode) and node.graph is graph and node.is_apply(meta.vmap):
+            if isinstance(node, CNode) and node.graph is graph and any(node.is_apply(m) for m in metas):
                 calls.append(node)
     count = 0
     for call in calls:
         consts = [_constant(a) for a in call.inputs[2:]]
         if any(c is _UNKNOWN for c in consts):
             continue
-        target = _target(call, consts)
-        if target is None:
-            continue
-        in_axes = consts[0] if consts else 0
-        out_axes = consts[1] if len(consts) > 1 else 0
         try:
-            made = Batcher(per_example_loops=True).entry(target, in_axes, out_axes, call.loc)
+            made = make(call, consts)
         except AnfirError as err:
             if err.loc is None:
                 raise BatchingError(err.message, call.loc) from None
             raise
+        if made is None:
+            continue
         manager.replace(call, ValueNode(made, call.loc, call.name))
         count += 1
     return count
