@@ -1321,9 +1321,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from IPython.display import SVG, display
+from IPython.display import Image, display
 
-plt.rcParams["svg.hashsalt"] = "anfir"  # the same SVG on every run
 fig, ax = plt.subplots(figsize=(7, 3.8))
 ax.plot([f / 1e6 for _, _, f, _ in points], [a / 1024 for _, a, _, _ in points], "o")
 for name, arena, flops, _ in points:
@@ -1332,10 +1331,10 @@ ax.set_xlabel("extra FLOPs of the recomputed copies (millions, modeled)")
 ax.set_ylabel("planned arena (KiB)")
 ax.set_title("transformer block step: rematerialisation candidates", fontsize=9)
 ax.grid(alpha=0.3)
-picture = io.StringIO()
-fig.savefig(picture, format="svg", metadata={"Date": None})
+picture = io.BytesIO()  # a PNG: the notebooks' SVG pictures are the graphs Graphviz draws
+fig.savefig(picture, format="png", dpi=90, metadata={"Software": None})
 plt.close(fig)
-display(SVG(picture.getvalue()))'''),
+display(Image(picture.getvalue()))'''),
     ("md", """\
 The step times of the same candidates (they depend on the machine, so this
 cell's output is not kept; `benchmarks/bench_remat.py` measures them with
