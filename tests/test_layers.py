@@ -76,14 +76,16 @@ def _type_checking_block(node: ast.AST) -> bool:
             and node.test.id == "TYPE_CHECKING")
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int, bool]]:
-    """(imported module, line, inside a function?) for each anfir import in ``path``."""
+def imports_of(name: str, path: Path, known: dict[str, Path],
+               type_checking: bool = False) -> Iterator[tuple[str, int, bool]]:
+    """(imported module, line, inside a function?) for each anfir import in ``path``
+    (with ``type_checking``, those of ``if TYPE_CHECKING:`` blocks too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     stack: list[tuple[ast.AST, bool]] = [(tree, False)]
     while stack:
         node, in_function = stack.pop()
-        if _type_checking_block(node):
+        if not type_checking and _type_checking_block(node):
             continue
         targets: list[str] = []
         if isinstance(node, ast.Import):

@@ -22,27 +22,7 @@ registry and the importers are the edges where names are allowed)."""
 
 def all_imports(name: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int, bool]]:
     """Like ``test_layers.imports_of``, ``if TYPE_CHECKING:`` blocks included."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, in_function = stack.pop()
-        targets: list[str] = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-        for target in targets:
-            while target not in known and "." in target:
-                target = target.rpartition(".")[0]
-            if target in known and target != name:
-                yield target, node.lineno, in_function
-        nested = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        stack.extend((child, nested) for child in ast.iter_child_nodes(node))
+    return layers.imports_of(name, path, known, type_checking=True)
 
 
 def _graph() -> dict[str, list[tuple[str, int, bool]]]:
