@@ -22,6 +22,7 @@ come from the primitives' own ``conv_params``, ``pool_params`` and
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Callable, Optional
 
@@ -667,6 +668,19 @@ def global_pool_kernel(fn: Any) -> Callable[[np.ndarray, list[Any], dict[str, An
     return factory
 
 
+def erf_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    """``erf(x)`` written with ``out=`` (scipy's ufunc, as the evaluation computes it), so
+    that it may overwrite its argument: gelu's gradient then needs one activation-sized
+    temporary fewer (the rule allows ``inplace``)."""
+    x = args[0] if len(args) == 1 else None
+    if statics or not isinstance(x, np.ndarray) or out.dtype not in (np.float32, np.float64) \
+            or x.dtype != out.dtype:
+        return None
+    # importlib: scipy ships no type stubs (as the op library's own erf).
+    erf = importlib.import_module("scipy.special").erf
+    return lambda: erf(x, out=out)
+
+
 __all__ = ["ScratchFactory", "Workspace", "avg_pool_grad_kernel", "avg_pool_kernel", "batch_norm_kernel",
            "channel_spread_kernel", "channel_sum_kernel", "conv_input_grad_kernel", "conv_kernel",
-           "conv_weight_grad_kernel", "global_pool_kernel", "max_pool_grad_kernel", "max_pool_kernel"]
+           "conv_weight_grad_kernel", "erf_kernel", "global_pool_kernel", "max_pool_grad_kernel", "max_pool_kernel"]

@@ -219,6 +219,18 @@ def _is_backward(node: CNode) -> bool:
     return "◂" in note or "gradient rule of" in note
 
 
+def _rule_instance(node: CNode) -> Optional[tuple[str, str, int, int]]:
+    """The gradient rule instance that made ``node`` (the rule's name and the place of
+    the call it differentiates), or None for a node the AD made itself (``◂g``)."""
+    loc = node.loc
+    if loc is None or "◂" in loc.note:
+        return None
+    at = loc.note.rfind("gradient rule of")
+    if at < 0:
+        return None
+    return loc.note[at:], loc.file, loc.line, loc.col
+
+
 def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0) -> RematSummary:
     """Rematerialise ``graph`` in place (typed, optimized, one graph: call
     :func:`inline_everything` first); return what was decided."""
@@ -289,15 +301,32 @@ def rematerialize(graph: FuncGraph, level: str = "cheap", fraction: float = 1.0)
     # than its deepest backward input.  A copy waits for the deepest backward input of
     # its reader (an incoming gradient), never for one of depth 0, which is ready as
     # early as the forward values it is made from.
+    #
+    #
+    # A *pure* backward node is one a gradient rule computes from forward values alone,
+    # through other nodes of the same rule's instance (all of gelu's rule but its last
+    # product with dout): it carries no gradient, so it is no anchor.  Anchoring on it
+    # would give each of its pure readers a copy of its own (one copy of gelu's input
+    # for erf's side, another for exp's, both live at once); instead pure nodes borrow
+    # the anchor of the gradient-carrying node they feed, and their copies are shared.
+    # A node reading a backward node of another rule instance (another rule, or the
+    # same rule at another place) or an AD node (``◂``) carries a gradient.  (A wrong
+    # guess costs memory, never correctness: every anchor is checked below.)
     depth: dict[Node, int] = {}
+    pure: set[Node] = set()
     for node in order:
         if node in backward:
             depth[node] = max((depth[i] + 1 for i in node.inputs if i in depth), default=0)
+            key = _rule_instance(node)
+            if key is not None and all(i in pure and _rule_instance(i) == key
+                                       for i in node.inputs if i in depth):
+                pure.add(node)
     anchors: dict[CNode, Optional[Node]] = {}
     for node in reversed(order):
         if node not in backward:
             continue
-        deepest = max((i for i in node.inputs if i in depth), key=lambda i: depth[i], default=None)
+        deepest = max((i for i in node.inputs if i in depth and i not in pure),
+                      key=lambda i: depth[i], default=None)
         anchor: Optional[Node] = deepest if deepest is not None and depth[deepest] > 0 else None
         if anchor is None:
             # A backward node computed from forward values only (the 1 - y^2 of tanh's

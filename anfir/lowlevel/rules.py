@@ -263,7 +263,7 @@ RULES: dict[Primitive, LowRule] = {
     elementwise.asin: ufunc(np.arcsin), elementwise.acos: ufunc(np.arccos),
     elementwise.atan: ufunc(np.arctan), elementwise.atan2: ufunc(np.arctan2),
     elementwise.floor: ufunc(np.floor), elementwise.ceil: ufunc(np.ceil),
-    elementwise.round_: EVALUATED, elementwise.rsqrt: EVALUATED, elementwise.erf: EVALUATED,
+    elementwise.round_: EVALUATED, elementwise.rsqrt: EVALUATED, elementwise.erf: LowRule(kernels.erf_kernel, inplace=True),
     elementwise.gelu: EVALUATED, elementwise.leaky_relu: EVALUATED, elementwise.elu: EVALUATED,
     elementwise.selu: EVALUATED, elementwise.silu: EVALUATED, elementwise.mish: EVALUATED,
     elementwise.softsign: EVALUATED, elementwise.hard_sigmoid: EVALUATED,

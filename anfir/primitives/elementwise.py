@@ -296,8 +296,8 @@ gelu = declare("gelu", 1, _elementwise(_gelu), family=FAMILY,
           (dout * (0.5 * (t + 1.0) + 0.5 * x * (1.0 - t * t) * {_GELU_TANH!r}
                    * ({3 * _GELU_CUBIC!r} * x * x + 1.0)),)
         else
-          (dout * (0.5 * (erf(x * {1 / math.sqrt(2.0)!r}) + 1.0)
-                   + x * exp(-0.5 * x * x) * {1 / math.sqrt(2.0 * math.pi)!r}),)
+          (dout * (x * exp(-0.5 * x * x) * {1 / math.sqrt(2.0 * math.pi)!r}
+                   + 0.5 * (erf(x * {1 / math.sqrt(2.0)!r}) + 1.0)),)
         end""")
 leaky_relu = declare("leaky_relu", 1, _elementwise(_leaky_relu), family=FAMILY,
                      infer=rules.elementwise("leaky_relu", _alpha_check("leaky_relu")),

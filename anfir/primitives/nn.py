@@ -726,10 +726,11 @@ end"""
 _ATTENTION = """lambda (q, k, v, {mask}scale, causal, out, dout)
   let p = attention_probs(q, k, {mask_arg}, scale, causal) in
   let dp = matmul(dout, swap_last(v)) in
-  let dl = p * (dp - sum(dp * p, -1, true)) in
+  let t = dp * p in
+  let dl = t - p * sum(t, -1, true) in
   let ds = dl * attention_scale(q, scale) in
-  (sum_to(matmul(ds, k), q), sum_to(matmul(swap_last(ds), q), k),
-   sum_to(matmul(swap_last(p), dout), v){mask_grad})
+  (sum_to(matmul(ds, k), q), sum_to(swap_last(matmul(swap_last(q), ds)), k),
+   sum_to(swap_last(matmul(swap_last(dout), p)), v){mask_grad})
 end"""
 
 
