@@ -521,13 +521,40 @@ class _FirstMaximum:
 def max_pool_grad_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any],
                          ws: Workspace) -> Optional[Kernel]:
     """``max_pool_grad(x, dout)``: each window's (first) maximum found offset by offset,
-    and dout added at that kernel offset."""
+    and dout added at that kernel offset.
+
+    A chunk of the batch at a time (samples are independent): the scratch — the padded
+    input, the running maxima and their offsets — is then bounded by about the size of
+    the result instead of five times it (a ResNet's stem pools its largest activation,
+    and its gradient runs where the backward pass's memory peaks)."""
     if len(args) != 2 or not _same_floats(out, args):
         return None
     x, dout = args
     _, kernel, stride, pads, dilation, sizes = _pool_setup(x, statics, True, "max_pool")
     if min(pads) < 0 or dout.shape != (*x.shape[:2], *sizes) or out.shape != x.shape:
         return None
+    batch = x.shape[0]
+    padded_sample = x.shape[1] * math.prod(s + pads[a] + pads[x.ndim - 2 + a]
+                                           for a, s in enumerate(x.shape[2:])) * x.itemsize
+    cells = math.prod(dout.shape[1:])
+    per_sample = padded_sample + cells * (4 * out.itemsize + np.dtype(np.intp).itemsize + 3)
+    step = batch_chunk(batch, per_sample, out.nbytes)
+    runs = [_max_pool_grad_chunk(x[i:i + step], dout[i:i + step], out[i:i + step],
+                                 kernel, stride, pads, dilation, sizes, ws)
+            for i in range(0, batch, step)]
+
+    def run() -> None:
+        for chunk in runs:
+            chunk()
+
+    return run
+
+
+def _max_pool_grad_chunk(x: np.ndarray, dout: np.ndarray, out: np.ndarray, kernel: tuple[int, ...],
+                         stride: tuple[int, ...], pads: list[int], dilation: tuple[int, ...],
+                         sizes: tuple[int, ...], ws: Workspace) -> Kernel:
+    """The kernel of :func:`max_pool_grad_kernel` for one chunk of the batch (every chunk
+    binds the same workspace slots: they run one after the other)."""
     padded = _Padded(x, pads, -np.inf, 1, ws)
     maximum = _FirstMaximum(padded.array, kernel, stride, dilation, sizes, ws)
     hit = maximum.wins  # free once the maxima are found
