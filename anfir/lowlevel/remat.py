@@ -219,7 +219,7 @@ def _is_backward(node: CNode) -> bool:
     return "◂" in note or "gradient rule of" in note
 
 
-def _rule_instance(node: CNode) -> Optional[tuple[str, str, int, int]]:
+def _rule_instance(node: Node) -> Optional[tuple[str, str, int, int]]:
     """The gradient rule instance that made ``node`` (the rule's name and the place of
     the call it differentiates), or None for a node the AD made itself (``◂g``)."""
     loc = node.loc
