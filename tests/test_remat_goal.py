@@ -6,7 +6,7 @@ not of the machine: it is asserted here; the step time, which the goal bounds at
 is only measured, as a ratio in one run, by the benchmark).  And the three changes
 that brought the figure there, each checked on its own: the copies a gradient rule's
 forward-only part reads are shared (gelu's input is recomputed once), erf is lowered in
-place, and max_pool_grad's scratch is bounded by a chunk of the batch."""
+place, and max_pool's and max_pool_grad's scratch is bounded by a chunk of the batch."""
 
 from __future__ import annotations
 
@@ -92,15 +92,17 @@ def test_erf_is_lowered_in_place_with_the_evaluators_values(dtype: str) -> None:
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-def test_max_pool_grads_scratch_is_a_chunk_of_the_batch() -> None:
-    # The scratch of one sample's padded input and maxima, not the whole batch's; the same
-    # values as the evaluator (ties and the padding's -inf included).
-    src = ("def g(x) = grad(lambda (y) sum(max_pool(y, 3, 2, padding=1) * 2.0) end)(x)\n")
+def test_max_pools_scratch_is_a_chunk_of_the_batch() -> None:
+    # The scratch of one sample's padded input and maxima, not the whole batch's, for the
+    # pool and its gradient; the same values as the evaluator (ties and the padding's
+    # -inf included).
+    src = ("def f(x) = max_pool(x, 3, 2, padding=1)\n"
+           "def g(x) = grad(lambda (y) sum(max_pool(y, 3, 2, padding=1) * 2.0) end)(x)\n")
     mod = anfir.parse(src, "pool.anf")
     x = np.random.default_rng(4).integers(0, 4, size=(4, 3, 9, 9)).astype(float)
-    low = anfir.lower(mod, entry="g", args=[x])
-    (grad,) = [i for i in low.instructions() if i.prim.name == "max_pool_grad"]
-    assert grad.scratch is not None
     padded_batch = x.shape[0] * x.shape[1] * 11 * 11 * 8  # the whole batch's padded input alone
-    assert grad.scratch.size < padded_batch, grad.scratch.size
-    assert np.array_equal(Executor(low).run(x), anfir.run(mod["g"], x))
+    for entry, prim in (("f", "max_pool"), ("g", "max_pool_grad")):
+        low = anfir.lower(mod, entry=entry, args=[x])
+        (pool,) = [i for i in low.instructions() if i.prim.name == prim]
+        assert pool.scratch is not None and pool.scratch.size < padded_batch, (entry, pool.scratch)
+        assert np.array_equal(Executor(low).run(x), anfir.run(mod[entry], x)), entry

@@ -461,13 +461,33 @@ def max_pool_kernel(out: np.ndarray, args: list[Any], statics: dict[str, Any],
                     ws: Workspace) -> Optional[Kernel]:
     """``max_pool(x)``: the running maximum over the kernel offsets, each offset's cells
     copied into contiguous scratch first (a ufunc on a strided operand would buffer).
-    Padding is -inf: it never wins; a NaN wins, as in ``np.max``."""
+    Padding is -inf: it never wins; a NaN wins, as in ``np.max``.  A chunk of the batch
+    at a time, as :func:`max_pool_grad_kernel` (recomputed in a backward pass, a pool's
+    scratch of the whole padded batch would add to the backward pass's peak)."""
     if len(args) != 1 or not _same_floats(out, args):
         return None
     (x,) = args
     _, kernel, stride, pads, dilation, sizes = _pool_setup(x, statics, True, "max_pool")
     if min(pads) < 0 or out.shape != (*x.shape[:2], *sizes):
         return None
+    batch = x.shape[0]
+    padded_sample = x.shape[1] * math.prod(s + pads[a] + pads[x.ndim - 2 + a]
+                                           for a, s in enumerate(x.shape[2:])) * x.itemsize
+    step = batch_chunk(batch, padded_sample + math.prod(out.shape[1:]) * out.itemsize, x.nbytes)
+    runs = [_max_pool_chunk(x[i:i + step], out[i:i + step], kernel, stride, pads, dilation, sizes, ws)
+            for i in range(0, batch, step)]
+
+    def run() -> None:
+        for chunk in runs:
+            chunk()
+
+    return run
+
+
+def _max_pool_chunk(x: np.ndarray, out: np.ndarray, kernel: tuple[int, ...], stride: tuple[int, ...],
+                    pads: list[int], dilation: tuple[int, ...], sizes: tuple[int, ...],
+                    ws: Workspace) -> Kernel:
+    """The kernel of :func:`max_pool_kernel` for one chunk of the batch."""
     padded = _Padded(x, pads, -np.inf, 0, ws)
     first, *rest = _offset_views(padded.array, kernel, stride, dilation, sizes)
     cells = ws.array(2, out.shape, out.dtype)
