@@ -137,6 +137,11 @@ class RematSummary:
 
     def line(self) -> str:
         """The summary line of the phase's dump and of the CLI."""
+        if self.level == DOTS_SAVEABLE:
+            return (f"remat: {self.kept} values kept, {self.recomputed} values recomputed, "
+                    f"{self.bytes_saved} bytes saved (modeled), {self.extra_flops} extra FLOPs "
+                    f"(checkpoint policy {DOTS_SAVEABLE}: the matrix products and convolutions "
+                    "a checkpoint recomputed are kept)")
         text = (f"remat: {self.kept} values kept, {self.recomputed} values recomputed, "
                 f"{self.bytes_saved} bytes saved (modeled), {self.extra_flops} extra FLOPs "
                 f"(recomputing {self.level} operations of {self.fraction:.0%} of the forward pass)")
@@ -566,6 +571,92 @@ class _FlowNetwork:
         return seen
 
 
+# -- the checkpoint policy "save matrix products and convolutions" -----------------------
+DOTS_SAVEABLE = "dots-saveable"
+"""``remat="dots-saveable"``: the policy of JAX's ``checkpoint_policies.dots_saveable``
+for every ``checkpoint(f)`` of the program (:func:`save_dots`)."""
+
+
+def _constant_key(node: ValueNode) -> Any:
+    """A constant's identity for :func:`save_dots`: scalars, strings and flat tuples of
+    them by type and value (floats by ``repr``: -0.0 is not 0.0), primitives and graphs
+    by object, anything else (arrays) only as the same node."""
+    v = node.value
+    if v is None or type(v) in (bool, int, str):
+        return ("const", type(v).__name__, v)
+    if type(v) is float:
+        return ("const", "float", repr(v))
+    if isinstance(v, tuple) and all(e is None or type(e) in (bool, int, float, str) for e in v):
+        return ("tuple", tuple((type(e).__name__, repr(e)) for e in v))
+    if isinstance(v, (Primitive, FuncGraph)):
+        return v
+    return node
+
+
+def save_dots(graph: FuncGraph) -> RematSummary:
+    """Keep the matrix products and convolutions a ``checkpoint(f)`` recomputes (JAX's
+    ``dots_saveable`` policy): ``graph`` is rewritten in place (one graph: call
+    :func:`inline_everything` first).
+
+    A checkpointed call's backward pass computes ``f``'s forward pass again from its
+    inputs read through ``remat_barrier``.  Numbering values modulo those barriers (a
+    node is the same value as an earlier one when it applies the same callee, with the
+    same attributes, to the same values), each recomputed node of an :data:`EXPENSIVE`
+    primitive that equals a forward node is replaced by it: the forward value is kept
+    for the backward pass, and only the cheap operations around it are recomputed,
+    from it.  Linear in the graph's size."""
+    manager = graph.manager or rebuild_manager([graph])
+    order = [n for n in toposort(graph, manager) if isinstance(n, CNode) and n.graph is graph]
+    value: dict[Node, Any] = {}
+    """A node → the earliest node computing the same value (itself if none)."""
+    first: dict[Any, CNode] = {}
+    recomputed: set[Node] = set()
+    """Nodes that read a barrier (the recomputation of a checkpointed forward pass)."""
+    summary = RematSummary(level=DOTS_SAVEABLE, fraction=1.0)
+
+    def key_of(node: Node) -> Any:
+        if isinstance(node, ValueNode):
+            return _constant_key(node)
+        return value.get(node, node)
+
+    anchor: dict[Node, Node] = {}
+    """A recomputed node → the ``after`` of a barrier it reads (what it waits for)."""
+    replace: list[tuple[CNode, CNode]] = []
+    for node in order:
+        if _prim(node) is remat_barrier:
+            value[node] = key_of(node.inputs[1])
+            recomputed.add(node)
+            anchor[node] = node.inputs[2]
+            continue
+        waits = next((anchor[i] for i in node.inputs if i in recomputed), None)
+        if waits is not None:
+            recomputed.add(node)
+            anchor[node] = waits
+        key = (node.attrs.key, *(key_of(i) for i in node.inputs))
+        known = first.setdefault(key, node)
+        value[node] = known
+        if known is node or node not in recomputed or known in recomputed:
+            continue
+        if _prim(node) in EXPENSIVE:
+            replace.append((node, known))
+            summary.kept += 1
+            summary.bytes_saved -= nbytes(node.abstract) or 0
+        else:
+            summary.recomputed += 1
+            summary.extra_flops += flops(node)
+    # The kept value is read through a barrier on what the copy waited for: the cheap
+    # operations recomputed from it stay copies (nothing merges them with the forward
+    # pass's) and still run in the backward pass.
+    barrier_value = ValueNode(remat_barrier)
+    barrier_value.abstract = abstract_of_value(remat_barrier)
+    for node, known in replace:
+        loc = known.loc.derive(BARRIER) if known.loc is not None else None
+        fence = CNode(graph, [barrier_value, known, anchor[node]], loc, known.name)
+        fence.abstract = known.abstract
+        manager.replace(node, fence)
+    return summary
+
+
 # -- the phase ---------------------------------------------------------------------------
 INLINE_ALL = 1 << 30
 """An inlining threshold no graph reaches: every non-recursive call is inlined."""
@@ -634,9 +725,10 @@ def check_option(remat: Any) -> RematOption:
     string of digits from the command line)."""
     if isinstance(remat, str) and remat.strip().isdigit():
         remat = int(remat.strip())
-    if isinstance(remat, bool) or not (remat == "min-cut" or isinstance(remat, int) and remat > 0):
-        raise UsageError(f"remat is \"min-cut\" or a memory budget in bytes (a positive int), "
-                         f"not {remat!r}")
+    if isinstance(remat, bool) or not (remat in ("min-cut", DOTS_SAVEABLE)
+                                       or isinstance(remat, int) and remat > 0):
+        raise UsageError(f"remat is \"min-cut\", a memory budget in bytes (a positive int) or "
+                         f"the checkpoint policy \"{DOTS_SAVEABLE}\", not {remat!r}")
     return remat
 
 
@@ -651,6 +743,8 @@ def remat_phase(remat: Any) -> Phase:
         inline_everything(manager)
         if option == "min-cut":
             summary = rematerialize(program.entry)
+        elif option == DOTS_SAVEABLE:
+            summary = save_dots(program.entry)
         else:
             assert isinstance(option, int)
             chosen, summary = rematerialize_for_budget(program.entry, option)
@@ -685,6 +779,7 @@ def with_remat(phases: list[Phase], remat: Any) -> list[Phase]:
     return [*phases[:at], remat_phase(remat), *phases[at:]]
 
 
-__all__ = ["CHEAP", "EXPENSIVE", "LEVELS", "RECOMPUTED", "RematError", "RematSummary",
+__all__ = ["CHEAP", "DOTS_SAVEABLE", "EXPENSIVE", "LEVELS", "RECOMPUTED", "RematError", "RematSummary",
            "candidates", "check_option", "flops", "inline_everything", "nbytes", "planned_arena",
-           "recomputable", "remat_phase", "rematerialize", "rematerialize_for_budget", "with_remat"]
+           "recomputable", "remat_phase", "rematerialize", "rematerialize_for_budget", "save_dots",
+           "with_remat"]
