@@ -114,10 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add the low-level phases (lower, share_buffers, plan_memory; dumped as "
                         "NN_phase.lir) and print the arena's figures; with values, run the "
                         "low-level program (docs/lowlevel.md)")
-    p.add_argument("--remat", metavar="min-cut|BYTES",
+    p.add_argument("--remat", metavar="min-cut|BYTES|dots-saveable",
                    help="add the remat phase before validate: the gradient program recomputes "
                         "forward values in its backward pass instead of keeping them (min-cut), "
-                        "or as little as keeps the planned arena within BYTES (docs/remat.md)")
+                        "or as little as keeps the planned arena within BYTES; dots-saveable: "
+                        "each checkpoint(f) keeps its matmuls and convolutions (docs/remat.md)")
     _max_depth_option(p)
 
     p = sub.add_parser("export", help="write the optimized program as an ONNX or Core ML model",
