@@ -342,6 +342,16 @@ def _broadcast_to(ctx: Ctx) -> Node:
     return ctx.call(tensor.broadcast_to, ctx.args[0], tuple(shape))
 
 
+@_op("Slice")
+def _slice(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (x, begin, size); a size of -1 runs to the end
+    begin, size = tuple(int(b) for b in ctx.static(1)), tuple(int(n) for n in ctx.static(2))
+    if len(begin) != len(size):
+        raise NodeError(f"Slice with {len(begin)} begins and {len(size)} sizes")
+    ends = tuple(2 ** 62 if n == -1 else b + n for b, n in zip(begin, size))
+    return ctx.call(shaping.slice_, ctx.args[0], starts=begin, ends=ends, axes=tuple(range(len(begin))))
+
+
 @_op("Select")
 def _select(ctx: Ctx) -> Node:
     ctx.arity(3)
