@@ -669,7 +669,7 @@ def _pad_lowest(w: Writer, x: Node, pads: list[int]) -> tuple[str, tuple[int, ..
         for width, where in ((before, 0), (after, 1)):
             if width:
                 block = tuple(width if a == axis else d for a, d in enumerate(shape))
-                parts.append((where, w.emit("BroadcastTo", [fill], attrs={"shape": block})))
+                parts.append((where, _broadcast(w, fill, block)))
         items = [p for where, p in parts if where == 0] + [ref] + [p for where, p in parts if where == 1]
         ref = w.emit("Concat", [w.emit("MakeTuple", items), w.constant(axis, scalar=True)])
         shape[axis] += before + after
@@ -817,7 +817,13 @@ def _broadcast_to(w: Writer, node: CNode) -> str:
     x, out = node.args[0], _static_result(node, "broadcast_to")
     if _shape(x, "broadcast_to") == out:
         return w.ref(x)
-    return w.emit("BroadcastTo", [w.ref(x)], attrs={"shape": out}, abstract=node.abstract)
+    return _broadcast(w, w.ref(x), out, node.abstract)
+
+
+def _broadcast(w: Writer, ref: str, shape: tuple[int, ...], abstract: Any = None) -> str:
+    """BroadcastTo(ref, shape): the shape an input (MindSpore 2.10 crashes on it as the
+    primitive's attribute)."""
+    return w.emit("BroadcastTo", [ref, w.constant(tuple(shape), scalar=True)], abstract=abstract)
 
 
 @_rule(gradient.reshape_like)
@@ -832,7 +838,7 @@ def _channel_spread(w: Writer, node: CNode) -> str:
     v, like = node.args
     shape = _shape(like, "channel_spread")
     column = w.emit("Reshape", [w.ref(v), w.constant((-1,) + (1,) * (len(shape) - 2), scalar=True)])
-    return w.emit("BroadcastTo", [column], attrs={"shape": shape}, abstract=node.abstract)
+    return _broadcast(w, column, shape, node.abstract)
 
 
 @_rule(P["batch_norm"])
