@@ -47,7 +47,10 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.decompositions import DECOMPOSITIONS
-from anfir.passes import ad
+from anfir.passes import ad, inline
+from anfir.passes.compile_state import Program
+from anfir.passes.inline import inline_calls
+from anfir.ir.manager import remove_dead_graphs
 from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import PHASES, Phase, compile_program
 from anfir.primitives import arith, gradient, structure, tensor
@@ -897,6 +900,23 @@ def native() -> frozenset[Primitive]:
     return frozenset(p for p in DECOMPOSITIONS if p in RULES)
 
 
+def _inline_every_call(program: Program) -> Program:
+    """The inline phase with no size limit: every call of a non-recursive graph is
+    inlined (recursive ones, the loops, stay graphs).  A graph called twice — a
+    network's block — otherwise keeps its backpropagator returning a gradient
+    environment for its free variables, a type MindSpore's loader cannot infer;
+    inlined, the optimizer resolves the environment to the gradients themselves."""
+    manager = program.require_manager()
+    remove_dead_graphs(manager)
+    program.stats["inline"] += inline_calls(manager, threshold=UNLIMITED)
+    remove_dead_graphs(manager)
+    return program
+
+
+UNLIMITED = 1 << 62
+"""An inlining threshold no graph reaches."""
+
+
 def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
                   path: Optional[str] = None, params: Optional[dict[str, Any]] = None) -> bytes:
     """Compile ``source``'s entry for ``args`` and write it as ``.mindir`` bytes (and to
@@ -906,7 +926,8 @@ def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Seque
         params = dict(source.params)
     # MindIR writes a loop as a graph that calls itself (a while header), so the
     # tail recursion stays: no counted loop becomes a fori_loop/scan in the ad phase.
-    phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run else p
+    phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run
+              else Phase(p.name, _inline_every_call, p.doc) if p.run is inline.run else p
               for p in PHASES]
     graph = compile_program(source, entry=entry, args=args, phases=phases).graph
     model = Writer(params).run(decompose(graph, native()))
