@@ -528,3 +528,19 @@ def test_tuple_gradients_summed_in_a_loop_round_trip(monkeypatch: pytest.MonkeyP
     assert any(tuples), "the file sums tuples of gradients"
     for n in (0, 1, 3, 6):
         same(anfir.run(module["dtl"], p, x, n), anfir.run(back.entry, p, x, n), f"n={n}")
+
+
+def test_a_slice_of_wrong_types_is_a_located_error() -> None:
+    from anfir.interop.mindir.schema import classes
+
+    module = anfir.parse("def f(x: f32[2, 3, 4, 4]) = grad(lambda (y) sum(sin(max_pool(y, 3, 2, 1))) end)(x)")
+    model = classes()["ModelProto"]()
+    model.ParseFromString(anfir.export_mindir(module, entry="f", args=[np.ones((2, 3, 4, 4), np.float32)]))
+    [node] = [n for g in [model.graph, *model.functions] for n in g.node if "Slice" in n.op_type]
+    [begin] = [n for n in model.graph.node if n.name == node.input[1]]
+    value = begin.attribute[0]
+    value.ClearField("values")
+    value.type, value.i = value.INT64, 3
+    with pytest.raises(MindirError, match="Slice's begin must be a tuple of integers") as info:
+        import_mindir(model.SerializeToString())
+    assert info.value.loc is not None

@@ -663,6 +663,8 @@ def _pad_lowest(w: Writer, x: Node, pads: list[int]) -> tuple[str, tuple[int, ..
     ref, shape = w.ref(x), list(_shape(x, "max_pool"))
     dtype = _dtype_of(x.abstract) or "f32"
     kind = np.dtype(_numpy(dtype))
+    if kind.kind not in "fiu":
+        raise _Unsupported(f"max_pool of {dtype}")
     low = kind.type(-np.inf) if kind.kind == "f" else np.iinfo(kind).min
     fill = w.constant(np.asarray(low, kind), dtype)
     for axis, (before, after) in ((2, (pads[0], pads[2])), (3, (pads[1], pads[3]))):
@@ -851,6 +853,8 @@ def _batch_norm(w: Writer, node: CNode) -> str:
     if len(_shape(node.args[0], "batch_norm")) != 4:
         raise _Unsupported("batch_norm of other than NCHW (MindSpore's BatchNorm is 2-d)")
     dtype = _dtype_of(node.abstract)
+    if dtype not in TYPE_ID_OF:
+        raise _Unsupported(f"batch_norm of {dtype}")
     eps = float(node.attrs.get("eps", 1e-5)) if node.attrs else 1e-5
     args = [w.ref(a) if _dtype_of(a.abstract) == dtype else
             w.emit("Cast", [w.ref(a), w.constant(TYPE_ID_OF[str(dtype)], scalar=True)]) for a in node.args]
