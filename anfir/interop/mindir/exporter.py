@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.values import AScalar, ATensor
+from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.dtypes import BY_NAME, LITERAL_DTYPES, dtype_name
 from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
 from anfir.interop.mindir.schema import classes
@@ -47,11 +47,15 @@ from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
 from anfir.decompositions import DECOMPOSITIONS
-from anfir.passes import ad
+from anfir.passes import ad, inline
+from anfir.passes.compile_state import Program
+from anfir.passes.inline import inline_calls
+from anfir.ir.manager import remove_dead_graphs
 from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import PHASES, Phase, compile_program
 from anfir.primitives import arith, gradient, structure, tensor
 from anfir.primitives.conv import conv_params
+from anfir.primitives.conv import pool_params as conv_params_pool
 from anfir.primitives.registry import PRIMITIVES
 from anfir.runtime_values import SymbolicKey
 
@@ -342,7 +346,7 @@ ELEMENTWISE: dict[Primitive, str] = {
     arith.eq: "Equal", arith.ne: "NotEqual", arith.logical_and: "LogicalAnd",
     arith.logical_or: "LogicalOr", arith.logical_not: "LogicalNot", arith.softplus: "Softplus",
     P["erf"]: "Erf", P["rsqrt"]: "Rsqrt", P["floor"]: "Floor", P["ceil"]: "Ceil",
-    P["reciprocal"]: "Reciprocal", gradient.gadd: "Add", tensor.matmul: "MatMulExt",
+    P["reciprocal"]: "Reciprocal", tensor.matmul: "MatMulExt",
     tensor.ones_like: "OnesLike", structure.zeros_like: "ZerosLike", tensor.where: "Select",
 }
 """Primitives written as one MindSpore op of the same inputs."""
@@ -476,35 +480,68 @@ def _size(w: Writer, node: CNode) -> str:
     return w.constant(int(np.prod(_shape(node.args[0], "size"))), "i64")
 
 
-@_rule(gradient.matmul_dx)
-def _matmul_dx(w: Writer, node: CNode) -> str:
-    dout, y, x = node.args  # dout @ yᵀ
-    if not len(_shape(dout, "matmul_dx")) == len(_shape(y, "matmul_dx")) == len(_shape(x, "matmul_dx")) == 2:
-        raise _Unsupported("matmul_dx of other than matrices")
-    return w.emit("MatMul", [w.ref(dout), w.ref(y), w.constant(False, scalar=True),
-                             w.constant(True, scalar=True)], abstract=node.abstract)
+def _swap_last(w: Writer, ref: str, rank: int) -> str:
+    return w.emit("Transpose", [ref, w.constant(tuple(range(rank - 2)) + (rank - 1, rank - 2), scalar=True)])
 
 
-@_rule(gradient.matmul_dy)
-def _matmul_dy(w: Writer, node: CNode) -> str:
-    x, dout, y = node.args  # xᵀ @ dout
-    if not len(_shape(dout, "matmul_dy")) == len(_shape(y, "matmul_dy")) == len(_shape(x, "matmul_dy")) == 2:
-        raise _Unsupported("matmul_dy of other than matrices")
-    return w.emit("MatMul", [w.ref(x), w.ref(dout), w.constant(True, scalar=True),
-                             w.constant(False, scalar=True)], abstract=node.abstract)
+def _batched_matmul_grad(w: Writer, node: CNode, wrt_x: bool) -> str:
+    """The gradient of a batched ``x @ y`` (rank >= 2 operands): a MatMulExt with one
+    operand transposed, summed back over the batch axes the operand was broadcast along
+    (the expansion of anfir/decompositions/gradient.py, written in MindSpore's ops)."""
+    if wrt_x:
+        dout, y, x = node.args
+        a, b = w.ref(dout), _swap_last(w, w.ref(y), len(_shape(y, "matmul_dx")))
+        da, db, target = _shape(dout, "matmul_dx"), _shape(y, "matmul_dx"), x
+    else:
+        x, dout, y = node.args
+        a, b = _swap_last(w, w.ref(x), len(_shape(x, "matmul_dy"))), w.ref(dout)
+        da, db, target = _shape(x, "matmul_dy"), _shape(dout, "matmul_dy"), y
+    if wrt_x:  # (..., m, n) @ (..., n, k)ᵀ ; (..., n, m)ᵀ @ (..., n, k)
+        product_shape = (*np.broadcast_shapes(da[:-2], db[:-2]), da[-2], db[-2])
+    else:
+        product_shape = (*np.broadcast_shapes(da[:-2], db[:-2]), da[-1], db[-1])
+    product = w.emit("MatMulExt", [a, b])
+    return _summed_to(w, product, product_shape, _shape(target, "matmul"), node.abstract)
+
+
+def _matmul_grad_rule(wrt_x: bool) -> Rule:
+    what = "matmul_dx" if wrt_x else "matmul_dy"
+
+    def rule(w: Writer, node: CNode) -> str:
+        ranks = [len(_shape(a, what)) for a in node.args]
+        if min(ranks) < 2:
+            raise _Unsupported(f"{what} of a vector")
+        if ranks != [2, 2, 2]:
+            return _batched_matmul_grad(w, node, wrt_x)
+        if wrt_x:
+            dout, y, _ = node.args  # dout @ yᵀ
+            return w.emit("MatMul", [w.ref(dout), w.ref(y), w.constant(False, scalar=True),
+                                     w.constant(True, scalar=True)], abstract=node.abstract)
+        x, dout, _ = node.args  # xᵀ @ dout
+        return w.emit("MatMul", [w.ref(x), w.ref(dout), w.constant(True, scalar=True),
+                                 w.constant(False, scalar=True)], abstract=node.abstract)
+    return rule
+
+
+RULES[gradient.matmul_dx] = _matmul_grad_rule(True)
+RULES[gradient.matmul_dy] = _matmul_grad_rule(False)
+
+
+def _summed_to(w: Writer, ref: str, gs: tuple[int, ...], xs: tuple[int, ...], abstract: Any) -> str:
+    """``ref`` (of shape ``gs``) summed over the axes a tensor of shape ``xs`` was broadcast along."""
+    if gs == xs:
+        return ref
+    lead = len(gs) - len(xs)
+    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(xs) if d == 1 and gs[lead + k] != 1)
+    total = w.emit("ReduceSum", [ref, w.constant(axes, scalar=True), w.constant(True, scalar=True),
+                                 w.constant(False, scalar=True)])
+    return w.emit("Reshape", [total, w.constant(xs, scalar=True)], abstract=abstract)
 
 
 @_rule(gradient.sum_to)
 def _sum_to(w: Writer, node: CNode) -> str:
     g, x = node.args  # the sum of g over the axes x was broadcast along
-    gs, xs = _shape(g, "sum_to"), _shape(x, "sum_to")
-    if gs == xs:
-        return w.ref(g)
-    lead = len(gs) - len(xs)
-    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(xs) if d == 1 and gs[lead + k] != 1)
-    total = w.emit("ReduceSum", [w.ref(g), w.constant(axes, scalar=True), w.constant(True, scalar=True),
-                                 w.constant(False, scalar=True)])
-    return w.emit("Reshape", [total, w.constant(xs, scalar=True)], abstract=node.abstract)
+    return _summed_to(w, w.ref(g), _shape(g, "sum_to"), _shape(x, "sum_to"), node.abstract)
 
 
 @_rule(gradient.broadcast_like)
@@ -602,19 +639,69 @@ def _maxpool_attrs(kernel: tuple[int, int], stride: tuple[int, int]) -> dict[str
             "format": "NCHW"}
 
 
+def _max_window(node: CNode, x: Node) -> tuple[tuple[int, int], tuple[int, int], list[int]]:
+    """(kernel, stride, pads: top, left, bottom, right) of a 2-d max pool; ceil mode is
+    padding at the ends (anfir's pool_params widens them), dilation has no MindSpore op."""
+    attrs = dict(node.attrs) if node.attrs else {}
+    xs = _shape(x, "max_pool")
+    if len(xs) != 4:
+        raise _Unsupported("max_pool that is not 2-d")
+    if attrs.get("dilation", 1) not in (1, (1, 1)):
+        raise _Unsupported("max_pool with dilation (MindSpore's MaxPool has none)")
+    try:
+        _, k, st, pads, _, _ = conv_params_pool(np.broadcast_to(np.zeros((), np.float32), xs), attrs.get("kernel"),
+                                                attrs.get("stride"), attrs.get("padding", 0), 1,
+                                                attrs.get("ceil_mode", False), "max_pool")
+    except Exception as e:  # an AnfirError of the attributes: the node cannot be written
+        raise _Unsupported(f"max_pool attributes: {e}") from None
+    return (int(k[0]), int(k[1])), (int(st[0]), int(st[1])), [int(p) for p in pads]
+
+
+def _pad_lowest(w: Writer, x: Node, pads: list[int]) -> tuple[str, tuple[int, ...]]:
+    """x padded with the value that never wins a maximum (-inf, an integer's minimum), as
+    Concat with broadcast constant blocks: MindSpore's MaxPool pads only as SAME/VALID."""
+    ref, shape = w.ref(x), list(_shape(x, "max_pool"))
+    dtype = _dtype_of(x.abstract) or "f32"
+    kind = np.dtype(_numpy(dtype))
+    if kind.kind not in "fiu":
+        raise _Unsupported(f"max_pool of {dtype}")
+    low = kind.type(-np.inf) if kind.kind == "f" else np.iinfo(kind).min
+    fill = w.constant(np.asarray(low, kind), dtype)
+    for axis, (before, after) in ((2, (pads[0], pads[2])), (3, (pads[1], pads[3]))):
+        if before == after == 0:
+            continue
+        parts = []
+        for width, where in ((before, 0), (after, 1)):
+            if width:
+                block = tuple(width if a == axis else d for a, d in enumerate(shape))
+                parts.append((where, _broadcast(w, fill, block)))
+        items = [p for where, p in parts if where == 0] + [ref] + [p for where, p in parts if where == 1]
+        ref = w.emit("Concat", [w.emit("MakeTuple", items), w.constant(axis, scalar=True)])
+        shape[axis] += before + after
+    return ref, tuple(shape)
+
+
 @_rule(P["max_pool"])
 def _max_pool(w: Writer, node: CNode) -> str:
-    kernel, stride = _window(node, node.args[0], "max_pool")
-    return w.emit("MaxPool", [w.ref(node.args[0])], attrs=_maxpool_attrs(kernel, stride), abstract=node.abstract)
+    kernel, stride, pads = _max_window(node, node.args[0])
+    x, _ = _pad_lowest(w, node.args[0], pads)
+    return w.emit("MaxPool", [x], attrs=_maxpool_attrs(kernel, stride), abstract=node.abstract)
 
 
 @_rule(P["max_pool_grad"])
 def _max_pool_grad(w: Writer, node: CNode) -> str:
     x, dout = node.args
-    kernel, stride = _window(node, x, "max_pool")
+    kernel, stride, pads = _max_window(node, x)
     attrs = _maxpool_attrs(kernel, stride)
-    out = w.emit("MaxPool", [w.ref(x)], attrs=attrs)
-    return w.emit("MaxPoolGrad", [w.ref(x), out, w.ref(dout)], attrs=attrs, abstract=node.abstract)
+    padded, _ = _pad_lowest(w, x, pads)
+    out = w.emit("MaxPool", [padded], attrs=attrs)
+    grad = w.emit("MaxPoolGrad", [padded, out, w.ref(dout)], attrs=attrs)
+    if not any(pads):
+        return grad
+    # the gradient of the padding cut off: Slice(grad, begin, size)
+    xs = _shape(x, "max_pool")
+    return w.emit("Slice", [grad, w.constant((0, 0, pads[0], pads[1]), scalar=True), w.constant(xs, scalar=True)],
+                  abstract=node.abstract)
 
 
 def _avg_inputs(w: Writer, kernel: tuple[int, int], stride: tuple[int, int]) -> list[str]:
@@ -687,6 +774,95 @@ def _env_get(w: Writer, node: CNode) -> str:
     return w.emit("EnvironGet", [w.ref(a) for a in node.args], abstract=node.abstract)
 
 
+_add = _elementwise("Add")
+
+
+@_rule(gradient.gadd)
+def _gadd(w: Writer, node: CNode) -> str:
+    """The sum of two gradients: ``Add`` of numbers and tensors; of tuples (a tuple
+    argument's gradient) item by item, as MakeTuple of the items' sums, walked with a
+    stack (a gradient may nest tuples deeply)."""
+    if not isinstance(node.abstract, ATuple):
+        return _add(w, node)
+    a, b = w.ref(node.args[0]), w.ref(node.args[1])
+    # frames: (a, b, abstract, expanded); results gathered on `done`
+    stack: list[tuple[str, str, Any, bool]] = [(a, b, node.abstract, False)]
+    done: list[str] = []
+    while stack:
+        x, y, abstract, expanded = stack.pop()
+        if not isinstance(abstract, ATuple):
+            done.append(w.emit("Add", [x, y], abstract=abstract))
+        elif expanded:
+            n = len(abstract.items)
+            items = done[len(done) - n:] if n else []
+            del done[len(done) - n:]
+            done.append(w.emit("MakeTuple", items))
+        else:
+            stack.append((x, y, abstract, True))
+            for k in reversed(range(len(abstract.items))):
+                index = w.constant(k, scalar=True)
+                stack.append((w.emit("TupleGetItem", [x, index]), w.emit("TupleGetItem", [y, index]),
+                              abstract.items[k], False))
+    return done[-1]
+
+
+@_rule(gradient.grad_arg_check)
+def _grad_arg_check(w: Writer, node: CNode) -> str:
+    # grad_arg_check(x, g) is g once compiled (its check is on x's type, made when
+    # the program was specialized): the value itself
+    return w.ref(node.args[1])
+
+
+def _static_result(node: CNode, what: str) -> tuple[int, ...]:
+    return _shape(node, what)
+
+
+@_rule(tensor.broadcast_to)
+def _broadcast_to(w: Writer, node: CNode) -> str:
+    x, out = node.args[0], _static_result(node, "broadcast_to")
+    if _shape(x, "broadcast_to") == out:
+        return w.ref(x)
+    return _broadcast(w, w.ref(x), out, node.abstract)
+
+
+def _broadcast(w: Writer, ref: str, shape: tuple[int, ...], abstract: Any = None) -> str:
+    """BroadcastTo(ref, shape): the shape an input (MindSpore 2.10 crashes on it as the
+    primitive's attribute)."""
+    return w.emit("BroadcastTo", [ref, w.constant(tuple(shape), scalar=True)], abstract=abstract)
+
+
+@_rule(gradient.reshape_like)
+def _reshape_like(w: Writer, node: CNode) -> str:
+    g, x = node.args
+    return w.emit("Reshape", [w.ref(g), w.constant(_shape(x, "reshape_like"), scalar=True)],
+                  abstract=node.abstract)
+
+
+@_rule(P["channel_spread"])
+def _channel_spread(w: Writer, node: CNode) -> str:
+    v, like = node.args
+    shape = _shape(like, "channel_spread")
+    column = w.emit("Reshape", [w.ref(v), w.constant((-1,) + (1,) * (len(shape) - 2), scalar=True)])
+    return _broadcast(w, column, shape, node.abstract)
+
+
+@_rule(P["batch_norm"])
+def _batch_norm(w: Writer, node: CNode) -> str:
+    # MindSpore's own BatchNorm in inference mode (its attributes are inputs 5 to 8:
+    # is_training, epsilon, momentum, data_format NCHW = 0); its result 0 is y.
+    if len(_shape(node.args[0], "batch_norm")) != 4:
+        raise _Unsupported("batch_norm of other than NCHW (MindSpore's BatchNorm is 2-d)")
+    dtype = _dtype_of(node.abstract)
+    if dtype not in TYPE_ID_OF:
+        raise _Unsupported(f"batch_norm of {dtype}")
+    eps = float(node.attrs.get("eps", 1e-5)) if node.attrs else 1e-5
+    args = [w.ref(a) if _dtype_of(a.abstract) == dtype else
+            w.emit("Cast", [w.ref(a), w.constant(TYPE_ID_OF[str(dtype)], scalar=True)]) for a in node.args]
+    out = w.emit("BatchNorm", [*args, w.constant(False, scalar=True), w.constant(eps, scalar=True),
+                               w.constant(0.1, scalar=True), w.constant(0, scalar=True)])
+    return w.emit("TupleGetItem", [out, w.constant(0, scalar=True)], abstract=node.abstract)
+
+
 # -- helpers -----------------------------------------------------------------------------------
 MAX_CONSTANT_NESTING = 32
 """Constant tuples nested deeper are written as MakeTuple nodes."""
@@ -728,6 +904,23 @@ def native() -> frozenset[Primitive]:
     return frozenset(p for p in DECOMPOSITIONS if p in RULES)
 
 
+def _inline_every_call(program: Program) -> Program:
+    """The inline phase with no size limit: every call of a non-recursive graph is
+    inlined (recursive ones, the loops, stay graphs).  A graph called twice — a
+    network's block — otherwise keeps its backpropagator returning a gradient
+    environment for its free variables, a type MindSpore's loader cannot infer;
+    inlined, the optimizer resolves the environment to the gradients themselves."""
+    manager = program.require_manager()
+    remove_dead_graphs(manager)
+    program.stats["inline"] += inline_calls(manager, threshold=UNLIMITED)
+    remove_dead_graphs(manager)
+    return program
+
+
+UNLIMITED = 1 << 62
+"""An inlining threshold no graph reaches."""
+
+
 def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
                   path: Optional[str] = None, params: Optional[dict[str, Any]] = None) -> bytes:
     """Compile ``source``'s entry for ``args`` and write it as ``.mindir`` bytes (and to
@@ -737,7 +930,8 @@ def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Seque
         params = dict(source.params)
     # MindIR writes a loop as a graph that calls itself (a while header), so the
     # tail recursion stays: no counted loop becomes a fori_loop/scan in the ad phase.
-    phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run else p
+    phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run
+              else Phase(p.name, _inline_every_call, p.doc) if p.run is inline.run else p
               for p in PHASES]
     graph = compile_program(source, entry=entry, args=args, phases=phases).graph
     model = Writer(params).run(decompose(graph, native()))

@@ -342,6 +342,19 @@ def _broadcast_to(ctx: Ctx) -> Node:
     return ctx.call(tensor.broadcast_to, ctx.args[0], tuple(shape))
 
 
+@_op("Slice")
+def _slice(ctx: Ctx) -> Node:
+    ctx.arity(3)  # (x, begin, size); a size of -1 runs to the end
+    begin, size = ctx.static(1), ctx.static(2)
+    for what, value in (("begin", begin), ("size", size)):
+        if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise NodeError(f"Slice's {what} must be a tuple of integers, not {value!r:.60}")
+    if len(begin) != len(size):
+        raise NodeError(f"Slice with {len(begin)} begins and {len(size)} sizes")
+    ends = tuple(2 ** 62 if n == -1 else b + n for b, n in zip(begin, size))
+    return ctx.call(shaping.slice_, ctx.args[0], starts=begin, ends=ends, axes=tuple(range(len(begin))))
+
+
 @_op("Select")
 def _select(ctx: Ctx) -> Node:
     ctx.arity(3)
