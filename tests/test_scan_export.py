@@ -204,8 +204,8 @@ def test_a_loop_that_is_not_counted_runs_as_before_and_its_export_refusal_says_w
     assert "a loop that carries or returns a function" in text and "counted loop" in text
 
 
-def test_core_ml_refuses_a_counted_loop_with_a_located_export_error() -> None:
+def test_core_ml_writes_a_counted_loop_gradient_as_while_loops() -> None:
+    # (numbers and conversion: tests/test_coreml_loops.py)
     pytest.importorskip("coremltools")
-    with pytest.raises(anfir.AnfirError) as info:
-        anfir.export_coreml(MOD, entry="g_halving", args=[0.8])
-    assert "while_loop" in info.value.render() and info.value.loc is not None
+    program = anfir.export_coreml(MOD, entry="g_halving", args=[0.8])
+    assert str(program).count("while_loop(") >= 2

@@ -28,7 +28,8 @@ written two ways:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 import numpy as np
 
@@ -42,6 +43,9 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_UNROLLED_ITERATIONS = 10_000
 """How many iterations :func:`unroll` writes before it refuses (each one adds the
 body's ops to the evaluated program: a loop that does not end must not hang)."""
+
+MAX_RUN_ITERATIONS = 1_000_000
+"""How many iterations of one ``while_loop`` :func:`run_program` runs before it refuses."""
 
 
 def zero_d(w: "MilWriter", var: Any) -> Any:
@@ -144,4 +148,101 @@ def unroll(w: "MilWriter", op: LoopOp) -> None:
         w.vars[id(value)] = var
 
 
-__all__ = ["MAX_UNROLLED_ITERATIONS", "live_true", "unroll", "write_while_loop", "zero_d"]
+# -- running an exported program ----------------------------------------------------------
+def run_program(program: Any, feeds: Mapping[str, Any],
+                evaluators: Optional[Mapping[str, Callable[..., Any]]] = None) -> dict[str, Any]:
+    """What the exported MIL ``program`` (its function ``main``, loops and all)
+    computes for ``feeds`` (input name → value in the model's own form: scalars of
+    shape ``(1,)``, booleans as int32), by output name.
+
+    Core ML prediction needs macOS; this runs the very program that is converted,
+    on any machine: each op's value is coremltools' value inference of the same op
+    built with constant inputs (``evaluators``, as for :func:`~anfir.interop.coreml.
+    exporter.evaluate`, stand for the ops it has none for); ``while_loop`` runs its
+    cond and body blocks until the cond is false and ``cond`` the branch its
+    predicate picks.  Blocks nest at most :data:`~anfir.interop.coreml.exporter.
+    MAX_CONTROL_DEPTH` deep, so the walk into them is bounded."""
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import Function
+
+    main = program.functions["main"]
+    env: dict[int, Any] = {}
+    for name, var in main.inputs.items():
+        if name not in feeds:
+            raise ExportError(f"no value is given for the input {name}")
+        env[id(var)] = np.asarray(feeds[name], dtype=_numpy_dtype(var))
+    with Function({}, opset_version=main.opset_version):
+        _run_block(main, env, dict(evaluators or {}), mb)
+    return {var.name: env[id(var)] for var in main.outputs}
+
+
+def _numpy_dtype(var: Any) -> Any:
+    """The numpy dtype of a MIL var."""
+    from coremltools.converters.mil.mil import types
+
+    return types.nptype_from_builtin(var.dtype)
+
+
+def _value(env: dict[int, Any], var: Any) -> Any:
+    """The value of ``var``: computed before, or its build-time value."""
+    if id(var) in env:
+        return env[id(var)]
+    if var.val is None:
+        raise ExportError(f"the MIL value {var.name} is read before it is computed")
+    return var.val
+
+
+def _call(evaluator: Callable[..., Any], inputs: dict[str, Any]) -> Any:
+    """``evaluator`` of the op's inputs it names (MIL fills in the optional inputs an
+    exporter rule left out, e.g. ``validate_indices``; :func:`evaluate` passes the
+    ones the rule gave)."""
+    params = inspect.signature(evaluator).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return evaluator(**inputs)
+    return evaluator(**{k: v for k, v in inputs.items() if k in params})
+
+
+def _run_block(block: Any, env: dict[int, Any], evaluators: dict[str, Callable[..., Any]],
+               mb: Any) -> None:
+    """Run the ops of ``block``, writing their outputs' values into ``env``."""
+    for op in block.operations:
+        if op.op_type == "const":
+            env[id(op.outputs[0])] = op.outputs[0].val
+            continue
+        if op.op_type == "while_loop":
+            cond_block, body_block = op.blocks
+            values = [_value(env, v) for v in op.loop_vars]
+            for _ in range(MAX_RUN_ITERATIONS):
+                env.update(zip(map(id, cond_block.inputs), values))
+                _run_block(cond_block, env, evaluators, mb)
+                if not bool(np.asarray(_value(env, cond_block.outputs[0])).reshape(())):
+                    break
+                env.update(zip(map(id, body_block.inputs), values))
+                _run_block(body_block, env, evaluators, mb)
+                values = [_value(env, v) for v in body_block.outputs]
+            else:
+                raise ExportError(f"the while_loop {op.name} did not end")
+            env.update(zip(map(id, op.outputs), values))
+            continue
+        if op.op_type == "cond":
+            branch = op.blocks[0 if bool(np.asarray(_value(env, op.pred)).reshape(())) else 1]
+            _run_block(branch, env, evaluators, mb)
+            env.update(zip(map(id, op.outputs), (_value(env, v) for v in branch.outputs)))
+            continue
+        inputs = {name: (tuple(_value(env, v) for v in given) if isinstance(given, (tuple, list))
+                         else _value(env, given)) for name, given in op.inputs.items()}
+        if op.op_type in evaluators:
+            results: Any = [_call(evaluators[op.op_type], inputs)]
+        else:
+            built = getattr(mb, op.op_type)(**inputs)
+            outs = built if isinstance(built, (tuple, list)) else [built]
+            results = [o.val for o in outs]
+        for var, result in zip(op.outputs, results):
+            if result is None:
+                raise ExportError(f"coremltools cannot compute the MIL op {op.op_type} "
+                                  f"({op.name}): it has no value inference")
+            env[id(var)] = np.asarray(result, dtype=_numpy_dtype(var))
+
+
+__all__ = ["MAX_RUN_ITERATIONS", "MAX_UNROLLED_ITERATIONS", "live_true", "run_program", "unroll", "write_while_loop",
+           "zero_d"]
