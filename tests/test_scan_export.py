@@ -176,7 +176,8 @@ def test_a_counted_loop_is_rewritten_before_ad_and_its_gradient_exports(tmp_path
     result_dir = tmp_path / "dumps"
     compiled = anfir.compile(LOOPS, entry="g_halving", args=[0.8, 7], dump_dir=str(result_dir))
     ad_dump = next(result_dir.glob("03_ad.ir")).read_text()
-    assert "fori_loop(" in ad_dump and "scan(" in ad_dump  # the rewrite, shown by the ad phase
+    assert "fori_loop(" in ad_dump and "scan(" in ad_dump  # the rewrite, then its gradient
+    # (the loops phase's own dump, 03_loops.ir with fine dumps: tests/test_scan.py)
     for n in (1, 7, 12):
         want = float(jax.grad(j_halving)(0.8, n))
         np.testing.assert_allclose(anfir.run(compiled, 0.8, n), want, rtol=1e-12)
