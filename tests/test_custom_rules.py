@@ -186,6 +186,13 @@ def vj(xs) = vmap(cj)(xs)
 def g_vj(xs) = grad(lambda (xs) sum(vmap(cj)(xs) * xs) end)(xs)
 def v_grad_j(xs) = vmap(grad(cj))(xs)
 def jvp_vj(xs, ts) = jvp(lambda (xs) vmap(cj)(xs) end)(xs, ts)
+
+def k(x) = sin(x)
+def k_fwd(x) = (sin(x), x)
+def k_bwd(r, g) = (g * 2.0,)
+def direct(xs) = vmap(custom_vjp(k, k_fwd, k_bwd))(xs)
+def g_direct(xs) = grad(lambda (xs) sum(vmap(custom_vjp(k, k_fwd, k_bwd))(xs)) end)(xs)
+def g_whole(xs) = grad(lambda (xs) sum(custom_vjp(k, k_fwd, k_bwd)(xs)) end)(xs)
 """, "vmapped_custom.anf")
 
 
@@ -215,6 +222,14 @@ def _jc_jvp(p: Any, t: Any) -> Any:
     return _jc(p[0]), t[0] * 5.0 * p[0]
 
 
+@jax.custom_vjp
+def _jk(x: Any) -> Any:
+    return jnp.sin(x)
+
+
+_jk.defvjp(lambda x: (jnp.sin(x), x), lambda r, g: (g * 2.0,))
+
+
 XS = np.array([0.3, -1.2, 2.0, 0.7])
 W = 1.7
 
@@ -226,6 +241,11 @@ VMAP_CASES = [
     ("g_vj", (XS,), jax.grad(lambda xs: jnp.sum(jax.vmap(_jc)(xs) * xs))),
     ("v_grad_j", (XS,), jax.vmap(jax.grad(_jc))),
     ("jvp_vj", (XS, XS[::-1].copy()), lambda xs, ts: jax.jvp(jax.vmap(_jc), (xs,), (ts,))),
+    ("direct", (XS,), jax.vmap(_jk)),
+    # the rule reads only the cotangent: it must have the output's shape (the compiled
+    # gradient once dropped the sum's unreduce, an untyped shape adjustment, and gave 2.0)
+    ("g_direct", (XS,), jax.grad(lambda xs: jnp.sum(jax.vmap(_jk)(xs)))),
+    ("g_whole", (XS,), jax.grad(lambda xs: jnp.sum(_jk(xs)))),
 ]
 
 
