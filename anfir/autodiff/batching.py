@@ -513,9 +513,9 @@ class _Body:
                 return self.call_meta(node, value, args)
         mapped = [self.lookup(a) for a in args]
         if isinstance(callee, CNode) and any(bt_any(b) for _, b in mapped):
-            head = callee.inputs[0]
-            made = isinstance(head, ValueNode) and isinstance(head.value, Primitive) and \
-                CALL_RULES.get(head.value)
+            maker = callee.inputs[0]
+            made = isinstance(maker, ValueNode) and isinstance(maker.value, Primitive) and \
+                CALL_RULES.get(maker.value)
             if made:
                 got = made(self, callee, mapped)
                 if got is not None:
@@ -1504,7 +1504,8 @@ def custom_rule_call(body: "_Body", made: CNode, mapped: list[tuple[Node, BT]]) 
         return None
     batched = []
     for g in graphs:
-        graph = g.value  # type: ignore[union-attr]
+        assert isinstance(g, ValueNode) and isinstance(g.value, FuncGraph)
+        graph = g.value
         inst = body.b.instance(graph, (True,) * len(graph.parameters), body.inst)
         batched.append(ValueNode(inst.new, g.loc, g.name))
     rule = body.apply(made.inputs[0], *batched, attrs=made.attrs)

@@ -160,7 +160,7 @@ def _target(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
             all(isinstance(a, ValueNode) and isinstance(a.value, FuncGraph) for a in fn.inputs[1:]):
         # vmap(custom_vjp(f, fwd, bwd)): a wrapper calling the custom function, whose
         # call the batcher batches with the user's rules (batching.CALL_RULES).
-        inner_graph = fn.inputs[1].value  # type: ignore[union-attr]
+        inner_graph = fn.inputs[1].value  # type: ignore[attr-defined]
         wrapper = FuncGraph(f"{fn.inputs[0].value.name}_{inner_graph.name}", fn.loc)
         params = [wrapper.add_parameter(p.name or f"x{i}")
                   for i, p in enumerate(inner_graph.parameters)]

@@ -9,7 +9,8 @@
 The program is compiled and walked into the same first-order flat program as
 the ONNX exporter's (:mod:`anfir.flat.flatten`); each flat op is written by
 the rule :data:`RULES` holds for its primitive object, through coremltools'
-MIL builder.  ``if`` becomes MIL ``cond``, tail recursion ``while_loop``.
+MIL builder.  ``if`` becomes MIL ``cond``, tail recursion (and ``scan``/``fori_loop``)
+``while_loop`` (:mod:`anfir.interop.coreml.loops`).
 Adding an operator is one entry::
 
     RULES[elementwise.erf] = unary("erf")
@@ -212,8 +213,10 @@ def evaluate(source: Source, entry: Optional[str] = None, args: Sequence[Any] = 
     program is built with the arguments as constants, and the outputs are the
     values coremltools' ops infer (each MIL op's reference implementation in
     numpy).  Core ML prediction needs macOS; this checks the MIL ops the
-    exporter chose on any machine.  ``while_loop`` has no value inference:
-    a program with a loop gives an :class:`ExportError`.
+    exporter chose on any machine.  ``while_loop`` has no value inference: a loop
+    is unrolled, its body written once per iteration and its values inferred
+    (:func:`anfir.interop.coreml.loops.unroll`; to run the exported program
+    itself, loops and all: :func:`anfir.interop.coreml.loops.run_program`).
 
     coremltools infers no value for some ops (``conv``, ``conv_transpose``, the
     pools, ``scatter``, ``gather_nd``, ``scatter_nd``), and its inference of
