@@ -188,3 +188,28 @@ def spin(x) =
         coreml_export.evaluate(mod, "spin", [1.0])
     assert "did not end" in info.value.render() and info.value.loc is not None
     np.testing.assert_allclose(coreml_export.evaluate(mod, "spin", [-2.0]), -2.0)
+
+
+NESTED = anfir.parse("""
+def nested(xs) =
+  scan(lambda (c, x) (fori_loop(0, 3, lambda (i, a) a * 0.5 + x end, c), c * x) end, 1.0, xs)
+def g_nested(xs) = grad(lambda (xs) let r = nested(xs) in r[0] + sum(r[1]) end)(xs)
+def in_if(x, n) = if x > 0.0 then fori_loop(0, n, lambda (i, a) a * x end, 1.0) else x
+def flagged(flags: bool[3], x) = fori_loop(0, 2, lambda (i, a) a + x end, x) + sum(where(flags, 1.0, 0.0))
+""", filename="coreml_nested_loops.anf")
+
+
+@pytest.mark.parametrize("entry,runs", [
+    ("g_nested", [(np.array([0.3, -0.5, 0.9]),)]),   # a loop in a loop's body, differentiated
+    ("in_if", [(1.5, 4), (-1.5, 4), (0.5, 0)]),        # a loop in a cond branch
+    ("flagged", [(np.array([True, False, True]), 2.0)]),  # the first input is a boolean
+], ids=["loop-in-loop", "loop-in-cond", "bool-input"])
+def test_loops_nested_in_control_flow(entry: str, runs: list, tmp_path: Path) -> None:
+    program = anfir.export_coreml(NESTED, entry=entry, args=list(runs[0]))
+    assert "while_loop" in loaded(program, tmp_path, entry)["op_types"]
+    compiled = anfir.compile(NESTED, entry=entry, args=list(runs[0]))
+    for args in runs:
+        assert_runs_equal(program, compiled, args)
+        got = leaves(coreml_export.evaluate(NESTED, entry, list(args), EVALUATORS))
+        for g, w in zip(got, leaves(anfir.run(compiled, *args))):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
