@@ -7,8 +7,8 @@ Core ML prediction needs macOS.  What the MIL ops compute is checked here with
 coremltools itself: a program built with its inputs as constants is evaluated
 by each MIL op's value inference (coremltools' numpy reference of the op), and
 compared with ``anfir.run`` / the primitive's ``impl`` (float32 tolerances: Core
-ML computes f64 as fp32).  ``while_loop`` has no value inference, so programs
-with loops are checked for structure only.
+ML computes f64 as fp32).  ``while_loop`` has no value inference: ``evaluate``
+unrolls loops (their numbers: tests/test_coreml_loops.py).
 
 The module skips where coremltools is not installed (``pip install -e ".[coreml]"``).
 """
@@ -352,10 +352,7 @@ _LOOSE = {"pow", "sinh", "cosh", "var", "std", "norm", "logsumexp", "tan", "prod
 # loss: its gradient converts too (8 s), with the operators of the CNN gradient that
 # test_the_cnn_gradient_exports_and_matches_anfir_and_pytorch converts in a second.
 @pytest.mark.parametrize("key", sorted(k for k in EXAMPLE_EXPORTS
-                                       if k not in (("resnet18", "resnet18_grad"),
-                                                    # its loops start from constants, which
-                                                    # coremltools' while_loop typing rejects
-                                                    ("power", "dpower"))
+                                       if k not in (("resnet18", "resnet18_grad"),)
                                        and (k[0] != "transformer" or k[1] == "block_grad")),
                          ids=lambda k: f"{k[0]}.{k[1]}")
 def test_example_exports_to_an_mlpackage(key: tuple[str, str], tmp_path: Path) -> None:
@@ -423,9 +420,9 @@ def test_a_data_dependent_loop_is_a_mil_while_loop(tmp_path: Path) -> None:
     assert "while_loop" in ops and "cond" in ops
 
 
-def test_loops_have_no_value_inference_so_evaluate_says_so() -> None:
-    with pytest.raises(anfir.AnfirError, match="while_loop"):
-        coreml_export.evaluate(CONTROL, "newton", [2.0])
+def test_evaluate_unrolls_a_loop_by_value_inference() -> None:
+    want = anfir.run(anfir.compile(CONTROL, entry="newton", args=[2.0]), 2.0)
+    assert_close(want, coreml_export.evaluate(CONTROL, "newton", [2.0]), "newton")
 
 
 # -- the MLP loss and its gradient ----------------------------------------------------------------

@@ -222,3 +222,53 @@ def test_bad_loops_are_located_errors(source: str, args: tuple, message: str) ->
         anfir.compile(mod, entry="f", args=list(args))
     assert message in compile_info.value.render() or "carry" in compile_info.value.render()
     assert compile_info.value.loc is not None
+
+
+# -- the counted-loop rewrite as a phase of its own (loops, before ad) ----------------------------
+HALVING = anfir.parse("""
+def halving(x, n) =
+  let loop = lambda (i, acc) if i < n then loop(i + 1, acc * 0.5 + x * x) else acc end in
+  loop(0, x)
+def g_halving(x, n) = grad(halving)(x, n)
+def plain(x) = grad(lambda (y) y * sin(y) end)(x)
+""", "halving.anf")
+
+
+def _j_halving(x: Any, n: int) -> Any:
+    return jax.lax.fori_loop(0, n, lambda i, acc: acc * 0.5 + x * x, x)
+
+
+def test_the_loops_phase_dump_shows_the_fori_loop_and_runs_equal(tmp_path: Path) -> None:
+    from anfir.passes.pipeline import compile_program
+
+    result = compile_program(HALVING, entry="g_halving", args=[0.8, 7], dump_dir=tmp_path / "d",
+                             fine_dumps=True)
+    assert result.program.stats["loops: counted loops as fori_loop"] == 1
+    names = [Path(f).name for f in result.dump_files if f.endswith(".ir") and "/optimize/" not in f]
+    assert names == ["00_parse.ir", "01_resolve.ir", "02_specialize.ir", "03_loops.ir", "04_ad.ir",
+                     "05_inline.ir", "06_optimize.ir", "07_validate.ir"]
+    assert "loops" in result.timings
+    before = (tmp_path / "d" / "02_specialize.ir").read_text(encoding="utf-8")
+    text = (tmp_path / "d" / "03_loops.ir").read_text(encoding="utf-8")
+    assert "# Phase: 03_loops" in text and "fori_loop(" in text and "fori_loop(" not in before
+    loaded = anfir.load(str(tmp_path / "d" / "03_loops.ir"))
+    assert loaded.ir_entry is not None
+    for n in (0, 1, 7, 10):
+        want = float(jax.grad(_j_halving)(0.8, n))
+        np.testing.assert_allclose(anfir.run(loaded.ir_entry, 0.8, n), want, rtol=1e-12)
+
+
+def test_without_a_rewrite_or_fine_dumps_the_numbering_is_unchanged(tmp_path: Path) -> None:
+    from anfir.passes.pipeline import compile_program
+
+    ordinary = ["00_parse.ir", "01_resolve.ir", "02_specialize.ir", "03_ad.ir", "04_inline.ir",
+                "05_optimize.ir", "06_validate.ir"]
+    for folder, entry, args, fine in (("plain", "plain", [0.5], True),
+                                      ("default", "g_halving", [0.8, 7], False)):
+        result = compile_program(HALVING, entry=entry, args=args, dump_dir=tmp_path / folder,
+                                 fine_dumps=fine)
+        names = sorted(p.name for p in (tmp_path / folder).iterdir() if p.suffix == ".ir")
+        assert names == ordinary, (entry, names)
+        assert "loops" not in result.timings
+    # the default dumps still show the rewrite, in the ad phase's dump
+    assert "fori_loop(" in (tmp_path / "default" / "03_ad.ir").read_text(encoding="utf-8")

@@ -176,7 +176,8 @@ def test_a_counted_loop_is_rewritten_before_ad_and_its_gradient_exports(tmp_path
     result_dir = tmp_path / "dumps"
     compiled = anfir.compile(LOOPS, entry="g_halving", args=[0.8, 7], dump_dir=str(result_dir))
     ad_dump = next(result_dir.glob("03_ad.ir")).read_text()
-    assert "fori_loop(" in ad_dump and "scan(" in ad_dump  # the rewrite, shown by the ad phase
+    assert "fori_loop(" in ad_dump and "scan(" in ad_dump  # the rewrite, then its gradient
+    # (the loops phase's own dump, 03_loops.ir with fine dumps: tests/test_scan.py)
     for n in (1, 7, 12):
         want = float(jax.grad(j_halving)(0.8, n))
         np.testing.assert_allclose(anfir.run(compiled, 0.8, n), want, rtol=1e-12)
@@ -204,8 +205,8 @@ def test_a_loop_that_is_not_counted_runs_as_before_and_its_export_refusal_says_w
     assert "a loop that carries or returns a function" in text and "counted loop" in text
 
 
-def test_core_ml_refuses_a_counted_loop_with_a_located_export_error() -> None:
+def test_core_ml_writes_a_counted_loop_gradient_as_while_loops() -> None:
+    # (numbers and conversion: tests/test_coreml_loops.py)
     pytest.importorskip("coremltools")
-    with pytest.raises(anfir.AnfirError) as info:
-        anfir.export_coreml(MOD, entry="g_halving", args=[0.8])
-    assert "while_loop" in info.value.render() and info.value.loc is not None
+    program = anfir.export_coreml(MOD, entry="g_halving", args=[0.8])
+    assert str(program).count("while_loop(") >= 2

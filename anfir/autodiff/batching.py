@@ -511,8 +511,16 @@ class _Body:
                 return self.apply(head, *(n for n, _ in mapped)), inst.out_bt
             if isinstance(value, MetaFunction):
                 return self.call_meta(node, value, args)
-        fn, fbt = self.lookup(callee)
         mapped = [self.lookup(a) for a in args]
+        if isinstance(callee, CNode) and any(bt_any(b) for _, b in mapped):
+            maker = callee.inputs[0]
+            made = isinstance(maker, ValueNode) and isinstance(maker.value, Primitive) and \
+                CALL_RULES.get(maker.value)
+            if made:
+                got = made(self, callee, mapped)
+                if got is not None:
+                    return got
+        fn, fbt = self.lookup(callee)
         return self.call_value(fn, fbt, mapped, items=self._items_read(node))
 
     def _items_read(self, node: CNode) -> Optional[frozenset[int]]:
@@ -840,7 +848,9 @@ def expand_meta(m: MetaFunction, fn: FuncGraph, consts: list[Any], loc: Any) -> 
 
 
 def _differentiates(graph: FuncGraph) -> bool:
-    """Whether code in ``graph``'s reach calls a differentiation."""
+    """Whether code in ``graph``'s reach calls a differentiation, or carries its own
+    derivative (a ``custom_vjp``/``custom_jvp`` call: batched first, the batched rule is
+    the one differentiated — JAX's order for ``vmap(grad(f))`` of a custom ``f``)."""
     seen = {graph}
     todo = [graph]
     mng = Batcher.manager(graph)
@@ -850,7 +860,7 @@ def _differentiates(graph: FuncGraph) -> bool:
             if isinstance(node, CNode):
                 for inp in node.inputs:
                     if isinstance(inp, ValueNode) and (
-                            any(inp.value is d for d in (*_META_DIFF, gradient.J))
+                            any(inp.value is d for d in (*_META_DIFF, gradient.J, *CALL_RULES))
                             or isinstance(inp.value, MetaFunction) and inp.value.name.startswith("J(")):
                         return True
         for used in mng.graphs_used.get(g, ()):
@@ -1477,6 +1487,42 @@ def _fallback_only() -> frozenset[Primitive]:
 
 FALLBACK_ONLY = _fallback_only()
 
-__all__ = ["BT", "Batcher", "BatchingError", "FALLBACK_ONLY", "RULES", "batch_value", "bt_any",
-           "bt_axes", "entry_graph", "expand_meta", "fallback", "generate_vmap", "normalize_in_axes",
+
+# -- calls of the function a primitive makes ------------------------------------------------
+def custom_rule_call(body: "_Body", made: CNode, mapped: list[tuple[Node, BT]]) -> Optional[tuple[Node, BT]]:
+    """``custom_vjp(f, fwd, bwd)(x...)`` (or ``custom_jvp(f, rule)(x...)``) on batched
+    ``x``: ``custom_vjp(B(f), B(fwd), B(bwd))(B(x)...)``, as JAX batches a custom rule —
+    the function and the user's rules are each batched (every argument batched, every
+    result leaf batched: the residuals fwd returns and bwd takes, the cotangents), so a
+    derivative of the batched call still uses the user's rule, per example.  Unbatched
+    arguments are broadcast first (their cotangent is then the sum over the examples,
+    by the broadcast's own derivative).  None (batched at run time, as any function
+    value) when a rule is not a known graph."""
+    graphs = made.inputs[1:]
+    if not graphs or not all(isinstance(g, ValueNode) and isinstance(g.value, FuncGraph)
+                             for g in graphs):
+        return None
+    batched = []
+    for g in graphs:
+        assert isinstance(g, ValueNode) and isinstance(g.value, FuncGraph)
+        graph = g.value
+        inst = body.b.instance(graph, (True,) * len(graph.parameters), body.inst)
+        batched.append(ValueNode(inst.new, g.loc, g.name))
+    rule = body.apply(made.inputs[0], *batched, attrs=made.attrs)
+    return body.apply(rule, *(body.expand(n, b) for n, b in mapped)), True
+
+
+CallRule = Callable[["_Body", CNode, list[tuple[Node, BT]]], Optional[tuple[Node, BT]]]
+"""``rule(body, made, mapped)``: the batched call ``made(x...)`` of the function value a
+primitive call ``made`` computes, on the batched arguments ``mapped``."""
+
+CALL_RULES: dict[Primitive, CallRule] = {
+    loops.custom_vjp: custom_rule_call,
+    loops.custom_jvp: custom_rule_call,
+}
+"""Primitives whose result is a function, by the primitive object: how a call of that
+function on batched values is batched (the others: :meth:`_Body.call_value`)."""
+
+__all__ = ["BT", "Batcher", "BatchingError", "CALL_RULES", "CallRule", "FALLBACK_ONLY", "RULES", "batch_value", "bt_any",
+           "bt_axes", "custom_rule_call", "entry_graph", "expand_meta", "fallback", "generate_vmap", "normalize_in_axes",
            "vmap_api"]

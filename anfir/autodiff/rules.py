@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol, Sequence
 
-from anfir.abstract.values import AEnv, AFunction, AScalar, ATensor, ATuple
+from anfir.abstract.values import AAny, AEnv, AFunction, AScalar, ATensor, ATuple
 from anfir.dtypes import is_float, is_signed_int, numpy_dtype
 from anfir.ir.attrs import Attrs
 from anfir.ir.graph import FuncGraph
@@ -101,6 +101,8 @@ def drop_shape_adjustment(node: CNode, ctx: RuleContext) -> Optional[Node]:
                     gradient.reshape_like):
         return None
     g = node.inputs[1]
+    if isinstance(node.abstract, AAny):
+        return None  # an untyped gradient (a custom rule's pullback): the shape is unknown
     if ctx.same_type(g, node):
         return g
     return None

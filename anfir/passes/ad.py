@@ -49,31 +49,35 @@ from anfir.passes.compile_state import Program
 _GRADS = (metas.grad, metas.value_and_grad, metas.jvp)
 
 
-def run_keeping_recursion(program: "Program") -> "Program":
-    """:func:`run` without rewriting counted tail-recursive loops into ``fori_loop``:
-    for a target that writes recursion itself (MindIR's while-header graphs)."""
-    return run(program, counted_loops=False)
+def rewrite_counted_loops(program: "Program") -> "Program":
+    """The ``loops`` phase (before ``ad``): when the program takes a derivative, each
+    counted tail-recursive loop becomes a ``fori_loop``
+    (:func:`anfir.passes.loops.recognise_counted_loops`), so its gradient is a
+    reversed scan (first-order data, which the flat exporters write).  The count
+    goes to ``program.stats`` (:func:`anfir.passes.loops.rewrote_counted_loops`)."""
+    manager = program.require_manager()
+    calls = _meta_calls(manager)
+    # A counted loop differentiated twice (grad of a function that itself takes a
+    # gradient through the loop) stays a recursion: the second J of the rewritten
+    # loop's backward scan would stack gradient environments.
+    if calls and not _nested_derivatives(calls):
+        rewritten = loops.recognise_counted_loops(program)
+        if rewritten:
+            program.stats[loops.COUNTED_LOOPS_STAT] += rewritten
+    return program
 
 
-def run(program: "Program", counted_loops: bool = True) -> "Program":
+def run(program: "Program") -> "Program":
     """Expand every ``grad``/``value_and_grad`` call of the program (innermost first).
 
-    With ``counted_loops``, a counted tail-recursive loop that is differentiated
-    becomes a ``fori_loop`` first, so its gradient is a reversed scan (first-order
-    data, which the flat exporters write)."""
+    Counted loops were rewritten into ``fori_loop`` by the ``loops`` phase before
+    (:func:`rewrite_counted_loops`)."""
     manager = program.require_manager()
     context = JContext(static=True)
     count = 0
     untyped: list[tuple[FuncGraph, Node]] = []
     calls = _meta_calls(manager)
-    if calls:  # counted loops become fori_loop; loop bodies carry their captures
-        if counted_loops and not _nested_derivatives(calls):
-            # A counted loop differentiated twice (grad of a function that itself takes
-            # a gradient through the loop) stays a recursion: the second J of the
-            # rewritten loop's backward scan would stack gradient environments.
-            rewritten = loops.recognise_counted_loops(program)
-            if rewritten:
-                program.stats["ad: counted loops as fori_loop"] += rewritten
+    if calls:  # loop bodies carry their captures
         loops.run(program)
     # checkpoint(f) first: the J transform then meets a call of a flagged wrapper.
     count += _expand_checkpoints(manager, untyped)

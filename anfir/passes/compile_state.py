@@ -97,6 +97,11 @@ class Phase:
     the paths written (None: the graphs as ``stem.ir`` and ``stem.dot``, see
     :func:`write_dumps`).  A back end's phase writes what it lowered to
     (``07_stablehlo.mlir``)."""
+    shown: Optional[Callable[[Program], bool]] = None
+    """For a phase that usually changes nothing (``loops``): asked after the phase
+    ran, False means the phase leaves no trace — no dump, no number (the next
+    phase takes it), no timing row — so ordinary programs keep their dump names.
+    None (the default): the phase is always dumped, numbered and timed."""
 
 
 # -- dumps -------------------------------------------------------------------------------

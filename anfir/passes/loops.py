@@ -306,6 +306,19 @@ def recognise_counted_loops(program: "Program") -> int:
     return count
 
 
+COUNTED_LOOPS_STAT = "loops: counted loops as fori_loop"
+"""The ``program.stats`` counter of the loops the ``loops`` phase rewrote."""
+
+
+def rewrote_counted_loops(program: "Program") -> bool:
+    """The ``loops`` phase's :attr:`Phase.shown`: it is dumped as ``NN_loops.ir`` and
+    numbered when it rewrote a loop and the finer dumps are asked for
+    (``compile_program(..., fine_dumps=True)``).  The default dumps keep their names
+    for every program: the spec examples' (``dpower``'s ``03_ad.ir``,
+    ``07_stablehlo.mlir``), which the docs and CI quote, have a counted loop too."""
+    return program.fine_dumps and program.stats[COUNTED_LOOPS_STAT] > 0
+
+
 def strip_custom_rules(program: "Program") -> int:
     """After the ``ad`` phase, ``custom_vjp(f, ...)`` / ``custom_jvp(f, ...)`` is ``f``: the
     gradients that use the rules are built, and what is left (the forward computation)
@@ -322,4 +335,5 @@ def strip_custom_rules(program: "Program") -> int:
     return len(calls)
 
 
-__all__ = ["close_body", "run", "strip_custom_rules"]
+__all__ = ["COUNTED_LOOPS_STAT", "close_body", "recognise_counted_loops", "rewrote_counted_loops",
+           "run", "strip_custom_rules"]

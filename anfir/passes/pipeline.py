@@ -2,14 +2,19 @@
 
 :data:`PHASES` is the whole compiler::
 
-    parse → resolve → specialize → ad → inline → optimize → validate
+    parse → resolve → specialize → [loops] → ad → inline → optimize → validate
 
 Each phase is one function ``run(program) -> program`` (one module per phase
 under ``anfir/passes``; the parse, resolve and specialize adapters below wrap
 the parser, resolver and specializer).  A :class:`Program` carries everything
 that flows between phases.  :func:`compile_program` runs the phases in order,
 times each one, and — given a ``dump_dir`` — writes ``NN_phase.ir`` and
-``NN_phase.dot`` after each, numbered in the order the phases ran.
+``NN_phase.dot`` after each, numbered in the order the phases ran.  A phase
+with :attr:`Phase.shown` (``loops``) is dumped, numbered and timed only when it
+changed the program and the finer dumps are asked for (``fine_dumps``):
+``03_loops.ir`` then shows a counted loop rewritten into ``fori_loop`` and the
+phases after it number one higher (``04_ad.ir``); otherwise every program keeps
+``03_ad.ir``.
 
 Extending the pipeline
 ----------------------
@@ -55,7 +60,7 @@ from anfir.grammar.resolve import resolve_module
 from anfir.loading import load_file
 from anfir.passes.specialize import abstract_from_annotation_text, abstract_of_value, specialize
 from anfir.autodiff.api import in_program_form
-from anfir.passes import ad, inline, optimize, validate
+from anfir.passes import ad, inline, loops, optimize, validate
 from anfir.passes.vmap import expand_batching
 # The phase state lives in its own module so that passes import it without importing
 # this list of every pass; its names stay importable from here (the pipeline's API).
@@ -191,6 +196,8 @@ PHASES: list[Phase] = [
     Phase("parse", parse_phase, "read the text (or copy the given Module) into graphs"),
     Phase("resolve", resolve_phase, "names -> graphs, primitives and meta functions"),
     Phase("specialize", specialize_phase, "types for every node, one graph per signature"),
+    Phase("loops", ad.rewrite_counted_loops, "differentiated counted tail-recursive loops -> "
+          "fori_loop (dumped with fine_dumps, when one was rewritten)", shown=loops.rewrote_counted_loops),
     Phase("ad", ad.run, "expand grad / value_and_grad with the J transform"),
     Phase("inline", inline.run, "inline graphs called once, or small and non-recursive"),
     Phase("optimize", optimize.run, "rewrite rules to a fixed point (folding, CSE, ...)"),
@@ -327,14 +334,18 @@ def _short_repr(value: Any) -> str:
 
 def _run_phases(program: Program, phases: Sequence[Phase]) -> tuple[Program, dict[str, float]]:
     timings: dict[str, float] = {}
-    for number, phase in enumerate(phases):
+    number = 0
+    for phase in phases:
         start = _time.perf_counter()
         result = phase.run(program)
         if not isinstance(result, Program):
             raise UsageError(f"phase {phase.name!r} returned {type(result).__name__}, not a Program")
         program = result
+        if phase.shown is not None and not phase.shown(program):
+            continue  # a phase that changed nothing: no dump, no number, no row (Phase.shown)
         timings[phase.name] = timings.get(phase.name, 0.0) + _time.perf_counter() - start
         stem = f"{number:02d}_{sanitize_file_part(phase.name)}"
+        number += 1
         program.last_phase = stem
         if program.dump_dir is not None:
             writer = phase.dump if phase.dump is not None else write_dumps

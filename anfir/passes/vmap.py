@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from anfir.autodiff.batching import Batcher, BatchingError, primitive_graph
+from anfir.autodiff.batching import CALL_RULES, Batcher, BatchingError, primitive_graph
 from anfir.autodiff.jacobians import known_jacobian
 from anfir.errors import AnfirError
 from anfir.ir.graph import FuncGraph
@@ -153,6 +153,20 @@ def _target(call: CNode, consts: list[Any]) -> Optional[FuncGraph]:
         made = CNode(wrapper, [ValueNode(fn.inputs[0].value), inner,
                                *(ValueNode(a.value, a.loc) for a in fn.inputs[2:] if isinstance(a, ValueNode))],
                      fn.loc)
+        wrapper.output = CNode(wrapper, [made, *params], fn.loc)
+        return wrapper
+    if isinstance(fn, CNode) and len(fn.inputs) > 1 and isinstance(fn.inputs[0], ValueNode) and \
+            any(fn.inputs[0].value is p for p in CALL_RULES) and \
+            all(isinstance(a, ValueNode) and isinstance(a.value, FuncGraph) for a in fn.inputs[1:]):
+        # vmap(custom_vjp(f, fwd, bwd)): a wrapper calling the custom function, whose
+        # call the batcher batches with the user's rules (batching.CALL_RULES).
+        inner_graph = fn.inputs[1].value  # type: ignore[attr-defined]
+        wrapper = FuncGraph(f"{fn.inputs[0].value.name}_{inner_graph.name}", fn.loc)
+        params = [wrapper.add_parameter(p.name or f"x{i}")
+                  for i, p in enumerate(inner_graph.parameters)]
+        made = CNode(wrapper, [ValueNode(fn.inputs[0].value),
+                               *(ValueNode(a.value, a.loc) for a in fn.inputs[1:]
+                                 if isinstance(a, ValueNode))], fn.loc)
         wrapper.output = CNode(wrapper, [made, *params], fn.loc)
         return wrapper
     return None

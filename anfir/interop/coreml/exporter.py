@@ -9,7 +9,8 @@
 The program is compiled and walked into the same first-order flat program as
 the ONNX exporter's (:mod:`anfir.flat.flatten`); each flat op is written by
 the rule :data:`RULES` holds for its primitive object, through coremltools'
-MIL builder.  ``if`` becomes MIL ``cond``, tail recursion ``while_loop``.
+MIL builder.  ``if`` becomes MIL ``cond``, tail recursion (and ``scan``/``fori_loop``)
+``while_loop`` (:mod:`anfir.interop.coreml.loops`).
 Adding an operator is one entry::
 
     RULES[elementwise.erf] = unary("erf")
@@ -50,6 +51,7 @@ from anfir.abstract.shapes import is_unknown_dim
 from anfir.abstract.values import AbstractValue, AScalar, dim_text
 from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
+from anfir.interop.coreml import loops as coreml_loops
 from anfir.interop.coreml import nn as coreml_nn
 from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
@@ -211,8 +213,10 @@ def evaluate(source: Source, entry: Optional[str] = None, args: Sequence[Any] = 
     program is built with the arguments as constants, and the outputs are the
     values coremltools' ops infer (each MIL op's reference implementation in
     numpy).  Core ML prediction needs macOS; this checks the MIL ops the
-    exporter chose on any machine.  ``while_loop`` has no value inference:
-    a program with a loop gives an :class:`ExportError`.
+    exporter chose on any machine.  ``while_loop`` has no value inference: a loop
+    is unrolled, its body written once per iteration and its values inferred
+    (:func:`anfir.interop.coreml.loops.unroll`; to run the exported program
+    itself, loops and all: :func:`anfir.interop.coreml.loops.run_program`).
 
     coremltools infers no value for some ops (``conv``, ``conv_transpose``, the
     pools, ``scatter``, ``gather_nd``, ``scatter_nd``), and its inference of
@@ -1008,46 +1012,14 @@ class MilWriter(OperandReader):
             self.vars[id(value)] = var
 
     def _loop(self, op: LoopOp) -> None:
-        """A do-while LoopOp as MIL ``while_loop`` over ``(flag, *state)``, flag first true."""
-        if self.constant_inputs:
-            raise ExportError("coremltools cannot compute a while_loop at build time (it has "
-                              "no value inference): a program with a loop is checked on macOS",
-                              op.loc)
+        """A do-while LoopOp as MIL ``while_loop`` (:mod:`anfir.interop.coreml.loops`);
+        with constant inputs (:func:`evaluate`), unrolled by value inference."""
         self._nest(op.loc)
-        params = op.body.params
-
-        def zero_d(var: Any) -> Any:
-            # MIL compares loop-carried types strictly: a 0-d tensor, not a scalar.
-            if not var.shape:
-                return self.reshape(var, np.zeros((0,), dtype=np.int32))
-            return var
-
-        init = [zero_d(self.const(True, "bool"))]
-        init += [zero_d(self.tensor(o, dtype_of_type(p.type))) for o, p in zip(op.init, params)]
-
-        def cond(flag: Any, *state: Any) -> Any:
-            return flag
-
-        def body(flag: Any, *state: Any) -> Any:
-            for param, var in zip(params, state):
-                self.vars[id(param)] = var
-            self._write_block(op.body)
-            types = [AScalar("bool"), *(p.type for p in params)]
-            return tuple(zero_d(self.tensor(o, dtype_of_type(t)))
-                         for o, t in zip(op.body.results, types))
-
-        try:
-            outs = self.mb.while_loop(_cond=cond, _body=body, loop_vars=tuple(init),
-                                      name=self.names.take((op.results[0].name if op.results
-                                                            else "loop") + "_loop"))
-        except ValueError as exc:  # coremltools' typing of the loop state (see the hint)
-            raise ExportError(f"coremltools cannot build this while_loop: {exc}", op.loc,
-                              hint="a loop whose state starts from constants and advances "
-                                   "step by step (a counter: scan, fori_loop) is rejected by "
-                                   "coremltools' while_loop typing") from None
+        if self.constant_inputs:
+            coreml_loops.unroll(self, op)
+        else:
+            coreml_loops.write_while_loop(self, op)
         self.depth -= 1
-        for value, var in zip(op.results, list(outs)[1:]):
-            self.vars[id(value)] = var
 
     # -- helpers for rules ---------------------------------------------------------------
     def op(self, kind: str, out: Optional[Value] = None, **inputs: Any) -> Any:

@@ -929,10 +929,9 @@ def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Seque
     if params is None and isinstance(source, Module):
         params = dict(source.params)
     # MindIR writes a loop as a graph that calls itself (a while header), so the
-    # tail recursion stays: no counted loop becomes a fori_loop/scan in the ad phase.
-    phases = [Phase(p.name, ad.run_keeping_recursion, p.doc) if p.run is ad.run
-              else Phase(p.name, _inline_every_call, p.doc) if p.run is inline.run else p
-              for p in PHASES]
+    # tail recursion stays: no counted loop becomes a fori_loop/scan (no loops phase).
+    phases = [Phase(p.name, _inline_every_call, p.doc) if p.run is inline.run else p
+              for p in PHASES if p.run is not ad.rewrite_counted_loops]
     graph = compile_program(source, entry=entry, args=args, phases=phases).graph
     model = Writer(params).run(decompose(graph, native()))
     data: bytes = model.SerializeToString(deterministic=True)
