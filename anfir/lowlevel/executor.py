@@ -155,7 +155,7 @@ class Executor:
                                      f"not {buffer.shape}")
                 if not np.can_cast(np.asarray(value).dtype, dtype, casting="same_kind"):
                     raise UsageError(f"argument %{buffer.name} is {np.asarray(value).dtype}, not {dtype}")
-                value = np.ascontiguousarray(value, dtype=dtype)
+                value = np.array(value, dtype=dtype, order="C")  # (ascontiguousarray makes a number 1-d)
             if views[buffer] is not value:
                 views[buffer] = value
                 stale.update(users[buffer])

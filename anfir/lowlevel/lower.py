@@ -328,7 +328,9 @@ class Lowerer:
                 state.append(reuse)  # the initial value dies here: the loop updates it in place
                 continue
             buffer = self.alloc(f"s{self.count}", dtype, shape)
-            self.copy(f"{param.name}_init", buffer, self.operand(init, loc, f"the initial state {k}"), loc)
+            if not isinstance(init, Undefined):  # (undefined: the body writes it before any read)
+                self.copy(f"{param.name}_init", buffer, self.operand(init, loc, f"the initial state {k}"),
+                          loc)
             state.append(buffer)
         flag = self.alloc("flag", "bool", ())
         lines: list[Line] = []
