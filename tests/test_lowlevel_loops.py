@@ -293,3 +293,23 @@ def test_a_hand_written_loop_runs_and_bad_loops_are_located_errors(monkeypatch: 
     with pytest.raises(AnfirRuntimeError) as error:
         anfir.run(load_lir_text(forever, "hand.lir"), 0.5)  # 0.5 halves forever below 1
     assert error.value.loc is not None and error.value.loc.line == 2
+
+
+BRANCHES = anfir.parse("""
+def h(x, v) = let w = if x > 0.0 then v * x else v - x in w * v
+def g_h(x, v) = grad(lambda (x, v) sum(h(x, v)) end, 0, 1)(x, v)
+""", "branches.anf")
+
+
+@pytest.mark.parametrize("x", [0.7, -0.4])
+def test_an_if_on_a_run_time_value_lowers_to_a_branch(x: float) -> None:
+    v = np.array([1.0, 2.5, -3.0])
+    # d/dx and d/dv of sum(w * v): w = v x (x > 0), else w = v - x.
+    want_g = (float(np.sum(v * v)), 2 * v * x) if x > 0 else (float(-np.sum(v)), 2 * v - x)
+    for entry, want in (("h", (v * x if x > 0 else v - x) * v), ("g_h", want_g)):
+        low = anfir.lower(BRANCHES, entry=entry, args=[x, v])
+        assert any(isinstance(line, Branch) for line in linear(low.body))
+        assert low.peak_bytes == low.max_live_bytes
+        same(anfir.run(low, x, v), want)
+        same(anfir.run(load_lir_text(print_program(low)), x, v), want)
+        same(anfir.run(anfir.compile(BRANCHES, entry=entry, args=[x, v]), x, v), want)

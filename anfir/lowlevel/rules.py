@@ -104,6 +104,25 @@ def _scatter_rows(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> 
     return kernel
 
 
+def _select(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    """``switch(c, a, b)`` between two computed values, its condition read from a
+    ``bool<>`` buffer of the arena (a 0-d view, which the evaluation's ``switch``, made
+    for Python bools, refuses) on every call."""
+    if statics or len(args) != 3:
+        return None
+    cond, a, b = args
+    if isinstance(cond, (bool, np.bool_)):
+        chosen = a if cond else b
+        return partial(np.copyto, out, chosen, casting="unsafe")
+    if not (isinstance(cond, np.ndarray) and cond.shape == () and cond.dtype == np.bool_):
+        return None
+
+    def kernel() -> None:
+        np.copyto(out, a if cond[()] else b, casting="unsafe")
+
+    return kernel
+
+
 def ufunc(fn: Any) -> LowRule:
     """An elementwise numpy ufunc written with ``out=`` (float types), in place allowed."""
 
@@ -303,7 +322,7 @@ RULES: dict[Primitive, LowRule] = {
     tensor.ones: LowRule(_fill(1), static=(0, 1)),
     tensor.ones_like: LowRule(_fill(1), shape_only=(0,)), tensor.array: EVALUATED,
     structure.zeros_like: LowRule(_fill(0), shape_only=(0,)),
-    structure.switch: EVALUATED,  # the flat program's select between two computed values
+    structure.switch: LowRule(_select),  # the flat program's select between two computed values
     # reductions
     reduce.max_: reduction(np.max), reduce.min_: reduction(np.min), reduce.prod: reduction(np.prod),
     reduce.var: EVALUATED, reduce.std: EVALUATED, reduce.logsumexp: EVALUATED, reduce.all_: EVALUATED,
