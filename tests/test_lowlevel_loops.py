@@ -59,6 +59,14 @@ def halvings(x) =
   let loop = lambda (y, scale) if y < 1.0 then scale * y else loop(y / 2.0, scale * 3.0) end in
   loop(x, 1.0)
 
+def fib(a) = fori_loop(0, 6, lambda (i, p) (p[1] * a, p[0] + p[1]) end, (0.5, 1.0))
+def g_fib(a) = grad(lambda (a) let r = fib(a) in r[0] * r[1] end)(a)
+
+def nested(xs) =
+  scan(lambda (c, row) let r = scan(lambda (d, x) (d * 0.5 + x * c, d) end, c, row) in
+                       (r[0], sum(r[1])) end, 1.0, xs)
+def g_nested(xs) = grad(lambda (xs) let r = nested(xs) in r[0] + sum(r[1] * r[1]) end)(xs)
+
 def rev_loss(xs, ws) =
   let r = scan(lambda (c, p) (c * p[1] + p[0], c) end, 0.5, (xs, ws), reverse=true) in
   r[0] + sum(r[1])
@@ -96,6 +104,19 @@ def j_halvings(x: float) -> float:
     return scale * y
 
 
+def j_fib(a: Any) -> Any:
+    p = lax.fori_loop(0, 6, lambda i, p: (p[1] * a, p[0] + p[1]), (0.5, 1.0))
+    return p[0] * p[1]
+
+
+def j_nested(xs: Any) -> Any:
+    def outer(c: Any, row: Any) -> Any:
+        d, ds = lax.scan(lambda d, x: (d * 0.5 + x * c, d), c, row)
+        return d, jnp.sum(ds)
+    c, ys = lax.scan(outer, 1.0, xs)
+    return c + jnp.sum(ys * ys)
+
+
 def j_rev(xs: Any, ws: Any) -> Any:
     c, ys = lax.scan(lambda c, p: (c * p[1] + p[0], c), 0.5, (xs, ws), reverse=True)
     return c + jnp.sum(ys)
@@ -113,6 +134,8 @@ CASES: list[tuple[str, tuple, Optional[Callable[..., Any]]]] = [
     ("g_newton", (2.0,), lambda a: jax.grad(j_newton)(a)),
     ("g_halving", (0.8,), lambda x: jax.grad(j_halving)(x)),
     ("g_rev", (VEC, VEC[::-1].copy()), lambda *a: jax.grad(j_rev, (0, 1))(*a)),
+    ("g_fib", (1.1,), lambda a: jax.grad(j_fib)(a)),  # the state swaps its two halves
+    ("g_nested", (RNG.randn(3, 4),), lambda xs: jax.grad(j_nested)(xs)),  # a scan in a scan
     ("halvings", (37.0,), j_halvings),  # a while loop on a value: a do-while Loop, no trip count
     ("halving_n", (0.8, 5), None),  # a run-time trip count (no stacked output)
 ]
