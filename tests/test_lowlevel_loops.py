@@ -336,3 +336,14 @@ def test_an_if_on_a_run_time_value_lowers_to_a_branch(x: float) -> None:
         same(anfir.run(low, x, v), want)
         same(anfir.run(load_lir_text(print_program(low)), x, v), want)
         same(anfir.run(anfir.compile(BRANCHES, entry=entry, args=[x, v]), x, v), want)
+
+
+def test_bodies_nested_beyond_the_limit_are_a_located_error() -> None:
+    depth = 300
+    opening = "".join(f"  %l{k} = loop while %flag {{\n" for k in range(depth))
+    text = ("signature (%x) -> %out\ndeclare {\n  %x = input f64<>\n  %out = output f64<>\n}\n"
+            "program {\n  %flag = alloc bool<>\n" + opening
+            + "  %o = copy @out %out, @in %x\n" + "  }\n" * depth + "  dealloc %flag\n}\n")
+    with pytest.raises(LirError) as info:
+        load_lir_text(text, "deep.lir")
+    assert info.value.loc is not None and info.value.loc.line == 8 + 200 and "nest" in info.value.message  # %l200, the 201st

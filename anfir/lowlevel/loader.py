@@ -39,7 +39,7 @@ MAX_DIMS = 64
 """The most dimensions a ``.lir`` type may have."""
 
 MAX_NESTING = 200
-"""How deep the signature's tuples may nest."""
+"""How deep the signature's tuples, and loop and branch bodies, may nest."""
 
 
 class LirError(AnfirSyntaxError):
@@ -374,6 +374,8 @@ class _Builder:
                 body.append(Dealloc(buffer))
             elif kind in ("loop", "branch"):
                 token, test, loc_token = item.children[0], item.children[1], item.children[2]
+                if len(stack) > MAX_NESTING:  # the executor runs a body inside its loop's call
+                    raise self.error(f"loops and branches nest more than {MAX_NESTING} deep", token)
                 name = self.take(token)
                 flag = self.live_buffer(test, live)
                 if flag.kind != "alloc" or (flag.dtype, flag.shape) != ("bool", ()):
