@@ -14,8 +14,13 @@ its rule (:data:`anfir.lowlevel.rules.RULES`):
   arguments (a shape, a dtype, an axis) and attributes are the instruction's
   statics; arguments the rule reads only for their type are statics too.
 
-What cannot be lowered — control flow left after flattening, a shape that is
-not concrete, strings — is an :class:`~anfir.errors.AnfirError` at the node.
+* a Loop of the flat program (a ``scan``, a ``fori_loop``, a ``while``)
+  becomes a ``loop`` with a nested body and an If a ``branch`` with two
+  (:class:`Lowerer` says how their state and results are held in place).
+
+What cannot be lowered — recursion the flattening cannot write as a loop, a
+shape that is not concrete (a scan's stacked output of a run-time length),
+strings — is an :class:`~anfir.errors.AnfirError` at the node.
 """
 
 from __future__ import annotations
