@@ -22,7 +22,7 @@ import numpy as np
 from anfir.dtypes import numpy_dtype
 from anfir.errors import AnfirError, AnfirRuntimeError, UsageError
 from anfir.lowlevel.plan import plan
-from anfir.lowlevel.program import ALIGN, Buffer, Instr, LowProgram
+from anfir.lowlevel.program import ALIGN, Branch, Buffer, Instr, Line, Loop, LowProgram, linear
 from anfir.lowlevel.kernels import RegionWorkspace, Workspace
 from anfir.lowlevel.rules import RULES, LowRule, TensorType
 from anfir.runtime_values import DType
@@ -88,6 +88,9 @@ class Executor:
         """Each output array's references when the executor alone holds it (see :meth:`run`)."""
         self.fast = sum(1 for step in self.steps if not isinstance(step, _Evaluate))
         """How many instructions run a kernel with ``out=`` (the rest evaluate and copy)."""
+        self.top: Optional[list[Any]] = _runners(program.body, self.instructions, self.steps, self.views)
+        """The program section as instruction indices and loop/branch runners, when it has
+        control flow (None: a straight list, run as :attr:`steps`)."""
 
     @staticmethod
     def _prepare(instr: Instr) -> tuple[LowRule, Buffer, list[Buffer], dict[str, Any]]:
@@ -152,7 +155,7 @@ class Executor:
                                      f"not {buffer.shape}")
                 if not np.can_cast(np.asarray(value).dtype, dtype, casting="same_kind"):
                     raise UsageError(f"argument %{buffer.name} is {np.asarray(value).dtype}, not {dtype}")
-                value = np.ascontiguousarray(value, dtype=dtype)
+                value = np.array(value, dtype=dtype, order="C")  # (ascontiguousarray makes a number 1-d)
             if views[buffer] is not value:
                 views[buffer] = value
                 stale.update(users[buffer])
@@ -167,6 +170,9 @@ class Executor:
                 steps[index] = bind(index)
             for buffer in self.outputs:
                 held[buffer] = _references(views, buffer)
+        if self.top is not None:
+            self._run_structured(self.top)
+            return _result(self.program.result, self.views)
         index = 0
         try:
             for index, step in enumerate(self.steps):
@@ -179,10 +185,112 @@ class Executor:
                                     self.instructions[index].loc) from None
         return _result(self.program.result, self.views)
 
+    def _run_structured(self, top: list[Any]) -> None:
+        """Run a program section with loops and branches; an error is located at the
+        instruction, or the loop or branch, it came from."""
+        steps = self.steps
+        item: Any = None
+        try:
+            for item in top:
+                if type(item) is int:
+                    steps[item]()
+                else:
+                    item()
+        except _LoopError as error:
+            raise AnfirRuntimeError(error.message, error.loc) from None
+        except AnfirError as error:
+            raise AnfirRuntimeError(f"{self._what(item)}: {error.message}", self._where(item)) from None
+        except Exception as error:  # numpy's, for operands a hand-written .lir got wrong
+            raise AnfirRuntimeError(f"{self._what(item)}: {error}", self._where(item)) from None
+
+    def _what(self, item: Any) -> str:
+        return self.instructions[item].prim.name if type(item) is int else item.line.name
+
+    def _where(self, item: Any) -> Any:
+        return self.instructions[item].loc if type(item) is int else item.line.loc
+
     def run_steps(self) -> None:
         """Run the instructions once on the values already in the input buffers (for measuring)."""
+        if self.top is not None:
+            self._run_structured(self.top)
+            return
         for step in self.steps:
             step()
+
+
+MAX_ITERATIONS = 100_000_000
+"""The most iterations one ``loop`` of a low-level program runs (a hand-written ``.lir``
+whose flag never turns false stops with an error instead of hanging)."""
+
+
+class _LoopError(Exception):
+    """A loop that ran past :data:`MAX_ITERATIONS` (reported at the loop)."""
+
+    def __init__(self, message: str, loc: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+
+class _LoopRun:
+    """A ``loop``: its body's items (instruction indices into ``steps`` — looked up on each
+    call, since a run may bind an instruction again — and nested runners), repeated while
+    the flag's arena view holds true.  Nothing is allocated per iteration."""
+
+    def __init__(self, line: Loop, items: list[Any], steps: list[Callable[[], Any]], flag: Any) -> None:
+        self.line, self.items, self.steps, self.flag = line, items, steps, flag
+
+    def __call__(self) -> None:
+        steps, items, flag = self.steps, self.items, self.flag
+        for _ in range(MAX_ITERATIONS):
+            for item in items:
+                if type(item) is int:
+                    steps[item]()
+                else:
+                    item()
+            if not flag[()]:
+                return
+        raise _LoopError(f"the loop %{self.line.name} ran {MAX_ITERATIONS} iterations without its "
+                         f"flag %{self.line.flag.name} turning false", self.line.loc)
+
+
+class _BranchRun:
+    """An ``if``: one body's items, on the condition's view."""
+
+    def __init__(self, line: Branch, then_items: list[Any], else_items: list[Any],
+                 steps: list[Callable[[], Any]], cond: Any) -> None:
+        self.line, self.steps, self.cond = line, steps, cond
+        self.then_items, self.else_items = then_items, else_items
+
+    def __call__(self) -> None:
+        steps = self.steps
+        for item in (self.then_items if self.cond[()] else self.else_items):
+            if type(item) is int:
+                steps[item]()
+            else:
+                item()
+
+
+def _runners(body: list[Line], instructions: list[Instr], steps: list[Callable[[], Any]],
+             views: dict[Buffer, Any]) -> Optional[list[Any]]:
+    """The program section as runnable items (None when it has no loop or branch).  Built
+    innermost first over the :func:`linear` order, without recursion."""
+    lines = linear(body)
+    if not any(isinstance(line, (Loop, Branch)) for line in lines):
+        return None
+    index = {id(instr): k for k, instr in enumerate(instructions)}
+    built: dict[int, Any] = {}
+
+    def items(section: list[Line]) -> list[Any]:
+        return [index[id(line)] if isinstance(line, Instr) else built[id(line)]
+                for line in section if isinstance(line, (Instr, Loop, Branch))]
+    for line in reversed(lines):
+        if isinstance(line, Loop):
+            built[id(line)] = _LoopRun(line, items(line.body), steps, views[line.flag])
+        elif isinstance(line, Branch):
+            built[id(line)] = _BranchRun(line, items(line.then_body), items(line.else_body), steps,
+                                         views[line.cond])
+    return items(body)
 
 
 def _references(views: dict[Buffer, Any], buffer: Buffer) -> int:
@@ -256,4 +364,4 @@ def run_low(program: LowProgram, *args: Any, executor: Optional[Executor] = None
     return (executor or Executor(program)).run(*args)
 
 
-__all__ = ["Executor", "run_low"]
+__all__ = ["Executor", "MAX_ITERATIONS", "run_low"]

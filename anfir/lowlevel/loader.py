@@ -29,7 +29,7 @@ from anfir.errors import AnfirSyntaxError, UsageError
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.lowlevel.program import (
-    PSEUDO_PRIMITIVES, Alloc, Buffer, Dealloc, Instr, Line, LowProgram, lives,
+    PSEUDO_PRIMITIVES, Alloc, Branch, Buffer, Dealloc, Instr, Line, Loop, LowProgram, lives,
 )
 from anfir.lowlevel.rules import RULES, TensorType
 from anfir.primitives.registry import PRIMITIVES
@@ -39,7 +39,7 @@ MAX_DIMS = 64
 """The most dimensions a ``.lir`` type may have."""
 
 MAX_NESTING = 200
-"""How deep the signature's tuples may nest."""
+"""How deep the signature's tuples, and loop and branch bodies, may nest."""
 
 
 class LirError(AnfirSyntaxError):
@@ -335,9 +335,23 @@ class _Builder:
             raise self.error(f"the elements are not all {ttype.dtype}", token) from None
 
     def body(self, items: list[Any]) -> list[Line]:
-        body: list[Line] = []
+        """The program section; loop and branch bodies through an explicit stack of
+        (items left, lines built, the buffers live when the body began, how it ends).
+        A body deallocs exactly what it allocs (a buffer of a body lives within it)."""
+        root: list[Line] = []
         live: set[str] = set()
-        for item in items:
+        stack: list[tuple[Any, list[Line], set[str], Any]] = [(iter(items), root, set(), None)]
+        while stack:
+            source, body, opened, ending = stack[-1]
+            item = next(source, None)
+            if item is None:
+                stack.pop()
+                if ending is not None:
+                    if live != opened:
+                        raise self.error("a body deallocs exactly the buffers it allocs "
+                                         f"({', '.join(sorted('%' + n for n in live ^ opened))} "
+                                         "are not)", ending)
+                continue
             kind = item.data
             if kind == "alloc":
                 token, type_item, offset = item.children
@@ -358,9 +372,28 @@ class _Builder:
                     raise self.error(f"{token} is declared, not allocated: it cannot be deallocated", token)
                 live.discard(buffer.name)
                 body.append(Dealloc(buffer))
+            elif kind in ("loop", "branch"):
+                token, test, loc_token = item.children[0], item.children[1], item.children[2]
+                if len(stack) > MAX_NESTING:  # the executor runs a body inside its loop's call
+                    raise self.error(f"loops and branches nest more than {MAX_NESTING} deep", token)
+                name = self.take(token)
+                flag = self.live_buffer(test, live)
+                if flag.kind != "alloc" or (flag.dtype, flag.shape) != ("bool", ()):
+                    what = "flag" if kind == "loop" else "condition"
+                    raise self.error(f"a {kind}'s {what} is an alloc'd bool<> buffer; {test} is not", test)
+                loc = self.location(loc_token)
+                inner: list[Line] = []
+                if kind == "loop":
+                    body.append(Loop(name, flag, inner, loc))
+                    stack.append((iter(item.children[3].children), inner, set(live), token))
+                else:
+                    other: list[Line] = []
+                    body.append(Branch(name, flag, inner, other, loc))
+                    stack.append((iter(item.children[4].children), other, set(live), token))
+                    stack.append((iter(item.children[3].children), inner, set(live), token))
             else:
                 body.append(self.instr(item.children, live))
-        return body
+        return root
 
     def live_buffer(self, token: Token, live: set[str]) -> Buffer:
         buffer = self.buffers.get(str(token)[1:])

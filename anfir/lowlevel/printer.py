@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from anfir.lowlevel.program import Alloc, Buffer, Dealloc, Instr, LowProgram, figures
+from anfir.lowlevel.program import Alloc, Branch, Buffer, Dealloc, Instr, Loop, LowProgram, figures
 from anfir.lowlevel.rules import TensorType
 from anfir.runtime_values import DType
 
@@ -116,28 +116,46 @@ def print_program(program: LowProgram) -> str:
             text = f"{text:<44}# {buffer.comment}"
         lines.append(text)
     lines += ["}", "program {"]
-    for line in program.body:
+    # Bodies nest: an explicit stack of (lines left, indentation, what closes the body).
+    stack: list[tuple[Any, str, list[str]]] = [(iter(program.body), "  ", ["}"])]
+    while stack:
+        items, pad, closing = stack[-1]
+        line = next(items, None)
+        if line is None:
+            stack.pop()
+            lines.extend(closing)
+            continue
         if isinstance(line, Alloc):
             b = line.buffer
             where = f" @ {b.offset}" if b.offset is not None else ""
-            lines.append(f"  %{b.name} = alloc {type_text(b.dtype, b.shape)}{where}")
+            lines.append(f"{pad}%{b.name} = alloc {type_text(b.dtype, b.shape)}{where}")
         elif isinstance(line, Dealloc):
-            lines.append(f"  dealloc %{line.buffer.name}")
+            lines.append(f"{pad}dealloc %{line.buffer.name}")
+        elif isinstance(line, Loop):
+            lines.append(_located(f"{pad}%{line.name} = loop while %{line.flag.name} {{", line.loc))
+            stack.append((iter(line.body), pad + "  ", [f"{pad}}}"]))
+        elif isinstance(line, Branch):
+            lines.append(_located(f"{pad}%{line.name} = if %{line.cond.name} {{", line.loc))
+            stack.append((iter(line.else_body), pad + "  ", [f"{pad}}}"]))
+            stack.append((iter(line.then_body), pad + "  ", [f"{pad}}} else {{"]))
         else:
-            lines.append(_instr_text(line))
-    lines.append("}")
+            lines.append(_instr_text(line, pad))
     return "\n".join(lines) + "\n"
 
 
-def _instr_text(instr: Instr) -> str:
+def _located(text: str, loc: Any) -> str:
+    """``text`` followed by the source location (when it has one that prints on one line)."""
+    if loc is not None and not set(loc.file) & {"#", "\n", "\r"}:
+        return f"{text:<60}   # {loc.file}:{loc.line}:{loc.col}"
+    return text
+
+
+def _instr_text(instr: Instr, pad: str = "  ") -> str:
     statics = ""
     if instr.statics:
         statics = "[" + ", ".join(f"{k}={value_text(v)}" for k, v in instr.statics.items()) + "]"
     operands = ", ".join(f"{mode} %{b.name}" for mode, b in instr.operands)
-    text = f"  %{instr.name} = {instr.prim.name}{statics} {operands}"
-    if instr.loc is not None and not set(instr.loc.file) & {"#", "\n", "\r"}:
-        text = f"{text:<60}   # {instr.loc.file}:{instr.loc.line}:{instr.loc.col}"
-    return text
+    return _located(f"{pad}%{instr.name} = {instr.prim.name}{statics} {operands}", instr.loc)
 
 
 __all__ = ["print_program", "struct_text", "type_text", "value_text"]

@@ -132,7 +132,60 @@ class Instr:
         return None
 
 
-Line = Union[Alloc, Instr, Dealloc]
+@dataclass(eq=False)
+class Loop:
+    """``%name = loop while %flag { body }``: a do-while loop (what a ``scan`` or a
+    ``fori_loop`` becomes).  The body runs, then the loop goes on while the ``bool``
+    scalar ``flag`` (an alloc of the enclosing block, written by the body) is true.
+    The carried state lives in buffers of the enclosing block that the body reads and
+    writes in place; a buffer alloc'd in the body lives within one iteration."""
+
+    name: str
+    flag: Buffer
+    body: list["Line"]
+    loc: Optional[Location] = None
+
+
+@dataclass(eq=False)
+class Branch:
+    """``%name = if %cond { then } else { else }``: one of two bodies, on a ``bool``
+    scalar; each body writes the branch's results into buffers of the enclosing block."""
+
+    name: str
+    cond: Buffer
+    then_body: list["Line"]
+    else_body: list["Line"]
+    loc: Optional[Location] = None
+
+
+Line = Union[Alloc, Instr, Dealloc, Loop, Branch]
+
+
+def linear(body: list[Line]) -> list[Line]:
+    """Every line of ``body`` and of the bodies nested in it, in program order: a loop or
+    a branch, then its body's lines (a branch's ``then`` body before its ``else`` body).
+    This order is the time line the lives, ``max live`` and the planner count on: a
+    buffer alloc'd around a loop lives through all of the body, one alloc'd in the body
+    within it (one iteration).  Iterative, however deeply bodies nest."""
+    out: list[Line] = []
+    stack: list[Any] = [iter(body)]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        out.append(item)
+        if isinstance(item, Loop):
+            stack.append(iter(item.body))
+        elif isinstance(item, Branch):
+            stack.append(iter(item.else_body))
+            stack.append(iter(item.then_body))
+    return out
+
+
+def has_control_flow(body: list[Line]) -> bool:
+    """Whether a program section holds a loop or a branch."""
+    return any(isinstance(line, (Loop, Branch)) for line in body)
 
 Structure = Any
 """How flat buffers nest into the entry's tuples: a Buffer, None, or a tuple of structures."""
@@ -174,11 +227,11 @@ class LowProgram:
 
     def allocs(self) -> list[Buffer]:
         """The arena's buffers, in the order of their allocs."""
-        return [line.buffer for line in self.body if isinstance(line, Alloc)]
+        return [line.buffer for line in linear(self.body) if isinstance(line, Alloc)]
 
     def instructions(self) -> list[Instr]:
-        """The instructions, in order."""
-        return [line for line in self.body if isinstance(line, Instr)]
+        """The instructions, in order (those of loop and branch bodies in :func:`linear` order)."""
+        return [line for line in linear(self.body) if isinstance(line, Instr)]
 
 
 def lives(program: LowProgram) -> dict[Buffer, tuple[int, int]]:
@@ -188,13 +241,13 @@ def lives(program: LowProgram) -> dict[Buffer, tuple[int, int]]:
     opened: dict[Buffer, int] = {}
     result: dict[Buffer, tuple[int, int]] = {}
     index = 0
-    for line in program.body:
+    for line in linear(program.body):
         if isinstance(line, Alloc):
             opened[line.buffer] = index
         elif isinstance(line, Dealloc):
             start = opened.pop(line.buffer)
             result[line.buffer] = (start, max(start, index - 1))
-        else:
+        elif isinstance(line, Instr):
             index += 1
     for buffer, start in opened.items():  # never deallocated: lives to the end
         result[buffer] = (start, max(start, index - 1))
@@ -224,7 +277,7 @@ def no_sharing(program: LowProgram) -> int:
     """The arena bytes if each value an instruction writes into the arena, and each
     instruction's scratch, had a buffer of its own."""
     total = 0
-    for line in program.body:
+    for line in linear(program.body):
         if isinstance(line, Instr):
             if line.output.kind == "alloc":
                 total += line.output.size
@@ -256,5 +309,5 @@ PSEUDO_PRIMITIVES: tuple[Primitive, ...] = (COPY,)
 """The operations a low-level program may hold besides the op library's (and the flat program's)."""
 
 
-__all__ = ["ALIGN", "Alloc", "Buffer", "COPY", "Dealloc", "Instr", "KINDS", "Line", "LowProgram", "MODES",
+__all__ = ["ALIGN", "Alloc", "Branch", "Buffer", "COPY", "Dealloc", "Instr", "Loop", "has_control_flow", "linear", "KINDS", "Line", "LowProgram", "MODES",
            "PSEUDO_PRIMITIVES", "Structure", "figures", "live_bytes", "lives", "max_live", "no_sharing"]

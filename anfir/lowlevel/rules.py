@@ -81,6 +81,48 @@ def _floats(out: np.ndarray, args: list[Any]) -> bool:
     return True
 
 
+def _scatter_rows(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    """``scatter_nd`` writing only the indexed places: over its first argument when that is
+    the output itself (``@inout``: a loop filling row ``i`` of a stacked output, so
+    nothing of the size of the whole buffer is copied or allocated per iteration), else
+    after copying it into the output.  The indices are checked on every call as the
+    evaluation checks them (``indexing._nd_index``: its bounds and negative indices)."""
+    if statics or len(args) != 3 or not all(isinstance(a, np.ndarray) for a in args):
+        return None
+    data, index, updates = args
+    if data.shape != out.shape or data.dtype != out.dtype or index.ndim == 0 \
+            or index.dtype.kind not in "iu" or index.shape[-1] > out.ndim \
+            or updates.shape != index.shape[:-1] + out.shape[index.shape[-1]:]:
+        return None  # the evaluation says what is wrong
+    same = data is out
+
+    def kernel() -> None:
+        if not same:
+            np.copyto(out, data)
+        out[indexing._nd_index(out, index, "scatter_nd")] = updates
+
+    return kernel
+
+
+def _select(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> Optional[Kernel]:
+    """``switch(c, a, b)`` between two computed values, its condition read from a
+    ``bool<>`` buffer of the arena (a 0-d view, which the evaluation's ``switch``, made
+    for Python bools, refuses) on every call."""
+    if statics or len(args) != 3:
+        return None
+    cond, a, b = args
+    if isinstance(cond, (bool, np.bool_)):
+        chosen = a if cond else b
+        return partial(np.copyto, out, chosen, casting="unsafe")
+    if not (isinstance(cond, np.ndarray) and cond.shape == () and cond.dtype == np.bool_):
+        return None
+
+    def kernel() -> None:
+        np.copyto(out, a if cond[()] else b, casting="unsafe")
+
+    return kernel
+
+
 def ufunc(fn: Any) -> LowRule:
     """An elementwise numpy ufunc written with ``out=`` (float types), in place allowed."""
 
@@ -280,7 +322,7 @@ RULES: dict[Primitive, LowRule] = {
     tensor.ones: LowRule(_fill(1), static=(0, 1)),
     tensor.ones_like: LowRule(_fill(1), shape_only=(0,)), tensor.array: EVALUATED,
     structure.zeros_like: LowRule(_fill(0), shape_only=(0,)),
-    structure.switch: EVALUATED,  # the flat program's select between two computed values
+    structure.switch: LowRule(_select),  # the flat program's select between two computed values
     # reductions
     reduce.max_: reduction(np.max), reduce.min_: reduction(np.min), reduce.prod: reduction(np.prod),
     reduce.var: EVALUATED, reduce.std: EVALUATED, reduce.logsumexp: EVALUATED, reduce.all_: EVALUATED,
@@ -307,7 +349,7 @@ RULES: dict[Primitive, LowRule] = {
     indexing.gather: EVALUATED, indexing.gather_grad: EVALUATED,
     indexing.gather_elements: EVALUATED, indexing.scatter_add: EVALUATED,
     indexing.gather_nd: EVALUATED, indexing.gather_nd_grad: EVALUATED,
-    indexing.scatter_nd: EVALUATED, indexing.one_hot: EVALUATED, indexing.arange: EVALUATED,
+    indexing.scatter_nd: LowRule(_scatter_rows), indexing.one_hot: EVALUATED, indexing.arange: EVALUATED,
     indexing.full: EVALUATED, indexing.eye: EVALUATED,
     # convolution, pooling, batch norm: out= kernels on the executor's scratch workspace
     # (anfir/lowlevel/kernels.py); the gradients' type-only arguments are statics
@@ -361,8 +403,7 @@ UNLOWERED: dict[Primitive, str] = {
 """Primitives that never become an instruction, with the reason."""
 
 UNLOWERED.update({  # structured loops and custom derivatives (primitives/loops.py)
-    **{prim: "the flattening writes it as a Loop, and the low level has no control flow "
-             "(a loop does not lower; anfir.compile and the exporters run it)"
-       for prim in (loops.scan, loops.fori_loop)},
+    loops.scan: _WALKED + " (into a Loop, which lowers to a loop of the buffer program)",
+    loops.fori_loop: _WALKED + " (into a Loop, which lowers to a loop of the buffer program)",
     loops.custom_vjp: _WALKED, loops.custom_jvp: _WALKED,
 })

@@ -24,7 +24,11 @@ size whose lives do not overlap.
 
 from __future__ import annotations
 
-from anfir.lowlevel.program import Alloc, Buffer, Dealloc, Instr, Line, LowProgram
+from typing import Any
+
+from anfir.lowlevel.program import (
+    Alloc, Branch, Buffer, Dealloc, Instr, Line, Loop, LowProgram, has_control_flow, linear,
+)
 from anfir.lowlevel.rules import RULES
 
 
@@ -66,6 +70,8 @@ def schedule_outputs(instrs: list[Instr]) -> list[Instr]:
 
 def share_buffers(program: LowProgram) -> LowProgram:
     """A new program with fewer, shorter-lived buffers and the same results."""
+    if has_control_flow(program.body):
+        return share_structured(program)
     instrs = schedule_outputs(program.instructions())
     last_use: dict[Buffer, int] = {}
     for index, instr in enumerate(instrs):
@@ -142,4 +148,71 @@ def _with_lives(instrs: list[Instr]) -> list[Line]:
     return body
 
 
-__all__ = ["share_buffers"]
+def share_structured(program: LowProgram) -> LowProgram:
+    """``share_buffers`` of a program with loops or branches: in each body (the program
+    section too), every buffer alloc'd there is alloc'd right before its first use and
+    dealloc'd right after its last, a loop or a branch counting as one use of every
+    buffer it touches (its flag or condition, and what its bodies read or write): a
+    buffer a loop's body reads from outside lives through the whole loop.  The lowering
+    already writes the state and the stacked outputs in place; the planner then shares
+    bytes between buffers whose lives do not overlap, inside bodies as well.  Every body
+    is taken on its own, from an explicit list (no recursion)."""
+    touched: dict[int, set[Buffer]] = {}
+    """id(Loop or Branch) → the buffers it and its bodies use."""
+    # Innermost first: a statement's set is its own plus those of the statements in it.
+    for line in reversed(linear(program.body)):
+        if isinstance(line, (Loop, Branch)):
+            inner = [line.body] if isinstance(line, Loop) else [line.then_body, line.else_body]
+            used: set[Buffer] = {line.flag if isinstance(line, Loop) else line.cond}
+            for body in inner:
+                for item in body:
+                    used |= _uses(item, touched)
+            touched[id(line)] = used
+    bodies: list[Any] = [program]
+    bodies += [line for line in linear(program.body) if isinstance(line, (Loop, Branch))]
+    for owner in bodies:
+        if isinstance(owner, Branch):
+            owner.then_body = _relive(owner.then_body, touched)
+            owner.else_body = _relive(owner.else_body, touched)
+        else:
+            owner.body = _relive(owner.body, touched)
+    return LowProgram(program.name, program.declares, program.body, program.params, program.result)
+
+
+def _uses(line: Line, touched: dict[int, set[Buffer]]) -> set[Buffer]:
+    """The buffers a line uses (a loop's or branch's: all its bodies use)."""
+    if isinstance(line, Instr):
+        return {b for _, b in line.operands}
+    if isinstance(line, (Loop, Branch)):
+        return touched[id(line)]
+    return set()
+
+
+def _relive(body: list[Line], touched: dict[int, set[Buffer]]) -> list[Line]:
+    """One body with each of its own allocs right before the first use and its dealloc
+    right after the last."""
+    own = [line.buffer for line in body if isinstance(line, Alloc)]
+    items = [line for line in body if not isinstance(line, (Alloc, Dealloc))]
+    first: dict[Buffer, int] = {}
+    last: dict[Buffer, int] = {}
+    mine = set(own)
+    for index, item in enumerate(items):
+        for buffer in sorted(_uses(item, touched), key=lambda b: b.name):
+            if buffer in mine:
+                first.setdefault(buffer, index)
+                last[buffer] = index
+    opens: dict[int, list[Buffer]] = {}
+    closes: dict[int, list[Buffer]] = {}
+    for buffer in own:  # in alloc order: the printed program is the same on every run
+        if buffer in first:
+            opens.setdefault(first[buffer], []).append(buffer)
+            closes.setdefault(last[buffer], []).append(buffer)
+    result: list[Line] = []
+    for index, item in enumerate(items):
+        result.extend(Alloc(b) for b in opens.get(index, []))
+        result.append(item)
+        result.extend(Dealloc(b) for b in closes.get(index, []))
+    return result
+
+
+__all__ = ["share_buffers", "share_structured"]
