@@ -53,11 +53,14 @@ from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.coreml import nn as coreml_nn
 from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
-    nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    one_device_reasons, sum_to_axes, values_by_name,
+    OperandReader, dtype_of_type, operand_leaves, shape_items,
+    nest_by_structure, program_properties, shape_of_type,
+    one_device_reasons, values_by_name,
 )
 from anfir.flat.flatten import flatten_program
+from anfir.interop.export_common import (
+    broadcast_like_needed, operand_shape, rule_for, sum_to_plan, unreduce_plan,
+)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.passes.decompose import decompose
@@ -487,7 +490,7 @@ def _transpose(w: MilWriter, op: Op) -> None:
     out = op.results[0]
     x = w.tensor(op.args[0], w.dtype(out))
     perm = w.static(op.args[1]) if len(op.args) > 1 else None
-    rank = len(_static_shape(w, op.args[0], "transpose"))
+    rank = len(operand_shape(w, op.args[0], "transpose"))
     if perm is None:
         perm = tuple(reversed(range(rank)))
     w.bind(out, w.op("transpose", out, x=x, perm=np.array([int(p) % max(rank, 1) for p in perm],
@@ -629,44 +632,25 @@ def _dim(w: MilWriter, op: Op) -> None:
     w.bind(out, w.op("gather", out, x=shape, indices=np.int32(axis), axis=0))
 
 
-def _static_shape(w: MilWriter, operand: Operand, what: str) -> tuple[Any, ...]:
-    """An operand's shape from its type (the rank must be known)."""
-    return known_rank_shape(w.type_of(operand), what, w.loc)
-
-
-def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
-                 x_shape_var: Any, out: Value) -> Any:
-    """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    axes = sum_to_axes(g_shape, x_shape, w.loc)
-    if axes:
-        g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
-    return w.reshape(g, x_shape_var, out)
-
-
 def _sum_to(w: MilWriter, op: Op) -> None:
     """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op = op.args
-    g = w.tensor(g_op, w.dtype(out))
-    g_shape = _static_shape(w, g_op, "sum_to")
-    x_shape = _static_shape(w, x_op, "sum_to")
-    if same_static_shape(g_shape, x_shape):
-        w.bind(out, g)
-        return
-    w.bind(out, _sum_to_rank(w, g, g_shape, x_shape, w.shape_of(w.tensor(x_op)), out))
+    g = w.tensor(op.args[0], w.dtype(out))
+    axes = sum_to_plan(w, op)
+    if axes is not None:
+        if axes:
+            g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
+        g = w.reshape(g, w.shape_of(w.tensor(op.args[1])), out)
+    w.bind(out, g)
 
 
 def _broadcast_like(w: MilWriter, op: Op) -> None:
     """``broadcast_like(g, x)``: ``g`` broadcast to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op = op.args
     d = w.dtype(out)
-    g = w.tensor(g_op, d)
-    if same_static_shape(_static_shape(w, g_op, "broadcast_like"),
-                   _static_shape(w, x_op, "broadcast_like")):
-        w.bind(out, g)
-        return
-    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
+    g = w.tensor(op.args[0], d)
+    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(op.args[1])), d, out)
+           if broadcast_like_needed(w, op) else g)
 
 
 def _unreduce(w: MilWriter, op: Op) -> None:
@@ -674,18 +658,13 @@ def _unreduce(w: MilWriter, op: Op) -> None:
     to ``x``'s shape."""
     out = op.results[0]
     d = w.dtype(out)
-    g_op, x_op, axis_op = op.args[:3]
-    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
-    g = w.tensor(g_op, d)
-    x_shape = _static_shape(w, x_op, "unreduce")
-    axis = w.static(axis_op)
-    if not x_shape:
-        w.bind(out, g)
-        return
-    if axis is not None and not keepdims:
-        axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
-        g = w.op("expand_dims", x=g, axes=np.array(axes, dtype=np.int32))
-    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
+    g = w.tensor(op.args[0], d)
+    axes = unreduce_plan(w, op)
+    if axes is not None:
+        if axes:
+            g = w.op("expand_dims", x=g, axes=np.array(axes, dtype=np.int32))
+        g = _broadcast(w, g, w.shape_of(w.tensor(op.args[1])), d, out)
+    w.bind(out, g)
 
 
 def _tangent_dot(w: MilWriter, op: Op) -> None:
@@ -725,7 +704,7 @@ def _arg_extreme(kind: str) -> MilRule:
         out = op.results[0]
         x = w.tensor(op.args[0])
         axis, keep = op.attrs.get("axis", 0), bool(op.attrs.get("keepdims"))
-        rank = len(_static_shape(w, op.args[0], kind))
+        rank = len(operand_shape(w, op.args[0], kind))
         if axis is None:
             x, axis_i = w.reshape(x, np.array([-1], dtype=np.int32)), 0
         else:
@@ -964,12 +943,7 @@ class MilWriter(OperandReader):
         for statement in block.ops:
             self.loc = statement.loc
             if isinstance(statement, Op):
-                rule = RULES.get(statement.prim)
-                if rule is None:
-                    reason = UNSUPPORTED.get(statement.prim, "no MIL rule is registered for it")
-                    raise ExportError(f"the primitive {statement.prim.name} cannot be exported to "
-                                      f"Core ML: {reason}", statement.loc)
-                rule(self, statement)
+                rule_for(RULES, UNSUPPORTED, statement, "Core ML", "MIL")(self, statement)
             elif isinstance(statement, IfOp):
                 self._if(statement)
             else:

@@ -52,11 +52,14 @@ from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
-    nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    one_device_reasons, sum_to_axes, values_by_name,
+    OperandReader, dtype_of_type, operand_leaves, shape_items,
+    nest_by_structure, program_properties, shape_of_type,
+    one_device_reasons, values_by_name,
 )
 from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
+from anfir.interop.export_common import (
+    broadcast_like_needed, operand_shape, rule_for, sum_to_plan, unreduce_plan,
+)
 from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
@@ -409,67 +412,41 @@ def _dim(w: OnnxWriter, op: Op) -> None:
     w.node("Gather", [shape, w.const(np.array(axis, dtype=np.int64), "i64")], [out.name], axis=0)
 
 
-def _static_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[Any, ...]:
-    """An operand's shape from its type (the rank must be known)."""
-    return known_rank_shape(w.type_of(operand), what, w.loc)
-
-
-def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
-                 x_shape_tensor: str, out: str) -> None:
-    """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    axes = sum_to_axes(g_shape, x_shape, w.loc)
-    if axes:
-        reduced = w.temp("summed")
-        w.node("ReduceSum", [g, w.const(np.array(axes, dtype=np.int64), "i64")], [reduced],
-               keepdims=1)
-        g = reduced
-    w.node("Reshape", [g, x_shape_tensor], [out])
-
-
 def _sum_to(w: OnnxWriter, op: Op) -> None:
-    """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
+    """``sum_to(g, x)``: ``g`` summed over the broadcast axes (kept), reshaped to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op = op.args
-    g = w.tensor(g_op, w.dtype(out))
-    g_shape = _static_shape(w, g_op, "sum_to")
-    x_shape = _static_shape(w, x_op, "sum_to")
-    if same_static_shape(g_shape, x_shape):
+    g = w.tensor(op.args[0], w.dtype(out))
+    axes = sum_to_plan(w, op)
+    if axes is None:
         w.node("Identity", [g], [out.name])
         return
-    shape = w.temp("shape")
-    w.node("Shape", [w.tensor(x_op)], [shape])
-    _sum_to_rank(w, g, g_shape, x_shape, shape, out.name)
+    if axes:
+        g = w.op("ReduceSum", g, w.ints(axes), keepdims=1)
+    w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
 
 
 def _broadcast_like(w: OnnxWriter, op: Op) -> None:
     """``broadcast_like(g, x)``: ``Expand(g, Shape(x))``."""
     out = op.results[0]
-    g_op, x_op = op.args
-    g = w.tensor(g_op, w.dtype(out))
-    if same_static_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
+    g = w.tensor(op.args[0], w.dtype(out))
+    if broadcast_like_needed(w, op):
+        w.node("Expand", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
+    else:
         w.node("Identity", [g], [out.name])
-        return
-    shape = w.temp("shape")
-    w.node("Shape", [w.tensor(x_op)], [shape])
-    w.node("Expand", [g, shape], [out.name])
 
 
 def _unreduce(w: OnnxWriter, op: Op) -> None:
     """``unreduce(g, x, axis, keepdims)``: ``g`` with the reduced axes back (unless
     kept), expanded to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op, axis_op = op.args[:3]
-    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
-    g = w.tensor(g_op, w.dtype(out))
-    x_shape = _static_shape(w, x_op, "unreduce")
-    axis = w.static(axis_op)
-    if not x_shape:
+    g = w.tensor(op.args[0], w.dtype(out))
+    axes = unreduce_plan(w, op)
+    if axes is None:
         w.node("Identity", [g], [out.name])
         return
-    if axis is not None and not keepdims:
-        axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+    if axes:
         g = w.op("Unsqueeze", g, w.ints(axes))
-    w.node("Expand", [g, w.op("Shape", w.tensor(x_op))], [out.name])
+    w.node("Expand", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
 
 
 def _tangent_dot(w: OnnxWriter, op: Op) -> None:
@@ -752,7 +729,7 @@ def _arg_extreme(op_type: str) -> OnnxRule:
             w.node(op_type, [x], [out.name], axis=int(axis), keepdims=int(keep),
                    select_last_index=last)
             return
-        rank = len(_static_shape(w, op.args[0], op_type))
+        rank = len(operand_shape(w, op.args[0], op_type))
         index = w.op(op_type, w.op("Reshape", x, w.ints([-1])), axis=0, keepdims=0,
                      select_last_index=last)
         w.node("Reshape", [index, w.ints([1] * rank if keep else [])], [out.name])
@@ -1294,12 +1271,7 @@ class OnnxWriter(OperandReader):
             self.graph = task.graph
             self.loc = statement.loc
             if isinstance(statement, Op):
-                rule = RULES.get(statement.prim)
-                if rule is None:
-                    reason = UNSUPPORTED.get(statement.prim, "no ONNX rule is registered for it")
-                    raise ExportError(f"the primitive {statement.prim.name} cannot be exported to "
-                                      f"ONNX: {reason}", statement.loc)
-                rule(self, statement)
+                rule_for(RULES, UNSUPPORTED, statement, "ONNX", "ONNX")(self, statement)
             elif isinstance(statement, IfOp):
                 self._if(statement, task.graph, stack)
             else:

@@ -1,0 +1,108 @@
+"""What the ONNX and Core ML exporters decide alike, written once.
+
+Both exporters write a flat program (:mod:`anfir.flat.statements`) op by op through
+a table keyed by primitive object; their node-making differs (ONNX node protos,
+MIL's builder), but the questions they ask of an op's operands before writing do
+not: which rule writes it (or why none does), which axes a gradient helper sums
+or adds back, which axes a squeeze or a flip acts on.  Each such question is one
+function here; each exporter keeps only the nodes it writes for the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional, Protocol, TypeVar
+
+from anfir.abstract.values import AbstractValue
+from anfir.decompositions import DECOMPOSITIONS
+from anfir.errors import ExportError
+from anfir.flat.statements import Op, Operand, known_rank_shape, same_static_shape, sum_to_axes
+from anfir.ir.primitive import Primitive
+from anfir.location import Location
+from anfir.primitives import shaping
+
+Rule = TypeVar("Rule", bound=Callable[..., Any])
+
+
+class TypeReader(Protocol):
+    """What the helpers read of a writer: operand types and constants, at its location."""
+
+    loc: Optional[Location]
+
+    def type_of(self, operand: Operand) -> AbstractValue:
+        """The operand's anfir type."""
+
+    def static(self, operand: Operand) -> Any:
+        """The Python value of a constant operand."""
+
+
+def rule_for(rules: Mapping[Primitive, Rule], unsupported: Mapping[Primitive, str], op: Op,
+             target: str, language: str) -> Rule:
+    """The rule of ``rules`` that writes ``op``, or an :class:`ExportError` located at the
+    op giving why ``target`` has none: the stated reason (``unsupported``); for a composite,
+    that its decomposition declined (it ran before, and left the call); else that no
+    ``language`` rule is registered."""
+    rule = rules.get(op.prim)
+    if rule is None:
+        if op.prim in unsupported:
+            reason = unsupported[op.prim]
+        elif op.prim in DECOMPOSITIONS:
+            reason = ("its decomposition into core primitives declined here (it needs a "
+                      "shape or a constant that is not known before run time)")
+        else:
+            reason = f"no {language} rule is registered for it"
+        raise ExportError(f"the primitive {op.prim.name} cannot be exported to {target}: {reason}",
+                          op.loc)
+    return rule
+
+
+def operand_shape(w: TypeReader, operand: Operand, what: str) -> tuple[Any, ...]:
+    """An operand's shape from its type (the rank must be known: else an error naming ``what``)."""
+    return tuple(known_rank_shape(w.type_of(operand), what, w.loc))
+
+
+def sum_to_plan(w: TypeReader, op: Op) -> Optional[list[int]]:
+    """``sum_to(g, x)``: None when ``g`` has ``x``'s shape already (the result is ``g``), else
+    the axes of ``g`` to sum, kept as 1, before reshaping to ``x``'s shape."""
+    g_shape, x_shape = (operand_shape(w, a, "sum_to") for a in op.args[:2])
+    return None if same_static_shape(g_shape, x_shape) else sum_to_axes(g_shape, x_shape, w.loc)
+
+
+def broadcast_like_needed(w: TypeReader, op: Op) -> bool:
+    """``broadcast_like(g, x)``: whether ``g`` must be broadcast (its shape is not provably
+    ``x``'s)."""
+    g_shape, x_shape = (operand_shape(w, a, "broadcast_like") for a in op.args[:2])
+    return not same_static_shape(g_shape, x_shape)
+
+
+def unreduce_plan(w: TypeReader, op: Op) -> Optional[list[int]]:
+    """``unreduce(g, x, axis, keepdims)``: None when ``x`` is a scalar (the result is ``g``),
+    else the axes to give ``g`` back (sorted; none when kept or all reduced) before
+    broadcasting it to ``x``'s shape."""
+    x_shape = operand_shape(w, op.args[1], "unreduce")
+    if not x_shape:
+        return None
+    axis = w.static(op.args[2])
+    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
+    if axis is None or keepdims:
+        return []
+    return sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
+
+
+def squeeze_axes(w: TypeReader, op: Op) -> tuple[list[int], int]:
+    """The axes ``squeeze`` removes (no axis attribute: those of static length 1) and the
+    operand's rank."""
+    shape = operand_shape(w, op.args[0], "squeeze")
+    axis = op.attrs["axis"]
+    if axis is None:
+        return [i for i, n in enumerate(shape) if n == 1], len(shape)
+    return list(shaping.axes_of(axis, len(shape), "squeeze")), len(shape)
+
+
+def flip_axes(w: TypeReader, op: Op) -> list[int]:
+    """The axes ``flip`` reverses (its axis attribute, normalised against the operand's rank)."""
+    rank = len(operand_shape(w, op.args[0], "flip"))
+    return list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
+
+
+__all__ = ["TypeReader", "rule_for", "operand_shape", "sum_to_plan", "broadcast_like_needed",
+           "unreduce_plan", "squeeze_axes", "flip_axes"]
