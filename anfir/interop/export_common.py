@@ -55,6 +55,38 @@ def rule_for(rules: Mapping[Primitive, Rule], unsupported: Mapping[Primitive, st
     return rule
 
 
+OpRule = Callable[[Any, Op], None]
+"""An exporter's rule: ``rule(writer, op)`` writes what computes ``op.results``."""
+
+
+def result_dtype(w: Any, op: Op) -> str:
+    """The dtype of the op's (first) result: what elementwise ops compute in."""
+    return str(w.dtype(op.results[0]))
+
+
+def common_dtype(w: Any, op: Op) -> str:
+    """numpy's promotion of the op's operands (what a comparison compares in)."""
+    return str(w.common_dtype(op.args))
+
+
+def boolean(w: Any, op: Op) -> str:
+    """``bool``: what the logical ops take."""
+    return "bool"
+
+
+def operands_rule(dtype: Callable[[Any, Op], str], write: Callable[[Any, Op, list[Any]], None],
+                  doc: str, arity: Optional[int] = None) -> OpRule:
+    """A rule that converts the first ``arity`` operands (None: all) to ``dtype(writer, op)``
+    and calls ``write(writer, op, tensors)``: the one shape of the elementwise rule
+    factories (``unary``, ``binary``, ``compare``, ``logical``) each exporter makes with
+    its own node writer."""
+    def rule(w: Any, op: Op) -> None:
+        d = dtype(w, op)
+        write(w, op, [w.tensor(a, d) for a in op.args[:arity]])
+    rule.__doc__ = doc
+    return rule
+
+
 def operand_shape(w: TypeReader, operand: Operand, what: str) -> tuple[Any, ...]:
     """An operand's shape from its type (the rank must be known: else an error naming ``what``)."""
     return tuple(known_rank_shape(w.type_of(operand), what, w.loc))
@@ -104,5 +136,6 @@ def flip_axes(w: TypeReader, op: Op) -> list[int]:
     return list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
 
 
-__all__ = ["TypeReader", "rule_for", "operand_shape", "sum_to_plan", "broadcast_like_needed",
+__all__ = ["TypeReader", "rule_for", "OpRule", "result_dtype", "common_dtype", "boolean",
+           "operands_rule", "operand_shape", "sum_to_plan", "broadcast_like_needed",
            "unreduce_plan", "squeeze_axes", "flip_axes"]

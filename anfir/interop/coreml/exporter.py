@@ -51,15 +51,15 @@ from anfir.abstract.values import AbstractValue, AScalar, dim_text
 from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.coreml import nn as coreml_nn
-from anfir.flat.statements import (
-    DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    OperandReader, dtype_of_type, operand_leaves, shape_items,
-    nest_by_structure, program_properties, shape_of_type,
-    one_device_reasons, values_by_name,
+from anfir.flat.statements import (  # sorted
+    Block, Const, DIM, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, OperandReader,
+    Undefined, Value, dtype_of_type, nest_by_structure, one_device_reasons, operand_leaves,
+    program_properties, shape_items, shape_of_type, values_by_name,
 )
 from anfir.flat.flatten import flatten_program
 from anfir.interop.export_common import (
-    broadcast_like_needed, operand_shape, rule_for, sum_to_plan, unreduce_plan,
+    boolean, broadcast_like_needed, common_dtype, operand_shape, operands_rule, result_dtype,
+    rule_for, sum_to_plan, unreduce_plan,
 )
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
@@ -272,41 +272,31 @@ MilRule = Callable[["MilWriter", Op], None]
 
 def unary(kind: str, **attrs: Any) -> MilRule:
     """``out = kind(x=x)`` in the result's dtype."""
-    def rule(w: MilWriter, op: Op) -> None:
+    return operands_rule(result_dtype, lambda w, op, xs: w.bind(
+        op.results[0], w.op(kind, op.results[0], x=xs[0], **attrs)), f"MIL {kind}", 1)
+
+
+def _xy(kind: str) -> Callable[["MilWriter", Op, list[Any]], None]:
+    """Writes ``out = kind(x=, y=)`` (``x=`` alone for one operand) of converted operands."""
+    def write(w: MilWriter, op: Op, xs: list[Any]) -> None:
         out = op.results[0]
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], w.dtype(out)), **attrs))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+        w.bind(out, w.op(kind, out, **dict(zip(("x", "y"), xs))))
+    return write
 
 
 def binary(kind: str) -> MilRule:
     """``out = kind(x=x, y=y)``, both in the result's dtype."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d)))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+    return operands_rule(result_dtype, _xy(kind), f"MIL {kind}", 2)
 
 
 def compare(kind: str) -> MilRule:
     """``out = kind(x=x, y=y)`` on the operands' common dtype."""
-    def rule(w: MilWriter, op: Op) -> None:
-        d = w.common_dtype(op.args)
-        out = op.results[0]
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d)))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+    return operands_rule(common_dtype, _xy(kind), f"MIL {kind}", 2)
 
 
 def logical(kind: str) -> MilRule:
     """``out = kind(...)`` on booleans."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        names = ("x", "y")
-        w.bind(out, w.op(kind, out, **{n: w.tensor(a, "bool") for n, a in zip(names, op.args)}))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+    return operands_rule(boolean, _xy(kind), f"MIL {kind}", 2)
 
 
 def composite(build: Callable[["MilWriter", Any, str], Any], doc: str) -> MilRule:
@@ -768,28 +758,16 @@ RULES: dict[Primitive, MilRule] = {
     arith.logical_and: logical("logical_and"),
     arith.logical_or: logical("logical_or"),
     arith.logical_not: logical("logical_not"),
-    tensor.matmul: _matmul,
-    tensor.transpose: _transpose,
-    tensor.reshape: _reshape,
-    tensor.sum_: _reduce("reduce_sum"),
-    tensor.mean: _reduce("reduce_mean"),
-    tensor.broadcast_to: _broadcast_to,
-    tensor.ones_like: _filled_like(1),
-    tensor.zeros: _filled(0),
+    # tensor, structure, and the gradient helpers (a family a line)
+    tensor.matmul: _matmul, tensor.transpose: _transpose, tensor.reshape: _reshape,
+    tensor.sum_: _reduce("reduce_sum"), tensor.mean: _reduce("reduce_mean"),
+    tensor.broadcast_to: _broadcast_to, tensor.where: _where, tensor.array: _array,
+    tensor.cast: _cast, tensor.ones_like: _filled_like(1), tensor.zeros: _filled(0),
     tensor.ones: _filled(1),
-    tensor.where: _where,
-    tensor.array: _array,
-    tensor.cast: _cast,
-    structure.switch: _select,
-    structure.zeros_like: _filled_like(0),
-    gradient.gadd: binary("add"),
-    gradient.sum_to: _sum_to,
-    gradient.broadcast_like: _broadcast_like,
-    gradient.unreduce: _unreduce,
-    gradient.size: _size,
-    gradient.cast_like: _cast,
-    gradient.tangent_dot: _tangent_dot,
-    gradient.reshape_like: _reshape_like,
+    structure.switch: _select, structure.zeros_like: _filled_like(0),
+    gradient.gadd: binary("add"), gradient.sum_to: _sum_to, gradient.broadcast_like: _broadcast_like,
+    gradient.unreduce: _unreduce, gradient.size: _size, gradient.cast_like: _cast,
+    gradient.tangent_dot: _tangent_dot, gradient.reshape_like: _reshape_like,
     elementwise.erf: unary("erf"),
     elementwise.expm1: composite(_expm1, "Kahan's expm1"),
     elementwise.log1p: composite(_log1p, "Goldberg's log1p"),

@@ -26,6 +26,7 @@ import numpy as np
 from anfir.dtypes import is_float
 from anfir.errors import ExportError
 from anfir.flat.statements import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
+from anfir.interop.export_common import flip_axes, squeeze_axes
 from anfir.ir.primitive import Primitive
 from anfir.primitives import conv, indexing, nn, nn_kernels, shaping
 
@@ -303,16 +304,13 @@ def _axis_slice(w: "MilWriter", x: Any, axis: int, lo: int, hi: int) -> Any:
 
 
 def _squeeze(w: "MilWriter", op: Op) -> None:
-    """MIL squeeze (no axis: the axes of static length 1)."""
+    """MIL squeeze (no axis: the axes of static length 1); all axes: a reshape to ()."""
     out = op.results[0]
-    shape = _shape(w, op.args[0], "squeeze")
-    axis = op.attrs["axis"]
-    axes = [i for i, n in enumerate(shape) if n == 1] if axis is None else \
-        list(shaping.axes_of(axis, len(shape), "squeeze"))
+    axes, rank = squeeze_axes(w, op)
     x = w.tensor(op.args[0], w.dtype(out))
     if not axes:
         _bind_identity(w, out, x)
-    elif len(axes) == len(shape):
+    elif len(axes) == rank:
         w.bind(out, w.reshape(x, np.zeros((0,), dtype=np.int32), out))
     else:
         w.bind(out, w.op("squeeze", out, x=x, axes=_i32(axes)))
@@ -363,8 +361,7 @@ def _tile(w: "MilWriter", op: Op) -> None:
 def _flip(w: "MilWriter", op: Op) -> None:
     """MIL reverse on the axes."""
     out = op.results[0]
-    rank = len(_shape(w, op.args[0], "flip"))
-    axes = list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
+    axes = flip_axes(w, op)
     x = w.tensor(op.args[0], w.dtype(out))
     if not axes:
         _bind_identity(w, out, x)
@@ -959,18 +956,18 @@ def _batch_norm(w: "MilWriter", op: Op) -> None:
 RULES: dict[Primitive, Rule] = {
     nn.softmax: _softmax, nn.layer_norm: _layer_norm, nn.einsum: _einsum,
     nn.einsum_ones: _einsum_ones,
-    shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice_rule,
-    shaping.pad: _pad,
-    shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
-    shaping.expand: _expand, shaping.tile: _tile,
-    shaping.flip: _flip, shaping.roll: _roll(1), shaping.roll_back: _roll(-1),
-    shaping.tril: _triangle(upper=False), shaping.triu: _triangle(upper=True),
-    shaping.rank: _rank, shaping.split: _split_rule, shaping.concat_grad: _concat_grad,
-    shaping.stack_grad: _stack_grad,
-    indexing.gather: _gather, indexing.gather_grad: _gather_grad,
-    indexing.gather_elements: _gather_elements, indexing.scatter_add: _scatter_add,
-    indexing.gather_nd: _gather_nd, indexing.gather_nd_grad: _gather_nd_grad,
-    indexing.scatter_nd: _scatter_nd, indexing.topk: _topk, indexing.one_hot: _one_hot,
+    # shaping, alphabetically
+    shaping.concat: _concat, shaping.concat_grad: _concat_grad, shaping.expand: _expand,
+    shaping.flatten: _flatten, shaping.flip: _flip, shaping.pad: _pad, shaping.rank: _rank,
+    shaping.roll: _roll(1), shaping.roll_back: _roll(-1), shaping.slice_: _slice_rule,
+    shaping.split: _split_rule, shaping.squeeze: _squeeze, shaping.stack: _stack,
+    shaping.stack_grad: _stack_grad, shaping.tile: _tile, shaping.tril: _triangle(upper=False),
+    shaping.triu: _triangle(upper=True), shaping.unsqueeze: _unsqueeze,
+    # indexing: the gathers, then the scatters and gradients, then the makers
+    indexing.gather: _gather, indexing.gather_elements: _gather_elements,
+    indexing.gather_nd: _gather_nd, indexing.topk: _topk, indexing.one_hot: _one_hot,
+    indexing.scatter_add: _scatter_add, indexing.scatter_nd: _scatter_nd,
+    indexing.gather_grad: _gather_grad, indexing.gather_nd_grad: _gather_nd_grad,
     indexing.arange: _arange, indexing.full: _full, indexing.eye: _eye,
     conv.conv: _conv_rule, conv.conv_core: _conv_rule, conv.conv_transpose: _conv_transpose_rule,
     conv.conv_input_grad: _conv_input_grad, conv.conv_weight_grad: _conv_weight_grad,

@@ -58,7 +58,8 @@ from anfir.flat.statements import (
 )
 from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.export_common import (
-    broadcast_like_needed, operand_shape, rule_for, sum_to_plan, unreduce_plan,
+    boolean, broadcast_like_needed, common_dtype, operand_shape, operands_rule, result_dtype,
+    rule_for, sum_to_plan, unreduce_plan,
 )
 from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
@@ -220,45 +221,31 @@ OnnxRule = Callable[["OnnxWriter", Op], None]
 
 def unary(op_type: str) -> OnnxRule:
     """``out = op_type(x)``, ``x`` converted to the result's dtype."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        w.node(op_type, [w.tensor(op.args[0], w.dtype(out))], [out.name])
-    rule.__doc__ = f"ONNX {op_type}"
-    return rule
+    return operands_rule(result_dtype, lambda w, op, xs: w.node(op_type, xs, [op.results[0].name]),
+                         f"ONNX {op_type}", 1)
 
 
 def binary(op_type: str) -> OnnxRule:
     """``out = op_type(x, y)``, both converted to the result's dtype (numpy's promotion)."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        w.node(op_type, [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
-    rule.__doc__ = f"ONNX {op_type}"
-    return rule
+    return operands_rule(result_dtype, lambda w, op, xs: w.node(op_type, xs, [op.results[0].name]),
+                         f"ONNX {op_type}", 2)
 
 
 def compare(op_type: str, negate: bool = False) -> OnnxRule:
     """``out = op_type(x, y)`` on the two operands' common dtype (``negate``: then ``Not``)."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        d = w.common_dtype(op.args)
-        inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
+    def write(w: OnnxWriter, op: Op, xs: list[str]) -> None:
         out = op.results[0].name
         if negate:
-            tmp = w.temp(op_type.lower())
-            w.node(op_type, inputs, [tmp])
-            w.node("Not", [tmp], [out])
+            w.node("Not", [w.op(op_type, *xs[:2])], [out])
         else:
-            w.node(op_type, inputs, [out])
-    rule.__doc__ = f"ONNX {op_type}" + (" then Not" if negate else "")
-    return rule
+            w.node(op_type, xs[:2], [out])
+    return operands_rule(common_dtype, write, f"ONNX {op_type}" + (" then Not" if negate else ""), 2)
 
 
 def logical(op_type: str) -> OnnxRule:
     """``out = op_type(*args)`` on booleans."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        w.node(op_type, [w.tensor(a, "bool") for a in op.args], [op.results[0].name])
-    rule.__doc__ = f"ONNX {op_type}"
-    return rule
+    return operands_rule(boolean, lambda w, op, xs: w.node(op_type, xs, [op.results[0].name]),
+                         f"ONNX {op_type}")
 
 
 def _relu(w: OnnxWriter, op: Op) -> None:
@@ -690,10 +677,9 @@ def _predicate(op_type: str) -> OnnxRule:
 def _bitwise(op_type: str, logical_type: str) -> OnnxRule:
     """A bitwise op on integers, the logical one on bools."""
     def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
+        d = w.dtype(op.results[0])
         w.node(logical_type if d == "bool" else op_type, [w.tensor(a, d) for a in op.args],
-               [out.name])
+               [op.results[0].name])
     rule.__doc__ = f"ONNX {op_type} ({logical_type} on bools)"
     return rule
 
@@ -741,10 +727,10 @@ def _cumsum(w: OnnxWriter, op: Op) -> None:
     """ONNX CumSum (its exclusive and reverse are numpy's); no axis: of the flattened x."""
     out = op.results[0]
     x = w.tensor(op.args[0], w.dtype(out))
-    axis = op.attrs.get("axis")
-    if axis is None:
-        x, axis = w.op("Reshape", x, w.ints([-1])), 0
-    w.node("CumSum", [x, w.const(np.array(int(axis), dtype=np.int64), "i64")], [out.name],
+    if op.attrs.get("axis") is None:
+        x = w.op("Reshape", x, w.ints([-1]))  # then axis 0
+    axis = w.const(np.array(int(op.attrs.get("axis") or 0), dtype=np.int64), "i64")
+    w.node("CumSum", [x, axis], [out.name],
            exclusive=int(bool(op.attrs.get("exclusive"))),
            reverse=int(bool(op.attrs.get("reverse"))))
 
