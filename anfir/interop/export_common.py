@@ -18,6 +18,7 @@ from anfir.errors import ExportError
 from anfir.flat.statements import Op, Operand, known_rank_shape, same_static_shape, sum_to_axes
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
+from anfir.passes.decompose import Declines
 from anfir.primitives import shaping
 
 Rule = TypeVar("Rule", bound=Callable[..., Any])
@@ -36,18 +37,19 @@ class TypeReader(Protocol):
 
 
 def rule_for(rules: Mapping[Primitive, Rule], unsupported: Mapping[Primitive, str], op: Op,
-             target: str, language: str) -> Rule:
+             target: str, language: str, declined: Optional[Declines] = None) -> Rule:
     """The rule of ``rules`` that writes ``op``, or an :class:`ExportError` located at the
     op giving why ``target`` has none: the stated reason (``unsupported``); for a composite,
-    that its decomposition declined (it ran before, and left the call); else that no
-    ``language`` rule is registered."""
+    that its decomposition declined and why (``declined``, filled by the decomposition
+    pass); else that no ``language`` rule is registered."""
     rule = rules.get(op.prim)
     if rule is None:
         if op.prim in unsupported:
             reason = unsupported[op.prim]
         elif op.prim in DECOMPOSITIONS:
-            reason = ("its decomposition into core primitives declined here (it needs a "
-                      "shape or a constant that is not known before run time)")
+            why = (declined or {}).get((op.prim, op.loc), "a shape or a constant it needs is "
+                                       "not known before run time")
+            reason = f"its decomposition into core primitives declined: {why}"
         else:
             reason = f"no {language} rule is registered for it"
         raise ExportError(f"the primitive {op.prim.name} cannot be exported to {target}: {reason}",

@@ -63,7 +63,7 @@ from anfir.interop.export_common import (
 )
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
-from anfir.passes.decompose import decompose
+from anfir.passes.decompose import Declines, decompose
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
@@ -162,11 +162,14 @@ def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = No
     (not in :data:`NATIVE`) are decomposed in ``graph`` first, in place
     (:func:`anfir.passes.decompose.decompose`: the graph computes the same values).
     """
-    flat = flatten_program(decompose(graph, NATIVE))
+    declined: Declines = {}
+    flat = flatten_program(decompose(graph, NATIVE, declined))
     props = program_properties(flat, graph.name,
                                None if graph.abstract is None else str(graph.abstract), metadata or {})
     values = None if feeds is None else values_by_name(flat.input_structure, feeds)
-    program = MilWriter(require_coremltools(), flat, evaluators).program(values)
+    writer = MilWriter(require_coremltools(), flat, evaluators)
+    writer.declined = declined
+    program = writer.program(values)
     _METADATA[program] = props
     return program
 
@@ -847,6 +850,7 @@ class MilWriter(OperandReader):
         self.depth = 0
         self.constant_inputs = False
         self.evaluators = dict(evaluators or {})
+        self.declined: Declines = {}  # why the decomposition pass left composite calls
         self._var_class = Var
 
     # -- the program -----------------------------------------------------------------
@@ -921,7 +925,7 @@ class MilWriter(OperandReader):
         for statement in block.ops:
             self.loc = statement.loc
             if isinstance(statement, Op):
-                rule_for(RULES, UNSUPPORTED, statement, "Core ML", "MIL")(self, statement)
+                rule_for(RULES, UNSUPPORTED, statement, "Core ML", "MIL", self.declined)(self, statement)
             elif isinstance(statement, IfOp):
                 self._if(statement)
             else:

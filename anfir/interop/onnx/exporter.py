@@ -65,7 +65,7 @@ from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
-from anfir.passes.decompose import decompose
+from anfir.passes.decompose import Declines, decompose
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
 
@@ -121,12 +121,15 @@ def model_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None
     ONNX does not keep (:data:`NATIVE`) are decomposed in ``graph`` first, in place
     (:func:`anfir.passes.decompose.decompose`: the graph computes the same values)."""
     onnx = require_onnx()
-    flat = flatten_program(decompose(graph, NATIVE))
+    declined: Declines = {}
+    flat = flatten_program(decompose(graph, NATIVE, declined))
     flags = {f"anfir.flag.{key}": value for key, value in sorted(graph.flags.items())
              if isinstance(value, str)}
     program_properties(flat, graph.name, None if graph.abstract is None else str(graph.abstract),
                        {**flags, **(metadata or {})})
-    return OnnxWriter(onnx, flat).model(graph.loc)
+    writer = OnnxWriter(onnx, flat)
+    writer.declined = declined
+    return writer.model(graph.loc)
 
 
 # -- running a model on anfir-style values ---------------------------------------------------
@@ -1212,6 +1215,8 @@ class OnnxWriter(OperandReader):
         self.graph = _Graph(program.name)
         self.loc: Optional[Location] = None
         """The location of the op being written (nodes get it as their doc string)."""
+        self.declined: Declines = {}
+        """Why the decomposition pass left composite calls (for the error that names one)."""
         for name, code in ONNX_TYPES.items():
             assert getattr(onnx.TensorProto, _PROTO_NAMES[name]) == code, name
 
@@ -1257,7 +1262,7 @@ class OnnxWriter(OperandReader):
             self.graph = task.graph
             self.loc = statement.loc
             if isinstance(statement, Op):
-                rule_for(RULES, UNSUPPORTED, statement, "ONNX", "ONNX")(self, statement)
+                rule_for(RULES, UNSUPPORTED, statement, "ONNX", "ONNX", self.declined)(self, statement)
             elif isinstance(statement, IfOp):
                 self._if(statement, task.graph, stack)
             else:
