@@ -912,33 +912,6 @@ def _avg_pool_grad(w: "MilWriter", op: Op) -> None:
     w.bind(out, _place(w, spread, n, pads, shape, out))
 
 
-def _global(kind: str) -> Rule:
-    def rule(w: "MilWriter", op: Op) -> None:
-        out = op.results[0]
-        rank = len(_shape(w, op.args[0], kind))
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], w.dtype(out)),
-                         axes=_i32(range(2, rank)), keep_dims=True))
-    rule.__doc__ = f"MIL {kind} over the spatial axes, kept"
-    return rule
-
-
-def _channel_sum(w: "MilWriter", op: Op) -> None:
-    """reduce_sum over every axis but 1."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "channel_sum"))
-    x = w.tensor(op.args[0], w.dtype(out))
-    w.bind(out, w.op("reduce_sum", out, x=x, axes=_i32([0, *range(2, rank)]), keep_dims=False))
-
-
-def _channel_spread(w: "MilWriter", op: Op) -> None:
-    """The vector as (C, 1...) broadcast to the other operand's shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    rank = len(_shape(w, op.args[1], "channel_spread"))
-    column = _channel_view_of(w, w.tensor(op.args[0], d), rank)
-    _bind_identity(w, out, _broadcast(w, column, w.shape_of(w.tensor(op.args[1])), d))
-
-
 def _batch_norm(w: "MilWriter", op: Op) -> None:
     """(x - mean) * scale / sqrt(var + eps) + bias per channel, in the model's dtype
     (MIL's batch_norm wants constant statistics; a training graph feeds them)."""
@@ -973,9 +946,7 @@ RULES: dict[Primitive, Rule] = {
     conv.conv_input_grad: _conv_input_grad, conv.conv_weight_grad: _conv_weight_grad,
     conv.max_pool: _max_pool, conv.max_pool_grad: _max_pool_grad,
     conv.max_pool_select: _max_pool_select, conv.avg_pool: _avg_pool,
-    conv.avg_pool_grad: _avg_pool_grad, conv.global_avg_pool: _global("reduce_mean"),
-    conv.global_max_pool: _global("reduce_max"), conv.channel_sum: _channel_sum,
-    conv.channel_spread: _channel_spread, conv.batch_norm: _batch_norm,
+    conv.avg_pool_grad: _avg_pool_grad, conv.batch_norm: _batch_norm,
 }
 """The MIL rule of each operator of these families that MIL can express."""
 

@@ -78,9 +78,10 @@ OPSET = 21
 EXTRA = "onnx"
 """The extra that installs what this module needs: ``pip install "anfir[onnx]"``."""
 
-NATIVE: frozenset[Primitive] = frozenset({nn.softmax, nn.log_softmax})
+NATIVE: frozenset[Primitive] = frozenset({nn.softmax, nn.log_softmax, conv.global_avg_pool,
+                                          conv.global_max_pool})
 """The composites of :data:`anfir.decompositions.DECOMPOSITIONS` ONNX writes as its own
-operators (Softmax, LogSoftmax); the others reach :data:`RULES` decomposed.  Not kept:
+operators (Softmax, LogSoftmax, GlobalAveragePool, GlobalMaxPool); the others reach :data:`RULES` decomposed.  Not kept:
 LayerNormalization (its statistics are computed in stash_type's f32 for an f64 model),
 Gelu and Softplus (the expansions compute what ``anfir.run`` computes in every dtype;
 ONNX Softplus overflows where anfir's does not)."""
@@ -945,21 +946,6 @@ def _batch_norm(w: OnnxWriter, op: Op) -> None:
            epsilon=float(op.attrs.get("eps", 1e-5)))
 
 
-def _channel_sum(w: OnnxWriter, op: Op) -> None:
-    """ReduceSum over every axis but 1."""
-    out = op.results[0]
-    rank = _rank(w, op.args[0], "channel_sum")
-    w.reduce("ReduceSum", w.tensor(op.args[0], w.dtype(out)), (0, *range(2, rank)), False, out.name)
-
-
-def _channel_spread(w: OnnxWriter, op: Op) -> None:
-    """Reshape the vector to (C, 1...) and Expand it to the other operand's shape."""
-    out = op.results[0]
-    rank = _rank(w, op.args[1], "channel_spread")
-    column = w.op("Reshape", w.tensor(op.args[0], w.dtype(out)), w.ints([-1] + [1] * (rank - 2)))
-    w.node("Expand", [column, w.op("Shape", w.tensor(op.args[1]))], [out.name])
-
-
 def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
     """A Conv with the roles swapped: the batch axis is the contraction, so x with N and C
     exchanged is convolved by dout (likewise) with stride and dilation exchanged
@@ -1066,8 +1052,7 @@ def _conv_family_rules() -> dict[Primitive, OnnxRule]:
             conv.max_pool_select: _max_pool_select, conv.avg_pool: _avg_pool,
             conv.avg_pool_grad: _avg_pool_grad,
             conv.global_avg_pool: _global_pool("GlobalAveragePool"),
-            conv.global_max_pool: _global_pool("GlobalMaxPool"), conv.batch_norm: _batch_norm,
-            conv.channel_sum: _channel_sum, conv.channel_spread: _channel_spread}
+            conv.global_max_pool: _global_pool("GlobalMaxPool"), conv.batch_norm: _batch_norm}
 
 
 RULES: dict[Primitive, OnnxRule] = {
