@@ -3,9 +3,9 @@
 Both exporters write a flat program (:mod:`anfir.flat.statements`) op by op through
 a table keyed by primitive object; their node-making differs (ONNX node protos,
 MIL's builder), but the questions they ask of an op's operands before writing do
-not: which rule writes it (or why none does), which axes a gradient helper sums
-or adds back, which axes a squeeze or a flip acts on.  Each such question is one
-function here; each exporter keeps only the nodes it writes for the answer.
+not: which rule writes it (or why none does), which axes a gradient helper sums,
+which axes a squeeze or a flip acts on.  Each such question is one function here;
+each exporter keeps only the nodes it writes for the answer.
 """
 
 from __future__ import annotations
@@ -108,20 +108,6 @@ def broadcast_like_needed(w: TypeReader, op: Op) -> bool:
     return not same_static_shape(g_shape, x_shape)
 
 
-def unreduce_plan(w: TypeReader, op: Op) -> Optional[list[int]]:
-    """``unreduce(g, x, axis, keepdims)``: None when ``x`` is a scalar (the result is ``g``),
-    else the axes to give ``g`` back (sorted; none when kept or all reduced) before
-    broadcasting it to ``x``'s shape."""
-    x_shape = operand_shape(w, op.args[1], "unreduce")
-    if not x_shape:
-        return None
-    axis = w.static(op.args[2])
-    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
-    if axis is None or keepdims:
-        return []
-    return sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
-
-
 def squeeze_axes(w: TypeReader, op: Op) -> tuple[list[int], int]:
     """The axes ``squeeze`` removes (no axis attribute: those of static length 1) and the
     operand's rank."""
@@ -140,4 +126,4 @@ def flip_axes(w: TypeReader, op: Op) -> list[int]:
 
 __all__ = ["TypeReader", "rule_for", "OpRule", "result_dtype", "common_dtype", "boolean",
            "operands_rule", "operand_shape", "sum_to_plan", "broadcast_like_needed",
-           "unreduce_plan", "squeeze_axes", "flip_axes"]
+           "squeeze_axes", "flip_axes"]

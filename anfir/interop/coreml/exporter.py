@@ -59,7 +59,7 @@ from anfir.flat.statements import (  # sorted
 from anfir.flat.flatten import flatten_program
 from anfir.interop.export_common import (
     boolean, broadcast_like_needed, common_dtype, operand_shape, operands_rule, result_dtype,
-    rule_for, sum_to_plan, unreduce_plan,
+    rule_for, sum_to_plan,
 )
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
@@ -646,20 +646,6 @@ def _broadcast_like(w: MilWriter, op: Op) -> None:
            if broadcast_like_needed(w, op) else g)
 
 
-def _unreduce(w: MilWriter, op: Op) -> None:
-    """``unreduce(g, x, axis, keepdims)``: the reduced axes back (unless kept), broadcast
-    to ``x``'s shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g = w.tensor(op.args[0], d)
-    axes = unreduce_plan(w, op)
-    if axes is not None:
-        if axes:
-            g = w.op("expand_dims", x=g, axes=np.array(axes, dtype=np.int32))
-        g = _broadcast(w, g, w.shape_of(w.tensor(op.args[1])), d, out)
-    w.bind(out, g)
-
-
 def _tangent_dot(w: MilWriter, op: Op) -> None:
     """``sum(a * b)``."""
     out = op.results[0]
@@ -769,7 +755,7 @@ RULES: dict[Primitive, MilRule] = {
     tensor.ones: _filled(1),
     structure.switch: _select, structure.zeros_like: _filled_like(0),
     gradient.gadd: binary("add"), gradient.sum_to: _sum_to, gradient.broadcast_like: _broadcast_like,
-    gradient.unreduce: _unreduce, gradient.size: _size, gradient.cast_like: _cast,
+    gradient.size: _size, gradient.cast_like: _cast,
     gradient.tangent_dot: _tangent_dot, gradient.reshape_like: _reshape_like,
     elementwise.erf: unary("erf"),
     elementwise.expm1: composite(_expm1, "Kahan's expm1"),

@@ -59,7 +59,7 @@ from anfir.flat.statements import (
 from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.export_common import (
     boolean, broadcast_like_needed, common_dtype, operand_shape, operands_rule, result_dtype,
-    rule_for, sum_to_plan, unreduce_plan,
+    rule_for, sum_to_plan,
 )
 from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
@@ -424,20 +424,6 @@ def _broadcast_like(w: OnnxWriter, op: Op) -> None:
         w.node("Expand", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
     else:
         w.node("Identity", [g], [out.name])
-
-
-def _unreduce(w: OnnxWriter, op: Op) -> None:
-    """``unreduce(g, x, axis, keepdims)``: ``g`` with the reduced axes back (unless
-    kept), expanded to ``x``'s shape."""
-    out = op.results[0]
-    g = w.tensor(op.args[0], w.dtype(out))
-    axes = unreduce_plan(w, op)
-    if axes is None:
-        w.node("Identity", [g], [out.name])
-        return
-    if axes:
-        g = w.op("Unsqueeze", g, w.ints(axes))
-    w.node("Expand", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
 
 
 def _tangent_dot(w: OnnxWriter, op: Op) -> None:
@@ -1100,7 +1086,6 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.gadd: binary("Add"),
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
-    gradient.unreduce: _unreduce,
     gradient.size: _size,
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
