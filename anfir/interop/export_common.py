@@ -4,22 +4,26 @@ Both exporters write a flat program (:mod:`anfir.flat.statements`) op by op thro
 a table keyed by primitive object; their node-making differs (ONNX node protos,
 MIL's builder), but the questions they ask of an op's operands before writing do
 not: which rule writes it (or why none does), which axes a gradient helper sums,
-which axes a squeeze or a flip acts on.  Each such question is one function here;
+which axes a squeeze or a flip acts on, a convolution's geometry.  Each such question is one function here;
 each exporter keeps only the nodes it writes for the answer.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Protocol, TypeVar
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, TypeVar
+
+import numpy as np
 
 from anfir.abstract.values import AbstractValue
 from anfir.decompositions import DECOMPOSITIONS
 from anfir.errors import ExportError
-from anfir.flat.statements import Op, Operand, known_rank_shape, same_static_shape, sum_to_axes
+from anfir.flat.statements import (
+    Op, Operand, known_rank_shape, same_static_shape, static_dims, sum_to_axes,
+)
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.decompose import Declines
-from anfir.primitives import shaping
+from anfir.primitives import conv, shaping
 
 Rule = TypeVar("Rule", bound=Callable[..., Any])
 
@@ -124,6 +128,46 @@ def flip_axes(w: TypeReader, op: Op) -> list[int]:
     return list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
 
 
+def static_shape(w: TypeReader, operand: Operand, what: str, target: str) -> tuple[int, ...]:
+    """An operand's shape, every dimension known (else an error: ``what`` needs static
+    dimensions to export to ``target``)."""
+    return static_dims(operand_shape(w, operand, what), what, target, w.loc)
+
+
+def conv_geometry(w: TypeReader, operand: Operand, what: str, target: str) -> tuple[int, ...]:
+    """The shape of an (N, C, spatial...) operand of the convolution family: every dimension
+    static but the batch, which may be symbolic (it counts as 1: no node written names it)."""
+    shape = operand_shape(w, operand, what)
+    if not shape:
+        raise ExportError(f"{what} needs a tensor of rank >= 3", w.loc)
+    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
+    if not all(isinstance(d, (int, np.integer)) for d in shape[1:]):
+        raise ExportError(f"{what} needs static channel and spatial dimensions to export to "
+                          f"{target}, not {shape}", w.loc)
+    return (int(batch), *(int(d) for d in shape[1:]))
+
+
+def zero_array(shape: Sequence[int]) -> np.ndarray:
+    """A zero-memory array of ``shape``, for the op library's geometry helpers (which read
+    only shapes)."""
+    return np.broadcast_to(np.zeros((), np.bool_), tuple(shape))
+
+
+ConvParams = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], int]
+"""(spatial rank, strides, pads as begins then ends, dilations, groups)."""
+
+
+def conv_params_of(w: TypeReader, op: Op, x: Operand, weight: Operand, target: str) -> ConvParams:
+    """A convolution-family op's geometry for input ``x`` and ``weight``, its attributes
+    normalised by the op library (:func:`anfir.primitives.conv.conv_params`)."""
+    a = op.attrs
+    return conv.conv_params(zero_array(conv_geometry(w, x, op.prim.name, target)),
+                            zero_array(static_shape(w, weight, op.prim.name, target)),
+                            a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1),
+                            a.get("groups", 1), "conv")
+
+
 __all__ = ["TypeReader", "rule_for", "OpRule", "result_dtype", "common_dtype", "boolean",
            "operands_rule", "operand_shape", "sum_to_plan", "broadcast_like_needed",
-           "squeeze_axes", "flip_axes"]
+           "squeeze_axes", "flip_axes",
+           "static_shape", "conv_geometry", "zero_array", "ConvParams", "conv_params_of"]

@@ -26,7 +26,9 @@ import numpy as np
 from anfir.dtypes import is_float
 from anfir.errors import ExportError
 from anfir.flat.statements import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
-from anfir.interop.export_common import flip_axes, squeeze_axes
+from anfir.interop.export_common import (
+    conv_geometry, conv_params_of, flip_axes, squeeze_axes, zero_array,
+)
 from anfir.ir.primitive import Primitive
 from anfir.primitives import conv, indexing, nn, nn_kernels, shaping
 
@@ -101,20 +103,6 @@ def _slice(w: "MilWriter", x: Any, begin: Sequence[int], end: Sequence[Optional[
         inputs["end_mask"] = [e is None for e in end]
     return w.op("slice_by_index", x=x, begin=_i32(begin), end=_i32([e or 0 for e in end]),
                 stride=_i32(stride if stride is not None else [1] * len(begin)), **inputs)
-
-
-def _geometry(w: "MilWriter", operand: Operand, what: str) -> tuple[int, ...]:
-    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
-    dimension static but the batch, which may be symbolic (it counts as 1 there)."""
-    shape = _shape(w, operand, what)
-    if not shape:
-        raise ExportError(f"{what} needs a tensor of rank >= 3", w.loc)
-    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
-    rest = shape[1:]
-    if not all(isinstance(d, (int, np.integer)) for d in rest):
-        raise ExportError(f"{what} needs static channel and spatial dimensions to export to "
-                          f"Core ML, not {shape}", w.loc)
-    return (int(batch), *(int(d) for d in rest))
 
 
 # -- nn ----------------------------------------------------------------------------------
@@ -608,20 +596,6 @@ def _eye(w: "MilWriter", op: Op) -> None:
 
 
 # -- convolution and pooling ----------------------------------------------------------------
-def _conv_params(w: "MilWriter", op: Op, x_op: Operand, w_op: Operand
-                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
-    a = op.attrs
-    x_shape = _geometry(w, x_op, op.prim.name)
-    w_shape = _static(w, w_op, op.prim.name)
-    return conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
-                            a.get("padding", 0), a.get("dilation", 1), a.get("groups", 1), "conv")
-
-
-def _shaped(shape: Sequence[int]) -> np.ndarray:
-    """A zero-memory array of ``shape`` (for the op library's geometry helpers)."""
-    return np.broadcast_to(np.zeros((), np.bool_), tuple(shape))
-
-
 def _mil_pads(pads: Sequence[int], n: int) -> np.ndarray:
     """anfir's begins-then-ends pads as MIL's (begin, end) pairs per axis."""
     return _i32([p for k in range(n) for p in (pads[k], pads[n + k])])
@@ -633,7 +607,7 @@ def _conv_rule(w: "MilWriter", op: Op) -> None:
     weight is computed, as a training graph's is)."""
     out = op.results[0]
     d = w.dtype(out)
-    n, st, pads, dil, g = _conv_params(w, op, op.args[0], op.args[1])
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[0], op.args[1], "Core ML")
     x, weight = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
     bias = w.tensor(op.args[2], d) if op.prim is conv.conv and len(op.args) > 2 \
         and not _is_none(op.args[2]) else None
@@ -642,9 +616,9 @@ def _conv_rule(w: "MilWriter", op: Op) -> None:
         w.bind(out, w.op("conv", out, x=x, weight=weight, strides=_i32(st), pad_type="custom",
                          pad=_mil_pads(pads, n), dilations=_i32(dil), groups=g, **inputs))
         return
-    x_shape = _geometry(w, op.args[0], "conv")
+    x_shape = conv_geometry(w, op.args[0], "conv", "Core ML")
     w_shape = _static(w, op.args[1], "conv")
-    sizes = _geometry(w, out, "conv")[2:]
+    sizes = conv_geometry(w, out, "conv", "Core ML")[2:]
     kernel = w_shape[2:]
     count, cells = int(np.prod(kernel)), int(np.prod(sizes))
     windows = _windows(w, x, n, kernel, st, pads, dil, sizes, 0.0, d)   # (N, C, P..., K)
@@ -698,7 +672,7 @@ def _conv_input_grad(w: "MilWriter", op: Op) -> None:
     """conv_transpose of dout whose output_shape is x's."""
     out = op.results[0]
     d = w.dtype(out)
-    n, st, pads, dil, g = _conv_params(w, op, op.args[2], op.args[1])
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[2], op.args[1], "Core ML")
     w.bind(out, w.op("conv_transpose", out, x=w.tensor(op.args[0], d),
                      weight=w.tensor(op.args[1], d), strides=_i32(st), pad_type="custom",
                      pad=_mil_pads(pads, n), dilations=_i32(dil), groups=g,
@@ -713,7 +687,7 @@ def _conv_weight_grad(w: "MilWriter", op: Op) -> None:
     x_shape = _static(w, op.args[0], "conv's weight gradient")
     dout_shape = _static(w, op.args[1], "conv's weight gradient")
     w_shape = _static(w, op.args[2], "conv's weight gradient")
-    n, st, pads, dil, g = _conv_params(w, op, op.args[0], op.args[2])
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[0], op.args[2], "Core ML")
     spatial = list(range(2, 2 + n))
     x = w.tensor(op.args[0], d)
     batch, channels = x_shape[0], x_shape[1]
@@ -769,9 +743,9 @@ def _pool_geometry(w: "MilWriter", op: Op, x_op: Operand, dilation: bool
                               list[int], tuple[int, ...]]:
     """(n, kernel, stride, pads (ends widened for ceil mode), dilation, out sizes, x's shape)."""
     a = op.attrs
-    shape = _geometry(w, x_op, op.prim.name)
+    shape = conv_geometry(w, x_op, op.prim.name, "Core ML")
     n, k, st, pads, dil, sizes = conv.pool_params(
-        _shaped(shape), a.get("kernel"), a.get("stride"), a.get("padding", 0),
+        zero_array(shape), a.get("kernel"), a.get("stride"), a.get("padding", 0),
         a.get("dilation", 1) if dilation else 1, a.get("ceil_mode", False), op.prim.name)
     return n, k, st, pads, dil, sizes, shape
 

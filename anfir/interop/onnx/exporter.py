@@ -58,8 +58,8 @@ from anfir.flat.statements import (
 )
 from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.export_common import (
-    boolean, broadcast_like_needed, common_dtype, operand_shape, operands_rule, result_dtype,
-    rule_for, sum_to_plan,
+    boolean, broadcast_like_needed, common_dtype, conv_geometry, conv_params_of, operand_shape,
+    operands_rule, result_dtype, rule_for, static_shape, sum_to_plan, zero_array,
 )
 from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
@@ -776,37 +776,12 @@ def _einsum_ones(w: OnnxWriter, op: Op) -> None:
         w.node("Identity", [w.const(1, d)], [out.name])
 
 # -- convolution, pooling, batch norm -------------------------------------------------------
-def _known_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
-    """The shape of an operand, every dimension known (else an ExportError)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None or any(is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape):
-        raise ExportError(f"{what} needs a tensor of known shape", w.loc)
-    return tuple(int(d) for d in shape)
-
-
-def _geometry(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
-    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
-    dimension known but the batch, which may be symbolic (it counts as 1 there: the
-    nodes written never name it)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None or not shape or any(
-            is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape[1:]):
-        raise ExportError(f"{what} needs a tensor of known channels and spatial sizes", w.loc)
-    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
-    return (int(batch), *(int(d) for d in shape[1:]))
-
-
 def _rank(w: OnnxWriter, operand: Operand, what: str) -> int:
     """The rank of a tensor operand (its dimensions may be symbolic)."""
     shape = shape_of_type(w.type_of(operand))
     if shape is None:
         raise ExportError(f"{what} needs tensors of known rank", w.loc)
     return len(shape)
-
-
-def _shaped(shape: Sequence[int]) -> np.ndarray:
-    """A zero-memory array of ``shape`` (for the op library's geometry helpers)."""
-    return np.broadcast_to(np.zeros((), np.bool_), tuple(shape))
 
 
 def _conv_attrs(w: OnnxWriter, op: Op, n: int) -> dict[str, Any]:
@@ -868,13 +843,10 @@ def _conv_input_grad(w: OnnxWriter, op: Op) -> None:
     """ConvTranspose of dout, its output_padding chosen so the result has x's shape."""
     out = op.results[0]
     d = w.dtype(out)
-    dout_shape = _geometry(w, op.args[0], "conv's input gradient")
-    w_shape = _known_shape(w, op.args[1], "conv's input gradient")
-    x_shape = _geometry(w, op.args[2], "conv's input gradient")
-    a = op.attrs
-    n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
-                                         a.get("padding", 0), a.get("dilation", 1),
-                                         a.get("groups", 1), "conv")
+    dout_shape = conv_geometry(w, op.args[0], "conv's input gradient", "ONNX")
+    w_shape = static_shape(w, op.args[1], "conv's input gradient", "ONNX")
+    x_shape = conv_geometry(w, op.args[2], "conv's input gradient", "ONNX")
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[2], op.args[1], "ONNX")
     extra = [i - ((o - 1) * s - pads[k] - pads[n + k] + dl * (kk - 1) + 1)
              for k, (i, o, s, dl, kk) in enumerate(zip(x_shape[2:], dout_shape[2:], st, dil,
                                                         w_shape[2:]))]
@@ -940,13 +912,10 @@ def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
     whose input channels are (group, batch)."""
     out = op.results[0]
     d = w.dtype(out)
-    x_shape = _geometry(w, op.args[0], "conv's weight gradient")
-    dout_shape = _geometry(w, op.args[1], "conv's weight gradient")
-    w_shape = _known_shape(w, op.args[2], "conv's weight gradient")
-    a = op.attrs
-    n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
-                                         a.get("padding", 0), a.get("dilation", 1),
-                                         a.get("groups", 1), "conv")
+    x_shape = conv_geometry(w, op.args[0], "conv's weight gradient", "ONNX")
+    dout_shape = conv_geometry(w, op.args[1], "conv's weight gradient", "ONNX")
+    w_shape = static_shape(w, op.args[2], "conv's weight gradient", "ONNX")
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[0], op.args[2], "ONNX")
     spatial = list(range(2, 2 + n))
     x = w.tensor(op.args[0], d)
     if g == 1:
@@ -1005,11 +974,11 @@ def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
     end to x's size (the cells no window reads)."""
     out = op.results[0]
     d = w.dtype(out)
-    x_shape = _geometry(w, op.args[1], "average pooling's gradient")
+    x_shape = conv_geometry(w, op.args[1], "average pooling's gradient", "ONNX")
     a = op.attrs
     kernel, stride, padding, ceil = a.get("kernel"), a.get("stride"), a.get("padding", 0), \
         a.get("ceil_mode", False)
-    shaped = _shaped(x_shape)
+    shaped = zero_array(x_shape)
     n, k, st, pads, _, sizes = conv.pool_params(shaped, kernel, stride, padding, 1, ceil, "avg_pool")
     include = bool(a.get("count_include_pad", True))
     given = [int(p) for p in conv.padding_attr(padding, n, "avg_pool", strings=False) or ()]
