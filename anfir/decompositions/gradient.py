@@ -1,6 +1,6 @@
 """Expansions of the gradient helpers (anfir/primitives/gradient.py) the back ends have no
-single operator for: a sum's gradient spread back (unreduce), the matmul gradients, the
-clip gradient.  (sum_to and broadcast_like stay rules of each exporter: the flattening
+single operator for: a sum's gradient spread back (unreduce), a flattening undone
+(reshape_like), the matmul gradients, the clip gradient.  (sum_to and broadcast_like stay rules of each exporter: the flattening
 itself writes them, for gradients that are tensors only once tuples are taken apart.)"""
 
 from __future__ import annotations
@@ -88,7 +88,17 @@ def _unreduce(b: ExpansionBuilder) -> Node:
     return b.call(tensor.broadcast_to, g, _shape_operand(b, x))
 
 
+def _reshape_like(b: ExpansionBuilder) -> Node:
+    """g with x's shape (undoes a flattening); to a scalar x, g's one element as a scalar."""
+    d = out_dtype(b)
+    g, x = as_dtype(b, b.arg(0), d), b.arg(1)
+    if b.rank(x) == 0:
+        return _as_scalar(b, g, d)
+    return b.call(tensor.reshape, g, _shape_operand(b, x))
+
+
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
+    gradient.reshape_like: _reshape_like,
     gradient.unreduce: _unreduce,
     gradient.matmul_dx: _matmul_grad(wrt_x=True),
     gradient.matmul_dy: _matmul_grad(wrt_x=False),

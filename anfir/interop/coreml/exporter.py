@@ -658,13 +658,6 @@ def _tangent_dot(w: MilWriter, op: Op) -> None:
         w.bind(out, w.op("reduce_sum", out, x=product, keep_dims=False))
 
 
-def _reshape_like(w: MilWriter, op: Op) -> None:
-    """``g`` reshaped to ``x``'s shape."""
-    out = op.results[0]
-    g = w.tensor(op.args[0], w.dtype(out))
-    w.bind(out, w.reshape(g, w.shape_of(w.tensor(op.args[1])), out))
-
-
 def _all_any(kind: str) -> MilRule:
     """all / any: the minimum / maximum of the truth values (as integers)."""
     def rule(w: MilWriter, op: Op) -> None:
@@ -756,7 +749,7 @@ RULES: dict[Primitive, MilRule] = {
     structure.switch: _select, structure.zeros_like: _filled_like(0),
     gradient.gadd: binary("add"), gradient.sum_to: _sum_to, gradient.broadcast_like: _broadcast_like,
     gradient.size: _size, gradient.cast_like: _cast,
-    gradient.tangent_dot: _tangent_dot, gradient.reshape_like: _reshape_like,
+    gradient.tangent_dot: _tangent_dot,
     elementwise.erf: unary("erf"),
     elementwise.expm1: composite(_expm1, "Kahan's expm1"),
     elementwise.log1p: composite(_log1p, "Goldberg's log1p"),

@@ -735,13 +735,6 @@ def _all_any(reduce_type: str) -> OnnxRule:
     return rule
 
 
-def _reshape_like(w: OnnxWriter, op: Op) -> None:
-    """``g`` reshaped to ``x``'s shape."""
-    out = op.results[0]
-    g = w.tensor(op.args[0], w.dtype(out))
-    w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name], allowzero=1)
-
-
 # -- neural-network operators -------------------------------------------------------------------
 def _softmax(op_type: str) -> OnnxRule:
     """ONNX Softmax / LogSoftmax along the axis attribute."""
@@ -1058,7 +1051,6 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.size: _size,
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
-    gradient.reshape_like: _reshape_like,
     elementwise.erf: _float_unary(_erf),
     elementwise.expm1: _float_unary(_expm1),
     elementwise.log1p: _float_unary(_log1p),
