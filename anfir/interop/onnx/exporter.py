@@ -606,52 +606,56 @@ def _int_safe(w: OnnxWriter, y: str, d: str) -> tuple[str, str]:
     return zero, w.op("Where", zero, w.const(1, d), y)
 
 
-def _floor_div(w: OnnxWriter, op: Op) -> None:
-    """numpy floor_divide: integers through Python's modulo, floats as numpy's divmod does."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if not is_float(d):
-        zero, safe = _int_safe(w, y, d)
-        quotient = w.op("Div", w.op("Sub", x, w.op("Mod", x, safe, fmod=0)), safe)
-        w.node("Where", [zero, w.const(0, d), quotient], [out.name])
-        return
+def _division(integers: Callable[[OnnxWriter, str, str], str],
+              floats: Callable[[OnnxWriter, str, str, str, str], None], doc: str) -> OnnxRule:
+    """A rule of the division family on both operands in the result's dtype: floats by
+    ``floats(w, x, y, d, out)``; integers by ``integers(w, x, safe_y)``, a division by 0
+    giving 0 (numpy's; ONNX leaves it undefined)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+        if is_float(d):
+            floats(w, x, y, d, out.name)
+        else:
+            zero, safe = _int_safe(w, y, d)
+            w.node("Where", [zero, w.const(0, d), integers(w, x, safe)], [out.name])
+    rule.__doc__ = doc
+    return rule
+
+
+def _sign_fixed(w: OnnxWriter, m: str, y: str, d: str) -> str:
+    """Where fmod's remainder ``m`` is not 0 and its sign is not ``y``'s: where floor
+    division and numpy's mod differ from C's truncation."""
+    return w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
+                w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
+
+
+def _floor_div_floats(w: OnnxWriter, x: str, y: str, d: str, out: str) -> None:
+    """numpy's floor_divide of floats, as its divmod computes it (x / 0 where y is 0)."""
     m = w.op("Mod", x, y, fmod=1)
     div = w.op("Div", w.op("Sub", x, m), y)
-    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
-               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
-    div = w.op("Where", fix, w.op("Sub", div, w.const(1, d)), div)
+    div = w.op("Where", _sign_fixed(w, m, y, d), w.op("Sub", div, w.const(1, d)), div)
     floor = w.op("Floor", div)
     up = w.op("Greater", w.op("Sub", div, floor), w.const(0.5, d))
     result = w.op("Where", up, w.op("Add", floor, w.const(1, d)), floor)
-    w.node("Where", [w.op("Equal", y, w.const(0, d)), w.op("Div", x, y), result], [out.name])
+    w.node("Where", [w.op("Equal", y, w.const(0, d)), w.op("Div", x, y), result], [out])
 
 
-def _mod(w: OnnxWriter, op: Op) -> None:
-    """numpy mod (the sign of y): ONNX Mod for integers, fmod corrected for floats."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if not is_float(d):
-        zero, safe = _int_safe(w, y, d)
-        w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=0)], [out.name])
-        return
+def _mod_floats(w: OnnxWriter, x: str, y: str, d: str, out: str) -> None:
+    """numpy's mod of floats: fmod, plus y where the signs differ."""
     m = w.op("Mod", x, y, fmod=1)
-    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
-               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
-    w.node("Where", [fix, w.op("Add", m, y), m], [out.name])
+    w.node("Where", [_sign_fixed(w, m, y, d), w.op("Add", m, y), m], [out])
 
 
-def _fmod(w: OnnxWriter, op: Op) -> None:
-    """C fmod (the sign of x): ONNX Mod with fmod=1 (integers by 0 give 0, as numpy)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        w.node("Mod", [x, y], [out.name], fmod=1)
-        return
-    zero, safe = _int_safe(w, y, d)
-    w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=1)], [out.name])
+_floor_div = _division(lambda w, x, s: w.op("Div", w.op("Sub", x, w.op("Mod", x, s, fmod=0)), s),
+                       _floor_div_floats, "numpy floor_divide: integers through Python's modulo, "
+                       "floats as numpy's divmod does")
+_mod = _division(lambda w, x, s: w.op("Mod", x, s, fmod=0), _mod_floats,
+                 "numpy mod (the sign of y): ONNX Mod for integers, fmod corrected for floats")
+_fmod = _division(lambda w, x, s: w.op("Mod", x, s, fmod=1),
+                  lambda w, x, y, d, out: w.node("Mod", [x, y], [out], fmod=1),
+                  "C fmod (the sign of x): ONNX Mod with fmod=1 (integers by 0 give 0, as numpy)")
 
 
 def _predicate(op_type: str) -> OnnxRule:
