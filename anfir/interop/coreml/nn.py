@@ -468,14 +468,16 @@ def _axis_length(w: "MilWriter", x: Any, ax: int) -> Any:
     return w.op("gather", x=w.op("shape", x=x), indices=np.int32(ax), axis=0)
 
 
-def _gather(w: "MilWriter", op: Op) -> None:
-    """MIL gather (negative indices from the end)."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "gather"))
-    ax = shaping.axis_of(op.attrs["axis"], rank, "gather")
-    x = w.tensor(op.args[0], w.dtype(out))
-    index = _positive(w, w.tensor(op.args[1], "i32"), _axis_length(w, x, ax))
-    w.bind(out, w.op("gather", out, x=x, indices=index, axis=ax))
+def _gathering(kind: str) -> Rule:
+    """MIL ``kind`` along the axis attribute, negative indices counted from the end."""
+    def rule(w: "MilWriter", op: Op) -> None:
+        out = op.results[0]
+        ax = shaping.axis_of(op.attrs["axis"], len(_shape(w, op.args[0], op.prim.name)), op.prim.name)
+        x = w.tensor(op.args[0], w.dtype(out))
+        index = _positive(w, w.tensor(op.args[1], "i32"), _axis_length(w, x, ax))
+        w.bind(out, w.op(kind, out, x=x, indices=index, axis=ax))
+    rule.__doc__ = f"MIL {kind} (negative indices from the end)"
+    return rule
 
 
 def _gather_grad(w: "MilWriter", op: Op) -> None:
@@ -492,16 +494,6 @@ def _gather_grad(w: "MilWriter", op: Op) -> None:
     g = w.reshape(w.tensor(op.args[0], d), _i32([*x_shape[:ax], count, *x_shape[ax + 1:]]))
     zeros = w.const(np.zeros(x_shape), d)
     w.bind(out, w.op("scatter", out, data=zeros, indices=index, updates=g, axis=ax, mode="add"))
-
-
-def _gather_elements(w: "MilWriter", op: Op) -> None:
-    """MIL gather_along_axis (negative indices from the end)."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "gather_elements"))
-    ax = shaping.axis_of(op.attrs["axis"], rank, "gather_elements")
-    x = w.tensor(op.args[0], w.dtype(out))
-    index = _positive(w, w.tensor(op.args[1], "i32"), _axis_length(w, x, ax))
-    w.bind(out, w.op("gather_along_axis", out, x=x, indices=index, axis=ax))
 
 
 def _scatter_add(w: "MilWriter", op: Op) -> None:
@@ -911,7 +903,8 @@ RULES: dict[Primitive, Rule] = {
     shaping.stack_grad: _stack_grad, shaping.tile: _tile, shaping.tril: _triangle(upper=False),
     shaping.triu: _triangle(upper=True), shaping.unsqueeze: _unsqueeze,
     # indexing: the gathers, then the scatters and gradients, then the makers
-    indexing.gather: _gather, indexing.gather_elements: _gather_elements,
+    indexing.gather: _gathering("gather"),
+    indexing.gather_elements: _gathering("gather_along_axis"),
     indexing.gather_nd: _gather_nd, indexing.topk: _topk, indexing.one_hot: _one_hot,
     indexing.scatter_add: _scatter_add, indexing.scatter_nd: _scatter_nd,
     indexing.gather_grad: _gather_grad, indexing.gather_nd_grad: _gather_nd_grad,
