@@ -387,49 +387,51 @@ def _int_safe(w: MilWriter, y: Any, d: str) -> tuple[Any, Any]:
     return zero, w.op("select", cond=zero, a=w.const(1, d), b=y)
 
 
-def _floor_div(w: MilWriter, op: Op) -> None:
-    """numpy floor_divide: MIL floor_div (by 0: 0 for integers, x / 0 for floats)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        quotient = w.op("floor", x=w.op("real_div", x=x, y=y))
-        w.bind(out, quotient)
-        return
-    zero, safe = _int_safe(w, y, d)
-    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=w.op("floor_div", x=x, y=safe)))
+def _quotient(kind: str, integers: Callable[[MilWriter, Any, Any], Any],
+              floats: Callable[[MilWriter, Any, Any], Any]) -> MilRule:
+    """numpy's ``kind`` of both operands in the result's dtype: floats by ``floats(w, x, y)``,
+    integers by ``integers(w, x, y)`` where y is not 0 (numpy gives 0 there)."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+        if not is_float(d):
+            zero, safe = _int_safe(w, y, d)
+            return w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=integers(w, x, safe)))
+        w.bind(out, floats(w, x, y))
+    rule.__doc__ = f"numpy {kind} (by 0: 0 for integers, as floats compute it for floats)"
+    return rule
 
 
-def _mod(w: MilWriter, op: Op) -> None:
-    """numpy mod (the sign of y): ``x - floor(x / y) * y``."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        quotient = w.op("floor", x=w.op("real_div", x=x, y=y))
-        w.bind(out, w.op("sub", out, x=x, y=w.op("mul", x=quotient, y=y)))
-        return
-    zero, safe = _int_safe(w, y, d)
-    rest = w.op("sub", x=x, y=w.op("mul", x=w.op("floor_div", x=x, y=safe), y=safe))
-    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=rest))
+def _minus_multiple(w: MilWriter, x: Any, q: Any, y: Any) -> Any:
+    """``x - q * y``: the remainder of a quotient ``q``."""
+    return w.op("sub", x=x, y=w.op("mul", x=q, y=y))
 
 
-def _fmod(w: MilWriter, op: Op) -> None:
-    """C fmod (the sign of x): ``x - trunc(x / y) * y``, trunc = sign * floor(|.|)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        q = w.op("real_div", x=x, y=y)
-        trunc = w.op("mul", x=w.op("sign", x=q), y=w.op("floor", x=w.op("abs", x=q)))
-        w.bind(out, w.op("sub", out, x=x, y=w.op("mul", x=trunc, y=y)))
-        return
-    zero, safe = _int_safe(w, y, d)
-    # |x| mod |y| with the sign of x (integers: floor_div of non-negatives truncates).
-    ax, ay = w.op("abs", x=x), w.op("abs", x=safe)
-    rest = w.op("sub", x=ax, y=w.op("mul", x=w.op("floor_div", x=ax, y=ay), y=ay))
-    signed = w.op("mul", x=rest, y=w.op("sign", x=x))
-    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=signed))
+def _floor_of_ratio(w: MilWriter, x: Any, y: Any) -> Any:
+    """floor(x / y) of floats."""
+    return w.op("floor", x=w.op("real_div", x=x, y=y))
+
+
+def _c_remainder(w: MilWriter, x: Any, y: Any) -> Any:
+    """C fmod of integers (y not 0): |x| mod |y| with the sign of x (floor_div of
+    non-negatives truncates)."""
+    ax, ay = w.op("abs", x=x), w.op("abs", x=y)
+    return w.op("mul", x=_minus_multiple(w, ax, w.op("floor_div", x=ax, y=ay), ay),
+                y=w.op("sign", x=x))
+
+
+def _c_remainder_floats(w: MilWriter, x: Any, y: Any) -> Any:
+    """C fmod of floats: ``x - trunc(x / y) * y``, trunc = sign * floor(|.|)."""
+    q = w.op("real_div", x=x, y=y)
+    return _minus_multiple(w, x, w.op("mul", x=w.op("sign", x=q), y=w.op("floor", x=w.op("abs", x=q))), y)
+
+
+_floor_div = _quotient("floor_divide", lambda w, x, y: w.op("floor_div", x=x, y=y), _floor_of_ratio)
+_mod = _quotient("mod (the sign of y)",
+                 lambda w, x, y: _minus_multiple(w, x, w.op("floor_div", x=x, y=y), y),
+                 lambda w, x, y: _minus_multiple(w, x, _floor_of_ratio(w, x, y), y))
+_fmod = _quotient("fmod (C's: the sign of x)", _c_remainder, _c_remainder_floats)
 
 
 def _isnan(w: MilWriter, op: Op) -> None:
