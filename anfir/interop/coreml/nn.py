@@ -326,11 +326,15 @@ def _flatten(w: "MilWriter", op: Op) -> None:
     w.bind(out, w.reshape(x, _shape_var(w, x, items), out))
 
 
-def _expand(w: "MilWriter", op: Op) -> None:
-    """x broadcast to the shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    _bind_identity(w, out, _broadcast(w, w.tensor(op.args[0], d), w.shape_tensor(op.args[1]), d))
+def _broadcast_rule(value: int, shape: int) -> Rule:
+    """Operand ``value`` broadcast to the shape operand ``shape`` (expand, full)."""
+    def rule(w: "MilWriter", op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        _bind_identity(w, out, _broadcast(w, w.tensor(op.args[value], d),
+                                          w.shape_tensor(op.args[shape]), d))
+    rule.__doc__ = "x broadcast to the shape"
+    return rule
 
 
 def _tile(w: "MilWriter", op: Op) -> None:
@@ -571,13 +575,6 @@ def _arange(w: "MilWriter", op: Op) -> None:
     d = w.dtype(out)
     w.bind(out, w.op("range_1d", out, start=w.tensor(op.args[0], d), end=w.tensor(op.args[1], d),
                      step=w.const(op.attrs["step"], d)))
-
-
-def _full(w: "MilWriter", op: Op) -> None:
-    """The value broadcast to the shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    _bind_identity(w, out, _broadcast(w, w.tensor(op.args[1], d), w.shape_tensor(op.args[0]), d))
 
 
 def _eye(w: "MilWriter", op: Op) -> None:
@@ -896,7 +893,7 @@ RULES: dict[Primitive, Rule] = {
     nn.softmax: _softmax, nn.layer_norm: _layer_norm, nn.einsum: _einsum,
     nn.einsum_ones: _einsum_ones,
     # shaping, alphabetically
-    shaping.concat: _concat, shaping.concat_grad: _concat_grad, shaping.expand: _expand,
+    shaping.concat: _concat, shaping.concat_grad: _concat_grad, shaping.expand: _broadcast_rule(0, 1),
     shaping.flatten: _flatten, shaping.flip: _flip, shaping.pad: _pad, shaping.rank: _rank,
     shaping.roll: _roll(1), shaping.roll_back: _roll(-1), shaping.slice_: _slice_rule,
     shaping.split: _split_rule, shaping.squeeze: _squeeze, shaping.stack: _stack,
@@ -908,7 +905,7 @@ RULES: dict[Primitive, Rule] = {
     indexing.gather_nd: _gather_nd, indexing.topk: _topk, indexing.one_hot: _one_hot,
     indexing.scatter_add: _scatter_add, indexing.scatter_nd: _scatter_nd,
     indexing.gather_grad: _gather_grad, indexing.gather_nd_grad: _gather_nd_grad,
-    indexing.arange: _arange, indexing.full: _full, indexing.eye: _eye,
+    indexing.arange: _arange, indexing.full: _broadcast_rule(1, 0), indexing.eye: _eye,
     conv.conv: _conv_rule, conv.conv_core: _conv_rule, conv.conv_transpose: _conv_transpose_rule,
     conv.conv_input_grad: _conv_input_grad, conv.conv_weight_grad: _conv_weight_grad,
     conv.max_pool: _max_pool, conv.max_pool_grad: _max_pool_grad,
