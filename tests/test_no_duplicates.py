@@ -160,3 +160,15 @@ def test_no_two_back_ends_share_a_run_of_six_lines(left: str, right: str) -> Non
             for pa in BACK_ENDS[left] for pb in BACK_ENDS[right]
             for la, lb in shared_runs(shapes[pa], shapes[pb], common=common)]
     assert runs == [], "\n".join(runs)
+
+
+def test_the_jax_rules_share_no_run_with_the_op_librarys_evaluation() -> None:
+    """Where the evaluator's numpy kernel and the JAX rule compute one formula, it is
+    written once over an array module (``primitives/*_kernels.py``), not twice."""
+    shapes = _shapes()
+    library = {str(p.relative_to(ROOT)): line_shapes(p.read_text(encoding="utf-8"))
+               for p in sorted((ROOT / "primitives").glob("*.py"))}
+    runs = [f"{pa}:{la} ~ {pb}:{lb}" for pa, a in library.items()
+            for pb in (*BACK_ENDS["jax"], *BACK_ENDS["lowlevel"])
+            for la, lb in shared_runs(a, shapes[pb], common=_common())]
+    assert runs == [], "\n".join(runs)
