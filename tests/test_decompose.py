@@ -200,3 +200,23 @@ def test_expansions_over_symbolic_dimensions_compute_at_run_time(case: str) -> N
         None, onnx_export.onnx_inputs(model, *args))
     want = anfir.run(anfir.compile(mod, entry="f", args=args), *args)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=case)
+
+
+@pytest.mark.parametrize("target", ["onnx", "coreml"])
+def test_a_declined_expansion_is_reported_as_declined_with_its_reason(target: str) -> None:
+    """An exporter without a rule for a composite whose expansion declined says that it
+    declined and why (the pass's reason), located at the call — not "no rule"."""
+    pytest.importorskip("onnx" if target == "onnx" else "coremltools")
+    from anfir.errors import ExportError
+    mod = anfir.parse("def f(q: f64[B, L, 4], k: f64[B, L, 4], v: f64[B, L, 4]) =\n"
+                      "  attention(q, k, v, causal=true)\n", filename="causal.anf")
+    if target == "onnx":
+        from anfir.interop.onnx.exporter import export_onnx as export
+    else:
+        from anfir.interop.coreml.exporter import export_coreml as export
+    with pytest.raises(ExportError) as info:
+        export(mod, entry="f")
+    text = str(info.value)
+    assert "attention" in text and "declined: a causal attention needs known sequence lengths" in text
+    assert "no ONNX rule" not in text and "no MIL rule" not in text
+    assert "causal.anf:2" in text

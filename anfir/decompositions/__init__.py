@@ -14,7 +14,7 @@ entry in the family's table::
 
 from __future__ import annotations
 
-from anfir.decompositions import elementwise, gradient, nn, reduce, shaping
+from anfir.decompositions import conv, elementwise, gradient, nn, reduce, shaping
 from anfir.decompositions.builder import ExpansionBuilder, Declined, Decomposition
 from anfir.ir.primitive import Primitive
 
@@ -24,6 +24,7 @@ DECOMPOSITIONS: dict[Primitive, Decomposition] = {
     **gradient.DECOMPOSITIONS,
     **shaping.DECOMPOSITIONS,
     **nn.DECOMPOSITIONS,
+    **conv.DECOMPOSITIONS,
 }
 """Composite primitive object → the rule building its expansion from other primitives."""
 

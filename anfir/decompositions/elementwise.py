@@ -129,17 +129,11 @@ def _atan2(b: ExpansionBuilder) -> Node:
 
 
 DECOMPOSITIONS: dict[Primitive, Decomposition] = {
-    elementwise.atan2: _atan2,
-    elementwise.clip: _clip,
-    arith.softplus: _softplus,
-    elementwise.softsign: _softsign,
-    elementwise.silu: _silu,
-    elementwise.mish: _mish,
-    elementwise.gelu: _gelu,
-    elementwise.leaky_relu: _leaky_relu,
-    elementwise.elu: _elu,
-    elementwise.selu: _selu,
-    elementwise.hard_sigmoid: _hard_sigmoid,
-    elementwise.hard_swish: _hard_swish,
+    elementwise.atan2: _atan2, elementwise.clip: _clip,
+    # the activations: smooth, then piecewise
+    arith.softplus: _softplus, elementwise.softsign: _softsign, elementwise.silu: _silu,
+    elementwise.mish: _mish, elementwise.gelu: _gelu,
+    elementwise.leaky_relu: _leaky_relu, elementwise.elu: _elu, elementwise.selu: _selu,
+    elementwise.hard_sigmoid: _hard_sigmoid, elementwise.hard_swish: _hard_swish,
 }
 """The elementwise family's expansions."""

@@ -33,6 +33,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import manage
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
+from anfir.location import Location
 
 
 class HasGraph(Protocol):
@@ -41,9 +42,16 @@ class HasGraph(Protocol):
     graph: FuncGraph
 
 
-def decompose(target: Union[FuncGraph, HasGraph], keep: frozenset[Primitive]) -> FuncGraph:
+Declines = dict[tuple[Primitive, Optional[Location]], str]
+"""Why expansions declined: (primitive, the call's location) → the reason (the first one)."""
+
+
+def decompose(target: Union[FuncGraph, HasGraph], keep: frozenset[Primitive],
+              declined: Optional[Declines] = None) -> FuncGraph:
     """Expand, in place, every composite call of ``target`` (a graph or a compile result)
-    whose primitive is not in ``keep``; returns the graph.  Linear in the program's size."""
+    whose primitive is not in ``keep``; returns the graph.  Linear in the program's size.
+    ``declined``, when given, receives why each call left in place was (so a back end
+    without a rule for it can say so)."""
     graph = target if isinstance(target, FuncGraph) else target.graph
     manager = graph.manager or manage(graph)
     work: list[CNode] = []
@@ -61,7 +69,9 @@ def decompose(target: Union[FuncGraph, HasGraph], keep: frozenset[Primitive]) ->
         builder = call
         try:
             new = DECOMPOSITIONS[builder.prim](builder)
-        except Declined:
+        except Declined as why:
+            if declined is not None:
+                declined.setdefault((builder.prim, node.loc), str(why))
             continue
         if new is node or not _same_kind(new.abstract, node.abstract):
             continue  # an expansion that would change the value's type is not applied
@@ -112,4 +122,4 @@ def _call_of(node: CNode, keep: frozenset[Primitive]) -> Optional[ExpansionBuild
     return ExpansionBuilder(node, prim, args[:count], attrs)
 
 
-__all__ = ["decompose", "HasGraph"]
+__all__ = ["decompose", "HasGraph", "Declines"]

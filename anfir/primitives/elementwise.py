@@ -23,6 +23,7 @@ import numpy as np
 from anfir.abstract import rules
 from anfir.dtypes import numpy_kind, weak_scalars
 from anfir.errors import AnfirTypeError
+from anfir.primitives import array_kernels
 from anfir.primitives.registry import declare
 
 FAMILY = "elementwise"
@@ -182,20 +183,7 @@ def _hard_swish(x: Any) -> Any:
 def _clip(x: Any, lo: Any = None, hi: Any = None, *, min: Any = None, max: Any = None) -> Any:
     """x limited to the bounds given as arguments (lo, hi) or attributes (min, max)."""
     _clip_check(min, max)
-    if min is not None:
-        if lo is not None:
-            raise AnfirTypeError("clip: the lower bound is given twice (argument and attribute min)")
-        lo = min
-    if max is not None:
-        if hi is not None:
-            raise AnfirTypeError("clip: the upper bound is given twice (argument and attribute max)")
-        hi = max
-    result = x
-    if lo is not None:
-        result = np.maximum(result, lo)
-    if hi is not None:
-        result = np.minimum(result, hi)
-    return result
+    return array_kernels.clip(np, x, lo, hi, min=min, max=max)
 
 
 def _numpy_binary(np_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

@@ -33,7 +33,7 @@ from anfir.dtypes import is_float, is_float_array
 from anfir.errors import AnfirError, AnfirTypeError, GradientError
 from anfir.ir.upcalls import UPCALLS
 from anfir.nested import fold_nested
-from anfir.primitives import arith
+from anfir.primitives import arith, array_kernels
 from anfir.primitives.registry import declare
 from anfir.runtime_values import GradEnv, SymbolicKey
 
@@ -81,13 +81,7 @@ def sum_to_value(g: Any, x: Any) -> Any:
         if not isinstance(x, np.ndarray) and isinstance(g, np.ndarray):
             return g.item()
         return g
-    extra = len(gshape) - len(xshape)
-    axes = list(range(extra))
-    for i, dim in enumerate(xshape):
-        if dim == 1 and gshape[extra + i] != 1:
-            axes.append(extra + i)
-    result = np.sum(g, axis=tuple(axes), keepdims=False) if axes else g
-    result = np.reshape(result, xshape)
+    result = array_kernels.sum_to(np, g, gshape, xshape)
     if not isinstance(x, np.ndarray):
         return result.item() if isinstance(result, np.ndarray) else result
     return result
@@ -101,28 +95,11 @@ def _broadcast_like(g: Any, x: Any) -> Any:
 
 
 def _unreduce(g: Any, x: Any, axis: Any, keepdims: Any = False) -> Any:
-    shape = np.shape(x)
-    if keepdims:  # the reduced axes are still there, as 1
-        return np.broadcast_to(g, shape) if np.shape(g) != shape else g
-    if axis is None:
-        return np.broadcast_to(g, shape) if shape else g
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    axes = tuple(a % len(shape) for a in axes)
-    expanded = np.expand_dims(g, axes)
-    return np.broadcast_to(expanded, shape)
+    return array_kernels.unreduce(np, g, np.shape(x), axis, keepdims)
 
 
 def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
-    """``x``, ``y`` and ``dout`` of ``dout = d(x @ y)`` as (batches of) matrices:
-    a vector ``x`` is a row, a vector ``y`` a column, as numpy's matmul promotes them."""
-    x, y, dout = np.asarray(x), np.asarray(y), np.asarray(dout)
-    if y.ndim == 1:
-        y = y[:, None]
-        dout = dout[..., None]
-    if x.ndim == 1:
-        x = x[None, :]
-        dout = np.expand_dims(dout, -2)
-    return x, y, dout
+    return array_kernels.as_matrices(np, x, y, dout)
 
 
 def _all_matrices(a: Any, b: Any, c: Any) -> bool:
@@ -207,26 +184,14 @@ def _prod_others(x: Any, axis: Any) -> Any:
     array = np.asarray(x)
     if array.ndim == 0:
         return np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1)
-    axes = reduced_axes(array.ndim, axis)
-    ends = tuple(range(array.ndim - len(axes), array.ndim))
-    moved = np.moveaxis(array, axes, ends)
-    shape = moved.shape
-    flat = moved.reshape(shape[:array.ndim - len(axes)] + (-1,))
-    one = np.ones(flat.shape[:-1] + (1,), flat.dtype)
-    before = np.cumprod(np.concatenate([one, flat[..., :-1]], -1), -1)
-    after = np.flip(np.cumprod(np.concatenate([one, np.flip(flat, -1)[..., :-1]], -1), -1), -1)
-    return np.moveaxis((before * after).reshape(shape), ends, axes)
+    return array_kernels.products_of_others(np, array, reduced_axes(array.ndim, axis))
 
 
 def _clip_grad(g: Any, x: Any, lo: Any, hi: Any) -> Any:
     """``g`` where ``lo <= x <= hi`` (a None bound is no bound), else 0 — the
     gradient of ``clip`` with respect to ``x`` (in ``g``'s broadcast shape)."""
-    inside: Any = True
     with np.errstate(invalid="ignore"):
-        if lo is not None:
-            inside = np.logical_and(inside, np.greater_equal(x, lo))
-        if hi is not None:
-            inside = np.logical_and(inside, np.less_equal(x, hi))
+        inside = array_kernels.within(np, x, lo, hi)
     if inside is True:
         return g
     zero = np.zeros_like(g)

@@ -25,7 +25,7 @@ from anfir.abstract.shapes import fresh_dim, normalize_axes, product, shape_text
 from anfir.abstract.values import AbstractValue, ATensor
 from anfir.dtypes import numpy_kind
 from anfir.errors import AnfirTypeError
-from anfir.primitives import arith
+from anfir.primitives import arith, array_kernels
 from anfir.primitives.registry import declare
 
 FAMILY = "reduction"
@@ -200,20 +200,7 @@ def _scan(name: str, np_fn: Callable[..., Any], identity: int) -> Callable[..., 
             raise AnfirTypeError(f"the axis of {name} is an integer or None, not {axis!r}")
         rules.bool_attr(exclusive, "exclusive", name)
         rules.bool_attr(reverse, "reverse", name)
-        array = np.asarray(x)
-        if axis is None:
-            array, ax = array.reshape(-1), 0
-        else:
-            ax = axis
-        if reverse:
-            array = np.flip(array, ax)
-        result = np_fn(array, axis=ax)
-        if exclusive and result.shape[ax]:
-            start = np.full_like(np.take(result, [0], axis=ax), identity)
-            result = np.concatenate([start, np.take(result, range(result.shape[ax] - 1), axis=ax)], ax)
-        if reverse:
-            result = np.flip(result, ax)
-        return result
+        return array_kernels.scan(np, np_fn, x, axis, bool(exclusive), bool(reverse), identity)
 
     impl.__name__ = f"_{name}"
     return impl

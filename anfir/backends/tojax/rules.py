@@ -33,6 +33,7 @@ from anfir.errors import AnfirTypeError, GradientError
 from anfir.ir.primitive import Primitive
 from anfir.nested import fold_nested
 from anfir.primitives import arith, batching, complexes, elementwise, gradient, nn, nn_kernels as nnk, reduce, structure, tensor
+from anfir.primitives import array_kernels as ak
 from anfir.primitives import checkpointing
 from anfir.backends.tojax.conv_rules import CONV_RULES
 from anfir.backends.tojax.traced import (Either, gadd, is_array, is_numeric, is_traced, map_leaves,
@@ -223,20 +224,7 @@ def _hard_swish(x: Any) -> Any:
 def _clip(x: Any, lo: Any = None, hi: Any = None, *, min: Any = None, max: Any = None) -> Any:
     attr_checks.float_attr(min, "min", "clip", optional=True)
     attr_checks.float_attr(max, "max", "clip", optional=True)
-    if min is not None:
-        if lo is not None:
-            raise AnfirTypeError("clip: the lower bound is given twice (argument and attribute min)")
-        lo = min
-    if max is not None:
-        if hi is not None:
-            raise AnfirTypeError("clip: the upper bound is given twice (argument and attribute max)")
-        hi = max
-    result = x
-    if lo is not None:
-        result = jnp.maximum(result, lo)
-    if hi is not None:
-        result = jnp.minimum(result, hi)
-    return result
+    return ak.clip(jnp, x, lo, hi, min=min, max=max)
 
 
 def _bit_shift(x: Any, y: Any, direction: str = "left") -> Any:
@@ -319,20 +307,7 @@ def _scan(name: str, jnp_fn: Callable[..., Any], identity: int) -> Rule:
             raise AnfirTypeError(f"the axis of {name} is an integer or None, not {axis!r}")
         exclusive = attr_checks.bool_attr(exclusive, "exclusive", name)
         reverse = attr_checks.bool_attr(reverse, "reverse", name)
-        array = jnp.asarray(x)
-        if axis is None:
-            array, ax = jnp.reshape(array, (-1,)), 0
-        else:
-            ax = axis
-        if reverse:
-            array = jnp.flip(array, ax)
-        result = jnp_fn(array, axis=ax)
-        if exclusive and result.shape[ax]:
-            start = jnp.full_like(lax.slice_in_dim(result, 0, 1, axis=ax), identity)
-            result = jnp.concatenate([start, lax.slice_in_dim(result, 0, result.shape[ax] - 1, axis=ax)], ax)
-        if reverse:
-            result = jnp.flip(result, ax)
-        return result
+        return ak.scan(jnp, jnp_fn, x, axis, exclusive, reverse, identity)
 
     rule.__name__ = f"_{name}"
     return rule
@@ -343,15 +318,7 @@ def _sum_to(g: Any, x: Any) -> Any:
     if isinstance(g, GradEnv) or g is None or isinstance(g, tuple):
         return g
     gshape, xshape = _shape_of(g), _shape_of(x)
-    if gshape == xshape:
-        return g
-    extra = len(gshape) - len(xshape)
-    axes = list(range(extra))
-    for i, dim in enumerate(xshape):
-        if dim == 1 and gshape[extra + i] != 1:
-            axes.append(extra + i)
-    result = jnp.sum(g, axis=tuple(axes)) if axes else g
-    return jnp.reshape(result, xshape)
+    return g if gshape == xshape else ak.sum_to(jnp, g, gshape, xshape)
 
 
 def _broadcast_like(g: Any, x: Any) -> Any:
@@ -360,25 +327,11 @@ def _broadcast_like(g: Any, x: Any) -> Any:
 
 
 def _unreduce(g: Any, x: Any, axis: Any, keepdims: Any = False) -> Any:
-    shape = _shape_of(x)
-    if keepdims:  # the reduced axes are still there, as 1
-        return jnp.broadcast_to(g, shape) if _shape_of(g) != shape else g
-    if axis is None:
-        return jnp.broadcast_to(g, shape) if shape else g
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    axes = tuple(int(a) % len(shape) for a in axes)
-    return jnp.broadcast_to(jnp.expand_dims(g, axes), shape)
+    return ak.unreduce(jnp, g, _shape_of(x), axis, keepdims)
 
 
 def _as_matrices(x: Any, y: Any, dout: Any) -> tuple[Any, Any, Any]:
-    x, y, dout = jnp.asarray(x), jnp.asarray(y), jnp.asarray(dout)
-    if y.ndim == 1:
-        y = y[:, None]
-        dout = dout[..., None]
-    if x.ndim == 1:
-        x = x[None, :]
-        dout = jnp.expand_dims(dout, -2)
-    return x, y, dout
+    return ak.as_matrices(jnp, x, y, dout)
 
 
 def _contract(a: Any, b: Any, a_dim: int, b_dim: int) -> Any:
@@ -415,23 +368,11 @@ def _prod_others(x: Any, axis: Any) -> Any:
     array = jnp.asarray(x)
     if array.ndim == 0:
         return jnp.ones_like(array)
-    axes = gradient.reduced_axes(array.ndim, axis)
-    ends = tuple(range(array.ndim - len(axes), array.ndim))
-    moved = jnp.moveaxis(array, axes, ends)
-    shape = moved.shape
-    flat = jnp.reshape(moved, shape[:array.ndim - len(axes)] + (-1,))
-    one = jnp.ones(flat.shape[:-1] + (1,), flat.dtype)
-    before = jnp.cumprod(jnp.concatenate([one, flat[..., :-1]], -1), -1)
-    after = jnp.flip(jnp.cumprod(jnp.concatenate([one, jnp.flip(flat, -1)[..., :-1]], -1), -1), -1)
-    return jnp.moveaxis(jnp.reshape(before * after, shape), ends, axes)
+    return ak.products_of_others(jnp, array, gradient.reduced_axes(array.ndim, axis))
 
 
 def _clip_grad(g: Any, x: Any, lo: Any, hi: Any) -> Any:
-    inside: Any = True
-    if lo is not None:
-        inside = jnp.logical_and(inside, jnp.greater_equal(x, lo))
-    if hi is not None:
-        inside = jnp.logical_and(inside, jnp.less_equal(x, hi))
+    inside = ak.within(jnp, x, lo, hi)
     if inside is True:
         return g
     return jnp.where(inside, g, jnp.zeros_like(g))

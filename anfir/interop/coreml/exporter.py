@@ -53,16 +53,19 @@ from anfir.dtypes import is_bool, is_float
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.interop.coreml import loops as coreml_loops
 from anfir.interop.coreml import nn as coreml_nn
-from anfir.flat.statements import (
-    DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
-    nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    one_device_reasons, sum_to_axes, values_by_name,
+from anfir.flat.statements import (  # sorted
+    Block, Const, DIM, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, OperandReader,
+    Undefined, Value, dtype_of_type, nest_by_structure, one_device_reasons, operand_leaves,
+    program_properties, shape_items, shape_of_type, values_by_name,
 )
 from anfir.flat.flatten import flatten_program
+from anfir.interop.export_common import (
+    boolean, broadcast_like_needed, common_dtype, operand_shape, operands_rule, result_dtype,
+    rule_for, sum_to_plan,
+)
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
-from anfir.passes.decompose import decompose
+from anfir.passes.decompose import Declines, decompose
 from anfir.location import Location
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import arith, complexes, elementwise, gradient, nn, reduce, structure, tensor
@@ -161,11 +164,14 @@ def program_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = No
     (not in :data:`NATIVE`) are decomposed in ``graph`` first, in place
     (:func:`anfir.passes.decompose.decompose`: the graph computes the same values).
     """
-    flat = flatten_program(decompose(graph, NATIVE))
+    declined: Declines = {}
+    flat = flatten_program(decompose(graph, NATIVE, declined))
     props = program_properties(flat, graph.name,
                                None if graph.abstract is None else str(graph.abstract), metadata or {})
     values = None if feeds is None else values_by_name(flat.input_structure, feeds)
-    program = MilWriter(require_coremltools(), flat, evaluators).program(values)
+    writer = MilWriter(require_coremltools(), flat, evaluators)
+    writer.declined = declined
+    program = writer.program(values)
     _METADATA[program] = props
     return program
 
@@ -273,41 +279,31 @@ MilRule = Callable[["MilWriter", Op], None]
 
 def unary(kind: str, **attrs: Any) -> MilRule:
     """``out = kind(x=x)`` in the result's dtype."""
-    def rule(w: MilWriter, op: Op) -> None:
+    return operands_rule(result_dtype, lambda w, op, xs: w.bind(
+        op.results[0], w.op(kind, op.results[0], x=xs[0], **attrs)), f"MIL {kind}", 1)
+
+
+def _xy(kind: str) -> Callable[["MilWriter", Op, list[Any]], None]:
+    """Writes ``out = kind(x=, y=)`` (``x=`` alone for one operand) of converted operands."""
+    def write(w: MilWriter, op: Op, xs: list[Any]) -> None:
         out = op.results[0]
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], w.dtype(out)), **attrs))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+        w.bind(out, w.op(kind, out, **dict(zip(("x", "y"), xs))))
+    return write
 
 
 def binary(kind: str) -> MilRule:
     """``out = kind(x=x, y=y)``, both in the result's dtype."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d)))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+    return operands_rule(result_dtype, _xy(kind), f"MIL {kind}", 2)
 
 
 def compare(kind: str) -> MilRule:
     """``out = kind(x=x, y=y)`` on the operands' common dtype."""
-    def rule(w: MilWriter, op: Op) -> None:
-        d = w.common_dtype(op.args)
-        out = op.results[0]
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], d), y=w.tensor(op.args[1], d)))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+    return operands_rule(common_dtype, _xy(kind), f"MIL {kind}", 2)
 
 
 def logical(kind: str) -> MilRule:
     """``out = kind(...)`` on booleans."""
-    def rule(w: MilWriter, op: Op) -> None:
-        out = op.results[0]
-        names = ("x", "y")
-        w.bind(out, w.op(kind, out, **{n: w.tensor(a, "bool") for n, a in zip(names, op.args)}))
-    rule.__doc__ = f"MIL {kind}"
-    return rule
+    return operands_rule(boolean, _xy(kind), f"MIL {kind}", 2)
 
 
 def composite(build: Callable[["MilWriter", Any, str], Any], doc: str) -> MilRule:
@@ -395,49 +391,51 @@ def _int_safe(w: MilWriter, y: Any, d: str) -> tuple[Any, Any]:
     return zero, w.op("select", cond=zero, a=w.const(1, d), b=y)
 
 
-def _floor_div(w: MilWriter, op: Op) -> None:
-    """numpy floor_divide: MIL floor_div (by 0: 0 for integers, x / 0 for floats)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        quotient = w.op("floor", x=w.op("real_div", x=x, y=y))
-        w.bind(out, quotient)
-        return
-    zero, safe = _int_safe(w, y, d)
-    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=w.op("floor_div", x=x, y=safe)))
+def _quotient(kind: str, integers: Callable[[MilWriter, Any, Any], Any],
+              floats: Callable[[MilWriter, Any, Any], Any]) -> MilRule:
+    """numpy's ``kind`` of both operands in the result's dtype: floats by ``floats(w, x, y)``,
+    integers by ``integers(w, x, y)`` where y is not 0 (numpy gives 0 there)."""
+    def rule(w: MilWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+        if not is_float(d):
+            zero, safe = _int_safe(w, y, d)
+            return w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=integers(w, x, safe)))
+        w.bind(out, floats(w, x, y))
+    rule.__doc__ = f"numpy {kind} (by 0: 0 for integers, as floats compute it for floats)"
+    return rule
 
 
-def _mod(w: MilWriter, op: Op) -> None:
-    """numpy mod (the sign of y): ``x - floor(x / y) * y``."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        quotient = w.op("floor", x=w.op("real_div", x=x, y=y))
-        w.bind(out, w.op("sub", out, x=x, y=w.op("mul", x=quotient, y=y)))
-        return
-    zero, safe = _int_safe(w, y, d)
-    rest = w.op("sub", x=x, y=w.op("mul", x=w.op("floor_div", x=x, y=safe), y=safe))
-    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=rest))
+def _minus_multiple(w: MilWriter, x: Any, q: Any, y: Any) -> Any:
+    """``x - q * y``: the remainder of a quotient ``q``."""
+    return w.op("sub", x=x, y=w.op("mul", x=q, y=y))
 
 
-def _fmod(w: MilWriter, op: Op) -> None:
-    """C fmod (the sign of x): ``x - trunc(x / y) * y``, trunc = sign * floor(|.|)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        q = w.op("real_div", x=x, y=y)
-        trunc = w.op("mul", x=w.op("sign", x=q), y=w.op("floor", x=w.op("abs", x=q)))
-        w.bind(out, w.op("sub", out, x=x, y=w.op("mul", x=trunc, y=y)))
-        return
-    zero, safe = _int_safe(w, y, d)
-    # |x| mod |y| with the sign of x (integers: floor_div of non-negatives truncates).
-    ax, ay = w.op("abs", x=x), w.op("abs", x=safe)
-    rest = w.op("sub", x=ax, y=w.op("mul", x=w.op("floor_div", x=ax, y=ay), y=ay))
-    signed = w.op("mul", x=rest, y=w.op("sign", x=x))
-    w.bind(out, w.op("select", out, cond=zero, a=w.const(0, d), b=signed))
+def _floor_of_ratio(w: MilWriter, x: Any, y: Any) -> Any:
+    """floor(x / y) of floats."""
+    return w.op("floor", x=w.op("real_div", x=x, y=y))
+
+
+def _c_remainder(w: MilWriter, x: Any, y: Any) -> Any:
+    """C fmod of integers (y not 0): |x| mod |y| with the sign of x (floor_div of
+    non-negatives truncates)."""
+    ax, ay = w.op("abs", x=x), w.op("abs", x=y)
+    return w.op("mul", x=_minus_multiple(w, ax, w.op("floor_div", x=ax, y=ay), ay),
+                y=w.op("sign", x=x))
+
+
+def _c_remainder_floats(w: MilWriter, x: Any, y: Any) -> Any:
+    """C fmod of floats: ``x - trunc(x / y) * y``, trunc = sign * floor(|.|)."""
+    q = w.op("real_div", x=x, y=y)
+    return _minus_multiple(w, x, w.op("mul", x=w.op("sign", x=q), y=w.op("floor", x=w.op("abs", x=q))), y)
+
+
+_floor_div = _quotient("floor_divide", lambda w, x, y: w.op("floor_div", x=x, y=y), _floor_of_ratio)
+_mod = _quotient("mod (the sign of y)",
+                 lambda w, x, y: _minus_multiple(w, x, w.op("floor_div", x=x, y=y), y),
+                 lambda w, x, y: _minus_multiple(w, x, _floor_of_ratio(w, x, y), y))
+_fmod = _quotient("fmod (C's: the sign of x)", _c_remainder, _c_remainder_floats)
 
 
 def _isnan(w: MilWriter, op: Op) -> None:
@@ -491,7 +489,7 @@ def _transpose(w: MilWriter, op: Op) -> None:
     out = op.results[0]
     x = w.tensor(op.args[0], w.dtype(out))
     perm = w.static(op.args[1]) if len(op.args) > 1 else None
-    rank = len(_static_shape(w, op.args[0], "transpose"))
+    rank = len(operand_shape(w, op.args[0], "transpose"))
     if perm is None:
         perm = tuple(reversed(range(rank)))
     w.bind(out, w.op("transpose", out, x=x, perm=np.array([int(p) % max(rank, 1) for p in perm],
@@ -633,63 +631,25 @@ def _dim(w: MilWriter, op: Op) -> None:
     w.bind(out, w.op("gather", out, x=shape, indices=np.int32(axis), axis=0))
 
 
-def _static_shape(w: MilWriter, operand: Operand, what: str) -> tuple[Any, ...]:
-    """An operand's shape from its type (the rank must be known)."""
-    return known_rank_shape(w.type_of(operand), what, w.loc)
-
-
-def _sum_to_rank(w: MilWriter, g: Any, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
-                 x_shape_var: Any, out: Value) -> Any:
-    """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    axes = sum_to_axes(g_shape, x_shape, w.loc)
-    if axes:
-        g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
-    return w.reshape(g, x_shape_var, out)
-
-
 def _sum_to(w: MilWriter, op: Op) -> None:
     """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op = op.args
-    g = w.tensor(g_op, w.dtype(out))
-    g_shape = _static_shape(w, g_op, "sum_to")
-    x_shape = _static_shape(w, x_op, "sum_to")
-    if same_static_shape(g_shape, x_shape):
-        w.bind(out, g)
-        return
-    w.bind(out, _sum_to_rank(w, g, g_shape, x_shape, w.shape_of(w.tensor(x_op)), out))
+    g = w.tensor(op.args[0], w.dtype(out))
+    axes = sum_to_plan(w, op)
+    if axes is not None:
+        if axes:
+            g = w.op("reduce_sum", x=g, axes=np.array(axes, dtype=np.int32), keep_dims=True)
+        g = w.reshape(g, w.shape_of(w.tensor(op.args[1])), out)
+    w.bind(out, g)
 
 
 def _broadcast_like(w: MilWriter, op: Op) -> None:
     """``broadcast_like(g, x)``: ``g`` broadcast to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op = op.args
     d = w.dtype(out)
-    g = w.tensor(g_op, d)
-    if same_static_shape(_static_shape(w, g_op, "broadcast_like"),
-                   _static_shape(w, x_op, "broadcast_like")):
-        w.bind(out, g)
-        return
-    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
-
-
-def _unreduce(w: MilWriter, op: Op) -> None:
-    """``unreduce(g, x, axis, keepdims)``: the reduced axes back (unless kept), broadcast
-    to ``x``'s shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    g_op, x_op, axis_op = op.args[:3]
-    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
-    g = w.tensor(g_op, d)
-    x_shape = _static_shape(w, x_op, "unreduce")
-    axis = w.static(axis_op)
-    if not x_shape:
-        w.bind(out, g)
-        return
-    if axis is not None and not keepdims:
-        axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
-        g = w.op("expand_dims", x=g, axes=np.array(axes, dtype=np.int32))
-    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(x_op)), d, out))
+    g = w.tensor(op.args[0], d)
+    w.bind(out, _broadcast(w, g, w.shape_of(w.tensor(op.args[1])), d, out)
+           if broadcast_like_needed(w, op) else g)
 
 
 def _tangent_dot(w: MilWriter, op: Op) -> None:
@@ -702,13 +662,6 @@ def _tangent_dot(w: MilWriter, op: Op) -> None:
         w.bind(out, product)
     else:
         w.bind(out, w.op("reduce_sum", out, x=product, keep_dims=False))
-
-
-def _reshape_like(w: MilWriter, op: Op) -> None:
-    """``g`` reshaped to ``x``'s shape."""
-    out = op.results[0]
-    g = w.tensor(op.args[0], w.dtype(out))
-    w.bind(out, w.reshape(g, w.shape_of(w.tensor(op.args[1])), out))
 
 
 def _all_any(kind: str) -> MilRule:
@@ -729,7 +682,7 @@ def _arg_extreme(kind: str) -> MilRule:
         out = op.results[0]
         x = w.tensor(op.args[0])
         axis, keep = op.attrs.get("axis", 0), bool(op.attrs.get("keepdims"))
-        rank = len(_static_shape(w, op.args[0], kind))
+        rank = len(operand_shape(w, op.args[0], kind))
         if axis is None:
             x, axis_i = w.reshape(x, np.array([-1], dtype=np.int32)), 0
         else:
@@ -793,28 +746,16 @@ RULES: dict[Primitive, MilRule] = {
     arith.logical_and: logical("logical_and"),
     arith.logical_or: logical("logical_or"),
     arith.logical_not: logical("logical_not"),
-    tensor.matmul: _matmul,
-    tensor.transpose: _transpose,
-    tensor.reshape: _reshape,
-    tensor.sum_: _reduce("reduce_sum"),
-    tensor.mean: _reduce("reduce_mean"),
-    tensor.broadcast_to: _broadcast_to,
-    tensor.ones_like: _filled_like(1),
-    tensor.zeros: _filled(0),
+    # tensor, structure, and the gradient helpers (a family a line)
+    tensor.matmul: _matmul, tensor.transpose: _transpose, tensor.reshape: _reshape,
+    tensor.sum_: _reduce("reduce_sum"), tensor.mean: _reduce("reduce_mean"),
+    tensor.broadcast_to: _broadcast_to, tensor.where: _where, tensor.array: _array,
+    tensor.cast: _cast, tensor.ones_like: _filled_like(1), tensor.zeros: _filled(0),
     tensor.ones: _filled(1),
-    tensor.where: _where,
-    tensor.array: _array,
-    tensor.cast: _cast,
-    structure.switch: _select,
-    structure.zeros_like: _filled_like(0),
-    gradient.gadd: binary("add"),
-    gradient.sum_to: _sum_to,
-    gradient.broadcast_like: _broadcast_like,
-    gradient.unreduce: _unreduce,
-    gradient.size: _size,
-    gradient.cast_like: _cast,
+    structure.switch: _select, structure.zeros_like: _filled_like(0),
+    gradient.gadd: binary("add"), gradient.sum_to: _sum_to, gradient.broadcast_like: _broadcast_like,
+    gradient.size: _size, gradient.cast_like: _cast,
     gradient.tangent_dot: _tangent_dot,
-    gradient.reshape_like: _reshape_like,
     elementwise.erf: unary("erf"),
     elementwise.expm1: composite(_expm1, "Kahan's expm1"),
     elementwise.log1p: composite(_log1p, "Goldberg's log1p"),
@@ -894,6 +835,7 @@ class MilWriter(OperandReader):
         self.depth = 0
         self.constant_inputs = False
         self.evaluators = dict(evaluators or {})
+        self.declined: Declines = {}  # why the decomposition pass left composite calls
         self._var_class = Var
 
     # -- the program -----------------------------------------------------------------
@@ -968,12 +910,7 @@ class MilWriter(OperandReader):
         for statement in block.ops:
             self.loc = statement.loc
             if isinstance(statement, Op):
-                rule = RULES.get(statement.prim)
-                if rule is None:
-                    reason = UNSUPPORTED.get(statement.prim, "no MIL rule is registered for it")
-                    raise ExportError(f"the primitive {statement.prim.name} cannot be exported to "
-                                      f"Core ML: {reason}", statement.loc)
-                rule(self, statement)
+                rule_for(RULES, UNSUPPORTED, statement, "Core ML", "MIL", self.declined)(self, statement)
             elif isinstance(statement, IfOp):
                 self._if(statement)
             else:

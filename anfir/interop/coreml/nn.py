@@ -26,6 +26,9 @@ import numpy as np
 from anfir.dtypes import is_float
 from anfir.errors import ExportError
 from anfir.flat.statements import Const, Op, Operand, known_rank_shape, shape_of_type, static_dims
+from anfir.interop.export_common import (
+    conv_geometry, conv_params_of, flip_axes, squeeze_axes, zero_array,
+)
 from anfir.ir.primitive import Primitive
 from anfir.primitives import conv, indexing, nn, nn_kernels, shaping
 
@@ -100,20 +103,6 @@ def _slice(w: "MilWriter", x: Any, begin: Sequence[int], end: Sequence[Optional[
         inputs["end_mask"] = [e is None for e in end]
     return w.op("slice_by_index", x=x, begin=_i32(begin), end=_i32([e or 0 for e in end]),
                 stride=_i32(stride if stride is not None else [1] * len(begin)), **inputs)
-
-
-def _geometry(w: "MilWriter", operand: Operand, what: str) -> tuple[int, ...]:
-    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
-    dimension static but the batch, which may be symbolic (it counts as 1 there)."""
-    shape = _shape(w, operand, what)
-    if not shape:
-        raise ExportError(f"{what} needs a tensor of rank >= 3", w.loc)
-    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
-    rest = shape[1:]
-    if not all(isinstance(d, (int, np.integer)) for d in rest):
-        raise ExportError(f"{what} needs static channel and spatial dimensions to export to "
-                          f"Core ML, not {shape}", w.loc)
-    return (int(batch), *(int(d) for d in rest))
 
 
 # -- nn ----------------------------------------------------------------------------------
@@ -303,16 +292,13 @@ def _axis_slice(w: "MilWriter", x: Any, axis: int, lo: int, hi: int) -> Any:
 
 
 def _squeeze(w: "MilWriter", op: Op) -> None:
-    """MIL squeeze (no axis: the axes of static length 1)."""
+    """MIL squeeze (no axis: the axes of static length 1); all axes: a reshape to ()."""
     out = op.results[0]
-    shape = _shape(w, op.args[0], "squeeze")
-    axis = op.attrs["axis"]
-    axes = [i for i, n in enumerate(shape) if n == 1] if axis is None else \
-        list(shaping.axes_of(axis, len(shape), "squeeze"))
+    axes, rank = squeeze_axes(w, op)
     x = w.tensor(op.args[0], w.dtype(out))
     if not axes:
         _bind_identity(w, out, x)
-    elif len(axes) == len(shape):
+    elif len(axes) == rank:
         w.bind(out, w.reshape(x, np.zeros((0,), dtype=np.int32), out))
     else:
         w.bind(out, w.op("squeeze", out, x=x, axes=_i32(axes)))
@@ -340,11 +326,15 @@ def _flatten(w: "MilWriter", op: Op) -> None:
     w.bind(out, w.reshape(x, _shape_var(w, x, items), out))
 
 
-def _expand(w: "MilWriter", op: Op) -> None:
-    """x broadcast to the shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    _bind_identity(w, out, _broadcast(w, w.tensor(op.args[0], d), w.shape_tensor(op.args[1]), d))
+def _broadcast_rule(value: int, shape: int) -> Rule:
+    """Operand ``value`` broadcast to the shape operand ``shape`` (expand, full)."""
+    def rule(w: "MilWriter", op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        _bind_identity(w, out, _broadcast(w, w.tensor(op.args[value], d),
+                                          w.shape_tensor(op.args[shape]), d))
+    rule.__doc__ = "x broadcast to the shape"
+    return rule
 
 
 def _tile(w: "MilWriter", op: Op) -> None:
@@ -363,8 +353,7 @@ def _tile(w: "MilWriter", op: Op) -> None:
 def _flip(w: "MilWriter", op: Op) -> None:
     """MIL reverse on the axes."""
     out = op.results[0]
-    rank = len(_shape(w, op.args[0], "flip"))
-    axes = list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
+    axes = flip_axes(w, op)
     x = w.tensor(op.args[0], w.dtype(out))
     if not axes:
         _bind_identity(w, out, x)
@@ -483,14 +472,16 @@ def _axis_length(w: "MilWriter", x: Any, ax: int) -> Any:
     return w.op("gather", x=w.op("shape", x=x), indices=np.int32(ax), axis=0)
 
 
-def _gather(w: "MilWriter", op: Op) -> None:
-    """MIL gather (negative indices from the end)."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "gather"))
-    ax = shaping.axis_of(op.attrs["axis"], rank, "gather")
-    x = w.tensor(op.args[0], w.dtype(out))
-    index = _positive(w, w.tensor(op.args[1], "i32"), _axis_length(w, x, ax))
-    w.bind(out, w.op("gather", out, x=x, indices=index, axis=ax))
+def _gathering(kind: str) -> Rule:
+    """MIL ``kind`` along the axis attribute, negative indices counted from the end."""
+    def rule(w: "MilWriter", op: Op) -> None:
+        out = op.results[0]
+        ax = shaping.axis_of(op.attrs["axis"], len(_shape(w, op.args[0], op.prim.name)), op.prim.name)
+        x = w.tensor(op.args[0], w.dtype(out))
+        index = _positive(w, w.tensor(op.args[1], "i32"), _axis_length(w, x, ax))
+        w.bind(out, w.op(kind, out, x=x, indices=index, axis=ax))
+    rule.__doc__ = f"MIL {kind} (negative indices from the end)"
+    return rule
 
 
 def _gather_grad(w: "MilWriter", op: Op) -> None:
@@ -507,16 +498,6 @@ def _gather_grad(w: "MilWriter", op: Op) -> None:
     g = w.reshape(w.tensor(op.args[0], d), _i32([*x_shape[:ax], count, *x_shape[ax + 1:]]))
     zeros = w.const(np.zeros(x_shape), d)
     w.bind(out, w.op("scatter", out, data=zeros, indices=index, updates=g, axis=ax, mode="add"))
-
-
-def _gather_elements(w: "MilWriter", op: Op) -> None:
-    """MIL gather_along_axis (negative indices from the end)."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "gather_elements"))
-    ax = shaping.axis_of(op.attrs["axis"], rank, "gather_elements")
-    x = w.tensor(op.args[0], w.dtype(out))
-    index = _positive(w, w.tensor(op.args[1], "i32"), _axis_length(w, x, ax))
-    w.bind(out, w.op("gather_along_axis", out, x=x, indices=index, axis=ax))
 
 
 def _scatter_add(w: "MilWriter", op: Op) -> None:
@@ -596,13 +577,6 @@ def _arange(w: "MilWriter", op: Op) -> None:
                      step=w.const(op.attrs["step"], d)))
 
 
-def _full(w: "MilWriter", op: Op) -> None:
-    """The value broadcast to the shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    _bind_identity(w, out, _broadcast(w, w.tensor(op.args[1], d), w.shape_tensor(op.args[0]), d))
-
-
 def _eye(w: "MilWriter", op: Op) -> None:
     """The constant matrix (its size is static)."""
     out = op.results[0]
@@ -611,20 +585,6 @@ def _eye(w: "MilWriter", op: Op) -> None:
 
 
 # -- convolution and pooling ----------------------------------------------------------------
-def _conv_params(w: "MilWriter", op: Op, x_op: Operand, w_op: Operand
-                 ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
-    a = op.attrs
-    x_shape = _geometry(w, x_op, op.prim.name)
-    w_shape = _static(w, w_op, op.prim.name)
-    return conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
-                            a.get("padding", 0), a.get("dilation", 1), a.get("groups", 1), "conv")
-
-
-def _shaped(shape: Sequence[int]) -> np.ndarray:
-    """A zero-memory array of ``shape`` (for the op library's geometry helpers)."""
-    return np.broadcast_to(np.zeros((), np.bool_), tuple(shape))
-
-
 def _mil_pads(pads: Sequence[int], n: int) -> np.ndarray:
     """anfir's begins-then-ends pads as MIL's (begin, end) pairs per axis."""
     return _i32([p for k in range(n) for p in (pads[k], pads[n + k])])
@@ -636,7 +596,7 @@ def _conv_rule(w: "MilWriter", op: Op) -> None:
     weight is computed, as a training graph's is)."""
     out = op.results[0]
     d = w.dtype(out)
-    n, st, pads, dil, g = _conv_params(w, op, op.args[0], op.args[1])
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[0], op.args[1], "Core ML")
     x, weight = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
     bias = w.tensor(op.args[2], d) if op.prim is conv.conv and len(op.args) > 2 \
         and not _is_none(op.args[2]) else None
@@ -645,9 +605,9 @@ def _conv_rule(w: "MilWriter", op: Op) -> None:
         w.bind(out, w.op("conv", out, x=x, weight=weight, strides=_i32(st), pad_type="custom",
                          pad=_mil_pads(pads, n), dilations=_i32(dil), groups=g, **inputs))
         return
-    x_shape = _geometry(w, op.args[0], "conv")
+    x_shape = conv_geometry(w, op.args[0], "conv", "Core ML")
     w_shape = _static(w, op.args[1], "conv")
-    sizes = _geometry(w, out, "conv")[2:]
+    sizes = conv_geometry(w, out, "conv", "Core ML")[2:]
     kernel = w_shape[2:]
     count, cells = int(np.prod(kernel)), int(np.prod(sizes))
     windows = _windows(w, x, n, kernel, st, pads, dil, sizes, 0.0, d)   # (N, C, P..., K)
@@ -701,7 +661,7 @@ def _conv_input_grad(w: "MilWriter", op: Op) -> None:
     """conv_transpose of dout whose output_shape is x's."""
     out = op.results[0]
     d = w.dtype(out)
-    n, st, pads, dil, g = _conv_params(w, op, op.args[2], op.args[1])
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[2], op.args[1], "Core ML")
     w.bind(out, w.op("conv_transpose", out, x=w.tensor(op.args[0], d),
                      weight=w.tensor(op.args[1], d), strides=_i32(st), pad_type="custom",
                      pad=_mil_pads(pads, n), dilations=_i32(dil), groups=g,
@@ -716,7 +676,7 @@ def _conv_weight_grad(w: "MilWriter", op: Op) -> None:
     x_shape = _static(w, op.args[0], "conv's weight gradient")
     dout_shape = _static(w, op.args[1], "conv's weight gradient")
     w_shape = _static(w, op.args[2], "conv's weight gradient")
-    n, st, pads, dil, g = _conv_params(w, op, op.args[0], op.args[2])
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[0], op.args[2], "Core ML")
     spatial = list(range(2, 2 + n))
     x = w.tensor(op.args[0], d)
     batch, channels = x_shape[0], x_shape[1]
@@ -772,9 +732,9 @@ def _pool_geometry(w: "MilWriter", op: Op, x_op: Operand, dilation: bool
                               list[int], tuple[int, ...]]:
     """(n, kernel, stride, pads (ends widened for ceil mode), dilation, out sizes, x's shape)."""
     a = op.attrs
-    shape = _geometry(w, x_op, op.prim.name)
+    shape = conv_geometry(w, x_op, op.prim.name, "Core ML")
     n, k, st, pads, dil, sizes = conv.pool_params(
-        _shaped(shape), a.get("kernel"), a.get("stride"), a.get("padding", 0),
+        zero_array(shape), a.get("kernel"), a.get("stride"), a.get("padding", 0),
         a.get("dilation", 1) if dilation else 1, a.get("ceil_mode", False), op.prim.name)
     return n, k, st, pads, dil, sizes, shape
 
@@ -915,33 +875,6 @@ def _avg_pool_grad(w: "MilWriter", op: Op) -> None:
     w.bind(out, _place(w, spread, n, pads, shape, out))
 
 
-def _global(kind: str) -> Rule:
-    def rule(w: "MilWriter", op: Op) -> None:
-        out = op.results[0]
-        rank = len(_shape(w, op.args[0], kind))
-        w.bind(out, w.op(kind, out, x=w.tensor(op.args[0], w.dtype(out)),
-                         axes=_i32(range(2, rank)), keep_dims=True))
-    rule.__doc__ = f"MIL {kind} over the spatial axes, kept"
-    return rule
-
-
-def _channel_sum(w: "MilWriter", op: Op) -> None:
-    """reduce_sum over every axis but 1."""
-    out = op.results[0]
-    rank = len(_shape(w, op.args[0], "channel_sum"))
-    x = w.tensor(op.args[0], w.dtype(out))
-    w.bind(out, w.op("reduce_sum", out, x=x, axes=_i32([0, *range(2, rank)]), keep_dims=False))
-
-
-def _channel_spread(w: "MilWriter", op: Op) -> None:
-    """The vector as (C, 1...) broadcast to the other operand's shape."""
-    out = op.results[0]
-    d = w.dtype(out)
-    rank = len(_shape(w, op.args[1], "channel_spread"))
-    column = _channel_view_of(w, w.tensor(op.args[0], d), rank)
-    _bind_identity(w, out, _broadcast(w, column, w.shape_of(w.tensor(op.args[1])), d))
-
-
 def _batch_norm(w: "MilWriter", op: Op) -> None:
     """(x - mean) * scale / sqrt(var + eps) + bias per channel, in the model's dtype
     (MIL's batch_norm wants constant statistics; a training graph feeds them)."""
@@ -959,26 +892,25 @@ def _batch_norm(w: "MilWriter", op: Op) -> None:
 RULES: dict[Primitive, Rule] = {
     nn.softmax: _softmax, nn.layer_norm: _layer_norm, nn.einsum: _einsum,
     nn.einsum_ones: _einsum_ones,
-    shaping.concat: _concat, shaping.stack: _stack, shaping.slice_: _slice_rule,
-    shaping.pad: _pad,
-    shaping.squeeze: _squeeze, shaping.unsqueeze: _unsqueeze, shaping.flatten: _flatten,
-    shaping.expand: _expand, shaping.tile: _tile,
-    shaping.flip: _flip, shaping.roll: _roll(1), shaping.roll_back: _roll(-1),
-    shaping.tril: _triangle(upper=False), shaping.triu: _triangle(upper=True),
-    shaping.rank: _rank, shaping.split: _split_rule, shaping.concat_grad: _concat_grad,
-    shaping.stack_grad: _stack_grad,
-    indexing.gather: _gather, indexing.gather_grad: _gather_grad,
-    indexing.gather_elements: _gather_elements, indexing.scatter_add: _scatter_add,
-    indexing.gather_nd: _gather_nd, indexing.gather_nd_grad: _gather_nd_grad,
-    indexing.scatter_nd: _scatter_nd, indexing.topk: _topk, indexing.one_hot: _one_hot,
-    indexing.arange: _arange, indexing.full: _full, indexing.eye: _eye,
+    # shaping, alphabetically
+    shaping.concat: _concat, shaping.concat_grad: _concat_grad, shaping.expand: _broadcast_rule(0, 1),
+    shaping.flatten: _flatten, shaping.flip: _flip, shaping.pad: _pad, shaping.rank: _rank,
+    shaping.roll: _roll(1), shaping.roll_back: _roll(-1), shaping.slice_: _slice_rule,
+    shaping.split: _split_rule, shaping.squeeze: _squeeze, shaping.stack: _stack,
+    shaping.stack_grad: _stack_grad, shaping.tile: _tile, shaping.tril: _triangle(upper=False),
+    shaping.triu: _triangle(upper=True), shaping.unsqueeze: _unsqueeze,
+    # indexing: the gathers, then the scatters and gradients, then the makers
+    indexing.gather: _gathering("gather"),
+    indexing.gather_elements: _gathering("gather_along_axis"),
+    indexing.gather_nd: _gather_nd, indexing.topk: _topk, indexing.one_hot: _one_hot,
+    indexing.scatter_add: _scatter_add, indexing.scatter_nd: _scatter_nd,
+    indexing.gather_grad: _gather_grad, indexing.gather_nd_grad: _gather_nd_grad,
+    indexing.arange: _arange, indexing.full: _broadcast_rule(1, 0), indexing.eye: _eye,
     conv.conv: _conv_rule, conv.conv_core: _conv_rule, conv.conv_transpose: _conv_transpose_rule,
     conv.conv_input_grad: _conv_input_grad, conv.conv_weight_grad: _conv_weight_grad,
     conv.max_pool: _max_pool, conv.max_pool_grad: _max_pool_grad,
     conv.max_pool_select: _max_pool_select, conv.avg_pool: _avg_pool,
-    conv.avg_pool_grad: _avg_pool_grad, conv.global_avg_pool: _global("reduce_mean"),
-    conv.global_max_pool: _global("reduce_max"), conv.channel_sum: _channel_sum,
-    conv.channel_spread: _channel_spread, conv.batch_norm: _batch_norm,
+    conv.avg_pool_grad: _avg_pool_grad, conv.batch_norm: _batch_norm,
 }
 """The MIL rule of each operator of these families that MIL can express."""
 

@@ -19,6 +19,7 @@ import numpy as np
 from anfir.dtypes import numpy_dtype
 from anfir.errors import ExportError
 from anfir.flat.statements import Op, known_rank_shape, static_dims
+from anfir.interop.export_common import flip_axes, squeeze_axes
 from anfir.ir.primitive import Primitive
 from anfir.primitives import indexing, shaping
 
@@ -101,10 +102,7 @@ def _pad(w: "OnnxWriter", op: Op) -> None:
 def _squeeze(w: "OnnxWriter", op: Op) -> None:
     """Squeeze (no axis: the axes of static length 1)."""
     out = op.results[0]
-    shape = _shape(w, op.args[0], "squeeze")
-    axis = op.attrs["axis"]
-    axes = [i for i, n in enumerate(shape) if n == 1] if axis is None else \
-        list(shaping.axes_of(axis, len(shape), "squeeze"))
+    axes, _ = squeeze_axes(w, op)
     w.node("Squeeze", [w.tensor(op.args[0], w.dtype(out)), w.ints(axes)], [out.name])
 
 
@@ -153,16 +151,15 @@ def _tile(w: "OnnxWriter", op: Op) -> None:
 
 
 def _flip(w: "OnnxWriter", op: Op) -> None:
-    """Slice with step -1 on the axes."""
+    """Slice with step -1 on the axes (none: Identity)."""
     out = op.results[0]
-    rank = len(_shape(w, op.args[0], "flip"))
-    axes = list(shaping.axes_of(op.attrs["axis"], rank, "flip"))
+    axes = flip_axes(w, op)
     x = w.tensor(op.args[0], w.dtype(out))
-    if not axes:
+    if axes:
+        steps = w.ints([-1] * len(axes))
+        w.node("Slice", [x, steps, w.ints([-INT_MAX] * len(axes)), w.ints(axes), steps], [out.name])
+    else:
         w.node("Identity", [x], [out.name])
-        return
-    w.node("Slice", [x, w.ints([-1] * len(axes)), w.ints([-INT_MAX] * len(axes)), w.ints(axes),
-                     w.ints([-1] * len(axes))], [out.name])
 
 
 def _roll_with(w: "OnnxWriter", op: Op, sign: int) -> None:

@@ -52,16 +52,20 @@ from anfir.dtypes import is_float, numpy_dtype
 from anfir.errors import ExportError, MissingDependencyError
 from anfir.flat.statements import (
     DIM, Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
-    OperandReader, dtype_of_type, known_rank_shape, operand_leaves, shape_items,
-    nest_by_structure, program_properties, same_static_shape, shape_of_type,
-    one_device_reasons, sum_to_axes, values_by_name,
+    OperandReader, dtype_of_type, operand_leaves, shape_items,
+    nest_by_structure, program_properties, shape_of_type,
+    one_device_reasons, values_by_name,
 )
 from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
+from anfir.interop.export_common import (
+    boolean, broadcast_like_needed, common_dtype, conv_geometry, conv_params_of, operand_shape,
+    operands_rule, result_dtype, rule_for, static_shape, sum_to_plan, zero_array,
+)
 from anfir.interop.onnx.export_shaping import SHAPING_RULES, UNSUPPORTED_SHAPING
 from anfir.ir.graph import FuncGraph
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
-from anfir.passes.decompose import decompose
+from anfir.passes.decompose import Declines, decompose
 from anfir.passes.pipeline import Source, compile_program
 from anfir.primitives import arith, complexes, conv, elementwise, gradient, nn, nn_kernels, reduce, structure, tensor
 
@@ -74,9 +78,10 @@ OPSET = 21
 EXTRA = "onnx"
 """The extra that installs what this module needs: ``pip install "anfir[onnx]"``."""
 
-NATIVE: frozenset[Primitive] = frozenset({nn.softmax, nn.log_softmax})
+NATIVE: frozenset[Primitive] = frozenset({nn.softmax, nn.log_softmax, conv.global_avg_pool,
+                                          conv.global_max_pool})
 """The composites of :data:`anfir.decompositions.DECOMPOSITIONS` ONNX writes as its own
-operators (Softmax, LogSoftmax); the others reach :data:`RULES` decomposed.  Not kept:
+operators (Softmax, LogSoftmax, GlobalAveragePool, GlobalMaxPool); the others reach :data:`RULES` decomposed.  Not kept:
 LayerNormalization (its statistics are computed in stash_type's f32 for an f64 model),
 Gelu and Softplus (the expansions compute what ``anfir.run`` computes in every dtype;
 ONNX Softplus overflows where anfir's does not)."""
@@ -117,12 +122,15 @@ def model_from_graph(graph: FuncGraph, metadata: Optional[dict[str, str]] = None
     ONNX does not keep (:data:`NATIVE`) are decomposed in ``graph`` first, in place
     (:func:`anfir.passes.decompose.decompose`: the graph computes the same values)."""
     onnx = require_onnx()
-    flat = flatten_program(decompose(graph, NATIVE))
+    declined: Declines = {}
+    flat = flatten_program(decompose(graph, NATIVE, declined))
     flags = {f"anfir.flag.{key}": value for key, value in sorted(graph.flags.items())
              if isinstance(value, str)}
     program_properties(flat, graph.name, None if graph.abstract is None else str(graph.abstract),
                        {**flags, **(metadata or {})})
-    return OnnxWriter(onnx, flat).model(graph.loc)
+    writer = OnnxWriter(onnx, flat)
+    writer.declined = declined
+    return writer.model(graph.loc)
 
 
 # -- running a model on anfir-style values ---------------------------------------------------
@@ -217,45 +225,31 @@ OnnxRule = Callable[["OnnxWriter", Op], None]
 
 def unary(op_type: str) -> OnnxRule:
     """``out = op_type(x)``, ``x`` converted to the result's dtype."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        w.node(op_type, [w.tensor(op.args[0], w.dtype(out))], [out.name])
-    rule.__doc__ = f"ONNX {op_type}"
-    return rule
+    return operands_rule(result_dtype, lambda w, op, xs: w.node(op_type, xs, [op.results[0].name]),
+                         f"ONNX {op_type}", 1)
 
 
 def binary(op_type: str) -> OnnxRule:
     """``out = op_type(x, y)``, both converted to the result's dtype (numpy's promotion)."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
-        w.node(op_type, [w.tensor(op.args[0], d), w.tensor(op.args[1], d)], [out.name])
-    rule.__doc__ = f"ONNX {op_type}"
-    return rule
+    return operands_rule(result_dtype, lambda w, op, xs: w.node(op_type, xs, [op.results[0].name]),
+                         f"ONNX {op_type}", 2)
 
 
 def compare(op_type: str, negate: bool = False) -> OnnxRule:
     """``out = op_type(x, y)`` on the two operands' common dtype (``negate``: then ``Not``)."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        d = w.common_dtype(op.args)
-        inputs = [w.tensor(op.args[0], d), w.tensor(op.args[1], d)]
+    def write(w: OnnxWriter, op: Op, xs: list[str]) -> None:
         out = op.results[0].name
         if negate:
-            tmp = w.temp(op_type.lower())
-            w.node(op_type, inputs, [tmp])
-            w.node("Not", [tmp], [out])
+            w.node("Not", [w.op(op_type, *xs[:2])], [out])
         else:
-            w.node(op_type, inputs, [out])
-    rule.__doc__ = f"ONNX {op_type}" + (" then Not" if negate else "")
-    return rule
+            w.node(op_type, xs[:2], [out])
+    return operands_rule(common_dtype, write, f"ONNX {op_type}" + (" then Not" if negate else ""), 2)
 
 
 def logical(op_type: str) -> OnnxRule:
     """``out = op_type(*args)`` on booleans."""
-    def rule(w: OnnxWriter, op: Op) -> None:
-        w.node(op_type, [w.tensor(a, "bool") for a in op.args], [op.results[0].name])
-    rule.__doc__ = f"ONNX {op_type}"
-    return rule
+    return operands_rule(boolean, lambda w, op, xs: w.node(op_type, xs, [op.results[0].name]),
+                         f"ONNX {op_type}")
 
 
 def _relu(w: OnnxWriter, op: Op) -> None:
@@ -409,67 +403,27 @@ def _dim(w: OnnxWriter, op: Op) -> None:
     w.node("Gather", [shape, w.const(np.array(axis, dtype=np.int64), "i64")], [out.name], axis=0)
 
 
-def _static_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[Any, ...]:
-    """An operand's shape from its type (the rank must be known)."""
-    return known_rank_shape(w.type_of(operand), what, w.loc)
-
-
-def _sum_to_rank(w: OnnxWriter, g: str, g_shape: tuple[Any, ...], x_shape: tuple[Any, ...],
-                 x_shape_tensor: str, out: str) -> None:
-    """``g`` summed over what broadcasting added to reach ``x``'s shape, reshaped to it."""
-    axes = sum_to_axes(g_shape, x_shape, w.loc)
-    if axes:
-        reduced = w.temp("summed")
-        w.node("ReduceSum", [g, w.const(np.array(axes, dtype=np.int64), "i64")], [reduced],
-               keepdims=1)
-        g = reduced
-    w.node("Reshape", [g, x_shape_tensor], [out])
-
-
 def _sum_to(w: OnnxWriter, op: Op) -> None:
-    """``sum_to(g, x)``: ``g`` summed over the broadcast axes, reshaped to ``x``'s shape."""
+    """``sum_to(g, x)``: ``g`` summed over the broadcast axes (kept), reshaped to ``x``'s shape."""
     out = op.results[0]
-    g_op, x_op = op.args
-    g = w.tensor(g_op, w.dtype(out))
-    g_shape = _static_shape(w, g_op, "sum_to")
-    x_shape = _static_shape(w, x_op, "sum_to")
-    if same_static_shape(g_shape, x_shape):
+    g = w.tensor(op.args[0], w.dtype(out))
+    axes = sum_to_plan(w, op)
+    if axes is None:
         w.node("Identity", [g], [out.name])
         return
-    shape = w.temp("shape")
-    w.node("Shape", [w.tensor(x_op)], [shape])
-    _sum_to_rank(w, g, g_shape, x_shape, shape, out.name)
+    if axes:
+        g = w.op("ReduceSum", g, w.ints(axes), keepdims=1)
+    w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
 
 
 def _broadcast_like(w: OnnxWriter, op: Op) -> None:
     """``broadcast_like(g, x)``: ``Expand(g, Shape(x))``."""
     out = op.results[0]
-    g_op, x_op = op.args
-    g = w.tensor(g_op, w.dtype(out))
-    if same_static_shape(_static_shape(w, g_op, "broadcast_like"), _static_shape(w, x_op, "broadcast_like")):
+    g = w.tensor(op.args[0], w.dtype(out))
+    if broadcast_like_needed(w, op):
+        w.node("Expand", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name])
+    else:
         w.node("Identity", [g], [out.name])
-        return
-    shape = w.temp("shape")
-    w.node("Shape", [w.tensor(x_op)], [shape])
-    w.node("Expand", [g, shape], [out.name])
-
-
-def _unreduce(w: OnnxWriter, op: Op) -> None:
-    """``unreduce(g, x, axis, keepdims)``: ``g`` with the reduced axes back (unless
-    kept), expanded to ``x``'s shape."""
-    out = op.results[0]
-    g_op, x_op, axis_op = op.args[:3]
-    keepdims = bool(w.static(op.args[3])) if len(op.args) > 3 else False
-    g = w.tensor(g_op, w.dtype(out))
-    x_shape = _static_shape(w, x_op, "unreduce")
-    axis = w.static(axis_op)
-    if not x_shape:
-        w.node("Identity", [g], [out.name])
-        return
-    if axis is not None and not keepdims:
-        axes = sorted(a % len(x_shape) for a in (axis if isinstance(axis, tuple) else (axis,)))
-        g = w.op("Unsqueeze", g, w.ints(axes))
-    w.node("Expand", [g, w.op("Shape", w.tensor(x_op))], [out.name])
 
 
 def _tangent_dot(w: OnnxWriter, op: Op) -> None:
@@ -652,52 +606,56 @@ def _int_safe(w: OnnxWriter, y: str, d: str) -> tuple[str, str]:
     return zero, w.op("Where", zero, w.const(1, d), y)
 
 
-def _floor_div(w: OnnxWriter, op: Op) -> None:
-    """numpy floor_divide: integers through Python's modulo, floats as numpy's divmod does."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if not is_float(d):
-        zero, safe = _int_safe(w, y, d)
-        quotient = w.op("Div", w.op("Sub", x, w.op("Mod", x, safe, fmod=0)), safe)
-        w.node("Where", [zero, w.const(0, d), quotient], [out.name])
-        return
+def _division(integers: Callable[[OnnxWriter, str, str], str],
+              floats: Callable[[OnnxWriter, str, str, str, str], None], doc: str) -> OnnxRule:
+    """A rule of the division family on both operands in the result's dtype: floats by
+    ``floats(w, x, y, d, out)``; integers by ``integers(w, x, safe_y)``, a division by 0
+    giving 0 (numpy's; ONNX leaves it undefined)."""
+    def rule(w: OnnxWriter, op: Op) -> None:
+        out = op.results[0]
+        d = w.dtype(out)
+        x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
+        if is_float(d):
+            floats(w, x, y, d, out.name)
+        else:
+            zero, safe = _int_safe(w, y, d)
+            w.node("Where", [zero, w.const(0, d), integers(w, x, safe)], [out.name])
+    rule.__doc__ = doc
+    return rule
+
+
+def _sign_fixed(w: OnnxWriter, m: str, y: str, d: str) -> str:
+    """Where fmod's remainder ``m`` is not 0 and its sign is not ``y``'s: where floor
+    division and numpy's mod differ from C's truncation."""
+    return w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
+                w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
+
+
+def _floor_div_floats(w: OnnxWriter, x: str, y: str, d: str, out: str) -> None:
+    """numpy's floor_divide of floats, as its divmod computes it (x / 0 where y is 0)."""
     m = w.op("Mod", x, y, fmod=1)
     div = w.op("Div", w.op("Sub", x, m), y)
-    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
-               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
-    div = w.op("Where", fix, w.op("Sub", div, w.const(1, d)), div)
+    div = w.op("Where", _sign_fixed(w, m, y, d), w.op("Sub", div, w.const(1, d)), div)
     floor = w.op("Floor", div)
     up = w.op("Greater", w.op("Sub", div, floor), w.const(0.5, d))
     result = w.op("Where", up, w.op("Add", floor, w.const(1, d)), floor)
-    w.node("Where", [w.op("Equal", y, w.const(0, d)), w.op("Div", x, y), result], [out.name])
+    w.node("Where", [w.op("Equal", y, w.const(0, d)), w.op("Div", x, y), result], [out])
 
 
-def _mod(w: OnnxWriter, op: Op) -> None:
-    """numpy mod (the sign of y): ONNX Mod for integers, fmod corrected for floats."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if not is_float(d):
-        zero, safe = _int_safe(w, y, d)
-        w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=0)], [out.name])
-        return
+def _mod_floats(w: OnnxWriter, x: str, y: str, d: str, out: str) -> None:
+    """numpy's mod of floats: fmod, plus y where the signs differ."""
     m = w.op("Mod", x, y, fmod=1)
-    fix = w.op("And", w.op("Not", w.op("Equal", m, w.const(0, d))),
-               w.op("Xor", w.op("Less", y, w.const(0, d)), w.op("Less", m, w.const(0, d))))
-    w.node("Where", [fix, w.op("Add", m, y), m], [out.name])
+    w.node("Where", [_sign_fixed(w, m, y, d), w.op("Add", m, y), m], [out])
 
 
-def _fmod(w: OnnxWriter, op: Op) -> None:
-    """C fmod (the sign of x): ONNX Mod with fmod=1 (integers by 0 give 0, as numpy)."""
-    out = op.results[0]
-    d = w.dtype(out)
-    x, y = w.tensor(op.args[0], d), w.tensor(op.args[1], d)
-    if is_float(d):
-        w.node("Mod", [x, y], [out.name], fmod=1)
-        return
-    zero, safe = _int_safe(w, y, d)
-    w.node("Where", [zero, w.const(0, d), w.op("Mod", x, safe, fmod=1)], [out.name])
+_floor_div = _division(lambda w, x, s: w.op("Div", w.op("Sub", x, w.op("Mod", x, s, fmod=0)), s),
+                       _floor_div_floats, "numpy floor_divide: integers through Python's modulo, "
+                       "floats as numpy's divmod does")
+_mod = _division(lambda w, x, s: w.op("Mod", x, s, fmod=0), _mod_floats,
+                 "numpy mod (the sign of y): ONNX Mod for integers, fmod corrected for floats")
+_fmod = _division(lambda w, x, s: w.op("Mod", x, s, fmod=1),
+                  lambda w, x, y, d, out: w.node("Mod", [x, y], [out], fmod=1),
+                  "C fmod (the sign of x): ONNX Mod with fmod=1 (integers by 0 give 0, as numpy)")
 
 
 def _predicate(op_type: str) -> OnnxRule:
@@ -713,10 +671,9 @@ def _predicate(op_type: str) -> OnnxRule:
 def _bitwise(op_type: str, logical_type: str) -> OnnxRule:
     """A bitwise op on integers, the logical one on bools."""
     def rule(w: OnnxWriter, op: Op) -> None:
-        out = op.results[0]
-        d = w.dtype(out)
+        d = w.dtype(op.results[0])
         w.node(logical_type if d == "bool" else op_type, [w.tensor(a, d) for a in op.args],
-               [out.name])
+               [op.results[0].name])
     rule.__doc__ = f"ONNX {op_type} ({logical_type} on bools)"
     return rule
 
@@ -752,7 +709,7 @@ def _arg_extreme(op_type: str) -> OnnxRule:
             w.node(op_type, [x], [out.name], axis=int(axis), keepdims=int(keep),
                    select_last_index=last)
             return
-        rank = len(_static_shape(w, op.args[0], op_type))
+        rank = len(operand_shape(w, op.args[0], op_type))
         index = w.op(op_type, w.op("Reshape", x, w.ints([-1])), axis=0, keepdims=0,
                      select_last_index=last)
         w.node("Reshape", [index, w.ints([1] * rank if keep else [])], [out.name])
@@ -764,10 +721,10 @@ def _cumsum(w: OnnxWriter, op: Op) -> None:
     """ONNX CumSum (its exclusive and reverse are numpy's); no axis: of the flattened x."""
     out = op.results[0]
     x = w.tensor(op.args[0], w.dtype(out))
-    axis = op.attrs.get("axis")
-    if axis is None:
-        x, axis = w.op("Reshape", x, w.ints([-1])), 0
-    w.node("CumSum", [x, w.const(np.array(int(axis), dtype=np.int64), "i64")], [out.name],
+    if op.attrs.get("axis") is None:
+        x = w.op("Reshape", x, w.ints([-1]))  # then axis 0
+    axis = w.const(np.array(int(op.attrs.get("axis") or 0), dtype=np.int64), "i64")
+    w.node("CumSum", [x, axis], [out.name],
            exclusive=int(bool(op.attrs.get("exclusive"))),
            reverse=int(bool(op.attrs.get("reverse"))))
 
@@ -780,13 +737,6 @@ def _all_any(reduce_type: str) -> OnnxRule:
         w.node("Cast", [reduced], [op.results[0].name], to=ONNX_TYPES["bool"])
     rule.__doc__ = f"{reduce_type} of the truth values"
     return rule
-
-
-def _reshape_like(w: OnnxWriter, op: Op) -> None:
-    """``g`` reshaped to ``x``'s shape."""
-    out = op.results[0]
-    g = w.tensor(op.args[0], w.dtype(out))
-    w.node("Reshape", [g, w.op("Shape", w.tensor(op.args[1]))], [out.name], allowzero=1)
 
 
 # -- neural-network operators -------------------------------------------------------------------
@@ -823,37 +773,12 @@ def _einsum_ones(w: OnnxWriter, op: Op) -> None:
         w.node("Identity", [w.const(1, d)], [out.name])
 
 # -- convolution, pooling, batch norm -------------------------------------------------------
-def _known_shape(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
-    """The shape of an operand, every dimension known (else an ExportError)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None or any(is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape):
-        raise ExportError(f"{what} needs a tensor of known shape", w.loc)
-    return tuple(int(d) for d in shape)
-
-
-def _geometry(w: OnnxWriter, operand: Operand, what: str) -> tuple[int, ...]:
-    """The shape of an (N, C, spatial...) tensor for the convolution helpers: every
-    dimension known but the batch, which may be symbolic (it counts as 1 there: the
-    nodes written never name it)."""
-    shape = shape_of_type(w.type_of(operand))
-    if shape is None or not shape or any(
-            is_unknown_dim(d) or not isinstance(d, (int, np.integer)) for d in shape[1:]):
-        raise ExportError(f"{what} needs a tensor of known channels and spatial sizes", w.loc)
-    batch = shape[0] if isinstance(shape[0], (int, np.integer)) else 1
-    return (int(batch), *(int(d) for d in shape[1:]))
-
-
 def _rank(w: OnnxWriter, operand: Operand, what: str) -> int:
     """The rank of a tensor operand (its dimensions may be symbolic)."""
     shape = shape_of_type(w.type_of(operand))
     if shape is None:
         raise ExportError(f"{what} needs tensors of known rank", w.loc)
     return len(shape)
-
-
-def _shaped(shape: Sequence[int]) -> np.ndarray:
-    """A zero-memory array of ``shape`` (for the op library's geometry helpers)."""
-    return np.broadcast_to(np.zeros((), np.bool_), tuple(shape))
 
 
 def _conv_attrs(w: OnnxWriter, op: Op, n: int) -> dict[str, Any]:
@@ -915,13 +840,10 @@ def _conv_input_grad(w: OnnxWriter, op: Op) -> None:
     """ConvTranspose of dout, its output_padding chosen so the result has x's shape."""
     out = op.results[0]
     d = w.dtype(out)
-    dout_shape = _geometry(w, op.args[0], "conv's input gradient")
-    w_shape = _known_shape(w, op.args[1], "conv's input gradient")
-    x_shape = _geometry(w, op.args[2], "conv's input gradient")
-    a = op.attrs
-    n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
-                                         a.get("padding", 0), a.get("dilation", 1),
-                                         a.get("groups", 1), "conv")
+    dout_shape = conv_geometry(w, op.args[0], "conv's input gradient", "ONNX")
+    w_shape = static_shape(w, op.args[1], "conv's input gradient", "ONNX")
+    x_shape = conv_geometry(w, op.args[2], "conv's input gradient", "ONNX")
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[2], op.args[1], "ONNX")
     extra = [i - ((o - 1) * s - pads[k] - pads[n + k] + dl * (kk - 1) + 1)
              for k, (i, o, s, dl, kk) in enumerate(zip(x_shape[2:], dout_shape[2:], st, dil,
                                                         w_shape[2:]))]
@@ -979,21 +901,6 @@ def _batch_norm(w: OnnxWriter, op: Op) -> None:
            epsilon=float(op.attrs.get("eps", 1e-5)))
 
 
-def _channel_sum(w: OnnxWriter, op: Op) -> None:
-    """ReduceSum over every axis but 1."""
-    out = op.results[0]
-    rank = _rank(w, op.args[0], "channel_sum")
-    w.reduce("ReduceSum", w.tensor(op.args[0], w.dtype(out)), (0, *range(2, rank)), False, out.name)
-
-
-def _channel_spread(w: OnnxWriter, op: Op) -> None:
-    """Reshape the vector to (C, 1...) and Expand it to the other operand's shape."""
-    out = op.results[0]
-    rank = _rank(w, op.args[1], "channel_spread")
-    column = w.op("Reshape", w.tensor(op.args[0], w.dtype(out)), w.ints([-1] + [1] * (rank - 2)))
-    w.node("Expand", [column, w.op("Shape", w.tensor(op.args[1]))], [out.name])
-
-
 def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
     """A Conv with the roles swapped: the batch axis is the contraction, so x with N and C
     exchanged is convolved by dout (likewise) with stride and dilation exchanged
@@ -1002,13 +909,10 @@ def _conv_weight_grad(w: OnnxWriter, op: Op) -> None:
     whose input channels are (group, batch)."""
     out = op.results[0]
     d = w.dtype(out)
-    x_shape = _geometry(w, op.args[0], "conv's weight gradient")
-    dout_shape = _geometry(w, op.args[1], "conv's weight gradient")
-    w_shape = _known_shape(w, op.args[2], "conv's weight gradient")
-    a = op.attrs
-    n, st, pads, dil, g = conv.conv_params(_shaped(x_shape), _shaped(w_shape), a.get("stride", 1),
-                                         a.get("padding", 0), a.get("dilation", 1),
-                                         a.get("groups", 1), "conv")
+    x_shape = conv_geometry(w, op.args[0], "conv's weight gradient", "ONNX")
+    dout_shape = conv_geometry(w, op.args[1], "conv's weight gradient", "ONNX")
+    w_shape = static_shape(w, op.args[2], "conv's weight gradient", "ONNX")
+    n, st, pads, dil, g = conv_params_of(w, op, op.args[0], op.args[2], "ONNX")
     spatial = list(range(2, 2 + n))
     x = w.tensor(op.args[0], d)
     if g == 1:
@@ -1067,11 +971,11 @@ def _avg_pool_grad(w: OnnxWriter, op: Op) -> None:
     end to x's size (the cells no window reads)."""
     out = op.results[0]
     d = w.dtype(out)
-    x_shape = _geometry(w, op.args[1], "average pooling's gradient")
+    x_shape = conv_geometry(w, op.args[1], "average pooling's gradient", "ONNX")
     a = op.attrs
     kernel, stride, padding, ceil = a.get("kernel"), a.get("stride"), a.get("padding", 0), \
         a.get("ceil_mode", False)
-    shaped = _shaped(x_shape)
+    shaped = zero_array(x_shape)
     n, k, st, pads, _, sizes = conv.pool_params(shaped, kernel, stride, padding, 1, ceil, "avg_pool")
     include = bool(a.get("count_include_pad", True))
     given = [int(p) for p in conv.padding_attr(padding, n, "avg_pool", strings=False) or ()]
@@ -1100,8 +1004,7 @@ def _conv_family_rules() -> dict[Primitive, OnnxRule]:
             conv.max_pool_select: _max_pool_select, conv.avg_pool: _avg_pool,
             conv.avg_pool_grad: _avg_pool_grad,
             conv.global_avg_pool: _global_pool("GlobalAveragePool"),
-            conv.global_max_pool: _global_pool("GlobalMaxPool"), conv.batch_norm: _batch_norm,
-            conv.channel_sum: _channel_sum, conv.channel_spread: _channel_spread}
+            conv.global_max_pool: _global_pool("GlobalMaxPool"), conv.batch_norm: _batch_norm}
 
 
 RULES: dict[Primitive, OnnxRule] = {
@@ -1149,11 +1052,9 @@ RULES: dict[Primitive, OnnxRule] = {
     gradient.gadd: binary("Add"),
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
-    gradient.unreduce: _unreduce,
     gradient.size: _size,
     gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
-    gradient.reshape_like: _reshape_like,
     elementwise.erf: _float_unary(_erf),
     elementwise.expm1: _float_unary(_expm1),
     elementwise.log1p: _float_unary(_log1p),
@@ -1249,6 +1150,8 @@ class OnnxWriter(OperandReader):
         self.graph = _Graph(program.name)
         self.loc: Optional[Location] = None
         """The location of the op being written (nodes get it as their doc string)."""
+        self.declined: Declines = {}
+        """Why the decomposition pass left composite calls (for the error that names one)."""
         for name, code in ONNX_TYPES.items():
             assert getattr(onnx.TensorProto, _PROTO_NAMES[name]) == code, name
 
@@ -1294,12 +1197,7 @@ class OnnxWriter(OperandReader):
             self.graph = task.graph
             self.loc = statement.loc
             if isinstance(statement, Op):
-                rule = RULES.get(statement.prim)
-                if rule is None:
-                    reason = UNSUPPORTED.get(statement.prim, "no ONNX rule is registered for it")
-                    raise ExportError(f"the primitive {statement.prim.name} cannot be exported to "
-                                      f"ONNX: {reason}", statement.loc)
-                rule(self, statement)
+                rule_for(RULES, UNSUPPORTED, statement, "ONNX", "ONNX", self.declined)(self, statement)
             elif isinstance(statement, IfOp):
                 self._if(statement, task.graph, stack)
             else:
