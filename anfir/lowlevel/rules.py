@@ -86,7 +86,7 @@ def _scatter_rows(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> 
     the output itself (``@inout``: a loop filling row ``i`` of a stacked output, so
     nothing of the size of the whole buffer is copied or allocated per iteration), else
     after copying it into the output.  The indices are checked on every call as the
-    evaluation checks them (``indexing._nd_index``: its bounds and negative indices)."""
+    evaluation checks them (``indexing.nd_index``: its bounds and negative indices)."""
     if statics or len(args) != 3 or not all(isinstance(a, np.ndarray) for a in args):
         return None
     data, index, updates = args
@@ -99,7 +99,7 @@ def _scatter_rows(out: np.ndarray, args: list[Any], statics: dict[str, Any]) -> 
     def kernel() -> None:
         if not same:
             np.copyto(out, data)
-        out[indexing._nd_index(out, index, "scatter_nd")] = updates
+        out[indexing.nd_index(out, index, "scatter_nd")] = updates
 
     return kernel
 

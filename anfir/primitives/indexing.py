@@ -165,7 +165,9 @@ def _infer_scatter(name: str) -> Any:
 
 
 # -- gather_nd / scatter_nd -------------------------------------------------------------------
-def _nd_index(x: np.ndarray, indices: Any, what: str) -> tuple[np.ndarray, ...]:
+def nd_index(x: np.ndarray, indices: Any, what: str) -> tuple[np.ndarray, ...]:
+    """numpy's index tuple for ``gather_nd``/``scatter_nd`` indices into ``x`` (their last
+    axis indexes ``x``'s leading axes), checked: rank and bounds, ``what`` names the op."""
     index = _indices(indices, what)
     if index.ndim == 0 or index.shape[-1] > x.ndim:
         raise ShapeError(f"{what}: indices of shape {list(index.shape)} for a tensor of rank {x.ndim} "
@@ -176,7 +178,7 @@ def _nd_index(x: np.ndarray, indices: Any, what: str) -> tuple[np.ndarray, ...]:
 def _gather_nd(x: Any, indices: Any) -> Any:
     """ONNX GatherND (batch_dims 0): x[tuple(indices[..., i])]."""
     array = _arr(x, "gather_nd")
-    return _out(array[_nd_index(array, indices, "gather_nd")])
+    return _out(array[nd_index(array, indices, "gather_nd")])
 
 
 def _infer_gather_nd(x: AbstractValue, indices: AbstractValue) -> AbstractValue:
@@ -198,7 +200,7 @@ def _gather_nd_grad(dout: Any, x: Any, indices: Any) -> Any:
     """Zeros of x's shape with dout added at the gathered places (the gradient of gather_nd)."""
     g = _arr(dout, "gather_nd_grad")
     acc = np.zeros(np.shape(x), g.dtype)
-    np.add.at(acc, _nd_index(acc, indices, "gather_nd_grad"), g)
+    np.add.at(acc, nd_index(acc, indices, "gather_nd_grad"), g)
     return _out(acc)
 
 
@@ -206,7 +208,7 @@ def _scatter_nd(x: Any, indices: Any, updates: Any) -> Any:
     """ONNX ScatterND (no reduction): x with the indexed places replaced by updates."""
     array = _arr(x, "scatter_nd")
     out = np.array(array, copy=True)
-    where = _nd_index(out, indices, "scatter_nd")
+    where = nd_index(out, indices, "scatter_nd")
     upd = _arr(updates, "scatter_nd")
     want = where[0].shape + out.shape[len(where):]
     if upd.shape != want:
