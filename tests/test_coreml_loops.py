@@ -50,6 +50,8 @@ def g_rnn(W, U, xs) = grad(rnn_loss, 0, 1, 2)(W, U, xs)
 
 def newton(a) = fori_loop(0, 8, lambda (i, x) 0.5 * (x + a / x) end, a)
 def g_newton(a) = grad(newton)(a)
+def gg_newton(a) = grad(g_newton)(a)
+def gg_cumsum(xs) = grad(lambda (v) sum(g_cumsum(v) * g_cumsum(v)) end)(xs)
 
 def halving(x, n) =
   let loop = lambda (i, acc) if i < n then loop(i + 1, acc * 0.5 + x * x) else acc end in
@@ -124,7 +126,8 @@ def assert_runs_equal(program: Any, compiled: Any, args: tuple) -> None:
 @pytest.mark.parametrize("entry,args", [
     ("g_cumsum", (VEC,)), ("g_newton", (2.0,)),
     ("g_rnn", (W, U, RNG.randn(4, 2))),
-], ids=["cumsum", "newton", "rnn"])
+    ("gg_newton", (2.0,)), ("gg_cumsum", (VEC,)),
+], ids=["cumsum", "newton", "rnn", "newton-order-2", "cumsum-order-2"])
 def test_the_gradient_of_a_loop_exports_loads_and_computes_what_anfir_does(
         entry: str, args: tuple, tmp_path: Path) -> None:
     program = anfir.export_coreml(PROGRAM, entry=entry, args=list(args))

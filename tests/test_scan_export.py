@@ -37,6 +37,10 @@ def rev_loss(xs, ws) =
   r[0] + sum(r[1])
 def g_rev(xs, ws) = grad(rev_loss, 0, 1)(xs, ws)
 
+def gg_halving(x) = grad(grad(halving))(x)
+def gg_cumsum(xs) = grad(lambda (v) sum(g_cumsum(v) * g_cumsum(v)) end)(xs)
+def gg_rnn(W, U, xs) = grad(lambda (w) sum(grad(rnn_loss)(w, U, xs)) end)(W)
+
 def naive_softplus(x) = log(1.0 + exp(x))
 def sp_fwd(x) = (log1p(exp(-abs(x))) + maximum(x, 0.0), x)
 def sp_bwd(x, dout) = (dout * sigmoid(x),)
@@ -210,3 +214,50 @@ def test_core_ml_writes_a_counted_loop_gradient_as_while_loops() -> None:
     pytest.importorskip("coremltools")
     program = anfir.export_coreml(MOD, entry="g_halving", args=[0.8])
     assert str(program).count("while_loop(") >= 2
+
+
+def _jax_second_orders() -> dict[str, Any]:
+    jnp, lax = jax.numpy, jax.lax
+
+    def halving(x: Any) -> Any:
+        return lax.fori_loop(0, 7, lambda i, acc: acc * 0.5 + x * x, x)
+
+    def cumsum_loss(xs: Any) -> Any:
+        c, ys = lax.scan(lambda c, x: (c + x * c + x, c * x), 1.0, xs)
+        return c + jnp.sum(ys * ys)
+
+    def rnn_loss(w: Any, u: Any, xs: Any) -> Any:
+        def step(h: Any, x: Any) -> Any:
+            h2 = jnp.tanh(w @ h + u @ x)
+            return h2, jnp.sum(h2 * h2)
+        h, ys = lax.scan(step, jnp.zeros(3), xs)
+        return jnp.sum(ys) + jnp.sum(h)
+
+    g_cumsum = jax.grad(cumsum_loss)
+    return {
+        "gg_halving": jax.grad(jax.grad(halving))(0.8),
+        "gg_cumsum": jax.grad(lambda v: jnp.sum(g_cumsum(v) * g_cumsum(v)))(VEC),
+        "gg_rnn": jax.grad(lambda w: jnp.sum(jax.grad(rnn_loss)(w, U, XS)))(W),
+    }
+
+
+SECOND_ORDER = [("gg_halving", (0.8,)), ("gg_cumsum", (VEC,)), ("gg_rnn", (W, U, XS))]
+
+
+@pytest.mark.parametrize("entry,args", SECOND_ORDER, ids=[c[0] for c in SECOND_ORDER])
+def test_second_order_loop_gradients_export_equal_to_jax(entry: str, args: tuple) -> None:
+    # The backward scan of a first-order gradient calls the J-transformed body as a
+    # constant (autodiff/loops.bake_closed_body), so differentiating it again carries
+    # tensors only: the second-order gradient is first-order data that ONNX writes.
+    want = np.asarray(_jax_second_orders()[entry], dtype=np.float64)
+    np.testing.assert_allclose(leaves(anfir.run(MOD[entry], *args))[0], want, rtol=1e-12)
+    model = onnx_model(entry, args)
+    assert _op_types(model.graph).count("Loop") >= 2
+    feed = {i.name: np.asarray(a, dtype=np.float64) for i, a in zip(model.graph.input, args)}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for name, got in (("onnxruntime", session.run(None, feed)),
+                      ("reference", ReferenceEvaluator(model).run(None, feed))):
+        np.testing.assert_allclose(np.asarray(got[0], dtype=np.float64).reshape(want.shape), want,
+                                   rtol=1e-10, atol=1e-12, err_msg=f"{entry} {name}")
+    compiled = anfir.compile(MOD, entry=entry, args=list(args))
+    np.testing.assert_allclose(np.asarray(jax.jit(anfir.to_jax(compiled))(*args)), want, rtol=1e-10)

@@ -56,7 +56,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager, manage
 from anfir.ir.nodes import CNode, Node, ParameterNode, ValueNode
 from anfir.autodiff.gradgraphs import grad_graph_for_types
-from anfir.autodiff.loops import J_WORLD, closed_body
+from anfir.autodiff.loops import J_WORLD, bake_closed_body, closed_body
 from anfir.autodiff.partials import (bound_gradient, bound_key, is_generic, j_partial_maker,
                                      note_j_of_maker)
 from anfir.autodiff.primitive_j import has_rule, instantiate_bprop, j_primitive_value
@@ -386,6 +386,8 @@ class _ScopeTransform:
                 # A structured loop: called through its J-world graph (autodiff/loops.py).
                 closed = closed_body(prim, node.inputs[1:], self.manager)
                 world = J_WORLD[prim](node.attrs, len(args), closed, node.inputs[1:])
+                if closed:
+                    bake_closed_body(world, prim, args)
                 t = CNode(fwd, [ValueNode(world, callee.loc),
                                 *args], loc)
                 self._name_uses(t, names)

@@ -208,6 +208,32 @@ def closed_body(prim: Primitive, args: Sequence[Node], manager: Manager) -> bool
             and not manager.free_variables_total(body.value))
 
 
+def bake_closed_body(world: FuncGraph, prim: Primitive, args: Sequence[Node]) -> None:
+    """Put the J-transformed body of a closed loop into its J-world graph as a constant.
+
+    ``▸scan``'s backward scan calls the J-transformed body ``f`` from a lambda; with
+    ``f`` a parameter of ``▸scan`` that lambda captures it, so differentiating the
+    gradient again (second order) would meet a loop body with a capture and carry
+    its gradient environment through the backward loop — data no exporter writes.
+    When the body is a graph capturing nothing (``closed``), its J-transform is a
+    graph constant too (``args[index]``): every use of the parameter becomes that
+    constant, and the loops inside ``▸scan`` capture nothing either."""
+    index = BODY_INDEX.get(prim)
+    if index is None or index >= len(args):
+        return
+    body = args[index]
+    if not (isinstance(body, ValueNode) and isinstance(body.value, FuncGraph)):
+        return
+    # A manager of the copy's own for the rewrite, released after (the ad phase's
+    # manager adopts the graph where the J transform calls it).
+    owned = world.manager is None
+    manager = manage(world)
+    manager.replace(world.parameters[index], ValueNode(body.value, body.loc, body.name))
+    if owned:
+        for graph in list(manager.graphs):
+            graph.manager = None
+
+
 J_WORLD: dict[Primitive, Callable[[Attrs, int, bool, Sequence[Node]], FuncGraph]] = {
     loops.scan: j_scan,
     loops.fori_loop: j_fori_loop,
@@ -217,4 +243,4 @@ J_WORLD: dict[Primitive, Callable[[Attrs, int, bool, Sequence[Node]], FuncGraph]
 """The J-world graph of each primitive that calls its function arguments, keyed by the
 object; the J transform calls it instead of copying the call (see the module doc)."""
 
-__all__ = ["J_WORLD", "j_fori_loop", "j_scan"]
+__all__ = ["J_WORLD", "bake_closed_body", "j_fori_loop", "j_scan"]
