@@ -209,7 +209,7 @@ SAMPLES.update({  # the convolution family (anfir/primitives/conv.py)
     PRIMITIVES["channel_spread"]: [(_R.standard_normal(4), X4)],
 })
 
-# The shape and indexing operators (anfir/interop/onnx/export_shaping.py).
+# The shape and indexing operators (anfir/interop/onnx/export_rules/shaping.py and indexing.py).
 IX = np.array([[1, -1], [0, 2]])
 SAMPLES.update({
     PRIMITIVES["concat"]: [((X, Y), A(axis=0)), ((X, M24 @ np.ones((4, 3))), A(axis=-2)), ((V3, V3, V3),)],

@@ -271,6 +271,7 @@ def test_hard_dependencies_are_imported_at_module_level() -> None:
 ROOMS: dict[str, str] = {
     "anfir.interop.onnx": "the ONNX importer, its rules by family, the Backend",
     "anfir.interop.onnx.import_rules": "ONNX import rules, one module per primitive family",
+    "anfir.interop.onnx.export_rules": "ONNX export rules, one module per primitive family",
     "anfir.interop.torch": "the torch.export importer",
     "anfir.interop.torch.rules": "torch.export rules, one module per primitive family",
     "anfir.interop.mindir": "MindSpore's .mindir format",
@@ -278,7 +279,8 @@ ROOMS: dict[str, str] = {
 }
 """The packages of ``anfir/interop`` and what each holds."""
 
-RULE_ROOMS = {"anfir.interop.onnx.import_rules": {"control"}, "anfir.interop.torch.rules": set()}
+RULE_ROOMS = {"anfir.interop.onnx.import_rules": {"control"}, "anfir.interop.torch.rules": set(),
+              "anfir.interop.onnx.export_rules": set()}
 """Rule packages whose modules are named after ``anfir/primitives/`` modules (plus the
 named extras; ``control`` holds ONNX's If/Loop/Scan, built on ``structure.switch``)."""
 

@@ -31,7 +31,10 @@ PLACES = 8
 a copy (as the duplicate finder the issue names counts it)."""
 
 BACK_ENDS: dict[str, tuple[str, ...]] = {
-    "onnx": ("interop/onnx/exporter.py", "interop/onnx/export_shaping.py"),
+    "onnx": ("interop/onnx/exporter.py",
+             *(f"interop/onnx/export_rules/{family}.py"
+               for family in ("common", "arith", "elementwise", "tensor", "reduce", "shaping", "indexing",
+                              "nn", "conv", "structure", "gradient"))),
     "coreml": ("interop/coreml/exporter.py", "interop/coreml/nn.py"),
     "jax": ("backends/tojax/rules.py", "backends/tojax/shaping_rules.py",
             "backends/tojax/conv_rules.py", "backends/tojax/loop_rules.py",
