@@ -35,7 +35,10 @@ BACK_ENDS: dict[str, tuple[str, ...]] = {
              *(f"interop/onnx/export_rules/{family}.py"
                for family in ("common", "arith", "elementwise", "tensor", "reduce", "shaping", "indexing",
                               "nn", "conv", "structure", "gradient"))),
-    "coreml": ("interop/coreml/exporter.py", "interop/coreml/nn.py"),
+    "coreml": ("interop/coreml/exporter.py",
+               *(f"interop/coreml/export_rules/{family}.py"
+                 for family in ("common", "arith", "elementwise", "tensor", "reduce", "shaping", "indexing",
+                                "nn", "conv", "structure", "gradient"))),
     "jax": ("backends/tojax/rules.py", "backends/tojax/shaping_rules.py",
             "backends/tojax/conv_rules.py", "backends/tojax/loop_rules.py",
             "backends/tojax/batching_rules.py", "backends/tojax/collective_rules.py"),

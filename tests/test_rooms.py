@@ -1,5 +1,5 @@
-"""The rule rooms (issue 23): the ONNX import, ONNX export and torch.export rules, one module per
-primitive family, assembled into one table each — in a fixed order, refusing a
+"""The rule rooms (issue 23): the ONNX import, ONNX and Core ML export and torch.export rules,
+one module per primitive family, assembled into one table each — in a fixed order, refusing a
 second rule for one op, so the table is the same whatever is imported first."""
 
 from __future__ import annotations
@@ -87,22 +87,24 @@ def test_tables_do_not_depend_on_which_family_is_imported_first() -> None:
     assert outputs[0] == outputs[1] and outputs[0].count("\n") == 2
 
 
-# -- the ONNX export rooms: one module per primitive family, merged into exporter.RULES ----------
+# -- the export rooms (ONNX, Core ML): one module per primitive family, merged into exporter.RULES --
 def test_onnx_export_families_merge_and_refuse_a_second_rule_for_one_primitive() -> None:
-    from anfir.interop.onnx import export_rules
+    from anfir.interop.export_common import merge_family_tables
     from anfir.primitives import arith
     first, second = {arith.add: _rule_a}, {arith.sub: _rule_b}
-    assert export_rules.merged((first, second), "rules") == {arith.add: _rule_a, arith.sub: _rule_b}
+    assert merge_family_tables((first, second), "X rules") == {arith.add: _rule_a, arith.sub: _rule_b}
     with pytest.raises(AnfirError, match="two ONNX export rules for the primitive add"):
-        export_rules.merged((first, {arith.add: _rule_b}), "rules")
+        merge_family_tables((first, {arith.add: _rule_b}), "ONNX export rules")
 
 
-def test_onnx_export_table_is_every_familys_rules_each_in_its_primitives_module() -> None:
+@pytest.mark.parametrize("room", ["onnx", "coreml"])
+def test_export_table_is_every_familys_rules_each_in_its_primitives_module(room: str) -> None:
     import importlib
     from anfir.flat.statements import DIM
-    from anfir.interop.onnx import export_rules, exporter
-    # The writer's table is the families' merged table (the same object, nothing added elsewhere).
-    assert exporter.RULES is export_rules.RULES
+    export_rules = importlib.import_module(f"anfir.interop.{room}.export_rules")
+    exporter = importlib.import_module(f"anfir.interop.{room}.exporter")
+    # The writer's tables are the families' merged tables (the same objects, nothing added elsewhere).
+    assert exporter.RULES is export_rules.RULES and exporter.UNSUPPORTED is export_rules.UNSUPPORTED
     assert sum(len(family) for family in export_rules.FAMILIES) == len(exporter.RULES) >= 120
     for module in export_rules.MODULES:
         family = module.__name__.rpartition(".")[2]
@@ -119,21 +121,22 @@ def test_onnx_export_table_is_every_familys_rules_each_in_its_primitives_module(
 
 _EXPORT_FINGERPRINT = """
 import importlib, sys
-for name in sys.argv[1:]:
+for name in sys.argv[2:]:
     importlib.import_module(name)
-from anfir.interop.onnx.exporter import RULES, UNSUPPORTED
-print(sorted((p.name, r.__module__, getattr(r, '__qualname__', '')) for p, r in RULES.items()))
-print(sorted((p.name, reason) for p, reason in UNSUPPORTED.items()))
+exporter = importlib.import_module(f"anfir.interop.{sys.argv[1]}.exporter")
+print(sorted((p.name, r.__module__, getattr(r, '__qualname__', '')) for p, r in exporter.RULES.items()))
+print(sorted((p.name, reason) for p, reason in exporter.UNSUPPORTED.items()))
 """
 
 
-def test_onnx_export_table_does_not_depend_on_which_family_is_imported_first() -> None:
+@pytest.mark.parametrize("room", ["onnx", "coreml"])
+def test_export_table_does_not_depend_on_which_family_is_imported_first(room: str) -> None:
     families = ["arith", "elementwise", "tensor", "reduce", "shaping", "indexing", "nn", "conv", "structure",
                 "gradient"]
-    mods = [f"anfir.interop.onnx.export_rules.{f}" for f in families]
+    mods = [f"anfir.interop.{room}.export_rules.{f}" for f in families]
     outputs = []
-    for order in (mods, list(reversed(mods)), ["anfir.interop.onnx.exporter"]):
-        done = subprocess.run([sys.executable, "-c", _EXPORT_FINGERPRINT, *order], cwd=ROOT, check=True,
+    for order in (mods, list(reversed(mods)), [f"anfir.interop.{room}.exporter"]):
+        done = subprocess.run([sys.executable, "-c", _EXPORT_FINGERPRINT, room, *order], cwd=ROOT, check=True,
                               capture_output=True, text=True, timeout=300)
         outputs.append(done.stdout)
     assert outputs[0] == outputs[1] == outputs[2] and outputs[0].count("\n") == 2

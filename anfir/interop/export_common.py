@@ -167,7 +167,24 @@ def conv_params_of(w: TypeReader, op: Op, x: Operand, weight: Operand, target: s
                             a.get("groups", 1), "conv")
 
 
+_Entry = TypeVar("_Entry")
+
+
+def merge_family_tables(tables: Sequence[Mapping[Primitive, _Entry]], what: str) -> dict[Primitive, _Entry]:
+    """An exporter's families' tables (one module per family of ``anfir/primitives/``) as one,
+    in the given fixed order; a primitive in two of them is an error (``what`` names the
+    tables), so the merged table does not depend on that order."""
+    table: dict[Primitive, _Entry] = {}
+    for family in tables:
+        for prim, entry in family.items():
+            if prim in table:
+                raise ExportError(f"two {what} for the primitive {prim.name}")
+            table[prim] = entry
+    return table
+
+
 __all__ = ["TypeReader", "rule_for", "OpRule", "result_dtype", "common_dtype", "boolean",
            "operands_rule", "operand_shape", "sum_to_plan", "broadcast_like_needed",
            "squeeze_axes", "flip_axes",
-           "static_shape", "conv_geometry", "zero_array", "ConvParams", "conv_params_of"]
+           "static_shape", "conv_geometry", "zero_array", "ConvParams", "conv_params_of",
+           "merge_family_tables"]

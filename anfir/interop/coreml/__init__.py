@@ -1,2 +1,2 @@
-"""Core ML: the MIL writer (:mod:`~anfir.interop.coreml.exporter`) and the rules of the
-op library's nn, shaping, indexing and conv families (:mod:`~anfir.interop.coreml.nn`)."""
+"""Core ML: the MIL writer (:mod:`~anfir.interop.coreml.exporter`) and its rules, one module
+per family of the op library (:mod:`~anfir.interop.coreml.export_rules`)."""

@@ -54,11 +54,11 @@ from anfir.flat.statements import (
     Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Operand, Undefined, Value,
     OperandReader, dtype_of_type, shape_items,
     nest_by_structure, program_properties, shape_of_type,
-    one_device_reasons, values_by_name,
+    values_by_name,
 )
 from anfir.flat.flatten import UNKNOWN_DIM, flatten_program, sanitize
 from anfir.interop.export_common import rule_for
-from anfir.interop.onnx.dtype_table import ONNX_TYPES
+from anfir.interop.onnx.onnx_types import ONNX_TYPES
 from anfir.interop.onnx.export_rules import RULES as FAMILY_RULES, UNSUPPORTED as FAMILY_UNSUPPORTED
 from anfir.interop.onnx.export_rules.common import OnnxRule, binary, compare, logical, unary, with_dtype
 from anfir.ir.graph import FuncGraph
@@ -66,7 +66,7 @@ from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.decompose import Declines, decompose
 from anfir.passes.pipeline import Source, compile_program
-from anfir.primitives import complexes, conv, nn, structure, tensor
+from anfir.primitives import conv, nn, structure, tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -211,13 +211,7 @@ RULES: dict[Primitive, OnnxRule] = FAMILY_RULES
 A primitive the walker takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.flat.flatten.WALKER_ONLY`)."""
 
-UNSUPPORTED: dict[Primitive, str] = {
-    **one_device_reasons("ONNX"),
-    **FAMILY_UNSUPPORTED,
-    **{prim: "ONNX has no complex element types in its operators (complex64/128 are "
-             "storage types only: no Real, Imag or Complex operator)"
-       for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
-}
+UNSUPPORTED: dict[Primitive, str] = FAMILY_UNSUPPORTED
 """Primitives that cannot be exported, with the reason (the walker's error names it)."""
 
 

@@ -13,7 +13,7 @@ from anfir.abstract.values import AbstractValue, AScalar, AString, ATensor
 from anfir.errors import ExportError
 from anfir.flat.statements import Op, Operand, known_rank_shape, shape_of_type
 from anfir.interop.export_common import boolean, common_dtype, operands_rule, result_dtype
-from anfir.interop.onnx.dtype_table import FLOAT8, ONNX_TYPES
+from anfir.interop.onnx.onnx_types import FLOAT8, ONNX_TYPES
 
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.interop.onnx.exporter import OnnxWriter
@@ -104,5 +104,5 @@ def with_dtype(t: AbstractValue, dtype: str) -> AbstractValue:
     return AScalar(dtype)
 
 
-__all__ = ["OnnxRule", "binary", "cast_rule", "compare", "filled_like", "known_shape", "logical", "rank_of", "reduction",
-           "unary", "with_dtype"]
+__all__ = ["OnnxRule", "binary", "cast_rule", "compare", "filled_like", "known_shape", "logical", "rank_of",
+           "reduction", "unary", "with_dtype"]

@@ -1,4 +1,5 @@
-"""The ONNX export rules of the operators of :mod:`anfir.primitives.conv`: convolution, pooling, batch norm and
+"""The ONNX export rules of the operators of :mod:`anfir.primitives.conv`: convolution, pooling,
+batch norm and
 their gradients.
 
 See :mod:`anfir.interop.onnx.export_rules` for how the table is assembled.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from anfir.dtypes import is_float
 from anfir.flat.statements import Op
-from anfir.interop.onnx.dtype_table import ONNX_TYPES
+from anfir.interop.onnx.onnx_types import ONNX_TYPES
 from anfir.interop.onnx.export_rules.common import OnnxRule, logical, unary
 from anfir.ir.primitive import Primitive
 from anfir.primitives import elementwise

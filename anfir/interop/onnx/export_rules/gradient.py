@@ -1,4 +1,5 @@
-"""The ONNX export rules of the gradient helpers of :mod:`anfir.primitives.gradient` (gadd, sum_to, broadcast_like,
+"""The ONNX export rules of the gradient helpers of :mod:`anfir.primitives.gradient` (gadd, sum_to,
+broadcast_like,
 size, cast_like, tangent_dot).
 
 See :mod:`anfir.interop.onnx.export_rules` for how the table is assembled.

@@ -1,4 +1,5 @@
-"""The ONNX export rules of the neural-network operators of :mod:`anfir.primitives.nn` (softmax, log_softmax, einsum).
+"""The ONNX export rules of the neural-network operators of :mod:`anfir.primitives.nn` (softmax,
+log_softmax, einsum).
 
 See :mod:`anfir.interop.onnx.export_rules` for how the table is assembled.
 """

@@ -11,7 +11,7 @@ import numpy as np
 
 from anfir.flat.statements import Op
 from anfir.interop.export_common import operand_shape
-from anfir.interop.onnx.dtype_table import ONNX_TYPES
+from anfir.interop.onnx.onnx_types import ONNX_TYPES
 from anfir.interop.onnx.export_rules.common import OnnxRule, reduction
 from anfir.ir.primitive import Primitive
 from anfir.primitives import elementwise, reduce

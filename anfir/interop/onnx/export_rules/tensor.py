@@ -1,4 +1,5 @@
-"""The ONNX export rules of the tensor operators of :mod:`anfir.primitives.tensor` (matmul, transpose, reshape, sum,
+"""The ONNX export rules of the tensor operators of :mod:`anfir.primitives.tensor` (matmul,
+transpose, reshape, sum,
 mean, broadcast_to, fills, where, array, cast).
 
 See :mod:`anfir.interop.onnx.export_rules` for how the table is assembled.
