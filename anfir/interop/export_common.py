@@ -18,12 +18,12 @@ from anfir.abstract.values import AbstractValue
 from anfir.decompositions import DECOMPOSITIONS
 from anfir.errors import ExportError
 from anfir.flat.statements import (
-    Op, Operand, known_rank_shape, same_static_shape, static_dims, sum_to_axes,
+    Op, Operand, known_rank_shape, one_device_reasons, same_static_shape, static_dims, sum_to_axes,
 )
 from anfir.ir.primitive import Primitive
 from anfir.location import Location
 from anfir.passes.decompose import Declines
-from anfir.primitives import conv, shaping
+from anfir.primitives import complexes, conv, shaping
 
 Rule = TypeVar("Rule", bound=Callable[..., Any])
 
@@ -183,8 +183,26 @@ def merge_family_tables(tables: Sequence[Mapping[Primitive, _Entry]], what: str)
     return table
 
 
+def room_tables(modules: Sequence[Any], target: str,
+                complex_reason: str) -> tuple[dict[Primitive, Any], dict[Primitive, str]]:
+    """An export room's two tables from its family modules (each with ``RULES`` and
+    ``UNSUPPORTED``), merged in the modules' fixed order by :func:`merge_family_tables`:
+    the rules, and the reasons — the families', the one-device primitives' (a
+    program for one device has no collectives) and the complex ones' (no family
+    module writes complex numbers), ``complex_reason`` quoted for each."""
+    rules = merge_family_tables(tuple(module.RULES for module in modules), f"{target} export rules")
+    reasons: dict[Primitive, str] = {
+        **one_device_reasons(target),
+        **merge_family_tables(tuple(module.UNSUPPORTED for module in modules),
+                              f"{target} export reasons"),
+        **{prim: complex_reason
+           for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
+    }
+    return rules, reasons
+
+
 __all__ = ["TypeReader", "rule_for", "OpRule", "result_dtype", "common_dtype", "boolean",
            "operands_rule", "operand_shape", "sum_to_plan", "broadcast_like_needed",
            "squeeze_axes", "flip_axes",
            "static_shape", "conv_geometry", "zero_array", "ConvParams", "conv_params_of",
-           "merge_family_tables"]
+           "merge_family_tables", "room_tables"]

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from anfir.flat.statements import one_device_reasons
-from anfir.interop.export_common import merge_family_tables
+from anfir.interop.export_common import room_tables
 from anfir.interop.coreml.export_rules import (arith, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                                                structure, tensor)
 from anfir.interop.coreml.export_rules.common import MilRule
 from anfir.ir.primitive import Primitive
-from anfir.primitives import complexes
 
 MODULES: tuple[ModuleType, ...] = (
     arith, elementwise, tensor, reduce, shaping, indexing, nn, conv, structure, gradient)
@@ -38,17 +36,14 @@ MODULES: tuple[ModuleType, ...] = (
 FAMILIES: tuple[dict[Primitive, MilRule], ...] = tuple(module.RULES for module in MODULES)
 """Each family's rules (``RULES`` of each of :data:`MODULES`), in the same order."""
 
-RULES: dict[Primitive, MilRule] = merge_family_tables(FAMILIES, "Core ML export rules")
+_rules, _reasons = room_tables(MODULES, "Core ML", "Core ML has no complex tensors")
+
+RULES: dict[Primitive, MilRule] = _rules
 """Primitive object → the rule writing its MIL ops.  A primitive the walker takes
 apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.flat.flatten.WALKER_ONLY`)."""
 
-UNSUPPORTED: dict[Primitive, str] = {
-    **one_device_reasons("Core ML"),
-    **merge_family_tables(tuple(module.UNSUPPORTED for module in MODULES), "Core ML export reasons"),
-    **{prim: "Core ML has no complex tensors"
-       for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
-}
+UNSUPPORTED: dict[Primitive, str] = _reasons
 """Primitives that cannot be exported, with the reason (the writer's error quotes it): the
 families', the one-device primitives' and the complex ones' (no family module: no rules)."""
 

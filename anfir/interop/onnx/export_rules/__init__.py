@@ -24,13 +24,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from anfir.flat.statements import one_device_reasons
-from anfir.interop.export_common import merge_family_tables
+from anfir.interop.export_common import room_tables
 from anfir.interop.onnx.export_rules import (arith, conv, elementwise, gradient, indexing, nn, reduce, shaping,
                                              structure, tensor)
 from anfir.interop.onnx.export_rules.common import OnnxRule
 from anfir.ir.primitive import Primitive
-from anfir.primitives import complexes
 
 MODULES: tuple[ModuleType, ...] = (
     arith, elementwise, tensor, reduce, shaping, indexing, nn, conv, structure, gradient)
@@ -39,18 +37,16 @@ MODULES: tuple[ModuleType, ...] = (
 FAMILIES: tuple[dict[Primitive, OnnxRule], ...] = tuple(module.RULES for module in MODULES)
 """Each family's rules (``RULES`` of each of :data:`MODULES`), in the same order."""
 
-RULES: dict[Primitive, OnnxRule] = merge_family_tables(FAMILIES, "ONNX export rules")
+_rules, _reasons = room_tables(
+    MODULES, "ONNX", "ONNX has no complex element types in its operators (complex64/128 are "
+                     "storage types only: no Real, Imag or Complex operator)")
+
+RULES: dict[Primitive, OnnxRule] = _rules
 """Primitive object → the rule writing its ONNX nodes.  A primitive the walker
 takes apart itself (``make_tuple``, ``env_getitem``...) needs none
 (:data:`anfir.flat.flatten.WALKER_ONLY`)."""
 
-UNSUPPORTED: dict[Primitive, str] = {
-    **one_device_reasons("ONNX"),
-    **merge_family_tables(tuple(module.UNSUPPORTED for module in MODULES), "ONNX export reasons"),
-    **{prim: "ONNX has no complex element types in its operators (complex64/128 are "
-             "storage types only: no Real, Imag or Complex operator)"
-       for prim in (complexes.complex_, complexes.real, complexes.imag, complexes.conj)},
-}
+UNSUPPORTED: dict[Primitive, str] = _reasons
 """Primitives that cannot be exported, with the reason (the writer's error quotes it): the
 families', the one-device primitives' and the complex ones' (no family module: no rules)."""
 
