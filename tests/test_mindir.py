@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import anfir
+from anfir.primitives.loops import flatten_value
 from anfir.errors import AnfirError
 from anfir.interop.mindir import MindirError, import_mindir
 
@@ -133,15 +134,7 @@ LOOP_GRADIENTS = [("loop", "dnewton_sqrt", [4.0]), ("power", "dpower", [2.0]), (
 
 def leaves(value: Any) -> list[Any]:
     """The non-tuple items of a (nested) result, in order (a gradient of nested weights nests)."""
-    found: list[Any] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        else:
-            found.append(item)
-    return found
+    return flatten_value(value)[0]
 
 
 def same(want: Any, got: Any, where: str) -> None:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import anfir  # noqa: E402
+from anfir.primitives.loops import flatten_value  # noqa: E402
 from export_samples import EXAMPLE_EXPORTS  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
@@ -90,15 +91,7 @@ RUN = [k for k in EXAMPLE_EXPORTS if not any(k == (name, entry) for name, entry,
 
 def tensor_leaves(value: Any) -> list[Any]:
     """The non-tuple items of a nested result or argument, in order."""
-    found: list[Any] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        else:
-            found.append(item)
-    return found
+    return flatten_value(value)[0]
 
 
 def flat_entry(name: str, entry: str, args: tuple[Any, ...]) -> tuple[Any, list[Any]]:

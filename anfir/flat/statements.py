@@ -217,7 +217,7 @@ def prune(program: FlatProgram) -> int:
             for value in _reads(statement):
                 uses[id(value)] = uses.get(id(value), 0) + 1
             stack += _inner_blocks(statement)
-        for value in _operand_values(block.results):
+        for value in operand_values(block.results):
             uses[id(value)] = uses.get(id(value), 0) + 1
     dead: set[int] = set()
     removed: set[int] = set()
@@ -235,7 +235,7 @@ def prune(program: FlatProgram) -> int:
             gone = [i for i, v in enumerate(statement.results) if not uses.get(id(v))]
             keep = [i for i in range(len(statement.results)) if i not in gone]
             for branch in (statement.then_block, statement.else_block):
-                freed += _operand_values([branch.results[i] for i in gone])
+                freed += operand_values([branch.results[i] for i in gone])
                 branch.results = [branch.results[i] for i in keep]
             dead.update(id(statement.results[i]) for i in gone)
             count += len(gone)
@@ -272,8 +272,8 @@ def _inner_blocks(statement: Statement) -> list[Block]:
     return []
 
 
-def _operand_values(operands: Any) -> list[Value]:
-    """The values among (nested tuples of) operands."""
+def operand_values(operands: Any) -> list[Value]:
+    """The values among (nested tuples of) operands, iteratively."""
     found: list[Value] = []
     stack = list(operands)
     while stack:
@@ -288,10 +288,10 @@ def _operand_values(operands: Any) -> list[Value]:
 def _reads(statement: Statement) -> list[Value]:
     """The values a statement reads directly (not those its blocks read)."""
     if isinstance(statement, Op):
-        return _operand_values(statement.args)
+        return operand_values(statement.args)
     if isinstance(statement, IfOp):
         return [statement.cond]
-    return _operand_values(statement.init)
+    return operand_values(statement.init)
 
 
 def _contents(roots: list[Block]) -> tuple[list[Value], set[int]]:
@@ -306,7 +306,7 @@ def _contents(roots: list[Block]) -> tuple[list[Value], set[int]]:
             reads += _reads(statement)
             defined.update(id(v) for v in statement.results)
             stack += _inner_blocks(statement)
-        reads += _operand_values(current.results)
+        reads += operand_values(current.results)
     return reads, defined
 
 
@@ -557,7 +557,7 @@ def static_dims(shape: tuple[Any, ...], what: str, target: str,
     return tuple(int(d) for d in shape)
 
 
-__all__ = [
+__all__ = ["operand_values", 
     "Block", "Const", "DIM", "FlatProgram", "IfOp", "LoopOp", "NameAllocator", "Op", "Operand",
     "PSEUDO_PRIMITIVES", "Statement", "Structure", "Undefined", "Value", "dtype_of_type",
     "is_value_type", "prune", "shape_of_type", "is_weak", "operand_dtype", "common_dtype",

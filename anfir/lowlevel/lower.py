@@ -35,6 +35,7 @@ from anfir.dtypes import TYPE_NAMES, dtype_name, numpy_dtype
 from anfir.errors import AnfirError
 from anfir.flat.statements import (
     Block, Const, FlatProgram, IfOp, LoopOp, NameAllocator, Op, Undefined, Value, nest_by_structure,
+    operand_values,
 )
 from anfir.flat.flatten import flatten_program
 from anfir.ir.graph import FuncGraph
@@ -175,14 +176,14 @@ class Lowerer:
                 continue
             if kind == "end":
                 self.position[id(item)] = here
-                raw += [(v, here, path, loops) for v in _values(item.results)]
+                raw += [(v, here, path, loops) for v in operand_values(item.results)]
                 continue
             self.position[id(item)] = here
             self.paths[id(item)] = path
             if isinstance(item, Op):
-                raw += [(v, here, path, loops) for v in _values(item.args)]
+                raw += [(v, here, path, loops) for v in operand_values(item.args)]
             elif isinstance(item, LoopOp):
-                raw += [(v, here, path, loops) for v in _values(item.init)]
+                raw += [(v, here, path, loops) for v in operand_values(item.init)]
                 events.append(("after", item, path, loops))
                 events.append(("block", item.body, path, (*loops, item)))
             elif isinstance(item, IfOp):
@@ -553,19 +554,6 @@ class Lowerer:
             self.constants[key] = buffer
             self.declares.append(buffer)
         return buffer
-
-
-def _values(operands: Any) -> list[Value]:
-    """The values among (nested tuples of) operands, iteratively."""
-    found: list[Value] = []
-    stack = list(operands)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Value):
-            found.append(item)
-        elif isinstance(item, tuple):
-            stack.extend(item)
-    return found
 
 
 def _is_static(arg: Any) -> bool:
