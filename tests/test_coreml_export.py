@@ -27,6 +27,7 @@ ct = pytest.importorskip("coremltools",
                          reason='the coreml extra is not installed: pip install -e ".[coreml]"')
 
 import anfir  # noqa: E402
+from mil_reference import gather_nd, scatter_nd  # noqa: E402
 import spec_examples  # noqa: E402
 from anfir.abstract.lattice import abstract_of_value  # noqa: E402
 from anfir.abstract.values import AScalar, ATensor, ATuple  # noqa: E402
@@ -270,31 +271,14 @@ def test_coremltools_scatter_along_axis_inference_ignores_add() -> None:
     assert _scatter_along_axis(np.zeros(3), np.array([1, 1]), np.array([2.0, 5.0]), 0, "add")[1] == 7.0
 
 
-def _gather_nd(x: Any, indices: Any) -> np.ndarray:
-    index = np.asarray(indices)
-    return np.asarray(x)[tuple(index[..., j] for j in range(index.shape[-1]))]
-
-
-def _scatter_nd(data: Any, indices: Any, updates: Any, mode: str) -> np.ndarray:
-    out = np.array(data)
-    index = np.asarray(indices)
-    at = tuple(index[..., j] for j in range(index.shape[-1]))
-    if mode == "add":
-        np.add.at(out, at, np.asarray(updates))
-    else:
-        assert mode == "update"
-        out[at] = updates
-    return out
-
-
 def _silu(x: Any) -> np.ndarray:
     x = np.asarray(x)
     return x / (1 + np.exp(-x))
 
 
 REFERENCE_OPS = {"conv": _conv, "conv_transpose": _conv_transpose, "max_pool": _max_pool,
-                 "avg_pool": _avg_pool, "scatter": _scatter, "gather_nd": _gather_nd,
-                 "scatter_nd": _scatter_nd, "scatter_along_axis": _scatter_along_axis,
+                 "avg_pool": _avg_pool, "scatter": _scatter, "gather_nd": gather_nd,
+                 "scatter_nd": scatter_nd, "scatter_along_axis": _scatter_along_axis,
                  "silu": _silu}
 """MIL op → its value by its documented meaning, where coremltools has no value inference
 (PyTorch's convolutions and pools, numpy's indexing and silu) or one that is wrong

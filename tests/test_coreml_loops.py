@@ -30,6 +30,7 @@ ct = pytest.importorskip("coremltools",
                          reason='the coreml extra is not installed: pip install -e ".[coreml]"')
 
 import anfir  # noqa: E402
+from mil_reference import gather_nd, scatter_nd  # noqa: E402
 from anfir.interop.coreml import exporter as coreml_export  # noqa: E402
 from anfir.interop.coreml import loops as coreml_loops  # noqa: E402
 
@@ -64,26 +65,7 @@ W, U = RNG.randn(3, 3) * 0.4, RNG.randn(3, 2) * 0.4
 VEC = np.array([0.3, -0.7, 1.1, 0.4, -0.2])
 
 
-def _gather_nd(x: Any, indices: Any) -> np.ndarray:
-    """MIL gather_nd by its documented meaning (coremltools infers no value for it)."""
-    index = np.asarray(indices)
-    return np.asarray(x)[tuple(index[..., j] for j in range(index.shape[-1]))]
-
-
-def _scatter_nd(data: Any, indices: Any, updates: Any, mode: str) -> np.ndarray:
-    """MIL scatter_nd (modes update and add) by its documented meaning."""
-    out = np.array(data)
-    index = np.asarray(indices)
-    at = tuple(index[..., j] for j in range(index.shape[-1]))
-    if mode == "add":
-        np.add.at(out, at, np.asarray(updates))
-    else:
-        assert mode == "update", mode
-        out[at] = updates
-    return out
-
-
-EVALUATORS = {"gather_nd": _gather_nd, "scatter_nd": _scatter_nd}
+EVALUATORS = {"gather_nd": gather_nd, "scatter_nd": scatter_nd}
 
 
 def leaves(value: Any) -> list[np.ndarray]:
