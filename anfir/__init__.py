@@ -133,12 +133,15 @@ def checkpoint(graph: FuncGraph) -> FuncGraph:
 def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
             dump_dir: Optional[str] = None, backend: Optional[str] = None,
             lower: bool = False, remat: Any = None, mesh: Optional[dict] = None,
-            in_shardings: Optional[Sequence[Any]] = None) -> FuncGraph:
+            in_shardings: Optional[Sequence[Any]] = None, fine_dumps: bool = False) -> FuncGraph:
     """Run the whole pipeline (parse ... validate) and return the optimized graph.
 
     ``args`` are example values (or abstract types); without them the entry's
     annotations are used.  With ``dump_dir``, each phase writes ``NN_phase.ir``
-    and ``NN_phase.dot`` there.
+    and ``NN_phase.dot`` there.  ``fine_dumps=True`` adds the finer dumps: one
+    ``.ir`` per optimizer round under ``optimize/``, and the ``loops`` phase
+    (counted tail recursion rewritten into ``fori_loop``, numbered before
+    ``ad``) when it rewrote a loop.
 
     ``backend="jax"`` adds one phase: the optimized graph lowered to JAX and
     jitted for the argument types, its StableHLO written as
@@ -181,7 +184,7 @@ def compile(mod_or_graph: Any, entry: Optional[str] = None, args: Optional[Seque
     if remat is not None:
         phases = _remat.with_remat(list(phases or PHASES), remat)
     return compile_program(mod_or_graph, entry=entry, args=args, dump_dir=dump_dir,
-                           phases=phases).graph
+                           phases=phases, fine_dumps=fine_dumps).graph
 
 
 def lower(mod_or_graph: Any, entry: Optional[str] = None,

@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "without them the entry's annotations are used; with values the "
                         "compiled graph is also run and its result printed")
     p.add_argument("--dump-dir", help="write NN_phase.ir and NN_phase.dot here")
+    p.add_argument("--fine-dumps", action="store_true",
+                   help="with --dump-dir, also the finer dumps: one .ir per optimizer round "
+                        "under DIR/optimize/, and the loops phase (counted tail recursion "
+                        "rewritten into fori_loop) when it rewrote a loop")
     p.add_argument("--time", action="store_true", help="print a per-phase timing table")
     _backend_option(p, "jax: lower the optimized graph to JAX after the pipeline (one more "
                        "phase, dumped as NN_stablehlo.mlir) and run the result with it")
@@ -350,8 +354,10 @@ def cmd_compile(ns: argparse.Namespace) -> int:
         phases = [*(phases or PHASES), *lowlevel.PHASES]
     if ns.remat is not None:
         phases = remat.with_remat(list(phases or PHASES), ns.remat)
+    if ns.fine_dumps and not ns.dump_dir:
+        raise UsageError("--fine-dumps needs --dump-dir DIR")
     result = compile_program(ns.file, entry=ns.entry, args=args, dump_dir=ns.dump_dir,
-                             phases=phases)
+                             phases=phases, fine_dumps=ns.fine_dumps)
     graph = result.graph
     print(f"compiled @{graph.name}: {_count(graph)} nodes after {len(result.timings)} phases")
     if ns.time:

@@ -225,13 +225,14 @@ def test_bad_loops_are_located_errors(source: str, args: tuple, message: str) ->
 
 
 # -- the counted-loop rewrite as a phase of its own (loops, before ad) ----------------------------
-HALVING = anfir.parse("""
+HALVING_TEXT = """
 def halving(x, n) =
   let loop = lambda (i, acc) if i < n then loop(i + 1, acc * 0.5 + x * x) else acc end in
   loop(0, x)
 def g_halving(x, n) = grad(halving)(x, n)
 def plain(x) = grad(lambda (y) y * sin(y) end)(x)
-""", "halving.anf")
+"""
+HALVING = anfir.parse(HALVING_TEXT, "halving.anf")
 
 
 def _j_halving(x: Any, n: int) -> Any:
@@ -272,3 +273,28 @@ def test_without_a_rewrite_or_fine_dumps_the_numbering_is_unchanged(tmp_path: Pa
         assert "loops" not in result.timings
     # the default dumps still show the rewrite, in the ad phase's dump
     assert "fori_loop(" in (tmp_path / "default" / "03_ad.ir").read_text(encoding="utf-8")
+
+
+def test_the_loops_phase_dump_is_reachable_from_anfir_compile_and_the_cli(tmp_path: Path) -> None:
+    from cli_harness import run_in_process
+
+    graph = anfir.compile(HALVING, entry="g_halving", args=[0.8, 7], dump_dir=str(tmp_path / "api"),
+                          fine_dumps=True)
+    np.testing.assert_allclose(anfir.run(graph, 0.8, 7), float(jax.grad(_j_halving)(0.8, 7)),
+                               rtol=1e-12)
+    assert "fori_loop(" in (tmp_path / "api" / "03_loops.ir").read_text(encoding="utf-8")
+    assert (tmp_path / "api" / "07_validate.ir").exists()
+    source = tmp_path / "halving.anf"
+    source.write_text(HALVING_TEXT, encoding="utf-8")
+    code, out, err = run_in_process(["compile", str(source), "--entry", "g_halving", "--args",
+                                     "0.8", "7", "--dump-dir", str(tmp_path / "cli"),
+                                     "--fine-dumps"], tmp_path)
+    assert code == 0, err
+    assert "03_loops.ir" in out and "04_ad.ir" in out
+    loaded = anfir.load(str(tmp_path / "cli" / "03_loops.ir"))
+    np.testing.assert_allclose(anfir.run(loaded.ir_entry, 0.8, 7),
+                               float(jax.grad(_j_halving)(0.8, 7)), rtol=1e-12)
+    # without --dump-dir the switch has nothing to write: a usage error, not a traceback
+    code, out, err = run_in_process(["compile", str(source), "--entry", "g_halving", "--args",
+                                     "0.8", "7", "--fine-dumps"], tmp_path)
+    assert code == 2 and "--fine-dumps needs --dump-dir" in err and "Traceback" not in err
