@@ -317,6 +317,8 @@ EXAMPLE_EXPORTS: dict[tuple[str, str], tuple[Optional[list[Any]], list[tuple[Any
     # A counted loop: rewritten to fori_loop before AD, its gradient is two Loops (a scan
     # forward, a reversed scan backward).
     ("power", "dpower"): ([2.0], [(2.0,), (-1.5,)], {"Loop", "ScatterND"}),
+    # Counting down (`if k == 0 then x else step(k - 1, ...)`): a counted loop too.
+    ("loop", "dnewton_sqrt"): ([4.0], [(4.0,), (2.0,), (9.0,)], {"Loop", "ScatterND"}),
     ("mlp2", "mlp2_loss"): (None, [tuple(rng.normal(size=s) for s in [(3, 4), (4,), (4, 2), (2,), (5, 3),
                                                                        (5, 2)])], set()),
     ("mlp2", "mlp2_step"): (None, [tuple(rng.normal(size=s) for s in [(3, 4), (4,), (4, 2), (2,), (5, 3),
@@ -343,7 +345,7 @@ EXAMPLE_NOT_FIRST_ORDER: dict[tuple[str, str], tuple[Optional[list[Any]], str]] 
     ("closures", "drain"): (None, "takes a function"),
     ("closures", "main"): ([], "a loop whose result is a function"),
     ("fibonacci", "fibonacci"): ([10], "not in tail position"),
-    ("loop", "dnewton_sqrt"): ([4.0], "a loop whose result is a function"),
+    ("loop", "dhalvings"): ([5.0], "a loop whose result is a function"),
     ("loop", "main"): ([], "a loop whose result is a function"),
 }
 """Definitions that are not first-order after optimization, with what the error says."""

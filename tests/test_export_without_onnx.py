@@ -79,16 +79,25 @@ def dpower(x) = grad(power)(x, 3)
 """
 
 
-def test_the_gradient_of_a_counted_loop_is_first_order() -> None:
-    program = flat(spec_examples.POWER, "dpower", [2.0])
+DATA_EXIT = """\
+def halvings(x) =
+  let loop = lambda (y, scale) if y < 1.0 then scale * y else loop(y / 2.0, scale * 3.0) end in
+  loop(x, 1.0)
+def dhalvings(x) = grad(halvings)(x)
+"""
+
+
+@pytest.mark.parametrize("text", [spec_examples.POWER, COUNTDOWN], ids=["up", "down"])
+def test_the_gradient_of_a_counted_loop_is_first_order(text: str) -> None:
+    program = flat(text, "dpower", [2.0])
     assert sum(isinstance(s, LoopOp) for s in statements(program.body)) == 2
 
 
 @pytest.mark.parametrize("text,entry,args,message", [
     (spec_examples.FIBONACCI, "fibonacci", [10], "not in tail position"),
-    # A counted loop (spec_examples.POWER) becomes a fori_loop before AD and exports
-    # (test_scan_export.py); a loop counting down is not recognised and is refused.
-    (COUNTDOWN, "dpower", [2.0], "a loop that carries or returns a function"),
+    # A counted loop (spec_examples.POWER, COUNTDOWN) becomes a fori_loop before AD and
+    # exports (tests/test_counted_loops.py); a loop that stops on a data value is refused.
+    (DATA_EXIT, "dhalvings", [5.0], "a loop that carries or returns a function"),
     (spec_examples.CLOSURE, "func_outer", [1, 2], "is a function"),
 ])
 def test_what_is_not_first_order_is_a_located_export_error(text: str, entry: str, args: Any,

@@ -152,6 +152,10 @@ SLOW_TO_COMPILE = {
     for name in ("resnet18", "resnet18_loss", "resnet18_grad")}
 """Data definitions left out of the JAX runs, with why."""
 
+TRACED_RECURSION = {("loop.anf", "dhalvings"): (5.0,)}
+"""Data definitions jax.jit refuses: the gradient of a loop that stops on a data value
+recurses as deep as the traced value decides (a located error, tested below)."""
+
 STATIC = {("fibonacci.anf", "fibonacci"): (0,)}
 """Arguments made static: a recursion as deep as its argument is unrolled at trace time."""
 
@@ -159,7 +163,7 @@ STATIC = {("fibonacci.anf", "fibonacci"): (0,)}
 def test_the_table_covers_every_example_definition() -> None:
     defined = {(path.name, name) for path in EXAMPLES.glob("*.anf")
                for name in anfir.load(str(path)).graphs}
-    assert defined == set(CALLS) | set(NOT_DATA) | set(SLOW_TO_COMPILE)
+    assert defined == set(CALLS) | set(NOT_DATA) | set(SLOW_TO_COMPILE) | set(TRACED_RECURSION)
 
 
 def _example(key: tuple[str, str]) -> tuple[anfir.Module, anfir.FuncGraph]:
@@ -192,6 +196,19 @@ def test_compiled_example_lowers_and_computes_the_same(key: tuple[str, str]) -> 
     compiled = anfir.compile(module, entry=key[1], args=list(args))
     with jax.enable_x64(True):
         assert same(jitted(compiled, STATIC.get(key, ()))(*args), anfir.run(graph, *args), 1e-12)
+
+
+@needs_jax
+@pytest.mark.parametrize("key", sorted(TRACED_RECURSION), ids=lambda k: f"{k[0]}:{k[1]}")
+def test_a_data_exit_loop_gradient_is_refused_by_jit_and_runs_op_by_op(key: tuple[str, str]) -> None:
+    _, graph = _example(key)
+    args = TRACED_RECURSION[key]
+    with jax.enable_x64(True):
+        with pytest.raises(AnfirError) as info:
+            jitted(graph, ())(*args)
+        assert "calls itself under a condition on traced values" in info.value.message
+        assert info.value.loc is not None
+        assert same(anfir.to_jax(graph)(*args), anfir.run(graph, *args), 1e-12)
 
 
 @needs_jax

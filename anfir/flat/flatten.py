@@ -570,10 +570,12 @@ class Walker:
         raise ExportError(f"{what} is {abstract}: a loop exports when its state and result are "
                           "tensors, scalars and tuples of them (a loop that carries or returns "
                           "a function, as the gradient of a loop does, does not)", graph.loc,
-                          hint="a loop whose gradient exports is a scan or fori_loop; the ad phase "
-                               "makes one of a counted loop, `if i < n then loop(i + 1, ...) else "
-                               "s` with n computed outside it and a state of tensors — write this "
-                               "loop that way, or with scan/fori_loop")
+                          hint="a loop whose gradient exports is a scan or fori_loop; the loops "
+                               "phase makes one of a counted loop — an integer counter stepped by "
+                               "a constant towards a bound fixed for the loop (`if i < n then "
+                               "loop(i + 1, ...) else ...`, `if k == 0 then ... else loop(k - 1, "
+                               "...)`) with a state of floats and tensors — write this loop that "
+                               "way, or with scan/fori_loop")
 
     def _to_slots(self, sv: SV, abstract: Any, what: str, loc: Optional[Location],
                   depth: int) -> list[SV]:

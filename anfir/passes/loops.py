@@ -35,6 +35,7 @@ from anfir.ir.primitive import Primitive
 from anfir.ir.walk import toposort
 from anfir.primitives import arith, loops, structure
 from anfir.passes.compile_state import Program
+from anfir.passes.counted_loops import recognise_counted_loops
 
 
 _BODY = {loops.scan: 0, loops.fori_loop: 2}
@@ -173,139 +174,24 @@ def run(program: "Program") -> "Program":
              if isinstance(node, CNode) and node.graph is graph and node.inputs
              and isinstance(node.inputs[0], ValueNode) and isinstance(node.inputs[0].value, Primitive)
              and node.inputs[0].value in _BODY]
-    for call in calls:
-        replacement = close_body(manager, call)
-        if replacement is not None:
-            manager.replace(call, replacement)
+    # A loop in a loop's body that captures a value makes the outer body read it
+    # through the inner body; once the inner one is closed, the outer reads it
+    # directly and closes too: rounds until nothing more closes (nesting depth).
+    while calls:
+        left = []
+        for call in calls:
+            replacement = close_body(manager, call)
+            if replacement is None:
+                left.append(call)
+            else:
+                manager.replace(call, replacement)
+        if len(left) == len(calls):
+            break
+        calls = left
     return program
 
 
-# -- counted tail-recursive loops rewritten as fori_loop ---------------------------------------
-def _counted_loop(manager: Manager, loop: FuncGraph) -> Optional[tuple[Node, FuncGraph, int]]:
-    """``(n, then-branch, index of the returned state)`` when ``loop`` has the form
-
-        lambda (i, s1, ..., sk) if i < n then loop(i + 1, e1, ..., ek) else sj end
-
-    with ``n`` computed outside the loop and the state data; else None (the loop
-    stays a recursion: it runs and differentiates as before, and its export refusal
-    says why)."""
-    params = loop.parameters
-    if len(params) < 2 or not isinstance(loop.abstract, GraphSig):
-        return None
-    out = loop.output
-    if not isinstance(out, CNode) or len(out.inputs) != 1 or not out.inputs[0].is_apply(structure.switch):
-        return None
-    switch = out.inputs[0]
-    assert isinstance(switch, CNode)
-    cond, then_v, else_v = switch.inputs[1:]
-    if not (isinstance(then_v, ValueNode) and isinstance(then_v.value, FuncGraph)
-            and isinstance(else_v, ValueNode) and isinstance(else_v.value, FuncGraph)):
-        return None
-    if not (isinstance(cond, CNode) and cond.is_apply(arith.lt) and cond.inputs[1] is params[0]):
-        return None
-    n = cond.inputs[2]
-    if n.graph is loop or n in params:
-        return None
-    then_g, else_g = then_v.value, else_v.value
-    if then_g.parameters or else_g.parameters or else_g.output not in params[1:]:
-        return None
-    tail = then_g.output
-    if not (isinstance(tail, CNode) and isinstance(tail.inputs[0], ValueNode)
-            and tail.inputs[0].value is loop and len(tail.inputs) == len(params) + 1):
-        return None
-    step = tail.inputs[1]
-    if not (isinstance(step, CNode) and step.is_apply(arith.add) and step.inputs[1] is params[0]
-            and isinstance(step.inputs[2], ValueNode) and step.inputs[2].value == 1
-            and type(step.inputs[2].value) is int):
-        return None
-    if not isinstance(params[0].abstract, AScalar) or not str(params[0].abstract.dtype).startswith("i"):
-        return None
-    if not all(_is_data(p.abstract) for p in params[1:]):
-        return None
-    # The then-branch may read the loop's parameters, nothing else the loop computes.
-    scope = manager.scope(then_g)
-    if set(manager.scope(loop)) != {loop, then_g, else_g}:
-        # A closure made inside the step (``ap(lambda (z) ... acc end, x)``, owned by the
-        # loop, not the branch): the body's clone would leave it reading the loop's old
-        # parameters (the manager's parent repair then never settled), so such a loop
-        # stays a recursion, as it ran before.
-        return None
-    inside = set(scope)
-    for g in scope:
-        for node in toposort(g, manager):
-            if isinstance(node, CNode) and node.graph is g:
-                for inp in node.inputs:
-                    if inp.graph is loop and inp not in params:
-                        return None
-                    if isinstance(inp, ValueNode) and inp.value is loop and node is not tail:
-                        return None
-    del inside
-    return n, then_g, params.index(else_g.output)
-
-
-def _rewrite_counted_loop(manager: Manager, loop: FuncGraph, n: Node, then_g: FuncGraph,
-                          returned: int, calls: list[CNode]) -> None:
-    params = loop.parameters
-    state = params[1:]
-    loc = loop.loc
-    carry_abs: AbstractValue = state[0].abstract if len(state) == 1 else ATuple(
-        tuple(p.abstract for p in state))
-    body = FuncGraph(loop.name + "_body", loop.loc)
-    i = body.add_parameter(params[0].name or "i", params[0].loc)
-    i.abstract = AScalar("i64")
-    c = body.add_parameter("carry", loc)
-    c.abstract = carry_abs
-    seed: dict[Node, Node] = {params[0]: i}
-    if len(state) == 1:
-        seed[state[0]] = c
-    else:
-        for k, p in enumerate(state):
-            seed[p] = _getitem(body, c, k, p.loc)
-    cloner = Cloner(manager, manager.scope(then_g), node_map=seed, inline_into={then_g: body})
-    tail = then_g.output
-    assert isinstance(tail, CNode)
-    new_state = [cloner.node_map.get(a, a) for a in tail.inputs[2:]]
-    body.output = new_state[0] if len(state) == 1 else _tuple(body, new_state, loc)
-    body.abstract = GraphSig((i.abstract, carry_abs), carry_abs)
-    for call in calls:
-        graph = call.graph
-        start, *init = call.inputs[1:]
-        carry_in = init[0] if len(state) == 1 else _tuple(graph, list(init), call.loc)
-        looped = _apply(graph, [_prim(loops.fori_loop), start, n, _graph_value(body), carry_in],
-                        carry_abs, call.loc)
-        result = looped if len(state) == 1 else _getitem(graph, looped, returned - 1, call.loc)
-        manager.replace(call, result)
-
-
-def recognise_counted_loops(program: "Program") -> int:
-    """Rewrite each counted tail-recursive loop (see :func:`_counted_loop`) whose only
-    uses are calls into ``fori_loop``, so its gradient is a reversed scan (first-order:
-    it exports).  Returns how many loops were rewritten."""
-    manager = program.require_manager()
-    uses: dict[FuncGraph, list[tuple[CNode, int]]] = {}
-    for graph in list(manager.graphs):
-        for node in toposort(graph, manager):
-            if isinstance(node, CNode) and node.graph is graph:
-                for index, inp in enumerate(node.inputs):
-                    if isinstance(inp, ValueNode) and isinstance(inp.value, FuncGraph):
-                        uses.setdefault(inp.value, []).append((node, index))
-    count = 0
-    for loop, sites in uses.items():
-        found = _counted_loop(manager, loop)
-        if found is None:
-            continue
-        n, then_g, returned = found
-        own = set(manager.scope(loop))
-        calls = [node for node, index in sites if node.graph not in own]
-        if not calls or any(index != 0 for node, index in sites if node.graph not in own):
-            continue  # used as a value somewhere: kept
-        if not all(n.graph is None or n.graph is call.graph for call in calls):
-            continue  # the bound is not visible where the loop is started
-        _rewrite_counted_loop(manager, loop, n, then_g, returned, calls)
-        count += 1
-    return count
-
-
+# -- counted tail-recursive loops: anfir.passes.counted_loops rewrites them ---------------------
 COUNTED_LOOPS_STAT = "loops: counted loops as fori_loop"
 """The ``program.stats`` counter of the loops the ``loops`` phase rewrote."""
 

@@ -38,6 +38,12 @@ def _positive(w: OnnxWriter, index: str, n: str) -> str:
     return w.op("Where", negative, w.op("Add", index, n), index)
 
 
+def _permuted(w: OnnxWriter, x: str, perm: list[int]) -> str:
+    """``Transpose(x, perm)``, or ``x`` when ``perm`` keeps every axis in place (ONNX
+    cannot write the empty ``perm`` of a 0-d tensor)."""
+    return x if perm == list(range(len(perm))) else w.op("Transpose", x, perm=perm)
+
+
 def _gather_grad(w: OnnxWriter, op: Op) -> None:
     """ScatterND (add) of dout, its index axes moved first, into zeros (axis moved first)."""
     out = op.results[0]
@@ -50,12 +56,16 @@ def _gather_grad(w: OnnxWriter, op: Op) -> None:
     n = w.op("Gather", w.op("Shape", x), w.const(np.array(ax, dtype=np.int64), "i64"), axis=0)
     index = w.op("Unsqueeze", _positive(w, w.tensor(op.args[2], "i64"), n), w.ints([-1]))
     perm_x = [ax] + [i for i in range(rank) if i != ax]
-    zeros = _zeros_like(w, w.op("Transpose", x, perm=perm_x), d)
+    zeros = _zeros_like(w, _permuted(w, x, perm_x), d)
     g_rank = rank - 1 + k
     perm_g = list(range(ax, ax + k)) + list(range(ax)) + list(range(ax + k, g_rank))
-    g = w.op("Transpose", w.tensor(op.args[0], d), perm=perm_g)
+    g = _permuted(w, w.tensor(op.args[0], d), perm_g)
     acc = w.op("ScatterND", zeros, index, g, reduction="add")
-    w.node("Transpose", [acc], [out.name], perm=[perm_x.index(i) for i in range(rank)])
+    back = [perm_x.index(i) for i in range(rank)]
+    if back == list(range(rank)):
+        w.node("Identity", [acc], [out.name])
+    else:
+        w.node("Transpose", [acc], [out.name], perm=back)
 
 
 def _gather_elements(w: OnnxWriter, op: Op) -> None:
