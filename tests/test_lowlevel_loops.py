@@ -289,6 +289,17 @@ def test_the_executor_allocates_nothing_of_the_sequence_per_iteration() -> None:
     assert peak < one_row_buffer, peak
 
 
+def test_second_order_stacked_outputs_have_the_trip_count_of_rows() -> None:
+    # grad(grad(fori_loop)): the forward scan, its reversed scan, and the two scans of
+    # differentiating that one again; the stacked outputs of the last three are sized by
+    # dim(ys, 0) of the first's, which the types leave unknown and the lowering measures.
+    low = anfir.lower(MOD, entry="gg_newton", args=[2.0])
+    assert sum(1 for line in linear(low.body) if isinstance(line, Loop)) == 4
+    stacked = [b for b in low.allocs() if b.shape and b.shape not in ((1,), (1, 1))]
+    assert len(stacked) >= 10 and {b.shape for b in stacked} == {(6,)}
+    assert low.peak_bytes == low.max_live_bytes
+
+
 def test_order_two_and_run_time_stacked_sizes_are_refused_with_a_location() -> None:
     # A dynamic trip count gives the stacked residuals a size known only at run time.
     with pytest.raises(AnfirError) as info:
