@@ -1,5 +1,5 @@
 """Loops lower to the buffer IR (issue 25): the gradients of ``scan`` / ``fori_loop`` programs
-compiled with ``lower=True`` run on the low-level executor, and from their reloaded ``.lir``
+(orders 1 and 2) compiled with ``lower=True`` run on the low-level executor, and from their reloaded ``.lir``
 dumps, to ``anfir.run``'s values and JAX's (float64); the arena equals max live; a scan's
 stacked residuals are one planned buffer each, so on a long sequence the planned arena
 grows by exactly their bytes; located errors for what does not lower or load."""
@@ -71,6 +71,12 @@ def rev_loss(xs, ws) =
   let r = scan(lambda (c, p) (c * p[1] + p[0], c) end, 0.5, (xs, ws), reverse=true) in
   r[0] + sum(r[1])
 def g_rev(xs, ws) = grad(rev_loss, 0, 1)(xs, ws)
+
+def gg_newton(a) = grad(grad(newton_sqrt))(a)
+def gg_cumsum(xs) = grad(lambda (v) sum(g_cumsum(v) * g_cumsum(v)) end)(xs)
+def gg_rnn(W, U, xs) =
+  grad(lambda (W, U, xs) let g = grad(rnn_loss, 0, 1, 2)(W, U, xs) in
+                         sum(g[0]) + sum(g[1] * g[1]) + sum(g[2]) end, 0, 1, 2)(W, U, xs)
 """
 
 MOD = anfir.parse(PROGRAM, "lowloops.anf")
@@ -122,6 +128,17 @@ def j_rev(xs: Any, ws: Any) -> Any:
     return c + jnp.sum(ys)
 
 
+def j_gg_cumsum(xs: Any) -> Any:
+    return jax.grad(lambda v: jnp.sum(jax.grad(j_cumsum)(v) ** 2))(xs)
+
+
+def j_gg_rnn(W: Any, U: Any, xs: Any) -> Any:
+    def loss(W: Any, U: Any, xs: Any) -> Any:
+        g = jax.grad(j_rnn, (0, 1, 2))(W, U, xs)
+        return jnp.sum(g[0]) + jnp.sum(g[1] * g[1]) + jnp.sum(g[2])
+    return jax.grad(loss, (0, 1, 2))(W, U, xs)
+
+
 RNG = np.random.RandomState(11)
 W = RNG.randn(3, 3) * 0.4
 U = RNG.randn(3, 2) * 0.4
@@ -138,6 +155,11 @@ CASES: list[tuple[str, tuple, Optional[Callable[..., Any]]]] = [
     ("g_nested", (RNG.randn(3, 4),), lambda xs: jax.grad(j_nested)(xs)),  # a scan in a scan
     ("halvings", (37.0,), j_halvings),  # a while loop on a value: a do-while Loop, no trip count
     ("halving_n", (0.8, 5), None),  # a run-time trip count (no stacked output)
+    # Second order: the reversed scans of the differentiated backward pass size their
+    # stacked outputs by dim(ys, 0) of the forward scan's, measured off its buffer.
+    ("gg_newton", (2.0,), lambda a: jax.grad(jax.grad(j_newton))(a)),
+    ("gg_cumsum", (VEC,), j_gg_cumsum),
+    ("gg_rnn", (W, U, XS), j_gg_rnn),
 ]
 
 
@@ -267,12 +289,25 @@ def test_the_executor_allocates_nothing_of_the_sequence_per_iteration() -> None:
     assert peak < one_row_buffer, peak
 
 
+def test_second_order_stacked_outputs_have_the_trip_count_of_rows() -> None:
+    # grad(grad(fori_loop)): the forward scan, its reversed scan, and the two scans of
+    # differentiating that one again; the stacked outputs of the last three are sized by
+    # dim(ys, 0) of the first's, which the types leave unknown and the lowering measures.
+    low = anfir.lower(MOD, entry="gg_newton", args=[2.0])
+    assert sum(1 for line in linear(low.body) if isinstance(line, Loop)) == 4
+    stacked = [b for b in low.allocs() if b.shape and b.shape not in ((1,), (1, 1))]
+    assert len(stacked) >= 10 and {b.shape for b in stacked} == {(6,)}
+    assert low.peak_bytes == low.max_live_bytes
+
+
 def test_order_two_and_run_time_stacked_sizes_are_refused_with_a_location() -> None:
     # A dynamic trip count gives the stacked residuals a size known only at run time.
     with pytest.raises(AnfirError) as info:
         anfir.lower(MOD, entry="g_halving_n", args=[0.8, 5])
     assert info.value.loc is not None and "concrete" in info.value.message
-    # The flattening refuses the gradient environment a second-order loop gradient carries.
+    # A second-order scan / fori_loop gradient lowers (the cases above); a tail-recursive
+    # loop differentiated twice does not: the flattening refuses the gradient environment
+    # its second-order gradient carries.
     with pytest.raises(AnfirError) as info:
         anfir.lower(MOD, entry="gg_halving", args=[0.8])
     assert info.value.loc is not None

@@ -155,6 +155,10 @@ class Lowerer:
         """An unknown dimension (``_1``) → the size the program gives it: what ``zeros``
         makes for a loop's stacked output of a trip count the shape rule does not know
         (a ``fori_loop``'s ``hi - lo``), or a loop's initial state."""
+        self.measured: dict[int, int] = {}
+        """id(value of a ``dim`` op) → the size it reads off a buffer: a static argument
+        when it sizes a ``zeros`` (the reversed scan of a twice-differentiated loop sizes
+        its stacked outputs by the forward scan's ``dim(ys, 0)``)."""
 
     # -- where values are read ---------------------------------------------------------
     def number(self) -> None:
@@ -445,10 +449,11 @@ class Lowerer:
             axis = op.args[1].value
             if measured is not None and isinstance(axis, int) and -len(measured.shape) <= axis < len(measured.shape):
                 self.bind(value, self.constant(Const(measured.shape[axis]), "a dimension", op.loc))
+                self.measured[id(value)] = int(measured.shape[axis])
                 return
         if op.prim is tensor.zeros and op.args and isinstance(op.args[0], tuple) \
-                and all(isinstance(a, Const) for a in op.args[0]):
-            self.learn(value.type, tuple(a.value for a in op.args[0]))
+                and all(self.knows(a) for a in op.args[0]):
+            self.learn(value.type, tuple(self.static(a, "a size", op.loc) for a in op.args[0]))
         if rule is None:
             raise LoweringError(f"cannot lower {op.prim.name}: {UNLOWERED[op.prim]}", op.loc)
         dtype, shape = self.concrete(value.type, f"the result of {op.prim.name}", op.loc)
@@ -509,10 +514,17 @@ class Lowerer:
             if isinstance(value, np.ndarray):
                 return tuple(value.tolist()) if value.ndim == 1 else value.tolist()
             return value
-        if isinstance(arg, tuple) and all(isinstance(a, Const) for a in arg):
-            return tuple(a.value for a in arg)
+        if isinstance(arg, Value) and id(arg) in self.measured:
+            return self.measured[id(arg)]
+        if isinstance(arg, tuple) and all(self.knows(a) for a in arg):
+            return tuple(self.static(a, what, loc) for a in arg)
         raise LoweringError(f"{what} must be known when lowering (a static argument), "
                             "but it is computed at run time", loc)
+
+    def knows(self, arg: Any) -> bool:
+        """Whether an operand's value is known when lowering: a constant, or a dimension
+        measured off a buffer of concrete shape."""
+        return isinstance(arg, Const) or isinstance(arg, Value) and id(arg) in self.measured
 
     def operand(self, arg: Any, loc: Optional[Location], what: str) -> Buffer:
         """The buffer an argument is read from (a constant is declared on first use)."""
