@@ -277,10 +277,24 @@ def _rewrite_counted_loop(manager: Manager, loop: FuncGraph, n: Node, then_g: Fu
         manager.replace(call, result)
 
 
-def recognise_counted_loops(program: "Program") -> int:
+def _captures_only_data(manager: Manager, loop: FuncGraph) -> bool:
+    """Whether everything ``loop`` captures is data (tensors, numbers, tuples of them):
+    then :func:`close_body` makes the ``fori_loop`` body capture nothing, and the J-world
+    loop of the closed body (:func:`anfir.autodiff.loops.bake_closed_body`) carries only
+    data through its backward scan, at every order.  A captured function (``partial(f,
+    x)``, a tuple of gradients) cannot ride in a carry: the backward scan of such a body
+    accumulates its gradient environment, and differentiating that scan again would
+    stack environments as residuals."""
+    return all(_is_data(fv.abstract) for fv in manager.free_variables_total(loop))
+
+
+def recognise_counted_loops(program: "Program", data_captures_only: bool = False) -> int:
     """Rewrite each counted tail-recursive loop (see :func:`_counted_loop`) whose only
     uses are calls into ``fori_loop``, so its gradient is a reversed scan (first-order:
-    it exports).  Returns how many loops were rewritten."""
+    it exports).  With ``data_captures_only`` (the program differentiates a derivative),
+    only loops that capture nothing but data are rewritten (see
+    :func:`_captures_only_data`); the others stay recursions, which differentiate at any
+    order.  Returns how many loops were rewritten."""
     manager = program.require_manager()
     uses: dict[FuncGraph, list[tuple[CNode, int]]] = {}
     for graph in list(manager.graphs):
@@ -292,7 +306,7 @@ def recognise_counted_loops(program: "Program") -> int:
     count = 0
     for loop, sites in uses.items():
         found = _counted_loop(manager, loop)
-        if found is None:
+        if found is None or (data_captures_only and not _captures_only_data(manager, loop)):
             continue
         n, then_g, returned = found
         own = set(manager.scope(loop))
