@@ -41,6 +41,7 @@ def newton(a) =
   let loop = lambda (i, y) if i < 6 then loop(i + 1, 0.5 * (y + a / y)) else y end in
   loop(0, a)
 def gg_newton(a) = grad(grad(newton))(a)
+def g4_newton(a) = grad(grad(grad(grad(newton))))(a)
 
 def tensor_loop(a, v) =
   let loop = lambda (i, h, s) if i < 5 then loop(i + 1, tanh(h * a) + v, s + sum(h * h))
@@ -137,6 +138,13 @@ def test_third_order_is_rewritten_and_equal_to_jax() -> None:
     for x in (0.8, -1.3):
         want = float(g(g(g(j_halving)))(x))
         np.testing.assert_allclose(anfir.run(compiled, x), want, rtol=1e-12, atol=1e-14)
+
+
+def test_fourth_order_is_rewritten_and_equal_to_jax() -> None:
+    assert _rewritten("g4_newton", (2.0,)) == 1
+    compiled = anfir.compile(MOD, entry="g4_newton", args=[2.0])
+    np.testing.assert_allclose(anfir.run(compiled, 2.0), float(g(g(g(g(j_newton))))(2.0)),
+                               rtol=1e-12)
 
 
 def test_a_loop_capturing_a_function_stays_a_recursion_at_order_two() -> None:
