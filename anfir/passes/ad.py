@@ -58,10 +58,13 @@ def rewrite_counted_loops(program: "Program") -> "Program":
     manager = program.require_manager()
     calls = _meta_calls(manager)
     # A counted loop differentiated twice (grad of a function that itself takes a
-    # gradient through the loop) stays a recursion: the second J of the rewritten
-    # loop's backward scan would stack gradient environments.
-    if calls and not _nested_derivatives(calls):
-        rewritten = loops.recognise_counted_loops(program)
+    # gradient through the loop) is rewritten when it captures only data: the ``ad``
+    # phase closes its body (captures ride in the carry) and the J-world loop of a
+    # closed body carries tensors at every order.  One that captures a function stays
+    # a recursion: the second J of its backward scan would stack gradient environments.
+    if calls:
+        rewritten = loops.recognise_counted_loops(
+            program, data_captures_only=_nested_derivatives(calls))
         if rewritten:
             program.stats[loops.COUNTED_LOOPS_STAT] += rewritten
     return program
