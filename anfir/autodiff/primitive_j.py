@@ -13,6 +13,8 @@ from typing import Optional, Union
 
 from anfir.autodiff.loops import J_WORLD
 from anfir.autodiff.partials import bound_gradient, j_partial_call
+from anfir.abstract.values import AScalar, ATensor
+from anfir.dtypes import is_complex, is_float
 from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
 from anfir.ir.clone import Cloner
@@ -87,8 +89,34 @@ def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out:
     zeros = [CNode(target, [ValueNode(structure.zeros_like), a], loc) for a in positional]
     if isinstance(result, CNode) and result.is_apply(structure.make_tuple) \
             and len(result.inputs) == ninputs + 1:
-        return [*result.inputs[1:], *zeros]
-    return [*(CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(ninputs)), *zeros]
+        grads = list(result.inputs[1:])
+    else:
+        grads = [CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(ninputs)]
+    return [*(_in_input_type(target, g, x, loc) for g, x in zip(grads, inputs)), *zeros]
+
+
+def _in_input_type(target: FuncGraph, grad: Node, x: Node, loc: Optional[Location]) -> Node:
+    """``grad``, the rule's sensitivity of input ``x``, in ``x``'s dtype:
+    ``cast_like(grad, x)``, which is a zero of ``x``'s type when ``x`` is an integer
+    or a boolean.
+
+    The one rule for sensitivities of integers: they are zeros of the integer's
+    type (as JAX's float0 cotangents), never floats.  A rule such as ``mul``'s
+    computes ``x * dout`` for a loop counter ``i`` in ``i * x``, a float; were it kept,
+    the counter's sensitivity would be an int where it starts (``zeros_like(i)``)
+    and a float where a rule adds to it, and a loop carrying it (the backward scan
+    of a ``fori_loop`` differentiated again, a tail-recursive ``◂loop``) would change
+    its type.  Left out where ``x`` is known to be a float (the optimizer drops the
+    cast too, once types show it is one) or the rule already gives a zero."""
+    abstract = x.abstract
+    if isinstance(abstract, (AScalar, ATensor)) and (is_float(abstract.dtype)
+                                                     or is_complex(abstract.dtype)):
+        return grad
+    if isinstance(x, ValueNode) and type(x.value) is float:
+        return grad
+    if isinstance(grad, CNode) and grad.is_apply(structure.zeros_like) and grad.inputs[1] is x:
+        return grad
+    return CNode(target, [ValueNode(gradient.cast_like), grad, x], loc)
 
 
 def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:
