@@ -27,6 +27,8 @@ jnp = jax.numpy
 lax = jax.lax
 jax.config.update("jax_enable_x64", True)
 
+from anfir.backends.tojax import rules as tojax_rules  # noqa: E402  (needs jax, checked above)
+
 PROGRAM = """
 def h(x) = fori_loop(0, 3, lambda (i, acc) acc + x * x * i end, 0.0)
 def ggh(x) = grad(grad(h))(x)
@@ -158,3 +160,21 @@ def gf(x) = grad(f)(x)
     expected = jax.grad(lambda x: x * (x * 3.0).astype(jnp.int64).astype(jnp.float64))(1.3)
     close(anfir.run(mod["gf"], 1.3), expected)
     close(anfir.run(anfir.compile(mod, entry="gf", args=[1.3]), 1.3), expected)
+
+
+@pytest.mark.parametrize("entry,args,reference", [c for c in CASES if c[0] in ("ggh", "ggs", "ggq")],
+                         ids=["ggh", "ggs", "ggq"])
+def test_to_jax_of_the_second_order_gradient(entry: str, args: tuple[Any, ...],
+                                             reference: Callable[..., Any]) -> None:
+    """The compiled second-order gradients leave through ``to_jax`` (``jax.jit``) with
+    the same value as JAX's own."""
+    compiled = anfir.compile(MOD, entry=entry, args=list(args))
+    close(jax.jit(anfir.to_jax(compiled))(*args), reference(*args))
+
+
+def test_to_jax_cast_like_of_an_integer_is_zero() -> None:
+    """The JAX back end's ``cast_like`` follows the same rule as the evaluator's."""
+    z = tojax_rules._cast_like(jnp.array([1.5, 2.0]), jnp.array([1, 2]))
+    assert z.dtype == jnp.int64 and not bool(jnp.any(z))
+    assert tojax_rules._cast_like(jnp.array(2.5), 3) == 0
+    assert float(tojax_rules._cast_like(jnp.array(2.5, jnp.float32), np.float64(1.0))) == 2.5

@@ -9,11 +9,11 @@ at the user's node — so gradient nodes map back to the user's code.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from anfir.autodiff.loops import J_WORLD
 from anfir.autodiff.partials import bound_gradient, j_partial_call
-from anfir.abstract.values import AScalar, ATensor
+from anfir.abstract.values import AAny, AScalar, ATensor
 from anfir.dtypes import is_complex, is_float
 from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
@@ -61,9 +61,11 @@ def rule_graph(prim: Primitive, ninputs: int) -> FuncGraph:
 
 
 def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out: Node,
-                      dout: Node, loc: Optional[Location], attrs: Attrs = NO_ATTRS) -> list[Node]:
+                      dout: Node, loc: Optional[Location], attrs: Attrs = NO_ATTRS,
+                      types: Sequence[Any] = ()) -> list[Node]:
     """Nodes in ``target`` computing the gradient of each argument of ``prim(*args)``
-    (a call with the attributes ``attrs``).
+    (a call with the attributes ``attrs``; ``types``: the arguments' types where the
+    caller knows them, the forward copies ``args`` may not carry them).
 
     The rule's attribute parameters are bound to the call's attributes (their
     defaults when not given) as constants, or to the positional arguments that
@@ -92,10 +94,13 @@ def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out:
         grads = list(result.inputs[1:])
     else:
         grads = [CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(ninputs)]
-    return [*(_in_input_type(target, g, x, loc) for g, x in zip(grads, inputs)), *zeros]
+    known = [*types, *([None] * ninputs)]
+    return [*(_in_input_type(target, g, x, x.abstract if known[i] is None else known[i], loc)
+              for i, (g, x) in enumerate(zip(grads, inputs))), *zeros]
 
 
-def _in_input_type(target: FuncGraph, grad: Node, x: Node, loc: Optional[Location]) -> Node:
+def _in_input_type(target: FuncGraph, grad: Node, x: Node, abstract: Any,
+                   loc: Optional[Location]) -> Node:
     """``grad``, the rule's sensitivity of input ``x``, in ``x``'s dtype:
     ``cast_like(grad, x)``, which is a zero of ``x``'s type when ``x`` is an integer
     or a boolean.
@@ -107,10 +112,11 @@ def _in_input_type(target: FuncGraph, grad: Node, x: Node, loc: Optional[Locatio
     and a float where a rule adds to it, and a loop carrying it (the backward scan
     of a ``fori_loop`` differentiated again, a tail-recursive ``◂loop``) would change
     its type.  Left out where ``x`` is known to be a float (the optimizer drops the
-    cast too, once types show it is one) or the rule already gives a zero."""
-    abstract = x.abstract
-    if isinstance(abstract, (AScalar, ATensor)) and (is_float(abstract.dtype)
-                                                     or is_complex(abstract.dtype)):
+    cast too, once types show it is one), is not a number (a function, a tuple: the
+    cast would keep a closure alive for nothing) or the rule already gives a zero."""
+    if abstract is not None and not isinstance(abstract, AAny) and (
+            not isinstance(abstract, (AScalar, ATensor))
+            or is_float(abstract.dtype) or is_complex(abstract.dtype)):
         return grad
     if isinstance(x, ValueNode) and type(x.value) is float:
         return grad

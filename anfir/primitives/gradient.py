@@ -156,7 +156,10 @@ def _is_discrete(x: Any) -> bool:
 
 
 def _cast_like(g: Any, x: Any) -> Any:
-    if type(x) is float and type(g) is float:  # the common case of a gradient rule's result
+    # The common cases of a gradient rule's result, first: already of x's type.
+    if type(x) is float and type(g) is float:
+        return g
+    if type(x) is np.ndarray and type(g) is np.ndarray and x.dtype == g.dtype:
         return g
     if _is_discrete(x):
         # The sensitivity of an integer or a boolean is a zero of its type (as JAX's
