@@ -479,7 +479,7 @@ class _ScopeTransform:
                     continue
                 args = [self.value_in(a, g) for a in node.inputs[1:]]
                 grads = instantiate_bprop(prim, bwd, args, self.value_in(node, g), s, node.loc,
-                                          node.attrs)
+                                          node.attrs, [a.abstract for a in node.inputs[1:]])
                 for index, (arg, grad) in enumerate(zip(node.inputs[1:], grads)):
                     if _can_receive(arg, mng):
                         add_use(node, index + 1, arg, grad)

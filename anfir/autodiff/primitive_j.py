@@ -9,10 +9,12 @@ at the user's node — so gradient nodes map back to the user's code.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from anfir.autodiff.loops import J_WORLD
 from anfir.autodiff.partials import bound_gradient, j_partial_call
+from anfir.abstract.values import AAny, AScalar, ATensor
+from anfir.dtypes import is_complex, is_float
 from anfir.errors import GradientError
 from anfir.grammar.parser import parse_module
 from anfir.ir.clone import Cloner
@@ -59,9 +61,11 @@ def rule_graph(prim: Primitive, ninputs: int) -> FuncGraph:
 
 
 def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out: Node,
-                      dout: Node, loc: Optional[Location], attrs: Attrs = NO_ATTRS) -> list[Node]:
+                      dout: Node, loc: Optional[Location], attrs: Attrs = NO_ATTRS,
+                      types: Sequence[Any] = ()) -> list[Node]:
     """Nodes in ``target`` computing the gradient of each argument of ``prim(*args)``
-    (a call with the attributes ``attrs``).
+    (a call with the attributes ``attrs``; ``types``: the arguments' types where the
+    caller knows them, the forward copies ``args`` may not carry them).
 
     The rule's attribute parameters are bound to the call's attributes (their
     defaults when not given) as constants, or to the positional arguments that
@@ -87,8 +91,38 @@ def instantiate_bprop(prim: Primitive, target: FuncGraph, args: list[Node], out:
     zeros = [CNode(target, [ValueNode(structure.zeros_like), a], loc) for a in positional]
     if isinstance(result, CNode) and result.is_apply(structure.make_tuple) \
             and len(result.inputs) == ninputs + 1:
-        return [*result.inputs[1:], *zeros]
-    return [*(CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(ninputs)), *zeros]
+        grads = list(result.inputs[1:])
+    else:
+        grads = [CNode(target, [getitem, result, ValueNode(i)], loc) for i in range(ninputs)]
+    known = [*types, *([None] * ninputs)]
+    return [*(_in_input_type(target, g, x, x.abstract if known[i] is None else known[i], loc)
+              for i, (g, x) in enumerate(zip(grads, inputs))), *zeros]
+
+
+def _in_input_type(target: FuncGraph, grad: Node, x: Node, abstract: Any,
+                   loc: Optional[Location]) -> Node:
+    """``grad``, the rule's sensitivity of input ``x``, in ``x``'s dtype:
+    ``cast_like(grad, x)``, which is a zero of ``x``'s type when ``x`` is an integer
+    or a boolean.
+
+    The one rule for sensitivities of integers: they are zeros of the integer's
+    type (as JAX's float0 cotangents), never floats.  A rule such as ``mul``'s
+    computes ``x * dout`` for a loop counter ``i`` in ``i * x``, a float; were it kept,
+    the counter's sensitivity would be an int where it starts (``zeros_like(i)``)
+    and a float where a rule adds to it, and a loop carrying it (the backward scan
+    of a ``fori_loop`` differentiated again, a tail-recursive ``◂loop``) would change
+    its type.  Left out where ``x`` is known to be a float (the optimizer drops the
+    cast too, once types show it is one), is not a number (a function, a tuple: the
+    cast would keep a closure alive for nothing) or the rule already gives a zero."""
+    if abstract is not None and not isinstance(abstract, AAny) and (
+            not isinstance(abstract, (AScalar, ATensor))
+            or is_float(abstract.dtype) or is_complex(abstract.dtype)):
+        return grad
+    if isinstance(x, ValueNode) and type(x.value) is float:
+        return grad
+    if isinstance(grad, CNode) and grad.is_apply(structure.zeros_like) and grad.inputs[1] is x:
+        return grad
+    return CNode(target, [ValueNode(gradient.cast_like), grad, x], loc)
 
 
 def j_prim_graph(prim: Primitive, nargs: int) -> FuncGraph:

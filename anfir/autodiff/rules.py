@@ -9,6 +9,8 @@ becomes one flat graph of arithmetic:
 * ``sum_to(g, x)``, ``broadcast_like(g, x)``, ``cast_like(g, x)``,
   ``unreduce(g, x, axis, keepdims)``, ``reshape_like(g, x)`` → ``g`` when ``g``
   already has the result's type;
+* ``cast_like(g, x)`` with ``x`` an integer or boolean → a zero of ``x``'s type
+  (the sensitivity of an integer is zero);
 * ``env_getitem(env_setitem(e, k, v), k, d)`` → ``v`` (another key: look in
   ``e``); ``env_getitem(newenv(), k, d)`` → ``d``;
 * ``gadd(0, b)`` → ``b``; ``gadd(a, b)`` of two numbers/tensors of one type → ``add``;
@@ -35,7 +37,7 @@ from __future__ import annotations
 from typing import Any, Optional, Protocol, Sequence
 
 from anfir.abstract.values import AAny, AEnv, AFunction, AScalar, ATensor, ATuple
-from anfir.dtypes import is_float, is_signed_int, numpy_dtype
+from anfir.dtypes import is_bool, is_float, is_integer, is_signed_int, numpy_dtype
 from anfir.ir.attrs import Attrs
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
@@ -106,6 +108,32 @@ def drop_shape_adjustment(node: CNode, ctx: RuleContext) -> Optional[Node]:
     if ctx.same_type(g, node):
         return g
     return None
+
+
+def integer_sensitivity(node: CNode, ctx: RuleContext) -> Optional[Node]:
+    """``cast_like(g, x)`` with ``x`` an integer or boolean → a zero of ``x``'s type
+    (the sensitivity of an integer is zero: see ``primitive_j._in_input_type``), so
+    no back end meets the cast of a float gradient to an integer."""
+    if not _is(node, gradient.cast_like):
+        return None
+    g, x = node.inputs[1], node.inputs[2]
+    abstract = x.abstract
+    if not isinstance(abstract, (AScalar, ATensor)) or not (is_integer(abstract.dtype)
+                                                            or is_bool(abstract.dtype)):
+        return None
+    if isinstance(node.abstract, AScalar) and node.abstract.dtype == abstract.dtype:
+        zero = False if is_bool(abstract.dtype) else (
+            0 if abstract.dtype == "i64" else numpy_dtype(abstract.dtype).type(0))
+        return ctx.constant(zero, like=node)
+    assert node.graph is not None
+    if ctx.same_type(x, node):
+        return ctx.apply(node.graph, [ctx.constant(structure.zeros_like, like=node), x], like=node,
+                         abstract=node.abstract)
+    if _is_zero(g):
+        return None  # already the cast of a zero (a tensor of g's shape)
+    zero = ctx.apply(node.graph, [ctx.constant(structure.zeros_like, like=node), g], like=node,
+                     abstract=g.abstract)
+    return ctx.apply(node.graph, [node.inputs[0], zero, x], like=node, abstract=node.abstract)
 
 
 def env_get_after_set(node: CNode, ctx: RuleContext) -> Optional[Node]:
@@ -388,7 +416,7 @@ def scalar_unreduce_into_elementwise(node: CNode, ctx: RuleContext) -> Optional[
     return None
 
 
-GRADIENT_RULES = (drop_shape_adjustment, env_get_after_set, gadd_simplify, gadd_of_tuples,
+GRADIENT_RULES = (drop_shape_adjustment, integer_sensitivity, env_get_after_set, gadd_simplify, gadd_of_tuples,
                   gadd_of_env_set, zeros_simplify,
                   tuple_set_simplify, seed_and_check, double_negation,
                   scalar_unreduce_into_elementwise)

@@ -40,6 +40,10 @@ from anfir.runtime_values import GradEnv, SymbolicKey
 FAMILY = "gradient"
 
 
+def _is_object_array(x: Any) -> bool:
+    return isinstance(x, np.ndarray) and x.dtype == object
+
+
 def gadd_values(a: Any, b: Any) -> Any:
     """The sum of two gradients of one value."""
     if isinstance(a, GradEnv) or isinstance(b, GradEnv):
@@ -53,11 +57,19 @@ def gadd_values(a: Any, b: Any) -> Any:
         return GradEnv(items)
     if isinstance(a, tuple) and isinstance(b, tuple):
         return tuple(gadd_values(x, y) for x, y in zip(a, b))
+    if _is_object_array(a) or _is_object_array(b):
+        # The evaluator's scan stacks what is not a number (the gradient environments
+        # of a loop body's backward pass, in its residuals) as an object array: the
+        # gradients of two such stacks add element by element (third order and up).
+        return _GADD_ELEMENTS(a, b)
     if a is None:
         return b
     if b is None:
         return a
     return a + b
+
+
+_GADD_ELEMENTS = np.frompyfunc(gadd_values, 2, 1)
 
 
 def _env_setitem(env: Any, key: SymbolicKey, value: Any) -> GradEnv:
@@ -135,13 +147,31 @@ def _size(x: Any) -> int:
     return int(np.size(x))
 
 
+def _is_discrete(x: Any) -> bool:
+    """Whether ``x`` is an integer or boolean number or tensor (a value whose
+    sensitivity is a zero of its own type)."""
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "biu"
+    return isinstance(x, (bool, int, np.bool_, np.integer))
+
+
 def _cast_like(g: Any, x: Any) -> Any:
+    # The common cases of a gradient rule's result, first: already of x's type.
+    if type(x) is float and type(g) is float:
+        return g
+    if type(x) is np.ndarray and type(g) is np.ndarray and x.dtype == g.dtype:
+        return g
+    if _is_discrete(x):
+        # The sensitivity of an integer or a boolean is a zero of its type (as JAX's
+        # float0 cotangent): a loop counter's gradient never turns into a float.
+        dtype = x.dtype if isinstance(x, (np.ndarray, np.generic)) else type(x)
+        if isinstance(g, np.ndarray) or isinstance(x, np.ndarray):
+            return np.zeros(np.shape(g), dtype)
+        return x.dtype.type(0) if isinstance(x, np.generic) else type(x)(0)
+    if not isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
+        return g  # a tuple, an environment, None: not a number, passes unchanged
     if isinstance(x, np.ndarray):
         return np.asarray(g).astype(x.dtype)
-    if isinstance(x, bool):
-        return g
-    if isinstance(x, int) and not isinstance(g, np.ndarray):
-        return g
     if isinstance(x, float) and not isinstance(g, np.ndarray):
         return float(g)
     return g
@@ -299,6 +329,8 @@ def _infer_matmul_dy(x: Any, dout: Any, y: Any) -> Any:
 
 
 def _infer_cast_like(g: Any, x: Any) -> Any:
+    if not isinstance(x, (AScalar, ATensor)):
+        return g  # not a number: the value passes unchanged (see _cast_like)
     return _like_shape(g, g, x)
 
 
@@ -428,8 +460,11 @@ clip_grad = declare("clip_grad", 4, _clip_grad, infer=_infer_clip_grad, family=F
 size = declare("size", 1, _size, infer=_infer_size, family=FAMILY, differentiable=False,
                doc="size(x) — the number of elements of x (1 for a scalar)")
 cast_like = declare("cast_like", 2, _cast_like, infer=_infer_cast_like, family=FAMILY, internal=True,
-                    doc="cast_like(g, x) — g converted to x's dtype",
-                    bprop="lambda (g, x, out, dout) (cast_like(dout, g), zeros_like(x)) end")
+                    doc="cast_like(g, x) — g converted to x's dtype; a zero of that dtype when x is "
+                        "an integer or boolean (the sensitivity of an integer is zero)",
+                    # dout goes through x's dtype first: when x is an integer the result is
+                    # a constant zero and g's sensitivity is zero too.
+                    bprop="lambda (g, x, out, dout) (cast_like(cast_like(dout, x), g), zeros_like(x)) end")
 tuple_setitem = declare("tuple_setitem", 3, _tuple_setitem, infer=_infer_tuple_setitem, family=FAMILY, internal=True,
                         doc="tuple_setitem(t, i, v) — t with element i replaced by v",
                         bprop="""lambda (t, i, v, out, dout)

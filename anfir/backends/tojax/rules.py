@@ -383,6 +383,12 @@ def _size(x: Any) -> int:
 
 
 def _cast_like(g: Any, x: Any) -> Any:
+    # The sensitivity of an integer or a boolean is a zero of its type (as in
+    # anfir.primitives.gradient's cast_like).
+    if isinstance(x, (bool, int, np.bool_, np.integer)) or (
+            (is_array(x) or isinstance(x, np.ndarray)) and not jnp.issubdtype(x.dtype, jnp.inexact)):
+        dtype = jax.dtypes.canonicalize_dtype(np.asarray(x).dtype if not is_array(x) else x.dtype)
+        return jnp.zeros(jnp.shape(g), dtype)
     if is_array(x) or isinstance(x, np.ndarray):
         return lax.convert_element_type(jnp.asarray(g), jax.dtypes.canonicalize_dtype(x.dtype))
     if isinstance(x, float) and not isinstance(x, bool) and not is_array(g) \
