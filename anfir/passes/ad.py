@@ -38,7 +38,7 @@ from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.walk import reachable_graphs, toposort
-from anfir.passes import loops
+from anfir.passes import counted_loops, loops
 from anfir.passes.specialize import infer_new_graph
 from anfir.passes.validate import rebuild_manager
 from anfir.primitives import checkpointing, gradient, meta as metas
@@ -52,7 +52,7 @@ _GRADS = (metas.grad, metas.value_and_grad, metas.jvp)
 def rewrite_counted_loops(program: "Program") -> "Program":
     """The ``loops`` phase (before ``ad``): when the program takes a derivative, each
     counted tail-recursive loop becomes a ``fori_loop``
-    (:func:`anfir.passes.loops.recognise_counted_loops`), so its gradient is a
+    (:func:`anfir.passes.counted_loops.recognise_counted_loops`), so its gradient is a
     reversed scan (first-order data, which the flat exporters write).  The count
     goes to ``program.stats`` (:func:`anfir.passes.loops.rewrote_counted_loops`)."""
     manager = program.require_manager()
@@ -63,7 +63,7 @@ def rewrite_counted_loops(program: "Program") -> "Program":
     # closed body carries tensors at every order.  One that captures a function stays
     # a recursion: the second J of its backward scan would stack gradient environments.
     if calls:
-        rewritten = loops.recognise_counted_loops(
+        rewritten = counted_loops.recognise_counted_loops(
             program, data_captures_only=_nested_derivatives(calls))
         if rewritten:
             program.stats[loops.COUNTED_LOOPS_STAT] += rewritten

@@ -20,9 +20,10 @@ from the final state and the counter's final value.
 
 The counter is never carried: the ``fori_loop`` index is the counter (step 1),
 its negation (step -1), or ``S + k * c`` from a start ``S`` that is the same
-constant at every call.  Integer parameters other than the counter are either
-constants at every call (substituted) or the loop is left alone: its state is
-floats, tensors and tuples of them.  A loop ``!=``-bounded that never meets its
+constant at every call.  An integer parameter passed on unchanged with the same
+constant at every call is substituted; the other parameters are the carry,
+which must be data (numbers, tensors, tuples of them; a function in the state
+leaves the loop a recursion).  A loop ``!=``-bounded that never meets its
 bound ran forever before; it now stops after no iteration (the only change of
 meaning, on programs that did not terminate).  What is not recognised stays a
 recursion: it runs and differentiates as before, and the exporters' refusal
@@ -35,7 +36,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from anfir.abstract.values import UNKNOWN, AbstractValue, AScalar, ATensor, ATuple, GraphSig
+from anfir.abstract.values import UNKNOWN, AbstractValue, AScalar, ATuple, GraphSig
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
@@ -44,7 +45,8 @@ from anfir.ir.primitive import Primitive
 from anfir.ir.walk import toposort
 from anfir.primitives import arith, elementwise, loops, structure
 from anfir.passes.compile_state import Program
-from anfir.passes.typed_nodes import apply, getitem, graph_value, int_const, make_tuple, prim
+from anfir.passes.typed_nodes import (apply, getitem, graph_value, int_const, is_data_type,
+                                      make_tuple, prim)
 
 _COMPARE = {arith.lt: "lt", arith.le: "le", arith.gt: "gt", arith.ge: "ge", arith.eq: "eq",
             arith.ne: "ne"}
@@ -83,22 +85,6 @@ def _known_int(node: Node) -> Optional[int]:
 
 def _is_int_scalar(a: Any) -> bool:
     return isinstance(a, AScalar) and str(a.dtype) == "i64"
-
-
-def _is_float_data(a: Any) -> bool:
-    """Floats, float tensors and tuples of them: a state the loop's gradient carries
-    without integer sensitivities."""
-    stack = [a]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ATuple):
-            stack.extend(x.items)
-        elif isinstance(x, (ATensor, AScalar)):
-            if not str(x.dtype).startswith(("f", "bf")):
-                return False
-        else:
-            return False
-    return True
 
 
 def _step_of(node: Node, counter: Node) -> Optional[int]:
@@ -309,15 +295,15 @@ def _plan(found: CountedLoop, calls: list[CNode], manager: Manager) -> Optional[
         if invariant and param not in go_reads:
             passed.append(index)  # the bound or the exit reads it: the call's value
             continue
-        if _is_float_data(param.abstract):
-            state.append(index)
-            continue
         values = {_known_int(call.inputs[1 + index]) for call in calls}
-        if not invariant or len(values) != 1 or None in values:
-            return None  # an integer that changes, or one known only at run time
-        (value,) = values
-        assert value is not None
-        constants[index] = int_const(value)
+        if invariant and len(values) == 1 and None not in values:
+            (value,) = values
+            assert value is not None
+            constants[index] = int_const(value)  # the same integer at every call
+        elif is_data_type(param.abstract):
+            state.append(index)
+        else:
+            return None  # a function in the state: the loop stays a recursion
     if not state:
         return None
     start: Optional[int] = None
@@ -448,11 +434,24 @@ def _uses(manager: Manager) -> dict[FuncGraph, list[tuple[CNode, int]]]:
     return uses
 
 
-def recognise_counted_loops(program: "Program") -> int:
+def captures_only_data(manager: Manager, loop: FuncGraph) -> bool:
+    """Whether everything ``loop`` captures is data (tensors, numbers, None, tuples of
+    them): then the ``loops`` phase closes the ``fori_loop`` body (its captures ride in
+    the carry), and the J-world loop of a closed body carries only data through its
+    backward scan at every order.  A captured function (``partial(f, x)``, a tuple of
+    gradients) cannot ride in a carry: the backward scan of such a body accumulates its
+    gradient environment, and differentiating that scan again would stack environments
+    as residuals."""
+    return all(is_data_type(fv.abstract) for fv in manager.free_variables_total(loop))
+
+
+def recognise_counted_loops(program: "Program", data_captures_only: bool = False) -> int:
     """Rewrite each counted tail-recursive loop (see the module doc) whose only uses
     are calls into ``fori_loop``.  Inner loops first: a loop whose step holds a
-    counted loop is met again once that one is rewritten.  Returns how many loops
-    were rewritten."""
+    counted loop is met again once that one is rewritten.  With ``data_captures_only``
+    (the program differentiates a derivative), only loops that capture nothing but
+    data are rewritten (:func:`captures_only_data`); the others stay recursions, which
+    differentiate at any order.  Returns how many loops were rewritten."""
     manager = program.require_manager()
     count = 0
     done: set[FuncGraph] = set()
@@ -463,7 +462,7 @@ def recognise_counted_loops(program: "Program") -> int:
             if loop in done or loop in touched or any(node.graph in touched for node, _ in sites):
                 continue
             found = find_counted_loop(manager, loop)
-            if found is None:
+            if found is None or (data_captures_only and not captures_only_data(manager, loop)):
                 continue
             own = set(manager.scope(loop))
             outside = [(node, index) for node, index in sites if node.graph not in own]

@@ -22,74 +22,21 @@ nothing is inferred again.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-from anfir.abstract.values import (AbstractValue, AFunction, ANone, AScalar, ATensor, ATuple,
-                                   GraphFn, GraphSig)
-from anfir.infer.engine import constant_abstract
+from anfir.abstract.values import ATuple, GraphSig
 from anfir.ir.clone import Cloner
 from anfir.ir.graph import FuncGraph
 from anfir.ir.manager import Manager
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import toposort
-from anfir.primitives import arith, loops, structure
+from anfir.primitives import loops
 from anfir.passes.compile_state import Program
-from anfir.passes.counted_loops import recognise_counted_loops
+from anfir.passes.typed_nodes import apply, getitem, graph_value, is_data_type, make_tuple, prim
 
 
 _BODY = {loops.scan: 0, loops.fori_loop: 2}
-
-
-def _is_data(a: Any) -> bool:
-    stack = [a]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ATuple):
-            stack.extend(x.items)
-        elif not isinstance(x, (ATensor, AScalar, ANone)):
-            return False
-    return True
-
-
-def _fn_abstract(graph: FuncGraph) -> AFunction:
-    return AFunction(frozenset({GraphFn(graph)}))
-
-
-def _apply(graph: FuncGraph, inputs: list[Node], abstract: AbstractValue, loc: Any,
-           attrs: Any = None) -> CNode:
-    node = CNode(graph, inputs, loc, attrs=attrs) if attrs is not None else CNode(graph, inputs, loc)
-    node.abstract = abstract
-    return node
-
-
-def _getitem(graph: FuncGraph, tup: Node, i: int, loc: Any) -> CNode:
-    items = tup.abstract.items if isinstance(tup.abstract, ATuple) else None
-    assert items is not None
-    return _apply(graph, [_prim(structure.tuple_getitem), tup, _const(i)], items[i], loc)
-
-
-def _prim(prim: Primitive) -> ValueNode:
-    node = ValueNode(prim)
-    node.abstract = constant_abstract(node)
-    return node
-
-
-def _const(value: Any) -> ValueNode:
-    node = ValueNode(value)
-    node.abstract = AScalar("i64", value)
-    return node
-
-
-def _tuple(graph: FuncGraph, items: list[Node], loc: Any) -> CNode:
-    return _apply(graph, [_prim(structure.make_tuple), *items],
-                  ATuple(tuple(i.abstract for i in items)), loc)
-
-
-def _graph_value(graph: FuncGraph) -> ValueNode:
-    node = ValueNode(graph)
-    node.abstract = _fn_abstract(graph)
-    return node
 
 
 def close_body(manager: Manager, call: CNode) -> Optional[Node]:
@@ -105,7 +52,7 @@ def close_body(manager: Manager, call: CNode) -> Optional[Node]:
     body = body_node.value
     sig = body.abstract
     fvs = list(manager.free_variables_total(body))
-    if not fvs or not isinstance(sig, GraphSig) or not all(_is_data(fv.abstract) for fv in fvs):
+    if not fvs or not isinstance(sig, GraphSig) or not all(is_data_type(fv.abstract) for fv in fvs):
         return None
     scope = manager.scope(body)
     inside = set(scope)
@@ -138,33 +85,33 @@ def close_body(manager: Manager, call: CNode) -> Optional[Node]:
     (a0 if carry_pos == 0 else a1).abstract = packed
     (a1 if carry_pos == 0 else a0).abstract = sig_params[1 - carry_pos]
     cv = a0 if carry_pos == 0 else a1
-    carry_in = _getitem(closed, cv, 0, loc)
-    vs = _getitem(closed, cv, 1, loc)
-    values = [_getitem(closed, vs, i, loc) for i in range(len(fvs))]
+    carry_in = getitem(closed, cv, 0, loc)
+    vs = getitem(closed, cv, 1, loc)
+    values = [getitem(closed, vs, i, loc) for i in range(len(fvs))]
     first = [carry_in, a1] if carry_pos == 0 else [a0, carry_in]
-    out = _apply(closed, [_graph_value(opened), *first, *values], sig.out, loc)
+    out = apply(closed, [graph_value(opened), *first, *values], sig.out, loc)
     if prim is loops.scan:
-        carry_out = _getitem(closed, out, 0, loc)
-        y = _getitem(closed, out, 1, loc)
-        closed.output = _tuple(closed, [_tuple(closed, [carry_out, vs], loc), y], loc)
+        carry_out = getitem(closed, out, 0, loc)
+        y = getitem(closed, out, 1, loc)
+        closed.output = make_tuple(closed, [make_tuple(closed, [carry_out, vs], loc), y], loc)
     else:
-        closed.output = _tuple(closed, [out, vs], loc)
+        closed.output = make_tuple(closed, [out, vs], loc)
     closed.abstract = GraphSig((a0.abstract, a1.abstract), closed.output.abstract)
     # The new call, and what replaces the old one.
     graph = call.graph
     args = list(call.inputs[1:])
     init_pos = 1 if prim is loops.scan else 3
-    args[init_pos] = _tuple(graph, [args[init_pos], _tuple(graph, list(fvs), loc)], loc)
-    args[index] = _graph_value(closed)
+    args[init_pos] = make_tuple(graph, [args[init_pos], make_tuple(graph, list(fvs), loc)], loc)
+    args[index] = graph_value(closed)
     old = call.abstract
     if prim is loops.scan:
         assert isinstance(old, ATuple)
         new_abs = ATuple((ATuple((old.items[0], vs_abs)), old.items[1]))
-        looped = _apply(graph, [call.inputs[0], *args], new_abs, loc, call.attrs)
-        carry = _getitem(graph, _getitem(graph, looped, 0, loc), 0, loc)
-        return _tuple(graph, [carry, _getitem(graph, looped, 1, loc)], loc)
-    looped = _apply(graph, [call.inputs[0], *args], ATuple((old, vs_abs)), loc, call.attrs)
-    return _getitem(graph, looped, 0, loc)
+        looped = apply(graph, [call.inputs[0], *args], new_abs, loc, call.attrs)
+        carry = getitem(graph, getitem(graph, looped, 0, loc), 0, loc)
+        return make_tuple(graph, [carry, getitem(graph, looped, 1, loc)], loc)
+    looped = apply(graph, [call.inputs[0], *args], ATuple((old, vs_abs)), loc, call.attrs)
+    return getitem(graph, looped, 0, loc)
 
 
 def run(program: "Program") -> "Program":
@@ -221,5 +168,4 @@ def strip_custom_rules(program: "Program") -> int:
     return len(calls)
 
 
-__all__ = ["COUNTED_LOOPS_STAT", "close_body", "recognise_counted_loops", "rewrote_counted_loops",
-           "run", "strip_custom_rules"]
+__all__ = ["COUNTED_LOOPS_STAT", "close_body", "rewrote_counted_loops", "run", "strip_custom_rules"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from anfir.abstract.values import AbstractValue, AFunction, AScalar, ATuple, GraphFn
+from anfir.abstract.values import AbstractValue, AFunction, ANone, AScalar, ATensor, ATuple, GraphFn
 from anfir.infer.engine import constant_abstract
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -59,3 +59,16 @@ def getitem(graph: FuncGraph, tup: Node, index: int, loc: Any) -> CNode:
         tup.abstract.items if isinstance(tup.abstract, ATuple) else None)
     assert items is not None, "getitem of a node not typed as a tuple"
     return apply(graph, [prim(structure.tuple_getitem), tup, int_const(index)], items[index], loc)
+
+
+def is_data_type(a: Any) -> bool:
+    """Whether ``a`` types data: tensors, numbers, None and tuples of them (what a
+    loop's carry may hold; a function may not)."""
+    stack = [a]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ATuple):
+            stack.extend(x.items)
+        elif not isinstance(x, (ATensor, AScalar, ANone)):
+            return False
+    return True
