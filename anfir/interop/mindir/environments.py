@@ -46,7 +46,7 @@ Signature = Any
 
 
 @dataclass
-class Layout:
+class EnvLayout:
     """The slots of every environment of one program."""
 
     slots: list[tuple[SymbolicKey, Any]] = field(default_factory=list)
@@ -109,11 +109,11 @@ def is_zero(node: Node) -> bool:
     return True
 
 
-def plan(graphs: Iterable[FuncGraph]) -> Optional[Layout]:
+def plan(graphs: Iterable[FuncGraph]) -> Optional[EnvLayout]:
     """The layout of the environments of ``graphs``, or None when one cannot be a tuple
     (a key known only at run time, a gradient of a type without a static zero, a
     default that is not zero): those programs keep MindSpore's Environ ops."""
-    layout = Layout()
+    layout = EnvLayout()
     for g in graphs:
         for node in toposort(g):
             if not isinstance(node, CNode):
@@ -137,9 +137,9 @@ def is_env(abstract: Any) -> bool:
     return isinstance(abstract, AEnv)
 
 
-def slot_types(layout: Layout) -> ATuple:
+def slot_types(layout: EnvLayout) -> ATuple:
     """The type of an environment under ``layout``: the tuple of its slots' types."""
     return ATuple(tuple(abstract for _, abstract in layout.slots))
 
 
-__all__ = ["Layout", "is_env", "is_zero", "plan", "signature", "slot_types"]
+__all__ = ["EnvLayout", "is_env", "is_zero", "plan", "signature", "slot_types"]

@@ -39,7 +39,7 @@ import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.dtypes import BY_NAME, LITERAL_DTYPES, dtype_name
-from anfir.interop.mindir.environments import Layout, is_env, plan, signature, slot_types
+from anfir.interop.mindir.environments import EnvLayout, is_env, plan, signature, slot_types
 from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
 from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
@@ -88,7 +88,7 @@ class Writer:
         self.graph: Optional[FuncGraph] = None
         self.names: dict[Node, str] = {}
         # gradient environments as tuples (environments.py); None: Environ ops
-        self.envs: Optional[Layout] = None
+        self.envs: Optional[EnvLayout] = None
 
     # -- names ----------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -822,7 +822,7 @@ def _env_get(w: Writer, node: CNode) -> str:
     return w.emit("TupleGetItem", [w.ref(env), w.constant(slot, scalar=True)], abstract=node.abstract)
 
 
-def _zero_env(w: Writer, layout: Layout) -> str:
+def _zero_env(w: Writer, layout: EnvLayout) -> str:
     """An environment with nothing stored: every slot's zero."""
     return w.emit("MakeTuple", [_zero(w, abstract) for _, abstract in layout.slots])
 
