@@ -217,6 +217,33 @@ def test_exported_graphs_have_no_free_variables_and_typed_constants() -> None:
         same(anfir.run(module["f"], x, k), anfir.run(back.entry, x, k), f"k={k}")
 
 
+BRANCHES = """
+def piecewise(x: f64) -> f64 = if x > 0.0 then x * x else sin(x)
+def layer(w: f64[10, 10], v: f64[3], x: f64) =
+  if x > 0.0 then sum(w * x) + sum(v) * x else sum(sin(w)) - x
+"""
+
+
+def test_gradient_environments_are_written_as_tuples() -> None:
+    # MindSpore's loader cannot type EnvironCreate/Set/Get: a branch's backpropagator's
+    # environment is a tuple, one slot per key (a zero tensor where a branch sets none)
+    from anfir.interop.mindir.schema import classes
+
+    module = anfir.parse(BRANCHES)
+    cases = [(anfir.grad(module["piecewise"]), [(0.7,), (-0.4,)]),
+             (anfir.grad(module["layer"], wrt=(0, 1, 2)),
+              [(np.full((10, 10), 0.3), np.array([1.0, 2.0, -3.0]), s) for s in (0.5, -2.0)]),
+             (anfir.grad(anfir.parse(LOOP)["loss"]), [(0.7, 4), (-0.3, 0)])]
+    for g, runs in cases:
+        data = anfir.export_mindir(g, args=list(runs[0]))
+        model = classes()["ModelProto"].FromString(data)
+        ops = {p.op_type for p in model.primitives}
+        assert not {"EnvironCreate", "EnvironSet", "EnvironGet"} & ops, (g.name, ops)
+        back = import_mindir(data)
+        for run in runs:
+            same(anfir.run(g, *run), anfir.run(back.entry, *run), f"{g.name}{run}")
+
+
 def test_imported_weights_export_as_parameters() -> None:
     mod = import_mindir(FIXTURES / "dense_relu.mindir", params_as_inputs=True)
     inputs, want = fixture("dense_relu")

@@ -39,6 +39,7 @@ import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.dtypes import BY_NAME, LITERAL_DTYPES, dtype_name
+from anfir.interop.mindir.environments import EnvLayout, is_env, plan, signature, slot_types
 from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
 from anfir.interop.mindir.schema import classes
 from anfir.ir.graph import FuncGraph, Module
@@ -86,6 +87,8 @@ class Writer:
         self.gp: Any = None
         self.graph: Optional[FuncGraph] = None
         self.names: dict[Node, str] = {}
+        # gradient environments as tuples (environments.py); None: Environ ops
+        self.envs: Optional[EnvLayout] = None
 
     # -- names ----------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -160,6 +163,7 @@ class Writer:
     def run(self, entry: FuncGraph) -> Any:
         graphs = reachable_graphs([entry])
         facts = analyse(*graphs)
+        self.envs = plan(graphs)
         used: set[str] = set()
         for k, g in enumerate(graphs):
             base = "".join(c if c.isalnum() or c == "_" else "_" for c in g.name) or "graph"
@@ -362,6 +366,17 @@ def _rule(*prims: Primitive) -> Callable[[Rule], Rule]:
     return register
 
 
+_zeros_like = RULES[structure.zeros_like]
+
+
+@_rule(structure.zeros_like)
+def _zeros_like_rule(w: Writer, node: CNode) -> str:
+    # the zero of an environment is the environment with nothing stored
+    if w.envs is not None and is_env(node.abstract):
+        return _zero_env(w, w.envs)
+    return _zeros_like(w, node)
+
+
 def _static(node: Node, what: str) -> Any:
     if not isinstance(node, ValueNode):
         raise _Unsupported(f"{what} must be a constant")
@@ -391,7 +406,24 @@ def _getitem(w: Writer, node: CNode) -> str:
 
 @_rule(structure.switch)
 def _switch(w: Writer, node: CNode) -> str:
-    return w.emit("Switch", [w.ref(a) for a in node.args])
+    """``Switch`` of functions (the branches of an ``if``); a switch of data (a branch's
+    gradient environment, joined after the call) is a ``Select`` per tensor: MindSpore's
+    control-flow scheduler refuses a data ``Switch`` whose operand is a tuple it made
+    ("Failed to get level for formal parameter")."""
+    abstract = node.abstract
+    if w.envs is not None and is_env(abstract) and all(is_env(a.abstract) for a in node.args[1:]):
+        abstract = slot_types(w.envs)
+    if signature(abstract) is None:
+        return w.emit("Switch", [w.ref(a) for a in node.args])
+    cond = w.ref(node.args[0])
+    if _dtype_of(node.args[0].abstract) != "bool":  # Select takes a bool mask
+        cond = w.emit("Cast", [cond, w.constant(TYPE_ID_OF["bool"], scalar=True)])
+
+    def select(x: str, y: str, leaf: Any) -> str:
+        shape = () if isinstance(leaf, AScalar) else _shape_of_abstract(leaf)
+        mask = cond if shape == () else _broadcast(w, cond, shape)
+        return w.emit("Select", [mask, x, y], abstract=leaf)
+    return _leafwise(w, w.ref(node.args[1]), w.ref(node.args[2]), abstract, select)
 
 
 @_rule(structure.partial)
@@ -761,17 +793,60 @@ def _softmax(w: Writer, node: CNode) -> str:
 
 @_rule(gradient.newenv)
 def _newenv(w: Writer, node: CNode) -> str:
+    if w.envs is not None:
+        return _zero_env(w, w.envs)
     return w.emit("EnvironCreate", [])
 
 
 @_rule(gradient.env_setitem)
 def _env_set(w: Writer, node: CNode) -> str:
-    return w.emit("EnvironSet", [w.ref(a) for a in node.args])
+    if w.envs is None:
+        return w.emit("EnvironSet", [w.ref(a) for a in node.args])
+    env, key, value = node.args
+    slot = w.envs.slot(_static(key, "a gradient environment's key"), value.abstract)
+    # the environment a zero gradient of a function stands for (zeros_like of a closure)
+    base = w.ref(env) if is_env(env.abstract) else _zero_env(w, w.envs)
+    items = [w.ref(value) if k == slot else w.emit("TupleGetItem", [base, w.constant(k, scalar=True)])
+             for k in range(len(w.envs.slots))]
+    return w.emit("MakeTuple", items)
 
 
 @_rule(gradient.env_getitem)
 def _env_get(w: Writer, node: CNode) -> str:
-    return w.emit("EnvironGet", [w.ref(a) for a in node.args], abstract=node.abstract)
+    if w.envs is None:
+        return w.emit("EnvironGet", [w.ref(a) for a in node.args], abstract=node.abstract)
+    env, key, default = node.args
+    if not is_env(env.abstract):  # nothing stored: the default (a zero)
+        return w.ref(default)
+    slot = w.envs.slot(_static(key, "a gradient environment's key"), default.abstract)
+    return w.emit("TupleGetItem", [w.ref(env), w.constant(slot, scalar=True)], abstract=node.abstract)
+
+
+def _zero_env(w: Writer, layout: EnvLayout) -> str:
+    """An environment with nothing stored: every slot's zero."""
+    return w.emit("MakeTuple", [_zero(w, abstract) for _, abstract in layout.slots])
+
+
+def _zero(w: Writer, abstract: Any) -> str:
+    """The zero of a slot's type (a number, a tensor of static shape, a tuple of them)."""
+    if isinstance(abstract, ATuple):
+        return w.emit("MakeTuple", [_zero(w, item) for item in abstract.items])
+    dtype = str(abstract.dtype)
+    if isinstance(abstract, AScalar):
+        return w.constant(np.zeros((), _numpy(dtype)), dtype)
+    shape = _shape_of_abstract(abstract)
+    if int(np.prod(shape)) <= SMALL_ZERO:
+        return w.constant(np.zeros(shape, _numpy(dtype)), dtype)
+    return _broadcast(w, w.constant(np.zeros((), _numpy(dtype)), dtype), shape, abstract)
+
+
+SMALL_ZERO = 64
+"""A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
+
+
+def _shape_of_abstract(abstract: Any) -> tuple[int, ...]:
+    assert isinstance(abstract, ATensor) and abstract.shape is not None
+    return tuple(int(d) for d in abstract.shape)
 
 
 _add = _elementwise("Add")
@@ -782,16 +857,29 @@ def _gadd(w: Writer, node: CNode) -> str:
     """The sum of two gradients: ``Add`` of numbers and tensors; of tuples (a tuple
     argument's gradient) item by item, as MakeTuple of the items' sums, walked with a
     stack (a gradient may nest tuples deeply)."""
-    if not isinstance(node.abstract, ATuple):
+    abstract = node.abstract
+    if w.envs is not None and is_env(abstract):
+        # environments (a tuple of slots); a zero gradient of a function adds nothing
+        envs = [a for a in node.args if is_env(a.abstract)]
+        if len(envs) < 2:
+            return w.ref(envs[0]) if envs else _zero_env(w, w.envs)
+        abstract = slot_types(w.envs)
+    elif not isinstance(abstract, ATuple):
         return _add(w, node)
-    a, b = w.ref(node.args[0]), w.ref(node.args[1])
+    return _leafwise(w, w.ref(node.args[0]), w.ref(node.args[1]), abstract,
+                     lambda x, y, leaf: w.emit("Add", [x, y], abstract=leaf))
+
+
+def _leafwise(w: Writer, a: str, b: str, abstract: Any, combine: Callable[[str, str, Any], str]) -> str:
+    """``combine`` of the leaves of two values of type ``abstract`` (nested tuples), the
+    results rebuilt as MakeTuples, walked with a stack (a gradient may nest deeply)."""
     # frames: (a, b, abstract, expanded); results gathered on `done`
-    stack: list[tuple[str, str, Any, bool]] = [(a, b, node.abstract, False)]
+    stack: list[tuple[str, str, Any, bool]] = [(a, b, abstract, False)]
     done: list[str] = []
     while stack:
         x, y, abstract, expanded = stack.pop()
         if not isinstance(abstract, ATuple):
-            done.append(w.emit("Add", [x, y], abstract=abstract))
+            done.append(combine(x, y, abstract))
         elif expanded:
             n = len(abstract.items)
             items = done[len(done) - n:] if n else []
