@@ -564,3 +564,24 @@ def test_a_slice_of_wrong_types_is_a_located_error() -> None:
     with pytest.raises(MindirError, match="Slice's begin must be a tuple of integers") as info:
         import_mindir(model.SerializeToString())
     assert info.value.loc is not None
+
+
+UNARY_AND_CUSTOM = """
+def unary(x: f64[4]) =
+  sum(log1p(x) + expm1(x) + atan(x) + sinh(x) + cosh(x) + tan(x) + asin(x) + acos(x))
+def g_unary(x: f64[4]) = grad(unary)(x)
+def naive_softplus(x) = log(1.0 + exp(x))
+def sp_fwd(x) = (log1p(exp(-abs(x))) + maximum(x, 0.0), x)
+def sp_bwd(x, dout) = (dout * sigmoid(x),)
+def g_softplus(x: f64) = grad(lambda (x) custom_vjp(naive_softplus, sp_fwd, sp_bwd)(x) end)(x)
+"""
+
+
+@pytest.mark.parametrize("entry, args", [("g_unary", [np.array([0.1, -0.3, 0.45, 0.7])]),
+                                         ("g_softplus", [800.0]), ("g_softplus", [-1.5])])
+def test_unary_functions_and_a_custom_rule_round_trip(entry: str, args: list[Any]) -> None:
+    # Log1p ... Acos and the reverse-mode seed (OnesLike) are written; a custom_vjp's rule
+    # is what is written (the naive softplus's own gradient overflows at 800).
+    module = anfir.parse(UNARY_AND_CUSTOM)
+    back = import_mindir(export_mindir(module, entry=entry, args=args))
+    same(anfir.run(module[entry], *args), anfir.run(back.entry, *args), entry)

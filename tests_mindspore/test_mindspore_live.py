@@ -159,6 +159,12 @@ def clip_sum(x: f64[3], k: i64) =
 def run_while(x: f64, n: i64) =
   let loop = lambda (i, z) if i >= n then z else loop(i + 1, sin(z) * x + 0.5) end in
   let z = loop(0, x) in z * z
+def unary(x: f64[4]) =
+  sum(log1p(x) + expm1(x) + atan(x) + sinh(x) + cosh(x) + tan(x) + asin(x) + acos(x))
+def naive_softplus(x) = log(1.0 + exp(x))
+def sp_fwd(x) = (log1p(exp(-abs(x))) + maximum(x, 0.0), x)
+def sp_bwd(x, dout) = (dout * sigmoid(x),)
+def softplus(x: f64) = custom_vjp(naive_softplus, sp_fwd, sp_bwd)(x)
 """
 R = np.random.default_rng(3)
 GRADIENTS = [
@@ -170,6 +176,11 @@ GRADIENTS = [
     # tensors captured by the branches: tensor slots, a zero where a branch sets none
     ("layer", (0, 1, 2), (R.normal(size=(10, 10)), R.normal(size=3), 0.5)),
     ("layer", (0, 1, 2), (R.normal(size=(10, 10)), R.normal(size=3), -2.0)),
+    # Log1p, Expm1, Atan, Sinh, Cosh, Tan, Asin, Acos and their gradients
+    ("unary", 0, (np.array([0.1, -0.3, 0.45, 0.7]),)),
+    # a user's custom_vjp rule (the stable softplus): the rule is what is written
+    ("softplus", 0, (800.0,)),
+    ("softplus", 0, (-1.5,)),
 ]
 PLAIN = [("clip_sum", (np.array([0.5, -1.0, 2.0]), 3)), ("clip_sum", (np.array([0.5, -1.0, 2.0]), -1)),
          ("run_while", (0.7, 4)), ("run_while", (0.7, 0))]

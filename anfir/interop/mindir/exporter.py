@@ -54,7 +54,7 @@ from anfir.passes.inline import inline_calls
 from anfir.ir.manager import remove_dead_graphs
 from anfir.passes.decompose import decompose
 from anfir.passes.pipeline import PHASES, Phase, compile_program
-from anfir.primitives import arith, gradient, structure, tensor
+from anfir.primitives import arith, elementwise, gradient, structure, tensor
 from anfir.primitives.conv import conv_params
 from anfir.primitives.conv import pool_params as conv_params_pool
 from anfir.primitives.registry import PRIMITIVES
@@ -352,6 +352,11 @@ ELEMENTWISE: dict[Primitive, str] = {
     P["erf"]: "Erf", P["rsqrt"]: "Rsqrt", P["floor"]: "Floor", P["ceil"]: "Ceil",
     P["reciprocal"]: "Reciprocal", tensor.matmul: "MatMulExt",
     tensor.ones_like: "OnesLike", structure.zeros_like: "ZerosLike", tensor.where: "Select",
+    elementwise.log1p: "Log1p", elementwise.expm1: "Expm1", elementwise.atan: "Atan",
+    elementwise.sinh: "Sinh", elementwise.cosh: "Cosh", elementwise.tan: "Tan",
+    elementwise.asin: "Asin", elementwise.acos: "Acos",
+    # the seed of reverse mode: 1 of the (scalar, float) output's type
+    gradient.grad_seed: "OnesLike",
 }
 """Primitives written as one MindSpore op of the same inputs."""
 for _prim, _op in ELEMENTWISE.items():
