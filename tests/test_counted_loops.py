@@ -21,7 +21,7 @@ from anfir.passes.pipeline import compile_program
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 jax = pytest.importorskip("jax")
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_runs import assert_onnx_equal  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jnp, lax = jax.numpy, jax.lax
@@ -147,12 +147,6 @@ def _args(name: str) -> list[Any]:
     return [W] if name == "tensor_state" else [0.7]
 
 
-def _onnx_results(entry: str, args: list[Any]) -> list[np.ndarray]:
-    model = anfir.export_onnx(MOD, entry=entry, args=args)
-    onnx.checker.check_model(model, full_check=True)
-    feed = {i.name: np.asarray(a) for i, a in zip(model.graph.input, args)}
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return [np.asarray(session.run(None, feed)[0]), np.asarray(ReferenceEvaluator(model).run(None, feed)[0])]
 
 
 @pytest.mark.parametrize("name", ONE_ARG)
@@ -163,8 +157,9 @@ def test_each_shape_is_rewritten_and_its_gradient_equals_jax_everywhere(name: st
     assert result.program.stats[COUNTED_LOOPS_STAT] >= 1, "not rewritten"
     np.testing.assert_allclose(anfir.run(result.graph, *args), want, rtol=1e-12)
     np.testing.assert_allclose(anfir.run(MOD[entry], *args), want, rtol=1e-12)  # the recursion
-    for got in _onnx_results(entry, args):
-        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-12)
+    model = anfir.export_onnx(MOD, entry=entry, args=args)
+    onnx.checker.check_model(model, full_check=True)
+    assert_onnx_equal(model, args, [want], entry, rtol=1e-12, atol=0.0)
     np.testing.assert_allclose(jax.jit(anfir.to_jax(result.graph))(*args), want, rtol=1e-12)
     low = anfir.lower(MOD, entry=entry, args=args)
     np.testing.assert_allclose(np.asarray(anfir.run(low, *args)).reshape(want.shape), want, rtol=1e-12)
@@ -214,10 +209,7 @@ def test_a_bound_computed_in_the_loop_from_invariant_values_is_computed_at_the_c
             np.testing.assert_allclose(got, ref, rtol=1e-12)
         model = anfir.export_onnx(MOD, entry=entry, args=args)
         onnx.checker.check_model(model, full_check=True)
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        feed = {i.name: np.asarray(a) for i, a in zip(model.graph.input, args)}
-        for got, ref in zip(session.run(None, feed), leaves(want)):
-            np.testing.assert_allclose(np.asarray(got).reshape(np.shape(ref)), ref, rtol=1e-12)
+        assert_onnx_equal(model, args, leaves(want), entry, rtol=1e-12, atol=0.0)
         for got, ref in zip(leaves(jax.jit(anfir.to_jax(result.graph))(*args)), leaves(want)):
             np.testing.assert_allclose(got, ref, rtol=1e-12)
         low = anfir.lower(MOD, entry=entry, args=args)
@@ -281,8 +273,6 @@ def test_second_order_gradients_of_each_shape_are_rewritten_and_export(name: str
     np.testing.assert_allclose(anfir.run(GG[entry], 0.7), want, rtol=1e-11)
     model = anfir.export_onnx(GG, entry=entry, args=[0.7])
     onnx.checker.check_model(model, full_check=True)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = session.run(None, {model.graph.input[0].name: np.asarray(0.7)})[0]
-    np.testing.assert_allclose(np.asarray(got).ravel()[0], want, rtol=1e-11)
+    assert_onnx_equal(model, [0.7], [np.asarray(want)], entry, rtol=1e-11, atol=0.0)
     low = anfir.lower(GG, entry=entry, args=[0.7])
     np.testing.assert_allclose(np.asarray(anfir.run(low, 0.7)).ravel()[0], want, rtol=1e-11)

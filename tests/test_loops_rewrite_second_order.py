@@ -25,7 +25,7 @@ from anfir.passes.pipeline import compile_program
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 jax = pytest.importorskip("jax")
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_runs import assert_onnx_equal  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
@@ -159,14 +159,7 @@ def test_onnx_export_runs_equal(entry: str, args: tuple, ref: Callable[..., Any]
     model = anfir.export_onnx(MOD, entry=entry, args=list(args))
     onnx.checker.check_model(model, full_check=True)
     want = leaves(anfir.run(anfir.compile(MOD, entry=entry, args=list(args)), *args))
-    feed = {i.name: np.asarray(a, dtype=np.float64) for i, a in zip(model.graph.input, args)}
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for name, got in (("onnxruntime", session.run(None, feed)),
-                      ("reference", ReferenceEvaluator(model).run(None, feed))):
-        assert len(got) == len(want), name
-        for gv, w in zip(got, want):
-            np.testing.assert_allclose(np.asarray(gv, dtype=np.float64).reshape(w.shape), w,
-                                       rtol=1e-10, atol=1e-12, err_msg=f"{entry} {name}")
+    assert_onnx_equal(model, args, want, entry)
     ops = [node.op_type for node in model.graph.node]
     assert "Loop" in ops  # the loops, not an unrolled trace
 

@@ -15,6 +15,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 jax = pytest.importorskip("jax")
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx_runs import assert_onnx_equal  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -77,15 +78,7 @@ def onnx_model(entry: str, args: tuple) -> Any:
 @pytest.mark.parametrize("entry,args", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_onnx_runs_equal_anfir(entry: str, args: tuple) -> None:
     want = leaves(anfir.run(anfir.compile(MOD, entry=entry, args=list(args)), *args))
-    model = onnx_model(entry, args)
-    feed = {i.name: np.asarray(a, dtype=np.float64) for i, a in zip(model.graph.input, args)}
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for name, got in (("onnxruntime", session.run(None, feed)),
-                      ("reference", ReferenceEvaluator(model).run(None, feed))):
-        assert len(got) == len(want), name
-        for g, w in zip(got, want):
-            np.testing.assert_allclose(np.asarray(g, dtype=np.float64).reshape(w.shape), w,
-                                       rtol=1e-10, atol=1e-12, err_msg=f"{entry} {name}")
+    assert_onnx_equal(onnx_model(entry, args), args, want, entry)
 
 
 def _op_types(graph: Any) -> list[str]:
