@@ -173,6 +173,12 @@ def test_rnn_over_a_symbolic_sequence_length() -> None:
     for steps in (1, 4, 9):
         xs = RNG.randn(steps, 2)
         close(anfir.run(compiled, W, U, xs), tuple(np.asarray(g) for g in jax.grad(j_rnn, (0, 1, 2))(W, U, xs)))
+    # order 2 over the same symbolic length
+    second = anfir.compile(MOD, entry="gg_rnn", args=["f64[3, 3]", "f64[3, 2]", "f64[T, 2]"])
+    for steps in (1, 4, 9):
+        xs = RNG.randn(steps, 2)
+        want = jax.grad(lambda *b: jnp.sum(jax.grad(j_rnn)(*b)))(W, U, xs)
+        np.testing.assert_allclose(anfir.run(second, W, U, xs), want, rtol=1e-10)
 
 
 def test_the_shape_rule_stacks_on_the_leading_axis() -> None:
