@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
-from anfir.dtypes import BY_NAME, LITERAL_DTYPES, dtype_name
+from anfir.dtypes import BY_NAME, LITERAL_DTYPES, dtype_name, is_bool, is_integer
 from anfir.interop.mindir.environments import EnvLayout, is_env, plan, signature, slot_types
 from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
 from anfir.interop.mindir.schema import classes
@@ -611,7 +611,10 @@ def _cast_like(w: Writer, node: CNode) -> str:
         return w.ref(g)
     if want not in TYPE_ID_OF:
         raise _Unsupported(f"cast_like to {want}")
-    return w.emit("Cast", [w.ref(g), w.constant(TYPE_ID_OF[want], scalar=True)], abstract=node.abstract)
+    cast = w.emit("Cast", [w.ref(g), w.constant(TYPE_ID_OF[want], scalar=True)], abstract=node.abstract)
+    if is_integer(want) or is_bool(want):  # an integer's sensitivity is a zero
+        return w.emit("ZerosLike", [cast], abstract=node.abstract)
+    return cast
 
 
 # -- the convolution family (2-d, NCHW) --------------------------------------------------------

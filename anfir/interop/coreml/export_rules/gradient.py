@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from anfir.dtypes import is_bool, is_integer
 from anfir.flat.statements import Op, shape_of_type
 from anfir.interop.export_common import broadcast_like_needed, sum_to_plan
 from anfir.interop.coreml.export_rules.common import MilRule, _broadcast, _cast, binary
@@ -17,6 +18,19 @@ from anfir.primitives import gradient
 
 if TYPE_CHECKING:  # pragma: no cover
     from anfir.interop.coreml.exporter import MilWriter
+
+
+def _cast_like(w: MilWriter, op: Op) -> None:
+    """A cast to the second argument's dtype; to an integer or boolean, zeros of
+    ``g``'s shape (an integer's sensitivity is a zero)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    if not (is_integer(d) or is_bool(d)):
+        _cast(w, op)
+        return
+    g = w.tensor(op.args[0], d)
+    w.bind(out, w.op("logical_and", out, x=g, y=False) if is_bool(d)
+           else w.op("mul", out, x=g, y=np.zeros((), dtype=np.int32)))
 
 
 def _size(w: MilWriter, op: Op) -> None:
@@ -64,7 +78,7 @@ RULES: dict[Primitive, MilRule] = {
     gradient.sum_to: _sum_to,
     gradient.broadcast_like: _broadcast_like,
     gradient.size: _size,
-    gradient.cast_like: _cast,
+    gradient.cast_like: _cast_like,
     gradient.tangent_dot: _tangent_dot,
 }
 """This family's primitive object → the rule writing its MIL ops (merged into

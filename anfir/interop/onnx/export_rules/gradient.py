@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from anfir.dtypes import is_bool, is_integer
 from anfir.flat.statements import Op, shape_of_type
 from anfir.interop.export_common import broadcast_like_needed, sum_to_plan
 from anfir.interop.onnx.export_rules.common import OnnxRule, binary, cast_rule
@@ -20,7 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _cast_like(w: OnnxWriter, op: Op) -> None:
-    """``Cast`` to the dtype of the second argument (as :func:`cast_rule`)."""
+    """``Cast`` to the dtype of the second argument (as :func:`cast_rule`); to an
+    integer or boolean, zeros of ``g``'s shape (an integer's sensitivity is a zero)."""
+    out = op.results[0]
+    d = w.dtype(out)
+    if is_integer(d) or is_bool(d):
+        w.node("ConstantOfShape", [w.op("Shape", w.tensor(op.args[0]))], [out.name],
+               value=w.fill_value(0, d))
+        return
     cast_rule(w, op)
 
 
