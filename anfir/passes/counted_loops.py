@@ -457,12 +457,20 @@ def recognise_counted_loops(program: "Program", data_captures_only: bool = False
     done: set[FuncGraph] = set()
     while True:
         rewritten = 0
+        waiting = False  # a loop this round's rewrites may have made recognisable
         touched: set[FuncGraph] = set()  # graphs a rewrite of this round changed
         for loop, sites in _uses(manager).items():
-            if loop in done or loop in touched or any(node.graph in touched for node, _ in sites):
+            if loop in done:
+                continue
+            if loop in touched or any(node.graph in touched for node, _ in sites):
+                waiting = True
                 continue
             found = find_counted_loop(manager, loop)
             if found is None or (data_captures_only and not captures_only_data(manager, loop)):
+                # An outer loop holding an inner one is refused until that one is rewritten.
+                if _branches(loop) is not None:
+                    scope = set(manager.scope(loop))
+                    waiting = waiting or any(node.graph in scope for node, _ in sites)
                 continue
             own = set(manager.scope(loop))
             outside = [(node, index) for node, index in sites if node.graph not in own]
@@ -478,5 +486,6 @@ def recognise_counted_loops(program: "Program", data_captures_only: bool = False
             touched.update(call.graph for call in calls)
             rewritten += 1
         count += rewritten
-        if not rewritten:
+        # Another walk only when a rewrite may have freed a loop still refused.
+        if not rewritten or not waiting:
             return count
