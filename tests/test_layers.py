@@ -275,13 +275,15 @@ ROOMS: dict[str, str] = {
     "anfir.interop.torch": "the torch.export importer",
     "anfir.interop.torch.rules": "torch.export rules, one module per primitive family",
     "anfir.interop.mindir": "MindSpore's .mindir format",
+    "anfir.interop.mindir.export_rules": "MindIR export rules, one module per primitive family",
     "anfir.interop.coreml": "the Core ML (MIL) exporter",
     "anfir.interop.coreml.export_rules": "Core ML (MIL) export rules, one module per primitive family",
 }
 """The packages of ``anfir/interop`` and what each holds."""
 
 RULE_ROOMS = {"anfir.interop.onnx.import_rules": {"control"}, "anfir.interop.torch.rules": set(),
-              "anfir.interop.onnx.export_rules": set(), "anfir.interop.coreml.export_rules": set()}
+              "anfir.interop.onnx.export_rules": set(), "anfir.interop.coreml.export_rules": set(),
+              "anfir.interop.mindir.export_rules": set()}
 """Rule packages whose modules are named after ``anfir/primitives/`` modules (plus the
 named extras; ``control`` holds ONNX's If/Loop/Scan, built on ``structure.switch``)."""
 

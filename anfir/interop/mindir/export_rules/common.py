@@ -1,0 +1,188 @@
+"""What the MindIR export rules share: the rule type, the error of a node that cannot be
+written, static shapes and dtypes of typed nodes, and the helpers writing common
+MindSpore patterns (a ``BroadcastTo``, a sum back to a broadcast operand's shape,
+leafwise work on nested tuples, zeros of a slot's type)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import numpy as np
+
+from anfir.abstract.values import AScalar, ATensor, ATuple
+from anfir.dtypes import BY_NAME
+from anfir.interop.mindir.environments import EnvLayout
+from anfir.ir.graph import FuncGraph
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.primitives import gradient
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.interop.mindir.writer import Writer
+
+Rule = Callable[["Writer", CNode], str]
+"""A rule: writes one anfir node as MindSpore nodes, returns the name of its value."""
+
+
+class Unsupported(Exception):
+    """A node the writer has no rule for (collected into one MindirError)."""
+
+
+def registrar(table: dict[Primitive, Rule]) -> Callable[..., Callable[[Rule], Rule]]:
+    """A decorator ``@rule_of(prim, ...)`` registering a rule in ``table`` for each primitive."""
+    def rule_of(*prims: Primitive) -> Callable[[Rule], Rule]:
+        def register(rule: Rule) -> Rule:
+            for prim in prims:
+                table[prim] = rule
+            return rule
+        return register
+    return rule_of
+
+
+def numpy_dtype(dtype: str) -> Any:
+    """The numpy dtype of anfir dtype ``dtype``."""
+    return BY_NAME[dtype].numpy
+
+
+def dtype_of(abstract: Any) -> Optional[str]:
+    """The dtype of a number or tensor type (``None`` for other types)."""
+    if isinstance(abstract, (ATensor, AScalar)):
+        return str(abstract.dtype)
+    return None
+
+
+def elementwise(op: str) -> Rule:
+    """The rule writing a primitive as MindSpore's ``op`` of the same inputs."""
+    def rule(w: Writer, node: CNode) -> str:
+        # A constant operand takes the dtype of the other operand (MindSpore selects
+        # kernels by exact dtypes).
+        constants = [known(a) for a in node.args]
+        others = [dtype_of(a.abstract) for a, k in zip(node.args, constants) if k is None]
+        dtype = next((d for d in others if d), None) or dtype_of(node.abstract)
+        inputs = [w.ref(a) if k is None else w.constant(k[0], dtype) for a, k in zip(node.args, constants)]
+        return w.emit(op, inputs, abstract=node.abstract)
+    return rule
+
+
+def known(node: Node) -> Optional[tuple[Any]]:
+    """``(value,)`` of an operand known when writing: a constant, or the size of a
+    tensor of static shape (written as a constant of the other operand's dtype)."""
+    if isinstance(node, ValueNode) and not isinstance(node.value, (FuncGraph, Primitive)):
+        return (node.value,)
+    if isinstance(node, CNode) and node.is_apply(gradient.size):
+        try:
+            return (int(np.prod(static_shape(node.args[0], "size"))),)
+        except Unsupported:
+            return None
+    return None
+
+
+def static(node: Node, what: str) -> Any:
+    """The value of constant ``node`` (``what`` names it when it is not one)."""
+    if not isinstance(node, ValueNode):
+        raise Unsupported(f"{what} must be a constant")
+    return node.value
+
+
+def reducer(op: str) -> Rule:
+    """The rule writing a reduction (``axis``/``keepdims`` attributes) as MindSpore's ``op``
+    (``ReduceSum``, ``ReduceMean``...: axes and keep_dims as inputs)."""
+    def rule(w: Writer, node: CNode) -> str:
+        axis = node.attrs.get("axis", None) if node.attrs else None
+        keep = bool(node.attrs.get("keepdims", False)) if node.attrs else False
+        axes = () if axis is None else ((int(axis),) if isinstance(axis, int) else tuple(int(a) for a in axis))
+        if axes == () and axis is not None:
+            return w.ref(node.args[0])  # an empty tuple of axes reduces nothing
+        inputs = [w.ref(node.args[0]), w.constant(axes, scalar=True), w.constant(keep, scalar=True)]
+        if op == "ReduceSum":
+            inputs.append(w.constant(False, scalar=True))  # skip_mode
+        return w.emit(op, inputs, abstract=node.abstract)
+    return rule
+
+
+def static_shape(node: Node, what: str) -> tuple[int, ...]:
+    """The static shape of ``node`` (a scalar's is ``()``), or unsupported."""
+    abstract = node.abstract
+    if isinstance(abstract, AScalar):
+        return ()
+    if isinstance(abstract, ATensor) and abstract.shape is not None and all(
+            isinstance(d, int) for d in abstract.shape):
+        return tuple(int(d) for d in abstract.shape)
+    raise Unsupported(f"{what} needs static shapes (compile with concrete arguments)")
+
+
+def shape_of_abstract(abstract: Any) -> tuple[int, ...]:
+    """The static shape of a tensor type."""
+    assert isinstance(abstract, ATensor) and abstract.shape is not None
+    return tuple(int(d) for d in abstract.shape)
+
+
+def swap_last(w: Writer, ref: str, rank: int) -> str:
+    """``ref`` (of rank ``rank``) with its last two axes swapped."""
+    return w.emit("Transpose", [ref, w.constant(tuple(range(rank - 2)) + (rank - 1, rank - 2), scalar=True)])
+
+
+def summed_to(w: Writer, ref: str, gs: tuple[int, ...], xs: tuple[int, ...], abstract: Any) -> str:
+    """``ref`` (of shape ``gs``) summed over the axes a tensor of shape ``xs`` was broadcast along."""
+    if gs == xs:
+        return ref
+    lead = len(gs) - len(xs)
+    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(xs) if d == 1 and gs[lead + k] != 1)
+    total = w.emit("ReduceSum", [ref, w.constant(axes, scalar=True), w.constant(True, scalar=True),
+                                 w.constant(False, scalar=True)])
+    return w.emit("Reshape", [total, w.constant(xs, scalar=True)], abstract=abstract)
+
+
+def broadcast(w: Writer, ref: str, shape: tuple[int, ...], abstract: Any = None) -> str:
+    """BroadcastTo(ref, shape): the shape an input (MindSpore 2.10 crashes on it as the
+    primitive's attribute)."""
+    return w.emit("BroadcastTo", [ref, w.constant(tuple(shape), scalar=True)], abstract=abstract)
+
+
+def leafwise(w: Writer, a: str, b: str, abstract: Any, combine: Callable[[str, str, Any], str]) -> str:
+    """``combine`` of the leaves of two values of type ``abstract`` (nested tuples), the
+    results rebuilt as MakeTuples, walked with a stack (a gradient may nest deeply)."""
+    # frames: (a, b, abstract, expanded); results gathered on `done`
+    stack: list[tuple[str, str, Any, bool]] = [(a, b, abstract, False)]
+    done: list[str] = []
+    while stack:
+        x, y, abstract, expanded = stack.pop()
+        if not isinstance(abstract, ATuple):
+            done.append(combine(x, y, abstract))
+        elif expanded:
+            n = len(abstract.items)
+            items = done[len(done) - n:] if n else []
+            del done[len(done) - n:]
+            done.append(w.emit("MakeTuple", items))
+        else:
+            stack.append((x, y, abstract, True))
+            for k in reversed(range(len(abstract.items))):
+                index = w.constant(k, scalar=True)
+                stack.append((w.emit("TupleGetItem", [x, index]), w.emit("TupleGetItem", [y, index]),
+                              abstract.items[k], False))
+    return done[-1]
+
+
+def zero_env(w: Writer, layout: EnvLayout) -> str:
+    """An environment with nothing stored: every slot's zero."""
+    return w.emit("MakeTuple", [zero(w, abstract) for _, abstract in layout.slots])
+
+
+def zero(w: Writer, abstract: Any) -> str:
+    """The zero of a slot's type (a number, a tensor of static shape, a tuple of them)."""
+    if isinstance(abstract, ATuple):
+        return w.emit("MakeTuple", [zero(w, item) for item in abstract.items])
+    dtype = str(abstract.dtype)
+    if isinstance(abstract, AScalar):
+        return w.constant(np.zeros((), numpy_dtype(dtype)), dtype)
+    shape = shape_of_abstract(abstract)
+    if int(np.prod(shape)) <= SMALL_ZERO:
+        return w.constant(np.zeros(shape, numpy_dtype(dtype)), dtype)
+    return broadcast(w, w.constant(np.zeros((), numpy_dtype(dtype)), dtype), shape, abstract)
+
+
+SMALL_ZERO = 64
+"""A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
+__all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
+           "reducer", "registrar", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+           "zero_env"]

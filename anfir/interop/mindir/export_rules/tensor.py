@@ -1,0 +1,80 @@
+"""MindIR export rules of :mod:`anfir.primitives.tensor`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+
+from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, elementwise, reducer,
+                                                      registrar, static, static_shape)
+from anfir.ir.nodes import CNode, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.interop.mindir.common import TYPE_ID_OF
+from anfir.abstract.values import ATensor
+from anfir.primitives import tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from anfir.interop.mindir.writer import Writer
+
+RULES: dict[Primitive, Rule] = {}
+"""This family's primitives -> how each is written as MindSpore ops."""
+UNSUPPORTED: dict[Primitive, str] = {}
+"""This family's primitives MindIR cannot hold, with the reason."""
+rule_of = registrar(RULES)
+
+
+ELEMENTWISE: dict[Primitive, str] = {
+    tensor.matmul: "MatMulExt",
+    tensor.ones_like: "OnesLike",
+    tensor.where: "Select",
+}
+"""Primitives written as one MindSpore op of the same inputs."""
+for _prim, _op in ELEMENTWISE.items():
+    RULES[_prim] = elementwise(_op)
+
+
+@rule_of(tensor.cast)
+def _cast(w: Writer, node: CNode) -> str:
+    dtype = static(node.args[1], "a cast's dtype")
+    if str(dtype) not in TYPE_ID_OF:
+        raise Unsupported(f"cast to {dtype}")
+    return w.emit("Cast", [w.ref(node.args[0]), w.constant(TYPE_ID_OF[str(dtype)], scalar=True)],
+                  abstract=node.abstract)
+
+@rule_of(tensor.transpose)
+def _transpose(w: Writer, node: CNode) -> str:
+    perm = static(node.args[1], "a permutation") if len(node.args) > 1 else None
+    if perm is None:
+        abstract = node.args[0].abstract
+        if not isinstance(abstract, ATensor) or abstract.shape is None:
+            raise Unsupported("transpose of a tensor of unknown rank")
+        perm = tuple(reversed(range(len(abstract.shape))))
+    return w.emit("Transpose", [w.ref(node.args[0]), w.constant(tuple(int(p) for p in perm), scalar=True)],
+                  abstract=node.abstract)
+
+@rule_of(tensor.reshape)
+def _reshape(w: Writer, node: CNode) -> str:
+    shape = node.args[1]
+    ref = (w.constant(tuple(int(d) for d in shape.value), scalar=True) if isinstance(shape, ValueNode)
+           else w.ref(shape))
+    return w.emit("Reshape", [w.ref(node.args[0]), ref], abstract=node.abstract)
+
+
+RULES[tensor.sum_] = reducer("ReduceSum")
+RULES[tensor.mean] = reducer("ReduceMean")
+
+
+@rule_of(tensor.shape)
+def _shape_of(w: Writer, node: CNode) -> str:
+    # a static shape is a constant (a tuple of scalar INT64)
+    return w.constant(static_shape(node.args[0], "shape"), scalar=True)
+
+@rule_of(tensor.broadcast_to)
+def _broadcast_to(w: Writer, node: CNode) -> str:
+    x, out = node.args[0], _static_result(node, "broadcast_to")
+    if static_shape(x, "broadcast_to") == out:
+        return w.ref(x)
+    return broadcast(w, w.ref(x), out, node.abstract)
+
+def _static_result(node: CNode, what: str) -> tuple[int, ...]:
+    return static_shape(node, what)

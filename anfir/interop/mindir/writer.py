@@ -1,0 +1,297 @@
+"""The MindIR writer: anfir's typed graphs as a ``ModelProto`` (see :mod:`anfir.interop.mindir.exporter`).
+
+:class:`Writer` names graphs and constants, lambda-lifts free variables (a graph's
+free variables become its first inputs, a use of it as a value a ``Partial``),
+writes each primitive call through the rule :data:`~anfir.interop.mindir.export_rules.RULES`
+holds for its primitive object, and collects every node it cannot write into one
+located :class:`~anfir.interop.mindir.common.MindirError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from anfir.abstract.values import AScalar, ATensor
+from anfir.dtypes import LITERAL_DTYPES, dtype_name
+from anfir.interop.mindir.common import TENSOR_TYPE_OF, MindirError, write_tensor
+from anfir.interop.mindir.environments import EnvLayout, plan
+from anfir.interop.mindir.export_rules import RULES, UNSUPPORTED
+from anfir.interop.mindir.export_rules.common import Unsupported, numpy_dtype
+from anfir.interop.mindir.schema import classes
+from anfir.ir.graph import FuncGraph
+from anfir.ir.manager import analyse
+from anfir.ir.nodes import CNode, Node, ValueNode
+from anfir.ir.primitive import Primitive
+from anfir.ir.walk import reachable_graphs, toposort
+from anfir.runtime_values import SymbolicKey
+
+
+class Writer:
+    """One program being written: ``Writer(params).run(entry)`` is its ``ModelProto``."""
+
+    def __init__(self, params: Optional[dict[str, Any]] = None) -> None:
+        C = classes()
+        self.C = C
+        self.A = C["AttributeProto"]
+        self.model = C["ModelProto"]()
+        self.params = params or {}
+        self.graph_names: dict[FuncGraph, str] = {}
+        self.fvs: dict[FuncGraph, list[Node]] = {}
+        self.prim_keys: dict[str, str] = {}
+        self.constants: dict[Any, str] = {}
+        self.counter = 0
+        self.errors: list[str] = []
+        self.first_error: Any = None
+        # per graph being written
+        self.gp: Any = None
+        self.graph: Optional[FuncGraph] = None
+        self.names: dict[Node, str] = {}
+        # gradient environments as tuples (environments.py); None: Environ ops
+        self.envs: Optional[EnvLayout] = None
+
+    # -- names ----------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}_{self.counter}"
+
+    def prim(self, op: str, attrs: Optional[dict[str, Any]] = None) -> str:
+        """The key of MindSpore primitive ``op`` with ``attrs`` in the model's table
+        (added once per distinct attributes: Conv2D keeps its stride there)."""
+        ident = op if not attrs else f"{op}{sorted(attrs.items())!r}"
+        key = self.prim_keys.get(ident)
+        if key is None:
+            key = f"{op}:{len(self.prim_keys) + 1}"
+            self.prim_keys[ident] = key
+            p = self.model.primitives.add(name=key, op_type=op, instance_name="")
+            p.prim_type = 1
+            for name, value in (attrs or {}).items():
+                self.fill(p.attribute.add(name=name), value, None, scalar=True)
+        return key
+
+    # -- constants ------------------------------------------------------------------------
+    def constant(self, value: Any, dtype: Optional[str] = None, scalar: bool = False) -> str:
+        """The global name of a Constant node holding ``value``.  Numbers become
+        0-d tensors of ``dtype`` (their own type otherwise) unless ``scalar``
+        (a tuple index, an axis: MindSpore wants a scalar value node there)."""
+        key = (_key(value), dtype, scalar)
+        name = self.constants.get(key)
+        if name is not None:
+            return name
+        name = self.fresh("const")
+        node = self.model.graph.node.add(name=name, op_type="Constant")
+        node.output.append(name)
+        attr = node.attribute.add(name="value")
+        self.fill(attr, value, dtype, scalar)
+        self.constants[key] = name
+        return name
+
+    def fill(self, attr: Any, value: Any, dtype: Optional[str], scalar: bool, item: bool = False) -> None:
+        # A scalar inside a tuple goes in the repeated field (``ints``), as MindSpore
+        # writes it and its loader requires; a lone scalar in the singular one.
+        A = self.A
+        if isinstance(value, (bool, np.bool_)) and scalar:
+            attr.type = A.BOOL
+            attr.ints.append(int(bool(value))) if item else setattr(attr, "i", int(bool(value)))
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and scalar:
+            attr.type = A.INT64
+            attr.ints.append(int(value)) if item else setattr(attr, "i", int(value))
+        elif isinstance(value, (float, np.floating)) and scalar:
+            attr.type = A.FLOAT
+            attr.floats.append(float(value)) if item else setattr(attr, "f", float(value))
+        elif isinstance(value, (bool, int, float, np.generic, np.ndarray)):
+            array = np.asarray(value)
+            name = dtype or _dtype_of_value(value)
+            attr.type = A.TENSORS
+            write_tensor(attr.tensors.add(), array.astype(np.dtype(numpy_dtype(name))), name)
+        elif isinstance(value, tuple):
+            attr.type = A.TUPLE
+            for element in value:
+                self.fill(attr.values.add(), element, dtype, scalar, item=True)
+        elif value is None:
+            attr.type = A.NONE
+        elif isinstance(value, str):
+            attr.type, attr.s = A.STRING, value.encode("utf-8")
+        elif isinstance(value, SymbolicKey):
+            # A gradient environment's key: a string (MindSpore's loader refuses SYMBOL);
+            # the reader turns the key input of EnvironSet/EnvironGet back into a key.
+            attr.type, attr.s = A.STRING, value.name.encode("utf-8")
+        else:
+            raise Unsupported(f"a constant of type {type(value).__name__} ({value!r:.60})")
+
+    # -- graphs ---------------------------------------------------------------------------
+    def run(self, entry: FuncGraph) -> Any:
+        graphs = reachable_graphs([entry])
+        facts = analyse(*graphs)
+        self.envs = plan(graphs)
+        used: set[str] = set()
+        for k, g in enumerate(graphs):
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in g.name) or "graph"
+            name = base if base not in used else f"{base}_{k}"
+            used.add(name)
+            self.graph_names[g] = name
+            self.fvs[g] = list(facts.free_variables_total(g)) if g is not entry else []
+        m = self.model
+        m.ir_version, m.producer_name, m.model_version = "1.1", "anfir", "2.10.0"
+        m.little_endian, m.mind_ir_version = True, 3
+        for g in graphs:
+            gp = m.graph if g is entry else m.functions.add()
+            self.write_graph(g, gp, g is entry)
+        if self.errors:
+            listed = "\n  ".join(self.errors[:50])
+            raise MindirError(f"{len(self.errors)} node(s) cannot be written as MindIR:\n  {listed}",
+                              self.first_error)
+        return m
+
+    def write_graph(self, g: FuncGraph, gp: Any, is_entry: bool) -> None:
+        self.gp, self.graph, self.names = gp, g, {}
+        gname = self.graph_names[g]
+        gp.name = gname
+        for k, fv in enumerate(self.fvs[g]):
+            name = f"{gname}:fv{k}_{fv.name or 'v'}"
+            self.names[fv] = name
+            self.value_info(gp.input.add(name=name), fv.abstract)
+        for param in g.parameters:
+            name = f"{gname}:{param.name or 'p'}"
+            if name in self.names.values():
+                name = self.fresh(name)
+            self.names[param] = name
+            if is_entry and param.name in self.params:
+                t = gp.parameter.add(name=name, ref_key=param.name)
+                value = np.asarray(self.params[param.name])
+                write_tensor(t, value, _dtype_of_value(value))
+            else:
+                self.value_info(gp.input.add(name=name), param.abstract)
+        for node in toposort(g):
+            if isinstance(node, CNode):
+                try:
+                    self.names[node] = self.write_call(node)
+                except Unsupported as e:
+                    self.errors.append(f"@{g.name}: {e}")
+                    if self.first_error is None:
+                        self.first_error = node.loc
+                    self.names[node] = self.fresh("failed")
+        try:
+            out = self.ref(g.output)
+        except Unsupported as e:
+            self.errors.append(f"@{g.name}: output: {e}")
+            return
+        self.value_info(gp.output.add(name=out), g.output.abstract)
+
+    def value_info(self, info: Any, abstract: Any) -> None:
+        if isinstance(abstract, ATensor) and abstract.shape is not None:
+            t = info.tensor.add(data_type=TENSOR_TYPE_OF.get(abstract.dtype, 0))
+            t.dims.extend(d if isinstance(d, int) else -1 for d in abstract.shape)
+        elif isinstance(abstract, AScalar) and abstract.dtype in TENSOR_TYPE_OF:
+            info.tensor.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+
+    # -- nodes ----------------------------------------------------------------------------
+    def ref(self, node: Node, dtype: Optional[str] = None) -> str:
+        """The name of ``node``'s value in the graph being written."""
+        name = self.names.get(node)
+        if name is not None:
+            return name
+        if isinstance(node, ValueNode):
+            value = node.value
+            if isinstance(value, FuncGraph):
+                return self.function_value(value)
+            if isinstance(value, Primitive):
+                raise Unsupported(f"the primitive {value.name} used as a value")
+            if isinstance(value, tuple) and _deeper_than(value, MAX_CONSTANT_NESTING):
+                return self.tuple_nodes(value, dtype)
+            return self.constant(value, dtype)
+        raise Unsupported(f"{node!r} is not visible in @{self.graph.name if self.graph else '?'}")
+
+    def tuple_nodes(self, value: tuple[Any, ...], dtype: Optional[str]) -> str:
+        """A deeply nested constant tuple as MakeTuple nodes, built without recursion
+        (protobuf reads messages only ~100 deep: a nested constant would not load)."""
+        stack: list[tuple[Any, bool]] = [(value, False)]
+        done: list[str] = []
+        while stack:
+            item, expanded = stack.pop()
+            if not isinstance(item, tuple) or not _deeper_than(item, MAX_CONSTANT_NESTING):
+                done.append(self.constant(item, dtype))
+            elif expanded:
+                names = done[len(done) - len(item):] if item else []
+                del done[len(done) - len(item):]
+                done.append(self.emit("MakeTuple", names))
+            else:
+                stack.append((item, True))
+                stack.extend((element, False) for element in reversed(item))
+        return done[-1]
+
+    def function_value(self, h: FuncGraph) -> str:
+        """``h`` as a value: its name, or ``Partial(h, captured...)`` when it has free variables."""
+        fvs = self.fvs.get(h)
+        if fvs is None:
+            raise Unsupported(f"the graph @{h.name} is not part of the program")
+        if not fvs:
+            return self.graph_names[h]
+        return self.emit("Partial", [self.graph_names[h], *(self.ref(v) for v in fvs)], prim=True)
+
+    def emit(self, op: str, inputs: Sequence[str], prim: bool = True, abstract: Any = None,
+             attrs: Optional[dict[str, Any]] = None) -> str:
+        """Add ``op(inputs)`` to the graph being written; the node's name."""
+        assert self.graph is not None
+        name = f"{self.graph_names[self.graph]}:{self.fresh('CNode')}"
+        node = self.gp.node.add(name=name, op_type=f"REF::{self.prim(op, attrs) if prim else op}")
+        node.input.extend(inputs)
+        node.output.append(name)
+        # The result's type, where it is a tensor (anfir's scalars are 0-d tensors).
+        if isinstance(abstract, ATensor) and abstract.shape is not None and abstract.dtype in TENSOR_TYPE_OF:
+            shape = node.attribute.add(name="shape", type=self.A.TENSORS)
+            t = shape.tensors.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+            t.dims.extend(d if isinstance(d, int) else -1 for d in abstract.shape)
+        elif isinstance(abstract, AScalar) and abstract.dtype in TENSOR_TYPE_OF:
+            shape = node.attribute.add(name="shape", type=self.A.TENSORS)
+            shape.tensors.add(data_type=TENSOR_TYPE_OF[abstract.dtype])
+        return name
+
+    def write_call(self, node: CNode) -> str:
+        callee = node.callee
+        if isinstance(callee, ValueNode) and isinstance(callee.value, Primitive):
+            rule = RULES.get(callee.value)
+            if rule is None:
+                reason = UNSUPPORTED.get(callee.value)
+                raise Unsupported(f"primitive {callee.value.name} has no MindIR rule"
+                                  + (f" ({reason})" if reason else ""))
+            return rule(self, node)
+        if isinstance(callee, ValueNode) and isinstance(callee.value, FuncGraph):
+            h = callee.value
+            if h not in self.fvs:
+                raise Unsupported(f"calls @{h.name}, which is not part of the program")
+            inputs = [*(self.ref(v) for v in self.fvs[h]), *(self.ref(a) for a in node.args)]
+            return self.emit(self.graph_names[h], inputs, prim=False, abstract=node.abstract)
+        return self.emit(self.ref(callee), [self.ref(a) for a in node.args], prim=False,
+                         abstract=node.abstract)
+
+
+# -- constants -------------------------------------------------------------------------------
+MAX_CONSTANT_NESTING = 32
+"""Constant tuples nested deeper are written as MakeTuple nodes."""
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether the tuple ``value`` nests more than ``limit`` levels (iteratively)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((v, depth + 1) for v in item if isinstance(v, tuple))
+    return False
+
+def _key(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, tuple):
+        return ("tuple",) + tuple(_key(v) for v in value)
+    return (type(value).__name__, repr(value))
+
+def _dtype_of_value(value: Any) -> str:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return str(dtype_name(np.asarray(value).dtype))
+    return LITERAL_DTYPES[type(value)] if type(value) in LITERAL_DTYPES else "f64"
+
+
+__all__ = ["MAX_CONSTANT_NESTING", "Writer"]
