@@ -41,7 +41,7 @@ from anfir.interop.mindir.writer import Writer
 from anfir.ir.graph import Module
 from anfir.ir.manager import remove_dead_graphs
 from anfir.ir.primitive import Primitive
-from anfir.passes import ad, inline
+from anfir.passes import ad, inline, loops_as_recursion
 from anfir.passes.compile_state import Program
 from anfir.passes.decompose import decompose
 from anfir.passes.inline import inline_calls
@@ -69,6 +69,23 @@ def _inline_every_call(program: Program) -> Program:
 UNLIMITED = 1 << 62
 """An inlining threshold no graph reaches."""
 
+def _phases(counted_loops: bool) -> list[Phase]:
+    """The pipeline for MindIR: every call inlined; scans and fori_loops back to
+    while-header graphs before ``validate`` (their bodies inlined and their tuples
+    folded after: a ``None`` in a tuple MindSpore's runtime must allocate fails there);
+    with or without the ``loops`` phase."""
+    phases = [Phase(p.name, _inline_every_call, p.doc) if p.run is inline.run else p for p in PHASES
+              if counted_loops or p.run is not ad.rewrite_counted_loops]
+    at = [p.name for p in phases].index("validate")
+    optimize = phases[at - 1]
+    phases[at:at] = [
+        Phase("loops_as_recursion", loops_as_recursion.run,
+              "scan / fori_loop -> tail-recursive header graphs (MindIR's loops)"),
+        Phase("inline_loops", _inline_every_call, "inline the loops' bodies"),
+        Phase("optimize_loops", optimize.run, optimize.doc)]
+    return phases
+
+
 def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Sequence[Any]] = None,
                   path: Optional[str] = None, params: Optional[dict[str, Any]] = None) -> bytes:
     """Compile ``source``'s entry for ``args`` and write it as ``.mindir`` bytes (and to
@@ -76,11 +93,18 @@ def export_mindir(source: Any, entry: Optional[str] = None, args: Optional[Seque
     Module's ``params`` are used by default)."""
     if params is None and isinstance(source, Module):
         params = dict(source.params)
-    # MindIR writes a loop as a graph that calls itself (a while header), so the
-    # tail recursion stays: no counted loop becomes a fori_loop/scan (no loops phase).
-    phases = [Phase(p.name, _inline_every_call, p.doc) if p.run is inline.run else p
-              for p in PHASES if p.run is not ad.rewrite_counted_loops]
-    graph = compile_program(source, entry=entry, args=args, phases=phases).graph
+    # MindIR writes a loop as a graph that calls itself (a while header): counted tail
+    # recursion becomes fori_loop before AD (the loops phase), so its gradient is two
+    # forward loops of data, and every scan/fori_loop is then written back as a header
+    # graph (passes/loops_as_recursion.py), which MindSpore's runtime runs.  A scan
+    # whose number of steps is known only at run time (the gradient of a loop with a
+    # run-time trip count) cannot be: then the program is compiled again without the
+    # loops phase, its counted loops staying tail recursion, whose gradient
+    # MindSpore loads but does not finish (docs/mindir.md).
+    program = compile_program(source, entry=entry, args=args, phases=_phases(counted_loops=True))
+    if program.program.stats[loops_as_recursion.LEFT]:
+        program = compile_program(source, entry=entry, args=args, phases=_phases(counted_loops=False))
+    graph = program.graph
     model = Writer(params).run(decompose(graph, native()))
     data: bytes = model.SerializeToString(deterministic=True)
     if path is not None:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
-from anfir.dtypes import BY_NAME
+from anfir.dtypes import BY_NAME, dtype_name
+from anfir.interop.mindir.common import TYPE_ID_OF
 from anfir.interop.mindir.environments import EnvLayout
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -51,6 +52,12 @@ def dtype_of(abstract: Any) -> Optional[str]:
     return None
 
 
+PROMOTING = frozenset({"Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow", "Greater", "GreaterEqual",
+                       "Less", "LessEqual", "Equal", "NotEqual"})
+"""Binary ops whose operands anfir promotes to a common dtype (``i64 + f64`` is f64):
+MindSpore's kernels take operands of one dtype, so a computed operand of another is cast."""
+
+
 def elementwise(op: str) -> Rule:
     """The rule writing a primitive as MindSpore's ``op`` of the same inputs."""
     def rule(w: Writer, node: CNode) -> str:
@@ -59,7 +66,18 @@ def elementwise(op: str) -> Rule:
         constants = [known(a) for a in node.args]
         others = [dtype_of(a.abstract) for a, k in zip(node.args, constants) if k is None]
         dtype = next((d for d in others if d), None) or dtype_of(node.abstract)
-        inputs = [w.ref(a) if k is None else w.constant(k[0], dtype) for a, k in zip(node.args, constants)]
+        computed = {d for d in others if d}
+        if op in PROMOTING and len(computed) > 1:
+            # operands of two dtypes: both in the promoted one
+            dtype = str(dtype_name(np.result_type(*(numpy_dtype(d) for d in sorted(computed)))))
+        inputs = []
+        for a, k in zip(node.args, constants):
+            if k is not None:
+                inputs.append(w.constant(k[0], dtype))
+            elif op in PROMOTING and dtype is not None and dtype_of(a.abstract) not in (None, dtype):
+                inputs.append(w.emit("Cast", [w.ref(a), w.constant(TYPE_ID_OF[dtype], scalar=True)]))
+            else:
+                inputs.append(w.ref(a))
         return w.emit(op, inputs, abstract=node.abstract)
     return rule
 
@@ -183,6 +201,6 @@ def zero(w: Writer, abstract: Any) -> str:
 
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
-__all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
+__all__ = ["PROMOTING", "Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
            "reducer", "registrar", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
            "zero_env"]
