@@ -57,9 +57,6 @@ ALLOWED: dict[str, str] = {
 """Modules that legitimately map user TEXT to primitives, with the reason."""
 
 PENDING_ELSEWHERE: dict[str, str] = {
-    "anfir.interop.mindir.exporter":
-        "its P = PRIMITIVES table (P['erf']...) is the exporter's, rewritten by the 'decomp' "
-        "branch of issue 23 (which owns the exporters); remove this entry when that lands",
 }
 """Hits in files another branch owns: listed so this branch's test passes, each to go."""
 

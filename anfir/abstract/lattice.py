@@ -167,6 +167,19 @@ def map_tuple_leaves(a: AbstractValue, leaf: Callable[[AbstractValue], AbstractV
     return fold_nested(a, _items_of_atuple, combine, leaf)
 
 
+def tuple_leaves(a: AbstractValue) -> list[AbstractValue]:
+    """The leaves of a (nested) tuple type, left to right (with a stack: any depth)."""
+    out: list[AbstractValue] = []
+    stack = [a]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ATuple):
+            stack.extend(reversed(x.items))
+        else:
+            out.append(x)
+    return out
+
+
 def _items_of_atuple(a: Any) -> Optional[tuple[AbstractValue, ...]]:
     return a.items if a.__class__ is ATuple else None
 
@@ -313,4 +326,5 @@ def is_float_scalar(a: AbstractValue) -> bool:
 
 
 __all__ = ["ABottom", "BOTTOM", "JoinError", "UNKNOWN", "abstract_of_value", "contains_bottom",
-           "is_float_scalar", "join", "map_graphs", "map_tuple_leaves", "sorted_atoms", "widen"]
+           "is_float_scalar", "join", "map_graphs", "map_tuple_leaves", "sorted_atoms", "tuple_leaves",
+           "widen"]

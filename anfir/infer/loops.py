@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Generator, Optional
 
-from anfir.abstract.lattice import BOTTOM, JoinError, join, map_tuple_leaves, widen
+from anfir.abstract.lattice import BOTTOM, JoinError, join, map_tuple_leaves, tuple_leaves, widen
 from anfir.abstract.shapes import fresh_dim
 from anfir.abstract.values import (AAny, AbstractValue, ANone, AScalar, ATensor, ATuple, Dim)
 from anfir.errors import AnfirTypeError, ShapeError
@@ -36,18 +36,6 @@ def _loc(node: Optional[CNode]) -> Any:
     return node.loc if node is not None else None
 
 
-def _leaves(a: AbstractValue) -> list[AbstractValue]:
-    out: list[AbstractValue] = []
-    stack = [a]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ATuple):
-            stack.extend(reversed(x.items))
-        else:
-            out.append(x)
-    return out
-
-
 def _same_dim(a: Dim, b: Dim) -> bool:
     try:
         return bool(a == b) or (not isinstance(a, int) or not isinstance(b, int)) and (a - b) == 0
@@ -58,7 +46,7 @@ def _same_dim(a: Dim, b: Dim) -> bool:
 def _steps(xs: AbstractValue, length: Optional[int], node: Optional[CNode]) -> Dim:
     """The number of steps, from ``xs``' leading dimensions or ``length``."""
     found: Optional[Dim] = None
-    for leaf in _leaves(xs):
+    for leaf in tuple_leaves(xs):
         if isinstance(leaf, (ANone, AAny)):
             continue
         if isinstance(leaf, ATensor):
@@ -86,7 +74,7 @@ def _steps(xs: AbstractValue, length: Optional[int], node: Optional[CNode]) -> D
             raise ShapeError(f"scan: length={length} but xs has {found} rows", _loc(node))
         return length
     if found is None:
-        if all(isinstance(leaf, ANone) for leaf in _leaves(xs)):
+        if all(isinstance(leaf, ANone) for leaf in tuple_leaves(xs)):
             raise AnfirTypeError("scan: without xs, give length=", _loc(node))
         return fresh_dim()
     return found
@@ -118,7 +106,7 @@ def _stack_leaf(n: Dim) -> Callable[[AbstractValue], AbstractValue]:
 def _carry_fits(before: AbstractValue, after: AbstractValue, what: str, node: Optional[CNode]) -> None:
     """The carry the body returns must have the type it was given (a part of unknown
     type — typing for any arguments — is not checked)."""
-    if any(isinstance(leaf, AAny) for leaf in _leaves(after)):
+    if any(isinstance(leaf, AAny) for leaf in tuple_leaves(after)):
         return
     try:
         joined = join(before, widen(after))

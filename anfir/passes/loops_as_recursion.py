@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.lattice import map_tuple_leaves
+from anfir.abstract.lattice import map_tuple_leaves, tuple_leaves
 from anfir.abstract.values import (AbstractValue, AFunction, ANone, AScalar, ATensor, ATuple, GraphFn,
                                    GraphSig)
 from anfir.dtypes import BY_NAME, is_integer
@@ -71,18 +71,6 @@ def _constant(value: Any) -> ValueNode:
     node = ValueNode(value)
     node.abstract = constant_abstract(node)
     return node
-
-
-def _leaves(a: AbstractValue) -> list[AbstractValue]:
-    out: list[AbstractValue] = []
-    stack = [a]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ATuple):
-            stack.extend(reversed(x.items))
-        else:
-            out.append(x)
-    return out
 
 
 def _leaf_nodes(graph: FuncGraph, node: Node, abstract: AbstractValue, loc: Any) -> list[Node]:
@@ -197,9 +185,9 @@ def _scan(call: CNode, learned: dict[Any, int]) -> Optional[Node]:
     if not isinstance(out, ATuple) or len(out.items) != 2:
         return None
     carry, ys_abs = out.items
-    y_leaves = _leaves(ys_abs)
+    y_leaves = tuple_leaves(ys_abs)
     x_abs = xs.abstract if xs is not None else ANone()
-    x_leaves = _leaves(x_abs)
+    x_leaves = tuple_leaves(x_abs)
     n = _steps(attrs["length"], x_leaves, y_leaves, learned)
     if n is None:
         return None  # the number of steps is not known when writing
@@ -213,7 +201,7 @@ def _scan(call: CNode, learned: dict[Any, int]) -> Optional[Node]:
     # the stacked ys' types with the number of steps (the gradient's scans are typed once
     # for any length: their leading dimension may be a variable)
     ys_abs = map_tuple_leaves(ys_abs, lambda a: ATensor(a.dtype, (n, *(a.shape or ())[1:])) if isinstance(a, ATensor) else a)
-    y_leaves = _leaves(ys_abs)
+    y_leaves = tuple_leaves(ys_abs)
     out = ATuple((carry, ys_abs))
     graph, loc = call.graph, call.loc
     stacked = [leaf for leaf in y_leaves if isinstance(leaf, ATensor)]
