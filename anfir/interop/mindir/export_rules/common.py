@@ -184,5 +184,16 @@ def zero(w: Writer, abstract: Any) -> str:
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
 __all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
-           "reducer", "registrar", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+           "rank_of", "reducer", "registrar", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
            "zero_env"]
+
+
+def rank_of(node: Node, what: str) -> int:
+    """The rank of ``node``'s type (a scalar's is 0; its dimensions may be symbols), or
+    unsupported when even the rank is not known."""
+    abstract = node.abstract
+    if isinstance(abstract, AScalar):
+        return 0
+    if isinstance(abstract, ATensor) and abstract.shape is not None:
+        return len(abstract.shape)
+    raise Unsupported(f"{what} needs the rank of its operand")

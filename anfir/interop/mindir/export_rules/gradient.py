@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, dtype_of, elementwise, leafwise,
-                                                      registrar, static, static_shape, summed_to, swap_last,
-                                                      zero_env)
+                                                      rank_of, registrar, static, static_shape, summed_to,
+                                                      swap_last, zero_env)
 from anfir.ir.nodes import CNode
 from anfir.ir.primitive import Primitive
 from anfir.abstract.values import ATuple
@@ -90,15 +90,18 @@ def _broadcast_like(w: Writer, node: CNode) -> str:
 
 @rule_of(gradient.unreduce)
 def _unreduce(w: Writer, node: CNode) -> str:
+    # unreduce(g, x, axis, keepdims): axis and keepdims are the call's third and fourth
+    # inputs (constants), not attributes.  The reduced axes come back as 1s one ExpandDims
+    # at a time (ascending), so only x's rank is needed, not its dimensions; the product
+    # with OnesLike(x) broadcasts g over them.
     g, x = node.args[:2]
-    axis = node.attrs.get("axis", None) if node.attrs else None
-    keep = bool(node.attrs.get("keepdims", False)) if node.attrs else False
-    xs = static_shape(x, "unreduce")
+    axis = static(node.args[2], "unreduce's axes") if len(node.args) > 2 else None
+    keep = bool(static(node.args[3], "unreduce's keepdims")) if len(node.args) > 3 else False
+    rank = rank_of(x, "unreduce")
     ref = w.ref(g)
-    if not keep and axis is not None and xs:
-        axes = {a % len(xs) for a in ((axis,) if isinstance(axis, int) else axis)}
-        view = tuple(1 if k in axes else d for k, d in enumerate(xs))
-        ref = w.emit("Reshape", [ref, w.constant(view, scalar=True)])
+    if not keep and axis is not None and rank:
+        for a in sorted({int(a) % rank for a in ((axis,) if isinstance(axis, int) else axis)}):
+            ref = w.emit("ExpandDims", [ref, w.constant(a, scalar=True)])
     return w.emit("Mul", [w.emit("OnesLike", [w.ref(x)]), ref], abstract=node.abstract)
 
 @rule_of(gradient.cast_like)
