@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.values import AScalar, ATensor
+from anfir.abstract.values import AScalar, AString, ATensor, ATuple
 from anfir.dtypes import LITERAL_DTYPES, dtype_name
 from anfir.interop.mindir.common import TENSOR_TYPE_OF, MindirError, write_tensor
 from anfir.interop.mindir.environments import EnvLayout, plan
@@ -173,9 +173,13 @@ class Writer:
                         self.first_error = node.loc
                     self.names[node] = self.fresh("failed")
         try:
+            if _holds_string(g.output.abstract):
+                raise Unsupported(STRING_VALUE)
             out = self.ref(g.output)
         except Unsupported as e:
             self.errors.append(f"@{g.name}: output: {e}")
+            if self.first_error is None:
+                self.first_error = g.output.loc or g.loc
             return
         self.value_info(gp.output.add(name=out), g.output.abstract)
 
@@ -293,5 +297,20 @@ def _dtype_of_value(value: Any) -> str:
         return str(dtype_name(np.asarray(value).dtype))
     return LITERAL_DTYPES[type(value)] if type(value) in LITERAL_DTYPES else "f64"
 
+STRING_VALUE = ("a string value: MindSpore's runtime computes no strings (a GraphCell returns a "
+                "meaningless uint8 for one, and MindSpore's own export of a cell returning one fails)")
+"""Why a graph whose result holds a string cannot be written."""
 
-__all__ = ["MAX_CONSTANT_NESTING", "Writer"]
+def _holds_string(abstract: Any) -> bool:
+    """Whether a value of type ``abstract`` is or holds (in nested tuples) a string."""
+    stack = [abstract]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, AString):
+            return True
+        if isinstance(item, ATuple):
+            stack.extend(item.items)
+    return False
+
+
+__all__ = ["MAX_CONSTANT_NESTING", "STRING_VALUE", "Writer"]

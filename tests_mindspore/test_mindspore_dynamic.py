@@ -1,0 +1,100 @@
+"""Live check: anfir's MindIR core exports run in MindSpore 2.10 with anfir's numbers.
+
+The gradients of reductions over some axes, and programs compiled with dimension
+variables (``f64[N, 3]``: -1 dims, MindSpore's ``Shape`` at run time), each run on
+several concrete sizes.  All programs go to ONE MindSpore process (``ms_runs.py``:
+starting MindSpore costs seconds).  Run explicitly::
+
+    MINDSPORE_PYTHON=/work/msvenv/bin/python python -m pytest tests_mindspore/test_mindspore_dynamic.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import anfir  # noqa: E402
+
+RUNNER = Path(__file__).resolve().parent / "ms_runs.py"
+TIMEOUT = 170
+
+
+def mindspore_python() -> str:
+    path = os.environ.get("MINDSPORE_PYTHON", "/work/msvenv/bin/python")
+    if not os.path.exists(path):
+        pytest.fail(f"MindSpore's Python {path} does not exist: set MINDSPORE_PYTHON")
+    return path
+
+
+def leaves(value: Any) -> list[np.ndarray]:
+    out, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        else:
+            out.append(np.asarray(item))
+    return out
+
+
+def _reduction_cases() -> list[tuple[str, Any, Any, list[tuple[Any, ...]]]]:
+    x = np.random.default_rng(3).uniform(-1.0, 1.0, size=(2, 3, 4))
+    cases = []
+    for reduction in ("sum", "mean"):
+        for axis, keep in ((1, "true"), ((0, 2), "false"), (-1, "false")):
+            call = f"{reduction}(y, axis={axis}, keepdims={keep})"
+            mod = anfir.parse(f"def g(x) = grad(lambda (y) sum(sin({call})) end)(x)\n")
+            cases.append((f"grad {call}", mod["g"], [x], [(x,)]))
+    return cases
+
+
+CASES: list[tuple[str, Any, Any, list[tuple[Any, ...]]]] = _reduction_cases()
+"""(name, program, compile args, runs): every program checked in the one MindSpore process."""
+
+
+@pytest.fixture(scope="module")
+def mindspore_results(tmp_path_factory: Any) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("msdyn")
+    inputs: dict[str, np.ndarray] = {}
+    models = []
+    for i, (_, program, args, runs) in enumerate(CASES):
+        path = tmp / f"m{i}.mindir"
+        path.write_bytes(anfir.export_mindir(program, args=args))
+        models.append(str(path))
+        for r, values in enumerate(runs):
+            for k, v in enumerate(values):
+                inputs[f"m{i}_r{r}_in{k}"] = np.asarray(v)
+    np.savez(tmp / "in.npz", **inputs)
+    command = [mindspore_python(), str(RUNNER), str(tmp / "in.npz"), str(tmp / "out.npz"), *models]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"MindSpore did not finish in {TIMEOUT} s")
+    errors = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("[WARNING"))
+    assert done.returncode == 0, f"MindSpore failed (status {done.returncode}):\n{errors[-3000:]}"
+    result = np.load(tmp / "out.npz")
+    return {key: result[key] for key in result.files}
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[case[0] for case in CASES])
+def test_mindspore_runs_the_export_with_anfirs_numbers(mindspore_results: dict[str, Any], index: int) -> None:
+    name, program, args, runs = CASES[index]
+    error = mindspore_results.get(f"m{index}_error")
+    assert error is None, f"{name}: {error}"
+    compiled = anfir.compile(program, args=args)
+    for r, values in enumerate(runs):
+        want = leaves(anfir.run(compiled, *values))
+        got = [mindspore_results[f"m{index}_r{r}_out{k}"] for k in range(len(want))]
+        for k, (a, b) in enumerate(zip(want, got)):
+            assert a.shape == b.shape, f"{name} run {r} output {k}: {a.shape} != {b.shape}"
+            rtol = 1e-5 if a.dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(b, a, rtol=rtol, atol=rtol, err_msg=f"{name} run {r} output {k}")
