@@ -57,7 +57,33 @@ def _reduction_cases() -> list[tuple[str, Any, Any, list[tuple[Any, ...]]]]:
     return cases
 
 
-CASES: list[tuple[str, Any, Any, list[tuple[Any, ...]]]] = _reduction_cases()
+def _symbolic_cases() -> list[tuple[str, Any, Any, list[tuple[Any, ...]]]]:
+    import spec_examples  # tests/: the spec's MLP
+    rng = np.random.default_rng(0)
+
+    def data(*shapes: tuple[int, ...]) -> tuple[Any, ...]:
+        return tuple(rng.normal(size=s) for s in shapes)
+
+    shapes = anfir.parse("""
+def f(x: f64[N, 3]) =
+  let flat = reshape(x, (shape(x)[0] * 3,)) in
+  (flat, mean(x), broadcast_to(sum(x, 0), shape(x)))
+def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, shape(x)[0])) * 2.0))
+""")
+    mlp = anfir.parse(spec_examples.MLP)["mlp_loss"]
+    mlp2 = anfir.load(str(ROOT / "examples" / "mlp2.anf"))
+    return [
+        ("shapes f64[N, 3]", shapes["f"], None, [(np.arange(3.0 * n).reshape(n, 3),) for n in (1, 4, 7)]),
+        ("grad with f64[N, 3]", anfir.grad(shapes["loss"], wrt=(0, 1)), None,
+         [(np.array([0.5, -1.0, 2.0]), np.arange(3.0 * n).reshape(n, 3) / 7.0) for n in (2, 5)]),
+        ("mlp value_and_grad f64[B, D]...", anfir.value_and_grad(mlp, wrt=(0, 1, 2, 3)), None,
+         [data((3, 8), (8, 2), (b, 3), (b, 2)) for b in (1, 16)] + [data((2, 5), (5, 4), (3, 2), (3, 4))]),
+        ("mlp2_step f64[B, D]...", mlp2["mlp2_step"], None,
+         [data((3, 5), (5,), (5, 2), (2,), (b, 3), (b, 2)) for b in (1, 6)]),
+    ]
+
+
+CASES: list[tuple[str, Any, Any, list[tuple[Any, ...]]]] = _reduction_cases() + _symbolic_cases()
 """(name, program, compile args, runs): every program checked in the one MindSpore process."""
 
 

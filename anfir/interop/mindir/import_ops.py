@@ -338,6 +338,8 @@ def _tile(ctx: Ctx) -> Node:
 @_op("BroadcastTo")
 def _broadcast_to(ctx: Ctx) -> Node:
     ctx.arity(1, 2)
+    if len(ctx.args) == 2 and not isinstance(ctx.args[1], ValueNode):  # a shape known at run time
+        return ctx.call(tensor.broadcast_to, ctx.args[0], ctx.args[1])
     shape = ctx.static(1) if len(ctx.args) == 2 else ctx.attr("shape")
     return ctx.call(tensor.broadcast_to, ctx.args[0], tuple(shape))
 
@@ -563,6 +565,19 @@ def _pool(ctx: Ctx) -> Node:
         raise NodeError(f"{ctx.op} with pad mode {mode} and format {fmt}: anfir reads VALID, NCHW")
     prim = conv.max_pool if ctx.op == "MaxPool" else conv.avg_pool
     return ctx.call(prim, ctx.args[0], kernel=kernel, stride=stride)
+
+
+# -- mcore: shapes known at run time -------------------------------------------------------
+@_op("Shape")
+def _shape(ctx: Ctx) -> Node:
+    ctx.arity(1)  # a tuple of the dimensions (MindSpore's scalars, anfir's ints)
+    return ctx.call(tensor.shape, ctx.args[0])
+
+
+@_op("Size")
+def _size(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    return ctx.call(gradient.size, ctx.args[0])
 
 
 __all__ = ["BINARY", "Ctx", "OPS", "UNARY"]

@@ -184,7 +184,7 @@ def zero(w: Writer, abstract: Any) -> str:
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
 __all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
-           "rank_of", "reducer", "registrar", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+           "rank_of", "reducer", "registrar", "broadcast_dims", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
            "zero_env"]
 
 
@@ -197,3 +197,62 @@ def rank_of(node: Node, what: str) -> int:
     if isinstance(abstract, ATensor) and abstract.shape is not None:
         return len(abstract.shape)
     raise Unsupported(f"{what} needs the rank of its operand")
+
+
+def symbolic_shape(node: Node, what: str) -> tuple[Any, ...]:
+    """The shape of ``node``'s type, its dimensions ints or dimension variables (a
+    scalar's is ``()``); unsupported when the rank is not known."""
+    abstract = node.abstract
+    if isinstance(abstract, AScalar):
+        return ()
+    if isinstance(abstract, ATensor) and abstract.shape is not None:
+        return tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in abstract.shape)
+    raise Unsupported(f"{what} needs the rank of its operand")
+
+
+def broadcast_dims(a: tuple[Any, ...], b: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    """numpy's broadcast of two shapes whose dimensions may be variables; unsupported
+    where the result depends on a variable's value (a variable against a different one,
+    or against an int other than 1)."""
+    a, b = (1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)
+    out = []
+    for p, q in zip(a, b):
+        if p == q or q == 1:
+            out.append(p)
+        elif p == 1:
+            out.append(q)
+        elif isinstance(p, int) and isinstance(q, int):
+            raise Unsupported(f"{what}: shapes {a} and {b} do not broadcast")
+        else:
+            raise Unsupported(f"{what}: whether {p} and {q} broadcast is known only at run time")
+    return tuple(out)
+
+
+def summed_to_like(w: Writer, ref: str, gs: tuple[Any, ...], xs: tuple[Any, ...], abstract: Any) -> str:
+    """``ref`` (of shape ``gs``) summed over the axes a tensor of shape ``xs`` was broadcast
+    along, dimensions ints or variables: ``summed_to`` when both are static; otherwise a
+    ReduceSum keeping the axes where ``xs`` has 1 (a sum over an axis of length 1 is that
+    axis itself, whatever ``gs``'s dimension turns out to be), then one dropping the
+    leading axes — no Reshape, so no shape is needed at run time.  Unsupported where
+    it depends on a variable's value whether ``xs`` was broadcast along an axis."""
+    if all(isinstance(d, int) for d in (*gs, *xs)):
+        return summed_to(w, ref, tuple(gs), tuple(xs), abstract)
+    lead = len(gs) - len(xs)
+    if lead < 0:
+        raise Unsupported(f"a sum from shape {gs} to the longer {xs}")
+    kept = []
+    for k, d in enumerate(xs):
+        e = gs[lead + k]
+        if d == 1 and e != 1:
+            kept.append(lead + k)
+        elif d != e and not isinstance(d, int):  # an int other than 1 was not broadcast
+            raise Unsupported(f"a sum to shape {xs} from {gs}: whether axis {k} was broadcast is known "
+                              "only at run time")
+    if kept:
+        ref = w.emit("ReduceSum", [ref, w.constant(tuple(kept), scalar=True), w.constant(True, scalar=True),
+                                   w.constant(False, scalar=True)])
+    if lead:
+        ref = w.emit("ReduceSum", [ref, w.constant(tuple(range(lead)), scalar=True),
+                                   w.constant(False, scalar=True), w.constant(False, scalar=True)],
+                     abstract=abstract)
+    return ref

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, dtype_of, elementwise, leafwise,
-                                                      rank_of, registrar, static, static_shape, summed_to,
-                                                      swap_last, zero_env)
+from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast_dims, dtype_of,
+                                                      elementwise, leafwise, rank_of, registrar, static,
+                                                      static_shape, summed_to_like, swap_last,
+                                                      symbolic_shape, zero_env)
 from anfir.ir.nodes import CNode
 from anfir.ir.primitive import Primitive
 from anfir.abstract.values import ATuple
@@ -32,32 +33,38 @@ RULES[gradient.grad_seed] = elementwise("OnesLike")  # 1 of the (scalar, float) 
 
 @rule_of(gradient.size)
 def _size(w: Writer, node: CNode) -> str:
-    return w.constant(int(np.prod(static_shape(node.args[0], "size"))), "i64")
+    try:
+        return w.constant(int(np.prod(static_shape(node.args[0], "size"))), "i64")
+    except Unsupported:  # dimension variables: MindSpore's Size at run time (a scalar)
+        return w.mark_scalar(w.emit("Size", [w.ref(node.args[0])]))
 
 def _batched_matmul_grad(w: Writer, node: CNode, wrt_x: bool) -> str:
     """The gradient of a batched ``x @ y`` (rank >= 2 operands): a MatMulExt with one
     operand transposed, summed back over the batch axes the operand was broadcast along
-    (the expansion of anfir/decompositions/gradient.py, written in MindSpore's ops)."""
+    (the expansion of anfir/decompositions/gradient.py, written in MindSpore's ops).
+    Dimensions may be variables where it is known which batch axes were broadcast."""
+    what = "matmul_dx" if wrt_x else "matmul_dy"
     if wrt_x:
         dout, y, x = node.args
-        a, b = w.ref(dout), swap_last(w, w.ref(y), len(static_shape(y, "matmul_dx")))
-        da, db, target = static_shape(dout, "matmul_dx"), static_shape(y, "matmul_dx"), x
+        a, b = w.ref(dout), swap_last(w, w.ref(y), rank_of(y, what))
+        da, db, target = symbolic_shape(dout, what), symbolic_shape(y, what), x
     else:
         x, dout, y = node.args
-        a, b = swap_last(w, w.ref(x), len(static_shape(x, "matmul_dy"))), w.ref(dout)
-        da, db, target = static_shape(x, "matmul_dy"), static_shape(dout, "matmul_dy"), y
+        a, b = swap_last(w, w.ref(x), rank_of(x, what)), w.ref(dout)
+        da, db, target = symbolic_shape(x, what), symbolic_shape(dout, what), y
+    batch = broadcast_dims(da[:-2], db[:-2], what)
     if wrt_x:  # (..., m, n) @ (..., n, k)ᵀ ; (..., n, m)ᵀ @ (..., n, k)
-        product_shape = (*np.broadcast_shapes(da[:-2], db[:-2]), da[-2], db[-2])
+        product_shape = (*batch, da[-2], db[-2])
     else:
-        product_shape = (*np.broadcast_shapes(da[:-2], db[:-2]), da[-1], db[-1])
+        product_shape = (*batch, da[-1], db[-1])
     product = w.emit("MatMulExt", [a, b])
-    return summed_to(w, product, product_shape, static_shape(target, "matmul"), node.abstract)
+    return summed_to_like(w, product, product_shape, symbolic_shape(target, what), node.abstract)
 
 def _matmul_grad_rule(wrt_x: bool) -> Rule:
     what = "matmul_dx" if wrt_x else "matmul_dy"
 
     def rule(w: Writer, node: CNode) -> str:
-        ranks = [len(static_shape(a, what)) for a in node.args]
+        ranks = [rank_of(a, what) for a in node.args]
         if min(ranks) < 2:
             raise Unsupported(f"{what} of a vector")
         if ranks != [2, 2, 2]:
@@ -79,12 +86,13 @@ RULES[gradient.matmul_dy] = _matmul_grad_rule(False)
 @rule_of(gradient.sum_to)
 def _sum_to(w: Writer, node: CNode) -> str:
     g, x = node.args  # the sum of g over the axes x was broadcast along
-    return summed_to(w, w.ref(g), static_shape(g, "sum_to"), static_shape(x, "sum_to"), node.abstract)
+    return summed_to_like(w, w.ref(g), symbolic_shape(g, "sum_to"), symbolic_shape(x, "sum_to"),
+                          node.abstract)
 
 @rule_of(gradient.broadcast_like)
 def _broadcast_like(w: Writer, node: CNode) -> str:
     g, x = node.args
-    if static_shape(g, "broadcast_like") == static_shape(x, "broadcast_like"):
+    if symbolic_shape(g, "broadcast_like") == symbolic_shape(x, "broadcast_like"):
         return w.ref(g)
     return w.emit("Mul", [w.emit("OnesLike", [w.ref(x)]), w.ref(g)], abstract=node.abstract)
 
@@ -175,5 +183,8 @@ def _grad_arg_check(w: Writer, node: CNode) -> str:
 @rule_of(gradient.reshape_like)
 def _reshape_like(w: Writer, node: CNode) -> str:
     g, x = node.args
-    return w.emit("Reshape", [w.ref(g), w.constant(static_shape(x, "reshape_like"), scalar=True)],
-                  abstract=node.abstract)
+    try:
+        shape = w.constant(static_shape(x, "reshape_like"), scalar=True)
+    except Unsupported:  # x's shape at run time
+        shape = w.emit("Shape", [w.ref(x)])
+    return w.emit("Reshape", [w.ref(g), shape], abstract=node.abstract)
