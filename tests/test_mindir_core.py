@@ -165,3 +165,27 @@ def test_a_broadcast_known_only_at_run_time_is_refused_by_name() -> None:
         broadcast_dims(("N",), ("M",), "t")
     with pytest.raises(Unsupported, match="do not broadcast"):
         broadcast_dims((2,), (3,), "t")
+
+
+VECTORS = anfir.parse("""
+def mv(a, v) = sum(sin(a @ v))
+def vm(v, a) = sum(sin(v @ a))
+def vv(u, v) = sin(u @ v)
+def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, shape(x)[0])) @ sin(sum(x, 1))))
+""", "vectors.anf")
+"""Products with a vector operand (numpy's rules: a row on the left, a column on the right)."""
+
+
+@pytest.mark.parametrize("name,shapes", [("mv", [(3, 4), (4,)]), ("mv", [(2, 3, 4), (4,)]),
+                                         ("vm", [(4,), (4, 3)]), ("vm", [(4,), (2, 4, 3)]),
+                                         ("vv", [(4,), (4,)])])
+def test_the_gradient_of_a_product_with_a_vector_round_trips(name: str, shapes: list[tuple[int, ...]]) -> None:
+    args = _data(len(shapes[0]) + len(shapes[1]), *shapes)
+    round_trip(anfir.grad(VECTORS[name], wrt=(0, 1)), None, list(args), [args])
+
+
+def test_the_gradient_of_a_product_with_a_vector_of_run_time_length_round_trips() -> None:
+    # the program of test_onnx_export's test_gradients_with_shapes_known_only_at_run_time,
+    # its vector made without `ones` (another branch's rule)
+    round_trip(anfir.grad(VECTORS["loss"], wrt=(0, 1)), None, None,
+               [(np.array([0.5, -1.0, 2.0]), np.arange(3.0 * n).reshape(n, 3) / 7.0) for n in (1, 2, 5)])

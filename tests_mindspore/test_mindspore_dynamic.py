@@ -70,6 +70,12 @@ def f(x: f64[N, 3]) =
   (flat, mean(x), broadcast_to(sum(x, 0), shape(x)))
 def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, shape(x)[0])) * 2.0))
 """)
+    vectors = anfir.parse("""
+def mv(a, v) = sum(sin(a @ v))
+def vm(v, a) = sum(sin(v @ a))
+def vv(u, v) = sin(u @ v)
+def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, shape(x)[0])) @ sin(sum(x, 1))))
+""")
     mlp = anfir.parse(spec_examples.MLP)["mlp_loss"]
     mlp2 = anfir.load(str(ROOT / "examples" / "mlp2.anf"))
     return [
@@ -80,6 +86,11 @@ def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, sh
          [data((3, 8), (8, 2), (b, 3), (b, 2)) for b in (1, 16)] + [data((2, 5), (5, 4), (3, 2), (3, 4))]),
         ("mlp2_step f64[B, D]...", mlp2["mlp2_step"], None,
          [data((3, 5), (5,), (5, 2), (2,), (b, 3), (b, 2)) for b in (1, 6)]),
+        ("grad of a product with a vector of length N", anfir.grad(vectors["loss"], wrt=(0, 1)), None,
+         [(np.array([0.5, -1.0, 2.0]), np.arange(3.0 * n).reshape(n, 3) / 7.0) for n in (1, 2, 5)]),
+        *[(f"grad {name} {shapes}", anfir.grad(vectors[name], wrt=(0, 1)), list(args), [args])
+          for name, shapes in (("mv", ((2, 3, 4), (4,))), ("vm", ((4,), (4, 3))), ("vv", ((4,), (4,))))
+          for args in [data(*shapes)]],
     ]
 
 

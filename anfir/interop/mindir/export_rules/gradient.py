@@ -66,7 +66,7 @@ def _matmul_grad_rule(wrt_x: bool) -> Rule:
     def rule(w: Writer, node: CNode) -> str:
         ranks = [rank_of(a, what) for a in node.args]
         if min(ranks) < 2:
-            raise Unsupported(f"{what} of a vector")
+            return _vector_matmul_grad(w, node, wrt_x)
         if ranks != [2, 2, 2]:
             return _batched_matmul_grad(w, node, wrt_x)
         if wrt_x:
@@ -188,3 +188,42 @@ def _reshape_like(w: Writer, node: CNode) -> str:
     except Unsupported:  # x's shape at run time
         shape = w.emit("Shape", [w.ref(x)])
     return w.emit("Reshape", [w.ref(g), shape], abstract=node.abstract)
+
+
+def _vector_matmul_grad(w: Writer, node: CNode, wrt_x: bool) -> str:
+    """The gradient of ``x @ y`` where an operand is a vector, by numpy's rules (a vector
+    ``x`` a row, a vector ``y`` a column: ExpandDims), the matrix product, the sum back
+    over broadcast batch axes, and the added axis squeezed away — the expansion of
+    anfir/decompositions/gradient.py in MindSpore's ops; dimensions may be variables."""
+    what = "matmul_dx" if wrt_x else "matmul_dy"
+    if wrt_x:
+        dout, y, x = node.args
+    else:
+        x, dout, y = node.args
+    if rank_of(x, what) == 0 or rank_of(y, what) == 0:
+        raise Unsupported(f"{what} of a scalar")
+    xr, yr, dr = w.ref(x), w.ref(y), w.ref(dout)
+    xs, ys, ds = symbolic_shape(x, what), symbolic_shape(y, what), symbolic_shape(dout, what)
+
+    def expand(ref: str, axis: int) -> str:
+        return w.emit("ExpandDims", [ref, w.constant(axis, scalar=True)])
+
+    y_vector, x_vector = len(ys) == 1, len(xs) == 1
+    if y_vector:  # a column; dout gains its last axis
+        yr, ys = expand(yr, 1), (*ys, 1)
+        dr, ds = expand(dr, len(ds)), (*ds, 1)
+    if x_vector:  # a row; dout gains the axis before its last
+        xr, xs = expand(xr, 0), (1, *xs)
+        dr, ds = expand(dr, len(ds) - 1), (*ds[:-1], 1, ds[-1])
+    batch = broadcast_dims(ds[:-2], (ys if wrt_x else xs)[:-2], what)
+    if wrt_x:  # dout @ yᵀ, back to x's shape
+        product = w.emit("MatMulExt", [dr, swap_last(w, yr, len(ys))])
+        total = summed_to_like(w, product, (*batch, ds[-2], ys[-2]), xs, None)
+        vector, axis = x_vector, 0
+    else:  # xᵀ @ dout, back to y's shape
+        product = w.emit("MatMulExt", [swap_last(w, xr, len(xs)), dr])
+        total = summed_to_like(w, product, (*batch, xs[-1], ds[-1]), ys, None)
+        vector, axis = y_vector, len(ys) - 1
+    if not vector:
+        return total
+    return w.emit("Squeeze", [total], attrs={"axis": (axis,)}, abstract=node.abstract)
