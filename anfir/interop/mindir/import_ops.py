@@ -324,8 +324,9 @@ def _expand_dims(ctx: Ctx) -> Node:
 
 @_op("Squeeze")
 def _squeeze(ctx: Ctx) -> Node:
-    ctx.arity(1)
-    axis = ctx.attr("axis", ())
+    ctx.arity(1, 2)  # the axis an attribute, or (MindSpore 2.10) an input
+    axis = ctx.static(1) if len(ctx.args) == 2 else ctx.attr("axis", ())
+    axis = (axis,) if isinstance(axis, int) else axis
     return ctx.call(shaping.squeeze, ctx.args[0], axis=tuple(axis) if axis else None)
 
 
@@ -493,7 +494,8 @@ def _dtype_of_result(ctx: Ctx) -> str:
 def _conv_input_grad(ctx: Ctx) -> Node:
     ctx.arity(3)  # (dout, w, input_size): anfir's rule reads only x's shape
     attrs = _conv_attrs(ctx)
-    like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
+    size: Any = ctx.args[2] if not isinstance(ctx.args[2], ValueNode) else tuple(int(d) for d in ctx.static(2))
+    like = ctx.call(tensor.zeros, size, _dtype_of_result(ctx))  # a computed size: x's Shape at run time
     return ctx.call(conv.conv_input_grad, ctx.args[0], ctx.args[1], like, **attrs)
 
 

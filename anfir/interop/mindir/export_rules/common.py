@@ -184,7 +184,7 @@ def zero(w: Writer, abstract: Any) -> str:
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
 __all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
-           "rank_of", "reducer", "registrar", "broadcast_dims", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+           "rank_of", "reducer", "registrar", "batch_probe", "broadcast_dims", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
            "zero_env"]
 
 
@@ -256,3 +256,14 @@ def summed_to_like(w: Writer, ref: str, gs: tuple[Any, ...], xs: tuple[Any, ...]
                                    w.constant(False, scalar=True), w.constant(False, scalar=True)],
                      abstract=abstract)
     return ref
+
+
+def batch_probe(node: Node, what: str) -> tuple[int, ...]:
+    """``node``'s shape with a batch dimension (axis 0) known only at run time as 1: a
+    window's attributes (stride, padding) do not depend on the batch.  Any other
+    dimension must be static (MindSpore's convolutions and pools fix their channels and
+    a window's output size from them)."""
+    shape = symbolic_shape(node, what)
+    if not all(isinstance(d, int) for d in shape[1:]):
+        raise Unsupported(f"{what} needs static shapes but for the batch (axis 0): {shape}")
+    return tuple(d if isinstance(d, int) else 1 for d in shape)

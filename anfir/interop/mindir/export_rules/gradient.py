@@ -226,4 +226,5 @@ def _vector_matmul_grad(w: Writer, node: CNode, wrt_x: bool) -> str:
         vector, axis = y_vector, len(ys) - 1
     if not vector:
         return total
-    return w.emit("Squeeze", [total], attrs={"axis": (axis,)}, abstract=node.abstract)
+    # the axis an input (a tuple), as MindSpore 2.10 writes Squeeze (an attribute crashes it)
+    return w.emit("Squeeze", [total, w.constant((axis,), scalar=True)], abstract=node.abstract)
