@@ -228,3 +228,30 @@ def test_a_padded_max_pool_of_a_symbolic_batch_is_refused_by_name() -> None:
     # with a concrete batch it exports
     x = np.random.default_rng(0).normal(size=(2, 1, 4, 4)).astype(np.float32)
     round_trip(CNN, "padded", [x], [(x,)])
+
+
+RESHAPES = anfir.parse("""
+def fl(x: f64[B, 2, 3]) = sin(flatten(x, 1))
+def fl2(x: f64[B, N, 3]) = sin(flatten(x, 1))
+def sq(x: f64[B, 1, N]) = sin(squeeze(x, 1))
+def sqa(x: f64[B, 1, N, 1]) = sin(squeeze(x, (1, 3)))
+def us(x: f64[B, N]) = sin(unsqueeze(x, (0, 2)))
+def gfl(x: f64[B, 2, 3]) = grad(lambda (y) sum(sin(flatten(y, 1)) * 2.0) end)(x)
+def sqn(x: f64[B, 1, N, 1]) = sin(squeeze(x))
+""", "reshapes.anf")
+"""flatten/squeeze/unsqueeze whose results have dimensions known only at run time."""
+
+RESHAPE_SHAPES = {"fl": lambda b: [(b, 2, 3)], "fl2": lambda b: [(b, b + 1, 3)], "sq": lambda b: [(b, 1, b + 1)],
+                  "sqa": lambda b: [(b, 1, b + 2, 1)], "us": lambda b: [(b, b + 1)], "gfl": lambda b: [(b, 2, 3)]}
+
+
+@pytest.mark.parametrize("name", sorted(RESHAPE_SHAPES))
+def test_reshapes_to_shapes_known_only_at_run_time_round_trip(name: str) -> None:
+    round_trip(RESHAPES, name, None, [_data(b, *RESHAPE_SHAPES[name](b)) for b in (1, 3, 4)])
+
+
+def test_a_squeeze_of_every_unit_axis_with_dimension_variables_is_refused_by_name() -> None:
+    # a variable dimension may be 1 at run time: which axes go is decided on the value
+    with pytest.raises(MindirError, match="squeeze of every length-1 axis") as caught:
+        anfir.export_mindir(RESHAPES, entry="sqn")
+    assert caught.value.loc is not None and caught.value.loc.file == "reshapes.anf"

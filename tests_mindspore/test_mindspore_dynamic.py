@@ -93,6 +93,9 @@ def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, sh
          None, [core.cnn_data(b, b) for b in (1, 3)]),
         (CNN_STATIC, anfir.value_and_grad(core.CNN["cnn_loss"], wrt=(0, 1, 2, 3, 4)),
          list(core.cnn_data(1, 1)), [core.cnn_data(1, 1)]),
+        *[(f"{name} with dimension variables", core.RESHAPES[name], None,
+           [tuple(rng.normal(size=s) for s in core.RESHAPE_SHAPES[name](b)) for b in (1, 3)])
+          for name in sorted(core.RESHAPE_SHAPES)],
         *[(f"grad {name} {shapes}", anfir.grad(vectors[name], wrt=(0, 1)), list(args), [args])
           for name, shapes in (("mv", ((2, 3, 4), (4,))), ("vm", ((4,), (4, 3))), ("vv", ((4,), (4,))))
           for args in [data(*shapes)]],
