@@ -7,7 +7,10 @@ Runs in MindSpore's own venv (not anfir's)::
 ``INPUTS.npz`` holds ``m{i}_r{r}_in{k}`` (model i, run r, input k); the results, a tuple
 flattened in order, go to ``OUTPUTS.npz`` as ``m{i}_r{r}_out{k}``.  A model that fails
 to load or run writes ``m{i}_error`` (its message) and the others still run, so one
-process checks many programs (a MindSpore process costs seconds to start).
+process checks many programs (a MindSpore process costs seconds to start).  ``m{i}_fresh``
+in the inputs runs each of model i's input sets in a new GraphCell: MindSpore 2.10 runs
+a gradient through ``if`` of a dynamic-shape input once per GraphCell ("The actor already
+exists" on the next shape — its own export of such a cell does the same).
 """
 
 import re
@@ -33,7 +36,10 @@ def main() -> int:
     ms.set_context(mode=ms.GRAPH_MODE)
     data = np.load(inputs)
     runs = {}
+    fresh = {int(re.fullmatch(r"m(\d+)_fresh", key).group(1)) for key in data.files if key.endswith("_fresh")}
     for key in data.files:
+        if key.endswith("_fresh"):
+            continue
         i, r, k = (int(v) for v in re.fullmatch(r"m(\d+)_r(\d+)_in(\d+)", key).groups())
         runs.setdefault(i, {}).setdefault(r, {})[k] = data[key]
     results = {}
@@ -41,6 +47,8 @@ def main() -> int:
         try:
             cell = nn.GraphCell(ms.load(path))
             for r in sorted(runs.get(i, {})):
+                if i in fresh and r:
+                    cell = nn.GraphCell(ms.load(path))
                 args = [Tensor(v) for _, v in sorted(runs[i][r].items())]
                 for k, v in enumerate(flat(cell(*args), [])):
                     results[f"m{i}_r{r}_out{k}"] = v

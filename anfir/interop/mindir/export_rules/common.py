@@ -11,7 +11,7 @@ import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
 from anfir.dtypes import BY_NAME
-from anfir.interop.mindir.environments import EnvLayout
+from anfir.interop.mindir.environments import EnvLayout, is_run_time
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -112,8 +112,11 @@ def static_shape(node: Node, what: str) -> tuple[int, ...]:
 
 
 def shape_of_abstract(abstract: Any) -> tuple[int, ...]:
-    """The static shape of a tensor type."""
+    """The static shape of a tensor type (unsupported, named, when a dimension is a variable)."""
     assert isinstance(abstract, ATensor) and abstract.shape is not None
+    if not all(isinstance(d, (int, np.integer)) for d in abstract.shape):
+        raise Unsupported(f"a value of shape {tuple(abstract.shape)} made from its static shape (a zero, "
+                          "a broadcast mask) where a dimension is known only at run time")
     return tuple(int(d) for d in abstract.shape)
 
 
@@ -173,7 +176,7 @@ def zero(w: Writer, abstract: Any) -> str:
     if isinstance(abstract, ATuple):
         return w.emit("MakeTuple", [zero(w, item) for item in abstract.items])
     dtype = str(abstract.dtype)
-    if isinstance(abstract, AScalar):
+    if isinstance(abstract, AScalar) or is_run_time(abstract):  # a run-time shape: a 0-d zero
         return w.constant(np.zeros((), numpy_dtype(dtype)), dtype)
     shape = shape_of_abstract(abstract)
     if int(np.prod(shape)) <= SMALL_ZERO:

@@ -15,7 +15,7 @@ from anfir.ir.primitive import Primitive
 from anfir.abstract.values import ATuple
 from anfir.dtypes import is_bool, is_integer
 from anfir.interop.mindir.common import TYPE_ID_OF
-from anfir.interop.mindir.environments import is_env, slot_types
+from anfir.interop.mindir.environments import is_env, is_run_time, slot_types
 from anfir.primitives import gradient
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -151,6 +151,9 @@ def _env_get(w: Writer, node: CNode) -> str:
     if not is_env(env.abstract):  # nothing stored: the default (a zero)
         return w.ref(default)
     slot = w.envs.slot(static(key, "a gradient environment's key"), default.abstract)
+    if is_run_time(default.abstract):  # the slot may hold its 0-d zero: plus the default (a zero)
+        item = w.emit("TupleGetItem", [w.ref(env), w.constant(slot, scalar=True)])
+        return w.emit("Add", [item, w.ref(default)], abstract=node.abstract)
     return w.emit("TupleGetItem", [w.ref(env), w.constant(slot, scalar=True)], abstract=node.abstract)
 
 

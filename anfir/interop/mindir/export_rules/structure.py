@@ -9,7 +9,7 @@ from anfir.interop.mindir.export_rules.common import (Rule, broadcast, dtype_of,
                                                       registrar, shape_of_abstract, static, zero_env)
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
-from anfir.abstract.values import AScalar
+from anfir.abstract.values import AScalar, ATensor
 from anfir.interop.mindir.common import TYPE_ID_OF
 from anfir.interop.mindir.environments import is_env, signature, slot_types
 from anfir.ir.graph import FuncGraph
@@ -77,6 +77,12 @@ def _switch(w: Writer, node: CNode) -> str:
         cond = w.emit("Cast", [cond, w.constant(TYPE_ID_OF["bool"], scalar=True)])
 
     def select(x: str, y: str, leaf: Any) -> str:
+        if isinstance(leaf, ATensor) and leaf.shape is not None and \
+                not all(isinstance(d, int) for d in leaf.shape):  # the mask to x's run-time Shape
+            # an environment's slot may hold its 0-d zero on one side: each side plus the
+            # other's zeros has the common shape
+            x, y = (w.emit("Add", [x, w.emit("ZerosLike", [y])]), w.emit("Add", [y, w.emit("ZerosLike", [x])]))
+            return w.emit("Select", [w.emit("BroadcastTo", [cond, w.emit("Shape", [x])]), x, y], abstract=leaf)
         shape = () if isinstance(leaf, AScalar) else shape_of_abstract(leaf)
         mask = cond if shape == () else broadcast(w, cond, shape)
         return w.emit("Select", [mask, x, y], abstract=leaf)
