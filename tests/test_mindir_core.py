@@ -284,3 +284,22 @@ def test_gradients_through_branches_with_dimension_variables_round_trip(name: st
     model.ParseFromString(data)
     # environments as tuples: MindSpore's loader types no Environ op
     assert not {p.op_type for p in model.primitives} & {"EnvironCreate", "EnvironSet", "EnvironGet"}
+
+
+PROMOTIONS = anfir.parse("""
+def f(n, y) = (n * 0.5, n < y, 2 * y, n + y, y - n, maximum(n, y))
+def g(x: f64[N, 3]) = x * (shape(x)[0] * 0.5)
+def h(k: i64[3], x: f64[3]) = (k * x, k / 2, x / k)
+""", "promote.anf")
+"""Integers with floats: anfir computes in the float (MindSpore's ops, in their first
+operand's integer dtype, would truncate the float)."""
+
+
+@pytest.mark.parametrize("entry,args,runs", [
+    ("f", [3, 3.5], [(3, 3.5), (-2, 0.25), (7, -7.5)]),
+    ("g", None, [(np.ones((n, 3)) * 1.5,) for n in (1, 3, 4)]),
+    ("h", [np.array([1, -2, 3]), np.array([0.5, 1.5, -2.0])],
+     [(np.array([1, -2, 3]), np.array([0.5, 1.5, -2.0])), (np.array([7, 0, -5]), np.array([3.0, 1.0, 0.5]))]),
+])
+def test_integers_with_floats_compute_in_the_float(entry: str, args: Any, runs: Any) -> None:
+    round_trip(PROMOTIONS, entry, args, runs)

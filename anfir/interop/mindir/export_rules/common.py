@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
-from anfir.dtypes import BY_NAME
+from anfir.dtypes import BY_NAME, is_float, is_integer
+from anfir.interop.mindir.common import TYPE_ID_OF
 from anfir.interop.mindir.environments import EnvLayout, is_run_time
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
@@ -57,6 +58,10 @@ def elementwise(op: str) -> Rule:
         # A constant operand takes the dtype of the other operand (MindSpore selects
         # kernels by exact dtypes).
         constants = [known(a) for a in node.args]
+        promoted = promoted_dtype(op, node)
+        if promoted is not None:  # an integer operand of a float result: both in the float dtype
+            return w.emit(op, [as_dtype(w, a, promoted) if k is None else w.constant(k[0], promoted)
+                               for a, k in zip(node.args, constants)], abstract=node.abstract)
         others = [dtype_of(a.abstract) for a, k in zip(node.args, constants) if k is None]
         dtype = next((d for d in others if d), None) or dtype_of(node.abstract)
         inputs = [w.ref(a) if k is None else w.constant(k[0], dtype) for a, k in zip(node.args, constants)]
@@ -187,7 +192,7 @@ def zero(w: Writer, abstract: Any) -> str:
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
 __all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
-           "rank_of", "reducer", "registrar", "batch_probe", "broadcast_dims", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+           "rank_of", "reducer", "registrar", "as_dtype", "batch_probe", "broadcast_dims", "promoted_dtype", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
            "zero_env"]
 
 
@@ -270,3 +275,44 @@ def batch_probe(node: Node, what: str) -> tuple[int, ...]:
     if not all(isinstance(d, int) for d in shape[1:]):
         raise Unsupported(f"{what} needs static shapes but for the batch (axis 0): {shape}")
     return tuple(d if isinstance(d, int) else 1 for d in shape)
+
+
+PROMOTING = frozenset({"Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Greater", "GreaterEqual", "Less",
+                       "LessEqual", "Equal", "NotEqual"})
+"""MindSpore ops of anfir's arithmetic and comparisons, whose operands anfir promotes (an
+integer with a float computes in the float) — MindSpore computes them in its first
+operand's integer dtype, a float constant truncated into it."""
+
+def promoted_dtype(op: str, node: CNode) -> Optional[str]:
+    """The float dtype both operands of ``op`` are computed in when one operand (or a
+    constant) is an integer and the other a float — ``n * 0.5`` with ``n`` an i64 is 1.5
+    in anfir — or None when no promotion is needed."""
+    if op not in PROMOTING or len(node.args) != 2:
+        return None
+    kinds: list[Optional[str]] = []
+    for a in node.args:
+        value = a.value if isinstance(a, ValueNode) else None
+        if isinstance(value, float):
+            kinds.append("f64")
+        elif isinstance(value, (bool, int)) and not isinstance(value, bool):
+            kinds.append("i64")
+        else:
+            kinds.append(dtype_of(a.abstract))
+    if any(k is None for k in kinds):
+        return None
+    floats = [k for k in kinds if k is not None and is_float(k)]
+    ints = [k for k in kinds if k is not None and is_integer(k)]
+    if not floats or not ints:
+        return None
+    out = dtype_of(node.abstract)
+    target = out if out is not None and is_float(out) else floats[0]
+    return target
+
+def as_dtype(w: Writer, node: Node, dtype: str) -> str:
+    """``node``'s value in ``dtype`` (a Cast when it has another; a run-time scalar
+    straight to a tensor of it)."""
+    if w.is_scalar(node):
+        return w.scalar_as_tensor(w.raw(node), dtype)
+    if dtype_of(node.abstract) == dtype:
+        return w.ref(node)
+    return w.emit("Cast", [w.ref(node), w.constant(TYPE_ID_OF[dtype], scalar=True)])
