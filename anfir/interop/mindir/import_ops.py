@@ -326,7 +326,9 @@ def _expand_dims(ctx: Ctx) -> Node:
 def _squeeze(ctx: Ctx) -> Node:
     ctx.arity(1, 2)  # the axis an attribute, or (MindSpore 2.10) an input
     axis = ctx.static(1) if len(ctx.args) == 2 else ctx.attr("axis", ())
-    axis = (axis,) if isinstance(axis, int) else axis
+    axis = (axis,) if isinstance(axis, int) and not isinstance(axis, bool) else axis
+    if not isinstance(axis, (tuple, list)) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axis):
+        raise NodeError(f"Squeeze's axis must be integers, not {axis!r:.60}")
     return ctx.call(shaping.squeeze, ctx.args[0], axis=tuple(axis) if axis else None)
 
 
