@@ -192,7 +192,7 @@ def zero(w: Writer, abstract: Any) -> str:
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
 __all__ = ["Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
-           "rank_of", "reducer", "registrar", "as_dtype", "batch_probe", "broadcast_dims", "promoted_dtype", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+           "rank_of", "reducer", "registrar", "as_dtype", "shape_operand", "batch_probe", "broadcast_dims", "promoted_dtype", "summed_to_like", "symbolic_shape", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
            "zero_env"]
 
 
@@ -316,3 +316,16 @@ def as_dtype(w: Writer, node: Node, dtype: str) -> str:
     if dtype_of(node.abstract) == dtype:
         return w.ref(node)
     return w.emit("Cast", [w.ref(node), w.constant(TYPE_ID_OF[dtype], scalar=True)])
+
+
+def shape_operand(w: Writer, node: Node, rank: int, what: str) -> str:
+    """A shape operand of rank ``rank`` (``broadcast_to``'s, ``reshape``'s, ``zeros``'s...) as
+    MindSpore's tuple of INT64 scalars: a constant, or the run-time tuple a ``shape(x)`` or
+    a ``make_tuple`` of its items wrote (MindSpore's Reshape/BroadcastTo/Zeros take it)."""
+    if isinstance(node, ValueNode) and isinstance(node.value, tuple):
+        if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in node.value):
+            raise Unsupported(f"{what}: a shape of other than integers ({node.value!r:.60})")
+        return w.constant(tuple(int(d) for d in node.value), scalar=True)
+    if len(w.scalar_items(node)) != rank:
+        raise Unsupported(f"{what} to a shape whose items are not all integers known to MindSpore")
+    return w.raw(node)

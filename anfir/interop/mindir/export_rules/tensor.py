@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 
 from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, elementwise, rank_of,
-                                                      reducer, registrar, static, static_shape)
+                                                      reducer, registrar, shape_operand, static, static_shape)
 from anfir.ir.nodes import CNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.mindir.common import TYPE_ID_OF
@@ -87,9 +87,8 @@ def _broadcast_to(w: Writer, node: CNode) -> str:
     except Unsupported:
         pass
     # a shape known at run time: the tuple of MindSpore scalars itself (Shape's, a MakeTuple's)
-    if len(w.scalar_items(target)) != rank_of(node, "broadcast_to"):
-        raise Unsupported("broadcast_to a shape whose items are not all integers known to MindSpore")
-    return w.emit("BroadcastTo", [w.ref(x), w.raw(target)], abstract=node.abstract)
+    shape = shape_operand(w, target, rank_of(node, "broadcast_to"), "broadcast_to")
+    return w.emit("BroadcastTo", [w.ref(x), shape], abstract=node.abstract)
 
 def _static_result(node: CNode, what: str) -> tuple[int, ...]:
     return static_shape(node, what)
