@@ -83,9 +83,11 @@ def _broadcast_to(w: Writer, node: CNode) -> str:
             and x.abstract.shape is not None and all(isinstance(d, int) for d in x.abstract.shape):
         return w.ref(x)
     try:
-        return broadcast(w, w.ref(x), _static_result(node, "broadcast_to"), node.abstract)
+        out = _static_result(node, "broadcast_to")
     except Unsupported:
-        pass
+        out = None
+    if out is not None:
+        return broadcast(w, w.ref(x), out, node.abstract)
     # a shape known at run time: the tuple of MindSpore scalars itself (Shape's, a MakeTuple's)
     shape = shape_operand(w, target, rank_of(node, "broadcast_to"), "broadcast_to")
     return w.emit("BroadcastTo", [w.ref(x), shape], abstract=node.abstract)
