@@ -74,8 +74,12 @@ def signature(abstract: Any) -> Optional[Signature]:
         if isinstance(item, AScalar):
             done.append(("s", str(item.dtype)))
         elif isinstance(item, ATensor):
-            if item.shape is None or not all(isinstance(d, int) for d in item.shape):
+            if item.shape is None:
                 return None
+            if not all(isinstance(d, int) for d in item.shape):
+                # dimension variables: the slot's zero is a 0-d zero (see is_run_time)
+                done.append(("d", str(item.dtype), tuple(str(d) for d in item.shape)))
+                continue
             done.append(("t", str(item.dtype), tuple(int(d) for d in item.shape)))
         elif isinstance(item, ATuple) and expanded:
             n = len(item.items)
@@ -142,4 +146,13 @@ def slot_types(layout: EnvLayout) -> ATuple:
     return ATuple(tuple(abstract for _, abstract in layout.slots))
 
 
-__all__ = ["EnvLayout", "is_env", "is_zero", "plan", "signature", "slot_types"]
+def is_run_time(abstract: Any) -> bool:
+    """Whether a slot of type ``abstract`` holds a tensor with dimension variables.  Its
+    zero cannot be built from a static shape, so it is a 0-d zero: adding gradients
+    (``gadd``) broadcasts it away, and a read adds the read's default (a zero of the
+    right shape, computed by the program) so the value has the slot's shape."""
+    return isinstance(abstract, ATensor) and abstract.shape is not None and \
+        not all(isinstance(d, int) for d in abstract.shape)
+
+
+__all__ = ["EnvLayout", "is_env", "is_run_time", "is_zero", "plan", "signature", "slot_types"]

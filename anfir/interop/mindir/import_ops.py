@@ -324,8 +324,11 @@ def _expand_dims(ctx: Ctx) -> Node:
 
 @_op("Squeeze")
 def _squeeze(ctx: Ctx) -> Node:
-    ctx.arity(1)
-    axis = ctx.attr("axis", ())
+    ctx.arity(1, 2)  # the axis an attribute, or (MindSpore 2.10) an input
+    axis = ctx.static(1) if len(ctx.args) == 2 else ctx.attr("axis", ())
+    axis = (axis,) if isinstance(axis, int) and not isinstance(axis, bool) else axis
+    if not isinstance(axis, (tuple, list)) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axis):
+        raise NodeError(f"Squeeze's axis must be integers, not {axis!r:.60}")
     return ctx.call(shaping.squeeze, ctx.args[0], axis=tuple(axis) if axis else None)
 
 
@@ -338,6 +341,8 @@ def _tile(ctx: Ctx) -> Node:
 @_op("BroadcastTo")
 def _broadcast_to(ctx: Ctx) -> Node:
     ctx.arity(1, 2)
+    if len(ctx.args) == 2 and not isinstance(ctx.args[1], ValueNode):  # a shape known at run time
+        return ctx.call(tensor.broadcast_to, ctx.args[0], ctx.args[1])
     shape = ctx.static(1) if len(ctx.args) == 2 else ctx.attr("shape")
     return ctx.call(tensor.broadcast_to, ctx.args[0], tuple(shape))
 
@@ -491,7 +496,8 @@ def _dtype_of_result(ctx: Ctx) -> str:
 def _conv_input_grad(ctx: Ctx) -> Node:
     ctx.arity(3)  # (dout, w, input_size): anfir's rule reads only x's shape
     attrs = _conv_attrs(ctx)
-    like = ctx.call(tensor.zeros, tuple(int(d) for d in ctx.static(2)), _dtype_of_result(ctx))
+    size: Any = ctx.args[2] if not isinstance(ctx.args[2], ValueNode) else tuple(int(d) for d in ctx.static(2))
+    like = ctx.call(tensor.zeros, size, _dtype_of_result(ctx))  # a computed size: x's Shape at run time
     return ctx.call(conv.conv_input_grad, ctx.args[0], ctx.args[1], like, **attrs)
 
 
@@ -563,6 +569,19 @@ def _pool(ctx: Ctx) -> Node:
         raise NodeError(f"{ctx.op} with pad mode {mode} and format {fmt}: anfir reads VALID, NCHW")
     prim = conv.max_pool if ctx.op == "MaxPool" else conv.avg_pool
     return ctx.call(prim, ctx.args[0], kernel=kernel, stride=stride)
+
+
+# -- mcore: shapes known at run time -------------------------------------------------------
+@_op("Shape")
+def _shape(ctx: Ctx) -> Node:
+    ctx.arity(1)  # a tuple of the dimensions (MindSpore's scalars, anfir's ints)
+    return ctx.call(tensor.shape, ctx.args[0])
+
+
+@_op("Size")
+def _size(ctx: Ctx) -> Node:
+    ctx.arity(1)
+    return ctx.call(gradient.size, ctx.args[0])
 
 
 __all__ = ["BINARY", "Ctx", "OPS", "UNARY"]

@@ -13,9 +13,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.values import AScalar, ATensor
-from anfir.dtypes import LITERAL_DTYPES, dtype_name
-from anfir.interop.mindir.common import TENSOR_TYPE_OF, MindirError, write_tensor
+from anfir.abstract.values import AScalar, AString, ATensor, ATuple
+from anfir.dtypes import LITERAL_DTYPES, dtype_name, is_integer
+from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
 from anfir.interop.mindir.environments import EnvLayout, plan
 from anfir.interop.mindir.export_rules import RULES, UNSUPPORTED
 from anfir.interop.mindir.export_rules.common import Unsupported, numpy_dtype
@@ -25,6 +25,7 @@ from anfir.ir.manager import analyse
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.ir.walk import reachable_graphs, toposort
+from anfir.primitives import arith, elementwise
 from anfir.runtime_values import SymbolicKey
 
 
@@ -50,6 +51,12 @@ class Writer:
         self.names: dict[Node, str] = {}
         # gradient environments as tuples (environments.py); None: Environ ops
         self.envs: Optional[EnvLayout] = None
+        # Values MindSpore holds as scalars (Int64Imm), not as the 0-d tensors anfir's
+        # numbers are written as: a run-time shape (``Shape``), its items, their sums and
+        # products, ``Size``.  name -> the indices of a tuple's scalar items, or None for a
+        # scalar itself; `ref` converts a scalar to a 0-d tensor where a tensor is read.
+        self.scalars: dict[str, Optional[frozenset[int]]] = {}
+        self.as_tensor: dict[str, str] = {}
 
     # -- names ----------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -173,9 +180,13 @@ class Writer:
                         self.first_error = node.loc
                     self.names[node] = self.fresh("failed")
         try:
+            if _holds_string(g.output.abstract):
+                raise Unsupported(STRING_VALUE)
             out = self.ref(g.output)
         except Unsupported as e:
             self.errors.append(f"@{g.name}: output: {e}")
+            if self.first_error is None:
+                self.first_error = g.output.loc or g.loc
             return
         self.value_info(gp.output.add(name=out), g.output.abstract)
 
@@ -188,9 +199,12 @@ class Writer:
 
     # -- nodes ----------------------------------------------------------------------------
     def ref(self, node: Node, dtype: Optional[str] = None) -> str:
-        """The name of ``node``'s value in the graph being written."""
+        """The name of ``node``'s value in the graph being written (a MindSpore scalar as
+        a 0-d tensor of its anfir dtype: ``ScalarToTensor``, once per value)."""
         name = self.names.get(node)
         if name is not None:
+            if name in self.scalars and self.scalars[name] is None:
+                return self.scalar_as_tensor(name, dtype_name_of(node.abstract) or dtype or "i64")
             return name
         if isinstance(node, ValueNode):
             value = node.value
@@ -202,6 +216,46 @@ class Writer:
                 return self.tuple_nodes(value, dtype)
             return self.constant(value, dtype)
         raise Unsupported(f"{node!r} is not visible in @{self.graph.name if self.graph else '?'}")
+
+    def raw(self, node: Node) -> str:
+        """The name of ``node``'s value as written: a MindSpore scalar stays one (a shape's
+        item going into a ``MakeTuple`` of a shape, a scalar op)."""
+        name = self.names.get(node)
+        return name if name is not None else self.ref(node)
+
+    def mark_scalar(self, name: str, items: Optional[frozenset[int]] = None) -> str:
+        """Record that ``name`` is a MindSpore scalar (``items`` None), or a tuple whose
+        ``items`` are; returns ``name``."""
+        self.scalars[name] = items
+        return name
+
+    def scalar_items(self, node: Node) -> frozenset[int]:
+        """The indices of the MindSpore scalars in the tuple ``node`` (none when it is not
+        one): anfir's Python ints in a constant tuple, a run-time shape's dimensions."""
+        name = self.names.get(node)
+        if name is not None:
+            return self.scalars.get(name) or frozenset()
+        if isinstance(node, ValueNode) and isinstance(node.value, tuple):
+            return frozenset(k for k, v in enumerate(node.value)
+                             if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)))
+        return frozenset()
+
+    def is_scalar(self, node: Node) -> bool:
+        """Whether ``node``'s value is written as a MindSpore scalar."""
+        name = self.names.get(node)
+        return name is not None and name in self.scalars and self.scalars[name] is None
+
+    def scalar_as_tensor(self, name: str, dtype: str) -> str:
+        """The 0-d tensor of dtype ``dtype`` holding the MindSpore scalar ``name``."""
+        key = f"{name}/{dtype}"
+        out = self.as_tensor.get(key)
+        if out is None:
+            if dtype not in TYPE_ID_OF:
+                raise Unsupported(f"a run-time scalar of dtype {dtype}")
+            out = self.emit("ScalarToTensor", [name, self.constant(TYPE_ID_OF[dtype], scalar=True)],
+                            abstract=AScalar(dtype))
+            self.as_tensor[key] = out
+        return out
 
     def tuple_nodes(self, value: tuple[Any, ...], dtype: Optional[str]) -> str:
         """A deeply nested constant tuple as MakeTuple nodes, built without recursion
@@ -251,6 +305,13 @@ class Writer:
     def write_call(self, node: CNode) -> str:
         callee = node.callee
         if isinstance(callee, ValueNode) and isinstance(callee.value, Primitive):
+            scalar_op = SCALAR_OPS.get(callee.value)
+            if scalar_op is not None and self.scalar_call(node):
+                inputs = [self.raw(a) if not isinstance(a, ValueNode) else self.constant(int(a.value), scalar=True)
+                          for a in node.args]
+                return self.mark_scalar(self.emit(scalar_op, inputs))
+            if callee.value is arith.div and self.integer_division(node):
+                return self.true_division(node)
             rule = RULES.get(callee.value)
             if rule is None:
                 reason = UNSUPPORTED.get(callee.value)
@@ -265,6 +326,54 @@ class Writer:
             return self.emit(self.graph_names[h], inputs, prim=False, abstract=node.abstract)
         return self.emit(self.ref(callee), [self.ref(a) for a in node.args], prim=False,
                          abstract=node.abstract)
+
+    def scalar_call(self, node: CNode) -> bool:
+        """Whether integer arithmetic ``node`` stays on MindSpore scalars: an integer result,
+        each operand a MindSpore scalar or an integer constant, one at least a scalar (the
+        arithmetic of run-time shapes, as MindSpore writes it: ``ScalarMul``...)."""
+        if not isinstance(node.abstract, AScalar) or not is_integer(str(node.abstract.dtype)):
+            return False
+        constant = [isinstance(a, ValueNode) and isinstance(a.value, (int, np.integer))
+                    and not isinstance(a.value, (bool, np.bool_)) for a in node.args]
+        scalar = [self.is_scalar(a) for a in node.args]
+        return any(scalar) and all(c or s for c, s in zip(constant, scalar))
+
+    def integer_division(self, node: CNode) -> bool:
+        """Whether ``node`` (a ``div``) divides integers into a float (anfir's ``/`` is
+        true division; MindSpore's RealDiv of integers stays an integer)."""
+        out = dtype_name_of(node.abstract) or (str(node.abstract.dtype) if isinstance(node.abstract, ATensor) else None)
+        if out is None or is_integer(out):
+            return False
+        kinds = [a.abstract.dtype for a in node.args if isinstance(a.abstract, (AScalar, ATensor))]
+        return len(kinds) == len(node.args) and any(is_integer(str(k)) for k in kinds)
+
+    def true_division(self, node: CNode) -> str:
+        """``RealDiv`` of the operands converted to the result's dtype (a run-time scalar
+        straight to a tensor of it, a constant written in it, a tensor through Cast)."""
+        out = str(node.abstract.dtype)
+        if out not in TYPE_ID_OF:
+            raise Unsupported(f"a division into {out}")
+        inputs = []
+        for a in node.args:
+            if isinstance(a, ValueNode) and isinstance(a.value, (int, float, np.number, np.ndarray)):
+                inputs.append(self.constant(np.asarray(a.value).astype(numpy_dtype(out)), out))
+            elif self.is_scalar(a):
+                inputs.append(self.scalar_as_tensor(self.raw(a), out))
+            elif dtype_name_of(a.abstract) == out or (isinstance(a.abstract, ATensor) and str(a.abstract.dtype) == out):
+                inputs.append(self.ref(a))
+            else:
+                inputs.append(self.emit("Cast", [self.ref(a), self.constant(TYPE_ID_OF[out], scalar=True)]))
+        return self.emit("RealDiv", inputs, abstract=node.abstract)
+
+
+SCALAR_OPS: dict[Primitive, str] = {arith.add: "ScalarAdd", arith.sub: "ScalarSub", arith.mul: "ScalarMul",
+                                    elementwise.floor_div: "ScalarFloorDiv"}
+"""Integer arithmetic written as MindSpore's scalar ops when its operands are run-time
+scalars (a shape's dimensions); any other use of a scalar reads it as a 0-d tensor."""
+
+def dtype_name_of(abstract: Any) -> Optional[str]:
+    """The dtype of a number's type (None for other types)."""
+    return str(abstract.dtype) if isinstance(abstract, AScalar) else None
 
 
 # -- constants -------------------------------------------------------------------------------
@@ -293,5 +402,20 @@ def _dtype_of_value(value: Any) -> str:
         return str(dtype_name(np.asarray(value).dtype))
     return LITERAL_DTYPES[type(value)] if type(value) in LITERAL_DTYPES else "f64"
 
+STRING_VALUE = ("a string value: MindSpore's runtime computes no strings (a GraphCell returns a "
+                "meaningless uint8 for one, and MindSpore's own export of a cell returning one fails)")
+"""Why a graph whose result holds a string cannot be written."""
 
-__all__ = ["MAX_CONSTANT_NESTING", "Writer"]
+def _holds_string(abstract: Any) -> bool:
+    """Whether a value of type ``abstract`` is or holds (in nested tuples) a string."""
+    stack = [abstract]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, AString):
+            return True
+        if isinstance(item, ATuple):
+            stack.extend(item.items)
+    return False
+
+
+__all__ = ["MAX_CONSTANT_NESTING", "STRING_VALUE", "Writer"]

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from anfir.abstract.values import AScalar, ATensor, ATuple
-from anfir.dtypes import BY_NAME, dtype_name
+from anfir.dtypes import BY_NAME, dtype_name, is_float, is_integer
 from anfir.interop.mindir.common import TYPE_ID_OF
-from anfir.interop.mindir.environments import EnvLayout
+from anfir.interop.mindir.environments import EnvLayout, is_run_time
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
@@ -52,23 +52,21 @@ def dtype_of(abstract: Any) -> Optional[str]:
     return None
 
 
-PROMOTING = frozenset({"Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow", "Greater", "GreaterEqual",
-                       "Less", "LessEqual", "Equal", "NotEqual"})
-"""Binary ops whose operands anfir promotes to a common dtype (``i64 + f64`` is f64):
-MindSpore's kernels take operands of one dtype, so a computed operand of another is cast."""
-
-
 def elementwise(op: str) -> Rule:
     """The rule writing a primitive as MindSpore's ``op`` of the same inputs."""
     def rule(w: Writer, node: CNode) -> str:
         # A constant operand takes the dtype of the other operand (MindSpore selects
         # kernels by exact dtypes).
         constants = [known(a) for a in node.args]
+        promoted = promoted_dtype(op, node)
+        if promoted is not None:  # an integer operand of a float result: both in the float dtype
+            return w.emit(op, [as_dtype(w, a, promoted) if k is None else w.constant(k[0], promoted)
+                               for a, k in zip(node.args, constants)], abstract=node.abstract)
         others = [dtype_of(a.abstract) for a, k in zip(node.args, constants) if k is None]
         dtype = next((d for d in others if d), None) or dtype_of(node.abstract)
         computed = {d for d in others if d}
         if op in PROMOTING and len(computed) > 1:
-            # operands of two dtypes: both in the promoted one
+            # operands of two dtypes (i32 with i64): both in the promoted one
             dtype = str(dtype_name(np.result_type(*(numpy_dtype(d) for d in sorted(computed)))))
         inputs = []
         for a, k in zip(node.args, constants):
@@ -130,8 +128,11 @@ def static_shape(node: Node, what: str) -> tuple[int, ...]:
 
 
 def shape_of_abstract(abstract: Any) -> tuple[int, ...]:
-    """The static shape of a tensor type."""
+    """The static shape of a tensor type (unsupported, named, when a dimension is a variable)."""
     assert isinstance(abstract, ATensor) and abstract.shape is not None
+    if not all(isinstance(d, (int, np.integer)) for d in abstract.shape):
+        raise Unsupported(f"a value of shape {tuple(abstract.shape)} made from its static shape (a zero, "
+                          "a broadcast mask) where a dimension is known only at run time")
     return tuple(int(d) for d in abstract.shape)
 
 
@@ -191,7 +192,7 @@ def zero(w: Writer, abstract: Any) -> str:
     if isinstance(abstract, ATuple):
         return w.emit("MakeTuple", [zero(w, item) for item in abstract.items])
     dtype = str(abstract.dtype)
-    if isinstance(abstract, AScalar):
+    if isinstance(abstract, AScalar) or is_run_time(abstract):  # a run-time shape: a 0-d zero
         return w.constant(np.zeros((), numpy_dtype(dtype)), dtype)
     shape = shape_of_abstract(abstract)
     if int(np.prod(shape)) <= SMALL_ZERO:
@@ -201,6 +202,143 @@ def zero(w: Writer, abstract: Any) -> str:
 
 SMALL_ZERO = 64
 """A zero gradient with more elements is a BroadcastTo of a scalar, not a constant."""
-__all__ = ["PROMOTING", "Rule", "SMALL_ZERO", "Unsupported", "broadcast", "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype",
-           "reducer", "registrar", "shape_of_abstract", "static", "static_shape", "summed_to", "swap_last", "zero",
+__all__ = ["PROMOTING", "Rule", "SMALL_ZERO", "Unsupported", "as_dtype", "batch_probe", "broadcast", "broadcast_dims",
+           "dtype_of", "elementwise", "known", "leafwise", "numpy_dtype", "promoted_dtype", "rank_of", "reducer",
+           "registrar", "shape_of_abstract", "shape_operand", "static", "static_shape", "summed_to", "summed_to_like",
+           "swap_last", "symbolic_shape", "zero",
            "zero_env"]
+
+
+def rank_of(node: Node, what: str) -> int:
+    """The rank of ``node``'s type (a scalar's is 0; its dimensions may be symbols), or
+    unsupported when even the rank is not known."""
+    abstract = node.abstract
+    if isinstance(abstract, AScalar):
+        return 0
+    if isinstance(abstract, ATensor) and abstract.shape is not None:
+        return len(abstract.shape)
+    raise Unsupported(f"{what} needs the rank of its operand")
+
+
+def symbolic_shape(node: Node, what: str) -> tuple[Any, ...]:
+    """The shape of ``node``'s type, its dimensions ints or dimension variables (a
+    scalar's is ``()``); unsupported when the rank is not known."""
+    abstract = node.abstract
+    if isinstance(abstract, AScalar):
+        return ()
+    if isinstance(abstract, ATensor) and abstract.shape is not None:
+        return tuple(int(d) if isinstance(d, (int, np.integer)) else d for d in abstract.shape)
+    raise Unsupported(f"{what} needs the rank of its operand")
+
+
+def broadcast_dims(a: tuple[Any, ...], b: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    """numpy's broadcast of two shapes whose dimensions may be variables; unsupported
+    where the result depends on a variable's value (a variable against a different one,
+    or against an int other than 1)."""
+    a, b = (1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)
+    out = []
+    for p, q in zip(a, b):
+        if p == q or q == 1:
+            out.append(p)
+        elif p == 1:
+            out.append(q)
+        elif isinstance(p, int) and isinstance(q, int):
+            raise Unsupported(f"{what}: shapes {a} and {b} do not broadcast")
+        else:
+            raise Unsupported(f"{what}: whether {p} and {q} broadcast is known only at run time")
+    return tuple(out)
+
+
+def summed_to_like(w: Writer, ref: str, gs: tuple[Any, ...], xs: tuple[Any, ...], abstract: Any) -> str:
+    """``ref`` (of shape ``gs``) summed over the axes a tensor of shape ``xs`` was broadcast
+    along, dimensions ints or variables: ``summed_to`` when both are static; otherwise a
+    ReduceSum keeping the axes where ``xs`` has 1 (a sum over an axis of length 1 is that
+    axis itself, whatever ``gs``'s dimension turns out to be), then one dropping the
+    leading axes — no Reshape, so no shape is needed at run time.  Unsupported where
+    it depends on a variable's value whether ``xs`` was broadcast along an axis."""
+    if all(isinstance(d, int) for d in (*gs, *xs)):
+        return summed_to(w, ref, tuple(gs), tuple(xs), abstract)
+    lead = len(gs) - len(xs)
+    if lead < 0:
+        raise Unsupported(f"a sum from shape {gs} to the longer {xs}")
+    kept = []
+    for k, d in enumerate(xs):
+        e = gs[lead + k]
+        if d == 1 and e != 1:
+            kept.append(lead + k)
+        elif d != e and not isinstance(d, int):  # an int other than 1 was not broadcast
+            raise Unsupported(f"a sum to shape {xs} from {gs}: whether axis {k} was broadcast is known "
+                              "only at run time")
+    if kept:
+        ref = w.emit("ReduceSum", [ref, w.constant(tuple(kept), scalar=True), w.constant(True, scalar=True),
+                                   w.constant(False, scalar=True)])
+    if lead:
+        ref = w.emit("ReduceSum", [ref, w.constant(tuple(range(lead)), scalar=True),
+                                   w.constant(False, scalar=True), w.constant(False, scalar=True)],
+                     abstract=abstract)
+    return ref
+
+
+def batch_probe(node: Node, what: str) -> tuple[int, ...]:
+    """``node``'s shape with a batch dimension (axis 0) known only at run time as 1: a
+    window's attributes (stride, padding) do not depend on the batch.  Any other
+    dimension must be static (MindSpore's convolutions and pools fix their channels and
+    a window's output size from them)."""
+    shape = symbolic_shape(node, what)
+    if not all(isinstance(d, int) for d in shape[1:]):
+        raise Unsupported(f"{what} needs static shapes but for the batch (axis 0): {shape}")
+    return tuple(d if isinstance(d, int) else 1 for d in shape)
+
+
+PROMOTING = frozenset({"Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Greater", "GreaterEqual", "Less",
+                       "LessEqual", "Equal", "NotEqual"})
+"""MindSpore ops of anfir's arithmetic and comparisons, whose operands anfir promotes (an
+integer with a float computes in the float) — MindSpore computes them in its first
+operand's integer dtype, a float constant truncated into it."""
+
+def promoted_dtype(op: str, node: CNode) -> Optional[str]:
+    """The float dtype both operands of ``op`` are computed in when one operand (or a
+    constant) is an integer and the other a float — ``n * 0.5`` with ``n`` an i64 is 1.5
+    in anfir — or None when no promotion is needed."""
+    if op not in PROMOTING or len(node.args) != 2:
+        return None
+    kinds: list[Optional[str]] = []
+    for a in node.args:
+        value = a.value if isinstance(a, ValueNode) else None
+        if isinstance(value, float):
+            kinds.append("f64")
+        elif isinstance(value, (bool, int)) and not isinstance(value, bool):
+            kinds.append("i64")
+        else:
+            kinds.append(dtype_of(a.abstract))
+    if any(k is None for k in kinds):
+        return None
+    floats = [k for k in kinds if k is not None and is_float(k)]
+    ints = [k for k in kinds if k is not None and is_integer(k)]
+    if not floats or not ints:
+        return None
+    out = dtype_of(node.abstract)
+    target = out if out is not None and is_float(out) else floats[0]
+    return target
+
+def as_dtype(w: Writer, node: Node, dtype: str) -> str:
+    """``node``'s value in ``dtype`` (a Cast when it has another; a run-time scalar
+    straight to a tensor of it)."""
+    if w.is_scalar(node):
+        return w.scalar_as_tensor(w.raw(node), dtype)
+    if dtype_of(node.abstract) == dtype:
+        return w.ref(node)
+    return w.emit("Cast", [w.ref(node), w.constant(TYPE_ID_OF[dtype], scalar=True)])
+
+
+def shape_operand(w: Writer, node: Node, rank: int, what: str) -> str:
+    """A shape operand of rank ``rank`` (``broadcast_to``'s, ``reshape``'s, ``zeros``'s...) as
+    MindSpore's tuple of INT64 scalars: a constant, or the run-time tuple a ``shape(x)`` or
+    a ``make_tuple`` of its items wrote (MindSpore's Reshape/BroadcastTo/Zeros take it)."""
+    if isinstance(node, ValueNode) and isinstance(node.value, tuple):
+        if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in node.value):
+            raise Unsupported(f"{what}: a shape of other than integers ({node.value!r:.60})")
+        return w.constant(tuple(int(d) for d in node.value), scalar=True)
+    if len(w.scalar_items(node)) != rank:
+        raise Unsupported(f"{what} to a shape whose items are not all integers known to MindSpore")
+    return w.raw(node)

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, dtype_of, numpy_dtype,
-                                                      registrar, static_shape)
+from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, batch_probe, broadcast, dtype_of,
+                                                      numpy_dtype, rank_of, registrar, static_shape)
 from anfir.ir.nodes import CNode, Node
 from anfir.ir.primitive import Primitive
 from anfir.interop.mindir.common import TYPE_ID_OF
@@ -26,7 +26,7 @@ rule_of = registrar(RULES)
 
 
 def _conv_attrs(node: CNode, x: Node, w: Node, backprop: bool) -> dict[str, Any]:
-    xs, ws = static_shape(x, "conv"), static_shape(w, "conv")
+    xs, ws = batch_probe(x, "conv"), static_shape(w, "conv")
     if len(ws) != 4 or len(xs) != 4:
         raise Unsupported("a convolution that is not 2-d")
     attrs = dict(node.attrs) if node.attrs else {}
@@ -55,8 +55,12 @@ def _conv(w: Writer, node: CNode) -> str:
 @rule_of(conv.conv_input_grad)
 def _conv_input_grad(w: Writer, node: CNode) -> str:
     dout, weight, x = node.args
-    return w.emit("Conv2DBackpropInput", [w.ref(dout), w.ref(weight), w.constant(static_shape(x, "conv"), scalar=True)],
-                  attrs=_conv_attrs(node, x, weight, True), abstract=node.abstract)
+    attrs = _conv_attrs(node, x, weight, True)
+    try:
+        size = w.constant(static_shape(x, "conv"), scalar=True)
+    except Unsupported:  # a batch known at run time: x's Shape (a tuple of scalars)
+        size = w.emit("Shape", [w.ref(x)])
+    return w.emit("Conv2DBackpropInput", [w.ref(dout), w.ref(weight), size], attrs=attrs, abstract=node.abstract)
 
 @rule_of(conv.conv_weight_grad)
 def _conv_weight_grad(w: Writer, node: CNode) -> str:
@@ -66,7 +70,7 @@ def _conv_weight_grad(w: Writer, node: CNode) -> str:
 
 def _window(node: CNode, x: Node, what: str) -> tuple[tuple[int, int], tuple[int, int]]:
     attrs = dict(node.attrs) if node.attrs else {}
-    if len(static_shape(x, what)) != 4:
+    if rank_of(x, what) != 4:
         raise Unsupported(f"{what} that is not 2-d")
     if attrs.get("padding", 0) not in (0, (0, 0), (0, 0, 0, 0)) or attrs.get("ceil_mode", False) or \
             attrs.get("dilation", 1) not in (1, (1, 1)):
@@ -84,7 +88,7 @@ def _max_window(node: CNode, x: Node) -> tuple[tuple[int, int], tuple[int, int],
     """(kernel, stride, pads: top, left, bottom, right) of a 2-d max pool; ceil mode is
     padding at the ends (anfir's pool_params widens them), dilation has no MindSpore op."""
     attrs = dict(node.attrs) if node.attrs else {}
-    xs = static_shape(x, "max_pool")
+    xs = batch_probe(x, "max_pool")
     if len(xs) != 4:
         raise Unsupported("max_pool that is not 2-d")
     if attrs.get("dilation", 1) not in (1, (1, 1)):
@@ -100,7 +104,14 @@ def _max_window(node: CNode, x: Node) -> tuple[tuple[int, int], tuple[int, int],
 def _pad_lowest(w: Writer, x: Node, pads: list[int]) -> tuple[str, tuple[int, ...]]:
     """x padded with the value that never wins a maximum (-inf, an integer's minimum), as
     Concat with broadcast constant blocks: MindSpore's MaxPool pads only as SAME/VALID."""
-    ref, shape = w.ref(x), list(static_shape(x, "max_pool"))
+    if not any(pads):
+        return w.ref(x), batch_probe(x, "max_pool")
+    try:
+        shape = list(static_shape(x, "max_pool"))
+    except Unsupported:  # the -inf blocks are constants of the padded axes' full shape
+        raise Unsupported("padded max_pool of a batch known only at run time (its -inf padding "
+                          "blocks are BroadcastTo of a static shape)") from None
+    ref = w.ref(x)
     dtype = dtype_of(x.abstract) or "f32"
     kind = np.dtype(numpy_dtype(dtype))
     if kind.kind not in "fiu":
@@ -161,29 +172,32 @@ def _avg_pool_grad(w: Writer, node: CNode) -> str:
 
 @rule_of(conv.channel_sum)
 def _channel_sum(w: Writer, node: CNode) -> str:
-    rank = len(static_shape(node.args[0], "channel_sum"))
+    rank = rank_of(node.args[0], "channel_sum")
     axes = (0,) + tuple(range(2, rank))
     return w.emit("ReduceSum", [w.ref(node.args[0]), w.constant(axes, scalar=True), w.constant(False, scalar=True),
                                 w.constant(False, scalar=True)], abstract=node.abstract)
 
 @rule_of(conv.global_avg_pool)
 def _global_avg_pool(w: Writer, node: CNode) -> str:
-    rank = len(static_shape(node.args[0], "global_avg_pool"))
+    rank = rank_of(node.args[0], "global_avg_pool")
     return w.emit("ReduceMean", [w.ref(node.args[0]), w.constant(tuple(range(2, rank)), scalar=True),
                                  w.constant(True, scalar=True)], abstract=node.abstract)
 
 @rule_of(conv.channel_spread)
 def _channel_spread(w: Writer, node: CNode) -> str:
     v, like = node.args
-    shape = static_shape(like, "channel_spread")
-    column = w.emit("Reshape", [w.ref(v), w.constant((-1,) + (1,) * (len(shape) - 2), scalar=True)])
-    return broadcast(w, column, shape, node.abstract)
+    rank = rank_of(like, "channel_spread")
+    column = w.emit("Reshape", [w.ref(v), w.constant((-1,) + (1,) * (rank - 2), scalar=True)])
+    try:
+        return broadcast(w, column, static_shape(like, "channel_spread"), node.abstract)
+    except Unsupported:  # a batch known at run time: the product with OnesLike(like) broadcasts
+        return w.emit("Mul", [w.emit("OnesLike", [w.ref(like)]), column], abstract=node.abstract)
 
 @rule_of(conv.batch_norm)
 def _batch_norm(w: Writer, node: CNode) -> str:
     # MindSpore's own BatchNorm in inference mode (its attributes are inputs 5 to 8:
     # is_training, epsilon, momentum, data_format NCHW = 0); its result 0 is y.
-    if len(static_shape(node.args[0], "batch_norm")) != 4:
+    if rank_of(node.args[0], "batch_norm") != 4:
         raise Unsupported("batch_norm of other than NCHW (MindSpore's BatchNorm is 2-d)")
     dtype = dtype_of(node.abstract)
     if dtype not in TYPE_ID_OF:

@@ -9,7 +9,7 @@ from anfir.interop.mindir.export_rules.common import (Rule, broadcast, dtype_of,
                                                       registrar, shape_of_abstract, static, zero_env)
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
-from anfir.abstract.values import AScalar
+from anfir.abstract.values import AScalar, ATensor
 from anfir.interop.mindir.common import TYPE_ID_OF
 from anfir.interop.mindir.environments import is_env, signature, slot_types
 from anfir.ir.graph import FuncGraph
@@ -39,17 +39,25 @@ def _zeros_like_rule(w: Writer, node: CNode) -> str:
 def _make_tuple(w: Writer, node: CNode) -> str:
     # An int constant item is an anfir Python int (a reshape's (b, l, 4, -1)): a scalar
     # value node, as the items computed next to it are, not a 0-d tensor.
-    return w.emit("MakeTuple", [_tuple_item(w, a) for a in node.args])
+    # A run-time scalar item (a shape's dimension) stays a MindSpore scalar.
+    name = w.emit("MakeTuple", [_tuple_item(w, a) for a in node.args])
+    items = frozenset(k for k, a in enumerate(node.args) if w.is_scalar(a) or _int_constant(a))
+    return w.mark_scalar(name, items) if items else name
+
+def _int_constant(node: Node) -> bool:
+    return isinstance(node, ValueNode) and isinstance(node.value, int) and not isinstance(node.value, bool)
 
 def _tuple_item(w: Writer, node: Node) -> str:
-    if isinstance(node, ValueNode) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return w.constant(node.value, scalar=True)
-    return w.ref(node)
+    if _int_constant(node):
+        return w.constant(node.value, scalar=True)  # type: ignore[attr-defined]
+    return w.raw(node) if w.is_scalar(node) else w.ref(node)
 
 @rule_of(structure.tuple_getitem)
 def _getitem(w: Writer, node: CNode) -> str:
     index = static(node.args[1], "a tuple index")
     # A scalar INT64 value node: a 0-d tensor index crashes MindSpore.
+    if int(index) in w.scalar_items(node.args[0]):  # a run-time shape's dimension: a scalar
+        return w.mark_scalar(w.emit("TupleGetItem", [w.raw(node.args[0]), w.constant(int(index), scalar=True)]))
     return w.emit("TupleGetItem", [w.ref(node.args[0]), w.constant(int(index), scalar=True)],
                   abstract=node.abstract)
 
@@ -69,6 +77,12 @@ def _switch(w: Writer, node: CNode) -> str:
         cond = w.emit("Cast", [cond, w.constant(TYPE_ID_OF["bool"], scalar=True)])
 
     def select(x: str, y: str, leaf: Any) -> str:
+        if isinstance(leaf, ATensor) and leaf.shape is not None and \
+                not all(isinstance(d, int) for d in leaf.shape):  # the mask to x's run-time Shape
+            # an environment's slot may hold its 0-d zero on one side: each side plus the
+            # other's zeros has the common shape
+            x, y = (w.emit("Add", [x, w.emit("ZerosLike", [y])]), w.emit("Add", [y, w.emit("ZerosLike", [x])]))
+            return w.emit("Select", [w.emit("BroadcastTo", [cond, w.emit("Shape", [x])]), x, y], abstract=leaf)
         shape = () if isinstance(leaf, AScalar) else shape_of_abstract(leaf)
         mask = cond if shape == () else broadcast(w, cond, shape)
         return w.emit("Select", [mask, x, y], abstract=leaf)

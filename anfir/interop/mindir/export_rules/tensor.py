@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 
-from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, elementwise, reducer,
-                                                      registrar, static, static_shape)
+from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, elementwise, rank_of,
+                                                      reducer, registrar, shape_operand, static, static_shape)
 from anfir.ir.nodes import CNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.mindir.common import TYPE_ID_OF
@@ -56,7 +56,7 @@ def _transpose(w: Writer, node: CNode) -> str:
 def _reshape(w: Writer, node: CNode) -> str:
     shape = node.args[1]
     ref = (w.constant(tuple(int(d) for d in shape.value), scalar=True) if isinstance(shape, ValueNode)
-           else w.ref(shape))
+           else w.raw(shape))
     return w.emit("Reshape", [w.ref(node.args[0]), ref], abstract=node.abstract)
 
 
@@ -66,15 +66,31 @@ RULES[tensor.mean] = reducer("ReduceMean")
 
 @rule_of(tensor.shape)
 def _shape_of(w: Writer, node: CNode) -> str:
-    # a static shape is a constant (a tuple of scalar INT64)
-    return w.constant(static_shape(node.args[0], "shape"), scalar=True)
+    # a static shape is a constant (a tuple of scalar INT64); one with dimension
+    # variables is MindSpore's Shape at run time (a tuple of scalars, as MindSpore
+    # writes x.shape of a dynamic input)
+    rank = rank_of(node.args[0], "shape")
+    try:
+        name = w.constant(static_shape(node.args[0], "shape"), scalar=True)
+    except Unsupported:
+        name = w.emit("Shape", [w.ref(node.args[0])])
+    return w.mark_scalar(name, frozenset(range(rank)))
 
 @rule_of(tensor.broadcast_to)
 def _broadcast_to(w: Writer, node: CNode) -> str:
-    x, out = node.args[0], _static_result(node, "broadcast_to")
-    if static_shape(x, "broadcast_to") == out:
+    x, target = node.args[0], node.args[1]
+    if isinstance(x.abstract, ATensor) and isinstance(node.abstract, ATensor) and x.abstract.shape == node.abstract.shape \
+            and x.abstract.shape is not None and all(isinstance(d, int) for d in x.abstract.shape):
         return w.ref(x)
-    return broadcast(w, w.ref(x), out, node.abstract)
+    try:
+        out = _static_result(node, "broadcast_to")
+    except Unsupported:
+        out = None
+    if out is not None:
+        return broadcast(w, w.ref(x), out, node.abstract)
+    # a shape known at run time: the tuple of MindSpore scalars itself (Shape's, a MakeTuple's)
+    shape = shape_operand(w, target, rank_of(node, "broadcast_to"), "broadcast_to")
+    return w.emit("BroadcastTo", [w.ref(x), shape], abstract=node.abstract)
 
 def _static_result(node: CNode, what: str) -> tuple[int, ...]:
     return static_shape(node, what)
