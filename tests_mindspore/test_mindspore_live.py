@@ -321,7 +321,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import test_scan_export as scans  # noqa: E402
 import test_counted_loops as counted  # noqa: E402
 
-LOOPS_RUN = [(scans.MOD, "rnn_loss", (scans.W, scans.U, scans.XS)), (scans.MOD, "g_cumsum", (scans.VEC,)),
+LOOPS_RUN = [(scans.MOD, "rnn_loss", (scans.W, scans.U, scans.XS)), (scans.MOD, "g_rnn", (scans.W, scans.U, scans.XS)),
+             (counted.MOD, "g_tensor_state", (counted.W,)), (scans.MOD, "g_cumsum", (scans.VEC,)),
              (scans.MOD, "g_halving", (0.8,)), (scans.MOD, "g_rev", (scans.VEC, scans.VEC[::-1].copy())),
              (scans.MOD, "gg_halving", (0.8,)), (scans.MOD, "gg_cumsum", (scans.VEC,)),
              (counted.MOD, "g_count_down", (0.7,)), (counted.MOD, "g_nested", (0.7,)),
