@@ -303,3 +303,27 @@ operand's integer dtype, would truncate the float)."""
 ])
 def test_integers_with_floats_compute_in_the_float(entry: str, args: Any, runs: Any) -> None:
     round_trip(PROMOTIONS, entry, args, runs)
+
+
+SWEEP = {
+    "softmax": "def f(x: f64[B, 4]) = sum(softmax(x, axis=1) * x)",
+    "log_softmax": "def f(x: f64[B, 4]) = sum(log_softmax(x, axis=-1))",
+    "transpose": "def f(x: f64[B, 4]) = sum(sin(transpose(x)) @ x)",
+    "where": "def f(x: f64[B, 4]) = sum(where(x > 0.0, x, x * x))",
+    "var": "def f(x: f64[B, 4]) = sum(var(x, axis=0))",
+    "unsqueeze": "def f(x: f64[B, 4]) = sum(sin(unsqueeze(x, 1) * x))",
+    "mean": "def f(x: f64[B, 4]) = mean(x * x) / mean(x)",
+    "sizes": "def f(x: f64[B, 4]) = floor_div(shape(x)[0], 2) + size(x) - 1",
+    "shape": "def f(x: f64[B, 4]) = (shape(x), shape(x)[0] * shape(x)[1])",
+}
+"""Programs over a batch B known only at run time, each with its gradient where it has one."""
+SWEEP_VALUE_ONLY = ("sizes", "shape")
+
+
+@pytest.mark.parametrize("name", sorted(SWEEP))
+def test_programs_over_a_run_time_batch_round_trip(name: str) -> None:
+    f = anfir.parse(SWEEP[name] + "\n")["f"]
+    runs = [_data(b, (b, 4)) for b in (1, 3, 5)]
+    round_trip(f, None, None, runs)
+    if name not in SWEEP_VALUE_ONLY:
+        round_trip(anfir.grad(f), None, None, runs)
