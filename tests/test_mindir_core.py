@@ -327,3 +327,17 @@ def test_programs_over_a_run_time_batch_round_trip(name: str) -> None:
     round_trip(f, None, None, runs)
     if name not in SWEEP_VALUE_ONLY:
         round_trip(anfir.grad(f), None, None, runs)
+
+
+CONTROL = anfir.parse("""
+def f(x: f64[N, 3]) =
+  let loop = lambda (i, acc) if i == 0 then acc else loop(i - 1, acc + sum(x)) end in loop(shape(x)[0], 0.0)
+def g(x: f64[N, 3]) = if shape(x)[0] > 2 then sum(x) else sum(x * x)
+""", "control.anf")
+"""A loop counting a run-time dimension down, an `if` on one (the scalar goes to a
+0-d tensor where a graph takes it)."""
+
+
+@pytest.mark.parametrize("entry", ["f", "g"])
+def test_control_flow_on_a_run_time_dimension_round_trips(entry: str) -> None:
+    round_trip(CONTROL, entry, None, [_data(n, (n, 3)) for n in (1, 3, 4)])

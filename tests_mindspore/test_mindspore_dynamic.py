@@ -103,6 +103,8 @@ def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, sh
           for label, program in (("value", anfir.parse(core.SWEEP[name] + "\n")["f"]),
                                  ("grad", anfir.grad(anfir.parse(core.SWEEP[name] + "\n")["f"])))
           if label == "value" or name not in core.SWEEP_VALUE_ONLY],
+        *[(f"{FRESH} on a run-time dimension: {entry}", core.CONTROL[entry], None,
+           [data((n, 3)) for n in (1, 3, 4)]) for entry in ("f", "g")],
         *[(f"{FRESH}: {name} wrt {wrt}", anfir.grad(core.BRANCHES[name], wrt=wrt), None,
            core.BRANCH_RUNS[name]) for name, wrt in (("f", (0, 1)), ("h", (0, 1)), ("k", (0, 1)), ("l", (0,)))],
         *[(f"grad {name} {shapes}", anfir.grad(vectors[name], wrt=(0, 1)), list(args), [args])
