@@ -1,10 +1,15 @@
 """The MindIR writer's core: programs export, import back and compute ``anfir.run``'s numbers.
 
 Covers the gradients of reductions over some axes (``unreduce`` reads its axes and
-keepdims from its inputs), a program returning a string, and programs compiled with
-dimension variables (``f64[N, 3]``): their files hold -1 dims and MindSpore's ``Shape``,
-and run equal to anfir for several concrete sizes.  The live check against MindSpore
-itself is tests_mindspore/test_mindspore_dynamic.py.
+keepdims from its inputs), a program returning a string (refused, located: MindSpore
+computes no strings), integers with floats (computed in the float), and programs
+compiled with dimension variables (``f64[N, 3]``): the MLP and a CNN gradient over a
+symbolic batch, training steps with every dimension a variable, products with vectors,
+reshapes, gradients through ``if`` (environments holding run-time shapes), control flow
+on a run-time dimension.  Their files hold -1 dims and MindSpore's ``Shape``, and run
+equal to anfir for several concrete sizes; what MindIR cannot hold is refused by name.
+References: ``anfir.run`` of the source (and central differences for the reductions).
+The live check against MindSpore itself is tests_mindspore/test_mindspore_dynamic.py.
 """
 
 from __future__ import annotations
