@@ -320,9 +320,11 @@ SWEEP = {
     "mean": "def f(x: f64[B, 4]) = mean(x * x) / mean(x)",
     "sizes": "def f(x: f64[B, 4]) = floor_div(shape(x)[0], 2) + size(x) - 1",
     "shape": "def f(x: f64[B, 4]) = (shape(x), shape(x)[0] * shape(x)[1])",
+    # floor division of a negative run-time integer: floor, not truncation (-5 // 2 is -3)
+    "negative": "def f(x: f64[B, 4]) = (floor_div(shape(x)[0] - 6, 2), (shape(x)[0] - 6) * 3, 7 - shape(x)[0])",
 }
 """Programs over a batch B known only at run time, each with its gradient where it has one."""
-SWEEP_VALUE_ONLY = ("sizes", "shape")
+SWEEP_VALUE_ONLY = ("sizes", "shape", "negative")
 
 
 @pytest.mark.parametrize("name", sorted(SWEEP))
