@@ -1,10 +1,15 @@
 """The MindIR writer's core: programs export, import back and compute ``anfir.run``'s numbers.
 
 Covers the gradients of reductions over some axes (``unreduce`` reads its axes and
-keepdims from its inputs), a program returning a string, and programs compiled with
-dimension variables (``f64[N, 3]``): their files hold -1 dims and MindSpore's ``Shape``,
-and run equal to anfir for several concrete sizes.  The live check against MindSpore
-itself is tests_mindspore/test_mindspore_dynamic.py.
+keepdims from its inputs), a program returning a string (refused, located: MindSpore
+computes no strings), integers with floats (computed in the float), and programs
+compiled with dimension variables (``f64[N, 3]``): the MLP and a CNN gradient over a
+symbolic batch, training steps with every dimension a variable, products with vectors,
+reshapes, gradients through ``if`` (environments holding run-time shapes), control flow
+on a run-time dimension.  Their files hold -1 dims and MindSpore's ``Shape``, and run
+equal to anfir for several concrete sizes; what MindIR cannot hold is refused by name.
+References: ``anfir.run`` of the source (and central differences for the reductions).
+The live check against MindSpore itself is tests_mindspore/test_mindspore_dynamic.py.
 """
 
 from __future__ import annotations
@@ -303,3 +308,43 @@ operand's integer dtype, would truncate the float)."""
 ])
 def test_integers_with_floats_compute_in_the_float(entry: str, args: Any, runs: Any) -> None:
     round_trip(PROMOTIONS, entry, args, runs)
+
+
+SWEEP = {
+    "softmax": "def f(x: f64[B, 4]) = sum(softmax(x, axis=1) * x)",
+    "log_softmax": "def f(x: f64[B, 4]) = sum(log_softmax(x, axis=-1))",
+    "transpose": "def f(x: f64[B, 4]) = sum(sin(transpose(x)) @ x)",
+    "where": "def f(x: f64[B, 4]) = sum(where(x > 0.0, x, x * x))",
+    "var": "def f(x: f64[B, 4]) = sum(var(x, axis=0))",
+    "unsqueeze": "def f(x: f64[B, 4]) = sum(sin(unsqueeze(x, 1) * x))",
+    "mean": "def f(x: f64[B, 4]) = mean(x * x) / mean(x)",
+    "sizes": "def f(x: f64[B, 4]) = floor_div(shape(x)[0], 2) + size(x) - 1",
+    "shape": "def f(x: f64[B, 4]) = (shape(x), shape(x)[0] * shape(x)[1])",
+    # floor division of a negative run-time integer: floor, not truncation (-5 // 2 is -3)
+    "negative": "def f(x: f64[B, 4]) = (floor_div(shape(x)[0] - 6, 2), (shape(x)[0] - 6) * 3, 7 - shape(x)[0])",
+}
+"""Programs over a batch B known only at run time, each with its gradient where it has one."""
+SWEEP_VALUE_ONLY = ("sizes", "shape", "negative")
+
+
+@pytest.mark.parametrize("name", sorted(SWEEP))
+def test_programs_over_a_run_time_batch_round_trip(name: str) -> None:
+    f = anfir.parse(SWEEP[name] + "\n")["f"]
+    runs = [_data(b, (b, 4)) for b in (1, 3, 5)]
+    round_trip(f, None, None, runs)
+    if name not in SWEEP_VALUE_ONLY:
+        round_trip(anfir.grad(f), None, None, runs)
+
+
+CONTROL = anfir.parse("""
+def f(x: f64[N, 3]) =
+  let loop = lambda (i, acc) if i == 0 then acc else loop(i - 1, acc + sum(x)) end in loop(shape(x)[0], 0.0)
+def g(x: f64[N, 3]) = if shape(x)[0] > 2 then sum(x) else sum(x * x)
+""", "control.anf")
+"""A loop counting a run-time dimension down, an `if` on one (the scalar goes to a
+0-d tensor where a graph takes it)."""
+
+
+@pytest.mark.parametrize("entry", ["f", "g"])
+def test_control_flow_on_a_run_time_dimension_round_trips(entry: str) -> None:
+    round_trip(CONTROL, entry, None, [_data(n, (n, 3)) for n in (1, 3, 4)])
