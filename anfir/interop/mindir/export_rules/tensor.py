@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 
-from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, elementwise, reducer,
-                                                      registrar, static, static_shape)
+from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, dtype_of, elementwise, known,
+                                                      reducer, registrar, static, static_shape)
 from anfir.ir.nodes import CNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.mindir.common import TYPE_ID_OF
@@ -26,7 +26,6 @@ rule_of = registrar(RULES)
 ELEMENTWISE: dict[Primitive, str] = {
     tensor.matmul: "MatMulExt",
     tensor.ones_like: "OnesLike",
-    tensor.where: "Select",
 }
 """Primitives written as one MindSpore op of the same inputs."""
 for _prim, _op in ELEMENTWISE.items():
@@ -78,3 +77,20 @@ def _broadcast_to(w: Writer, node: CNode) -> str:
 
 def _static_result(node: CNode, what: str) -> tuple[int, ...]:
     return static_shape(node, what)
+
+
+@rule_of(tensor.where)
+def _where(w: Writer, node: CNode) -> str:
+    """Select(c, x, y): a constant condition stays bool (``elementwise`` would write it in
+    the dtype of the computed operands — a constant mask, e.g. of prod's gradient); a
+    constant branch takes the result's dtype."""
+    c, x, y = node.args
+    dtype = dtype_of(node.abstract)
+    inputs = []
+    for k, arg in enumerate((c, x, y)):
+        value = known(arg)
+        if value is None:
+            inputs.append(w.ref(arg))
+        else:
+            inputs.append(w.constant(value[0], "bool" if k == 0 else dtype))
+    return w.emit("Select", inputs, abstract=node.abstract)
