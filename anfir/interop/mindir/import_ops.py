@@ -585,3 +585,26 @@ def _size(ctx: Ctx) -> Node:
 
 
 __all__ = ["BINARY", "Ctx", "OPS", "UNARY"]
+
+
+# -- helper mops: the ops anfir writes for fmod, logical_xor, the bit operators ------------------
+for _name, _prim in {"Mod": elementwise.fmod, "LogicalXor": elementwise.logical_xor,
+                     "BitwiseAnd": elementwise.bitwise_and, "BitwiseOr": elementwise.bitwise_or,
+                     "BitwiseXor": elementwise.bitwise_xor}.items():
+    OPS[_name] = _elementwise(_prim, 2)
+OPS["Invert"] = _elementwise(elementwise.bitwise_not, 1)
+
+
+@_op("LeftShift", "RightShift")
+def _shift(ctx: Ctx) -> Node:
+    ctx.arity(2)
+    return ctx.call(elementwise.bit_shift, *ctx.args, direction="left" if ctx.op == "LeftShift" else "right")
+
+
+@_op("Round")
+def _round(ctx: Ctx) -> Node:
+    # Round(x) or, as MindSpore 2.10 writes it, Round(x, decimals): decimals 0 only
+    ctx.arity(1, 2)
+    if ctx.static(1, 0) != 0:
+        raise NodeError(f"Round to {ctx.static(1)} decimals (anfir's round has none)")
+    return ctx.call(elementwise.round_, ctx.args[0])

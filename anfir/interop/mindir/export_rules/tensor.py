@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 
-from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadcast, elementwise, rank_of,
-                                                      reducer, registrar, shape_operand, static, static_shape)
+from anfir.interop.mindir.export_rules.common import (SMALL_ZERO, Rule, Unsupported, broadcast, dtype_of, elementwise,
+                                                      known, numpy_dtype, rank_of, reducer, registrar, shape_operand,
+                                                      static, static_shape)
 from anfir.ir.nodes import CNode, ValueNode
 from anfir.ir.primitive import Primitive
 from anfir.interop.mindir.common import TYPE_ID_OF
@@ -26,7 +28,6 @@ rule_of = registrar(RULES)
 ELEMENTWISE: dict[Primitive, str] = {
     tensor.matmul: "MatMulExt",
     tensor.ones_like: "OnesLike",
-    tensor.where: "Select",
 }
 """Primitives written as one MindSpore op of the same inputs."""
 for _prim, _op in ELEMENTWISE.items():
@@ -94,3 +95,39 @@ def _broadcast_to(w: Writer, node: CNode) -> str:
 
 def _static_result(node: CNode, what: str) -> tuple[int, ...]:
     return static_shape(node, what)
+
+
+@rule_of(tensor.where)
+def _where(w: Writer, node: CNode) -> str:
+    """Select(c, x, y): a constant condition stays bool (``elementwise`` would write it in
+    the dtype of the computed operands — a constant mask, e.g. of prod's gradient); a
+    constant branch takes the result's dtype."""
+    c, x, y = node.args
+    dtype = dtype_of(node.abstract)
+    inputs = []
+    for k, arg in enumerate((c, x, y)):
+        value = known(arg)
+        if value is None:
+            inputs.append(w.ref(arg))
+        else:
+            inputs.append(w.constant(value[0], "bool" if k == 0 else dtype))
+    return w.emit("Select", inputs, abstract=node.abstract)
+
+
+def _filled(value: int) -> Rule:
+    """zeros / ones: a constant of the result's static shape (a BroadcastTo of a scalar
+    when large, as the zeros of a gradient are)."""
+    def rule(w: Writer, node: CNode) -> str:
+        dtype = dtype_of(node.abstract)
+        shape = static_shape(node, "a tensor constructor")
+        if dtype is None or dtype not in TYPE_ID_OF:
+            raise Unsupported(f"a tensor of {node.abstract}")
+        np_dtype = numpy_dtype(dtype)
+        if int(np.prod(shape)) <= SMALL_ZERO:
+            return w.constant(np.full(shape, value, np_dtype), dtype)
+        return broadcast(w, w.constant(np.full((), value, np_dtype), dtype), shape, node.abstract)
+    return rule
+
+
+RULES[tensor.zeros] = _filled(0)
+RULES[tensor.ones] = _filled(1)
