@@ -63,7 +63,8 @@ def one_call(prim: Any, args: tuple[Any, ...]) -> tuple[FuncGraph, list[Any], di
     """A graph computing ``prim(*args)`` from parameters (``S`` args constants), its feed, its attributes."""
     graph = FuncGraph(f"one_{prim.name}")
     given = args[-1].attrs if args and isinstance(args[-1], A) else {}
-    inputs, feed = [], []
+    inputs: list[Any] = []
+    feed: list[Any] = []
     for arg in args:
         if isinstance(arg, A):
             continue
