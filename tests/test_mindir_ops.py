@@ -20,7 +20,11 @@ from export_samples import SAMPLES, A, S  # noqa: E402
 from anfir.ir.attrs import NO_ATTRS  # noqa: E402
 from anfir.ir.graph import FuncGraph  # noqa: E402
 from anfir.ir.nodes import ValueNode  # noqa: E402
-from anfir.primitives import elementwise, reduce, tensor  # noqa: E402
+from anfir.interop.mindir import MindirError  # noqa: E402
+from anfir.interop.mindir.writer import Writer  # noqa: E402
+from anfir.ir.manager import manage  # noqa: E402
+from anfir.location import Location  # noqa: E402
+from anfir.primitives import arith, elementwise, gradient, reduce, tensor  # noqa: E402
 
 
 def leaves(value: Any) -> list[np.ndarray]:
@@ -91,3 +95,17 @@ def test_the_onnx_rule_samples_round_trip(prim: Any) -> None:
         assert got.shape == np.shape(want), where
         assert got.dtype == np.asarray(want).dtype or not isinstance(want, np.ndarray), where
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, equal_nan=True, err_msg=where)
+
+
+def test_j_of_a_function_is_a_located_error_with_its_reason() -> None:
+    # what the optimizer would leave of a gradient it could not expand: J of a graph
+    f = FuncGraph("f")
+    f.output = f.apply(arith.sin, f.add_parameter("x"))
+    g = FuncGraph("g")
+    g.add_parameter("y")
+    g.output = g.apply(gradient.J, ValueNode(f), loc=Location("left.anf", 3, 7))
+    manage(g)
+    with pytest.raises(MindirError) as info:
+        Writer(None).run(g)
+    assert "J of a function was left by the optimizer" in str(info.value)
+    assert "left.anf:3:7" in str(info.value)
