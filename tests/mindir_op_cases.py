@@ -21,7 +21,8 @@ def reductions(x, b) = (max(x, axis=None, keepdims=false), max(x, axis=1, keepdi
 def reductions_grad(x) = grad(lambda (y) sum(sin(max(y, axis=1, keepdims=true))) + sum(cos(min(y, axis=(0, 2), keepdims=true)))
                                          + sin(max(y)) + sum(sin(prod(y, axis=-1, keepdims=true))) + sin(prod(y))
                                          + sum(sin(max(y, y * 0.5))) end)(x)
-def reductions_nan(x) = (max(x, axis=1), min(x, axis=0), max(x), min(x, axis=1, keepdims=true))
+def reductions_nan(x) = (max(x, axis=1), min(x, axis=0), max(x), min(x, axis=1, keepdims=true),
+                        max(x, 0.25), min(x, transpose(x)), max(x, sum(x, axis=0)), min(1.0, x))
 def scans(x) = (argmax(x, axis=1), argmin(x), argmax(x, axis=-1, select_last=true),
                 argmin(x, axis=1, keepdims=true, select_last=true), argmax(x, axis=None),
                 argmin(x, axis=None, keepdims=true), argmax(x, axis=0, keepdims=true), cumsum(x, 1), cumsum(x),

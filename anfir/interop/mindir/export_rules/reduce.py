@@ -9,7 +9,7 @@ import numpy as np
 
 from anfir.dtypes import is_float
 from anfir.interop.mindir.common import TYPE_ID_OF
-from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, dtype_of, elementwise, reducer,
+from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, dtype_of, elementwise, known, reducer,
                                                       registrar, static_shape)
 from anfir.ir.nodes import CNode
 from anfir.ir.primitive import Primitive
@@ -35,7 +35,7 @@ def _extreme(reduction: str, binary: str) -> Rule:
 
     def rule(w: Writer, node: CNode) -> str:
         if len(node.args) == 2:
-            return pair(w, node)
+            return _nan_kept(w, node, pair(w, node))
         dtype = dtype_of(node.args[0].abstract)
         if dtype is None or not is_float(dtype):
             return over(w, node)
@@ -49,6 +49,30 @@ def _extreme(reduction: str, binary: str) -> Rule:
                                       w.constant(False, scalar=True)])
         return w.emit("Add", [reduced, spread], abstract=node.abstract)
     return rule
+
+
+def _nan_kept(w: Writer, node: CNode, pair: str) -> str:
+    """max(x, y) / min(x, y) of floats: MindSpore's Maximum / Minimum give the number where
+    the other operand is NaN, numpy's (anfir's) give NaN: each float operand's NaNs
+    (Select(IsNan(a), a, 0): NaN or 0) are added to the result."""
+    dtype = dtype_of(node.abstract)
+    if dtype is None or not is_float(dtype):
+        return pair
+    out = pair
+    for arg in node.args:
+        value = known(arg)
+        if value is not None:
+            if np.any(np.isnan(np.asarray(value[0], dtype=np.float64))):
+                out = w.emit("Add", [out, w.constant(value[0], dtype)])
+            continue
+        have = dtype_of(arg.abstract)
+        if have is None or not is_float(have):
+            continue  # an integer operand is never NaN
+        a = w.ref(arg)
+        if have != dtype:
+            a = w.emit("Cast", [a, w.constant(TYPE_ID_OF[dtype], scalar=True)])
+        out = w.emit("Add", [out, w.emit("Select", [w.emit("IsNan", [a]), a, w.emit("ZerosLike", [a])])])
+    return out
 
 
 def _axes(node: CNode) -> tuple[tuple[int, ...], bool]:
