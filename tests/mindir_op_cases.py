@@ -21,7 +21,20 @@ def reductions(x, b) = (max(x, axis=None, keepdims=false), max(x, axis=1, keepdi
 def reductions_grad(x) = grad(lambda (y) sum(sin(max(y, axis=1, keepdims=true))) + sum(cos(min(y, axis=(0, 2), keepdims=true)))
                                          + sin(max(y)) + sum(sin(prod(y, axis=-1, keepdims=true))) + sin(prod(y))
                                          + sum(sin(max(y, y * 0.5))) end)(x)
-def reductions_nan(x) = (max(x, axis=1), min(x, axis=0), max(x), min(x, axis=1, keepdims=true))
+def reductions_nan(x) = (max(x, axis=1), min(x, axis=0), max(x), min(x, axis=1, keepdims=true),
+                        max(x, 0.25), min(x, transpose(x)), max(x, sum(x, axis=0)), min(1.0, x))
+def scans(x) = (argmax(x, axis=1), argmin(x), argmax(x, axis=-1, select_last=true),
+                argmin(x, axis=1, keepdims=true, select_last=true), argmax(x, axis=None),
+                argmin(x, axis=None, keepdims=true), argmax(x, axis=0, keepdims=true), cumsum(x, 1), cumsum(x),
+                cumsum(x, axis=-1, exclusive=true), cumsum(x, 0, false, true), cumsum(x, 0, true, true),
+                cumprod(x, 1, true, true))
+def scans_grad(x) = grad(lambda (y) sum(sin(cumsum(y, 1))) + sum(sin(cumprod(y, axis=0)))
+                                    + sum(cumsum(y) * cumsum(y)) + sum(sin(cumsum(y, 0, true, true))) end)(x)
+# the optimizer leaves J(data) (the value itself) in these gradients of partial applications
+def closures(a, b) = (grad(lambda (p3) partial(lambda (a, b) a - b end, p3)(b) * p3 end)(add(a, 2.0) * 1.0),
+                      grad(lambda (p2) partial(lambda (a, b) a * b - (if b < 0.5 then b else 0.5) end, p2)(2.0)
+                                       + partial(lambda (a, b) a * b end, p2)(sum(ones((2, 3)) * -1.5) * 1.0) end)(
+                          grad(lambda (q) q * q * a end)(b)))
 def rounding(x, y, z) = (square(x), round(x), floor_div(x, y), mod(x, y), fmod(x, y), floor_div(x, 0.75),
                          mod(x, -1.5), fmod(x, 2.0), floor_div(x, z), mod(x, z), fmod(x, z))
 def rounding_grad(x, y) = grad(lambda (x, y) sum(sin(square(x))) + sum(sin(fmod(x, y))) + sum(sin(mod(x, y)))
@@ -46,6 +59,10 @@ CASES: dict[str, tuple[Any, ...]] = {
     "reductions": (_TIES, _BOOLS),
     "reductions_grad": (_TIES,),
     "reductions_nan": (_NANS,),
+    # ties (argmax/argmin: the first index, or the last with select_last)
+    "scans": (_TIES[0],),
+    "scans_grad": (_TIES[1],),
+    "closures": (1.5, 0.25),
     # half-way values for round; negative operands; zero divisors (x / 0 is inf, nan)
     "rounding": (np.array([-7.0, -2.5, -0.5, 0.5, 1.5, 2.5, 7.0, 3.0, -4.0]),
                  np.array([2.0, -2.0, 2.0, -2.0, 2.0, 2.0, -3.0, 0.0, 0.0]),

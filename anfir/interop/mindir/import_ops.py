@@ -608,3 +608,24 @@ def _round(ctx: Ctx) -> Node:
     if ctx.static(1, 0) != 0:
         raise NodeError(f"Round to {ctx.static(1)} decimals (anfir's round has none)")
     return ctx.call(elementwise.round_, ctx.args[0])
+
+
+@_op("Argmax", "Argmin")
+def _arg_extreme(ctx: Ctx) -> Node:
+    # Argmax(x, axis, output_type) as MindSpore 2.10 writes it (axis an attribute before)
+    ctx.arity(1, 3)
+    axis = ctx.static(1, ctx.attr("axis", -1))
+    out: Node = ctx.call(reduce.argmax if ctx.op == "Argmax" else reduce.argmin, ctx.args[0], axis=int(axis))
+    code = ctx.static(2, None)
+    if code is not None and _dtype(code, ctx.op) != "i64":
+        out = ctx.call(tensor.cast, out, _dtype(code, ctx.op))
+    return out
+
+
+@_op("CumSum")
+def _cumsum(ctx: Ctx) -> Node:
+    # CumSum(x, axis, exclusive, reverse) (older files: exclusive / reverse attributes)
+    ctx.arity(2, 4)
+    return ctx.call(reduce.cumsum, ctx.args[0], axis=int(ctx.static(1)),
+                    exclusive=bool(ctx.static(2, ctx.attr("exclusive", False))),
+                    reverse=bool(ctx.static(3, ctx.attr("reverse", False))))

@@ -10,9 +10,10 @@ from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadca
                                                       elementwise, leafwise, rank_of, registrar, static,
                                                       static_shape, summed_to_like, swap_last,
                                                       symbolic_shape, zero_env)
-from anfir.ir.nodes import CNode
+from anfir.ir.graph import FuncGraph
+from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
-from anfir.abstract.values import ATuple
+from anfir.abstract.values import AFunction, ATuple
 from anfir.dtypes import is_bool, is_integer
 from anfir.interop.mindir.common import TYPE_ID_OF
 from anfir.interop.mindir.environments import is_env, is_run_time, slot_types
@@ -231,3 +232,28 @@ def _vector_matmul_grad(w: Writer, node: CNode, wrt_x: bool) -> str:
         return total
     # the axis an input (a tuple), as MindSpore 2.10 writes Squeeze (an attribute crashes it)
     return w.emit("Squeeze", [total, w.constant((axis,), scalar=True)], abstract=node.abstract)
+
+
+@rule_of(gradient.J)
+def _j(w: Writer, node: CNode) -> str:
+    """``J(x)`` of data is ``x`` (as the flat exporters' rule: anfir/flat/flatten.py); J of
+    a function is a transform the ad phase left, which no MindSpore op computes."""
+    x = node.args[0]
+    if _holds_function(x):
+        raise Unsupported("J of a function was left by the optimizer (a gradient the ad phase "
+                          "could not expand statically)")
+    return w.ref(x)
+
+
+def _holds_function(node: Node) -> bool:
+    """Whether ``node``'s value is, or holds in its tuples, a function (walked with a stack)."""
+    if isinstance(node, ValueNode) and isinstance(node.value, (FuncGraph, Primitive)):
+        return True
+    stack = [node.abstract]
+    while stack:
+        abstract = stack.pop()
+        if isinstance(abstract, AFunction):
+            return True
+        if isinstance(abstract, ATuple):
+            stack.extend(abstract.items)
+    return False
