@@ -70,6 +70,7 @@ def f(x: f64[N, 3]) =
   let flat = reshape(x, (shape(x)[0] * 3,)) in
   (flat, mean(x), broadcast_to(sum(x, 0), shape(x)))
 def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, shape(x)[0])) * 2.0))
+def filled(x: f64[N, 3]) = (zeros(shape(x)) + x, ones((shape(x)[0],)) * 2.0)
 """)
     vectors = anfir.parse("""
 def mv(a, v) = sum(sin(a @ v))
@@ -81,6 +82,8 @@ def loss(w: f64[3], x: f64[N, 3]) = mean(sin(x * w)) + sum(sin(reshape(x, (3, sh
     mlp2 = anfir.load(str(ROOT / "examples" / "mlp2.anf"))
     return [
         ("shapes f64[N, 3]", shapes["f"], None, [(np.arange(3.0 * n).reshape(n, 3),) for n in (1, 4, 7)]),
+        ("zeros/ones of a run-time shape", shapes["filled"], None,
+         [(np.arange(3.0 * n).reshape(n, 3),) for n in (1, 4)]),
         ("grad with f64[N, 3]", anfir.grad(shapes["loss"], wrt=(0, 1)), None,
          [(np.array([0.5, -1.0, 2.0]), np.arange(3.0 * n).reshape(n, 3) / 7.0) for n in (2, 5)]),
         ("mlp value_and_grad f64[B, D]...", anfir.value_and_grad(mlp, wrt=(0, 1, 2, 3)), None,

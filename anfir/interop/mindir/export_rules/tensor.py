@@ -116,13 +116,19 @@ def _where(w: Writer, node: CNode) -> str:
 
 def _filled(value: int) -> Rule:
     """zeros / ones: a constant of the result's static shape (a BroadcastTo of a scalar
-    when large, as the zeros of a gradient are)."""
+    when large, as the zeros of a gradient are); with a shape known only at run time, a
+    BroadcastTo of the scalar to the run-time tuple (``zeros(shape(x))``)."""
     def rule(w: Writer, node: CNode) -> str:
         dtype = dtype_of(node.abstract)
-        shape = static_shape(node, "a tensor constructor")
         if dtype is None or dtype not in TYPE_ID_OF:
             raise Unsupported(f"a tensor of {node.abstract}")
         np_dtype = numpy_dtype(dtype)
+        try:
+            shape = static_shape(node, "a tensor constructor")
+        except Unsupported:
+            target = shape_operand(w, node.args[0], rank_of(node, "a tensor constructor"), "a tensor constructor")
+            return w.emit("BroadcastTo", [w.constant(np.full((), value, np_dtype), dtype), target],
+                          abstract=node.abstract)
         if int(np.prod(shape)) <= SMALL_ZERO:
             return w.constant(np.full(shape, value, np_dtype), dtype)
         return broadcast(w, w.constant(np.full((), value, np_dtype), dtype), shape, node.abstract)
