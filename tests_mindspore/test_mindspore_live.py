@@ -336,3 +336,15 @@ def test_loops_and_their_gradients_run_in_mindspore(mod: Any, entry: str, args: 
                                                     tmp_path: Path) -> None:
     data = anfir.export_mindir(mod, entry=entry, args=list(args))
     compare(anfir.run(mod[entry], *args), run_in_mindspore(tmp_path, data, args), entry)
+
+
+# -- shaping operators with static shapes -----------------------------------------------------
+import test_mindir_shaping as shaping_cases  # noqa: E402
+
+
+@pytest.mark.parametrize("entry", sorted(shaping_cases.ARGS))
+def test_shaping_operators_run_in_mindspore(entry: str, tmp_path: Path) -> None:
+    args = shaping_cases.ARGS[entry]
+    data = anfir.export_mindir(shaping_cases.PROGRAM, entry=entry, args=args)
+    want = tuple(tensor_leaves(anfir.run(shaping_cases.PROGRAM[entry], *args)))
+    compare(want if len(want) > 1 else want[0], run_in_mindspore(tmp_path, data, tuple(args)), entry)
