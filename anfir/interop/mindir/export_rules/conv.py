@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Optional, TYPE_CHECKING
 
 import numpy as np
 
@@ -101,9 +101,10 @@ def _max_window(node: CNode, x: Node) -> tuple[tuple[int, int], tuple[int, int],
         raise Unsupported(f"max_pool attributes: {e}") from None
     return (int(k[0]), int(k[1])), (int(st[0]), int(st[1])), [int(p) for p in pads]
 
-def _pad_lowest(w: Writer, x: Node, pads: list[int]) -> tuple[str, tuple[int, ...]]:
-    """x padded with the value that never wins a maximum (-inf, an integer's minimum), as
-    Concat with broadcast constant blocks: MindSpore's MaxPool pads only as SAME/VALID."""
+def _pad_lowest(w: Writer, x: Node, pads: list[int], zero: bool = False) -> tuple[str, tuple[int, ...]]:
+    """x padded with the value that never wins a maximum (-inf, an integer's minimum), or
+    with zeros (``zero``: an average pool's padding), as Concat with broadcast constant
+    blocks: MindSpore's MaxPool and AvgPool pad only as SAME/VALID."""
     if not any(pads):
         return w.ref(x), batch_probe(x, "max_pool")
     try:
@@ -116,7 +117,7 @@ def _pad_lowest(w: Writer, x: Node, pads: list[int]) -> tuple[str, tuple[int, ..
     kind = np.dtype(numpy_dtype(dtype))
     if kind.kind not in "fiu":
         raise Unsupported(f"max_pool of {dtype}")
-    low = kind.type(-np.inf) if kind.kind == "f" else np.iinfo(kind).min
+    low = kind.type(0) if zero else kind.type(-np.inf) if kind.kind == "f" else np.iinfo(kind).min
     fill = w.constant(np.asarray(low, kind), dtype)
     for axis, (before, after) in ((2, (pads[0], pads[2])), (3, (pads[1], pads[3]))):
         if before == after == 0:
@@ -157,18 +158,73 @@ def _avg_inputs(w: Writer, kernel: tuple[int, int], stride: tuple[int, int]) -> 
     return [w.constant(kernel, scalar=True), w.constant(stride, scalar=True), w.constant(2, scalar=True),
             w.constant(0, scalar=True)]
 
+def _avg_padding(node: CNode, x: Node) -> Optional[tuple[tuple[int, int], tuple[int, int], list[int], Any]]:
+    """(kernel, stride, pads top/left/bottom/right, the valid fraction of each window or
+    None when pads count) of a padded 2-d average pool; None without padding."""
+    attrs = dict(node.attrs) if node.attrs else {}
+    if attrs.get("padding", 0) in (0, (0, 0), (0, 0, 0, 0)):
+        return None
+    if attrs.get("ceil_mode", False) or attrs.get("dilation", 1) not in (1, (1, 1)):
+        raise Unsupported("avg_pool with ceil_mode or dilation (MindSpore's AvgPool has neither)")
+    xs = static_shape(x, "padded avg_pool")
+    if len(xs) != 4:
+        raise Unsupported("avg_pool that is not 2-d")
+    try:
+        _, k, st, pads, _, _ = conv_params_pool(np.broadcast_to(np.zeros((), np.float32), xs), attrs.get("kernel"),
+                                                attrs.get("stride"), attrs.get("padding", 0), 1, False, "avg_pool")
+    except Exception as e:  # an AnfirError of the attributes: the node cannot be written
+        raise Unsupported(f"avg_pool attributes: {e}") from None
+    kernel, stride = (int(k[0]), int(k[1])), (int(st[0]), int(st[1]))
+    pads = [int(p) for p in pads]
+    fraction = None
+    if not attrs.get("count_include_pad", True):
+        # the share of each window inside x: the mean of a padded mask of ones
+        mask = np.pad(np.ones(xs[2:]), ((pads[0], pads[2]), (pads[1], pads[3])))
+        oh = (mask.shape[0] - kernel[0]) // stride[0] + 1
+        ow = (mask.shape[1] - kernel[1]) // stride[1] + 1
+        fraction = np.array([[mask[i * stride[0]:i * stride[0] + kernel[0], j * stride[1]:j * stride[1] + kernel[1]].mean()
+                              for j in range(ow)] for i in range(oh)]).reshape(1, 1, oh, ow)
+    return kernel, stride, pads, fraction
+
+
 @rule_of(conv.avg_pool)
 def _avg_pool(w: Writer, node: CNode) -> str:
-    kernel, stride = _window(node, node.args[0], "avg_pool")
-    return w.emit("AvgPool", [w.ref(node.args[0]), *_avg_inputs(w, kernel, stride)], abstract=node.abstract)
+    padded = _avg_padding(node, node.args[0])
+    if padded is None:
+        kernel, stride = _window(node, node.args[0], "avg_pool")
+        return w.emit("AvgPool", [w.ref(node.args[0]), *_avg_inputs(w, kernel, stride)], abstract=node.abstract)
+    # AvgPool of x padded with zeros; without counting the pads, divided by each window's
+    # share inside x (a constant)
+    kernel, stride, pads, fraction = padded
+    x, _ = _pad_lowest(w, node.args[0], pads, zero=True)
+    out = w.emit("AvgPool", [x, *_avg_inputs(w, kernel, stride)],
+                 abstract=node.abstract if fraction is None else None)
+    if fraction is None:
+        return out
+    dtype = dtype_of(node.abstract) or "f32"
+    return w.emit("RealDiv", [out, w.constant(fraction.astype(numpy_dtype(dtype)), dtype)], abstract=node.abstract)
+
 
 @rule_of(conv.avg_pool_grad)
 def _avg_pool_grad(w: Writer, node: CNode) -> str:
     dout, x = node.args
-    kernel, stride = _window(node, x, "avg_pool")
-    out = w.emit("AvgPool", [w.ref(x), *_avg_inputs(w, kernel, stride)])
-    return w.emit("AvgPoolGrad", [w.ref(x), out, w.ref(dout), *_avg_inputs(w, kernel, stride)],
-                  abstract=node.abstract)
+    padded = _avg_padding(node, x)
+    if padded is None:
+        kernel, stride = _window(node, x, "avg_pool")
+        out = w.emit("AvgPool", [w.ref(x), *_avg_inputs(w, kernel, stride)])
+        return w.emit("AvgPoolGrad", [w.ref(x), out, w.ref(dout), *_avg_inputs(w, kernel, stride)],
+                      abstract=node.abstract)
+    kernel, stride, pads, fraction = padded
+    dtype = dtype_of(node.abstract) or "f32"
+    g = w.ref(dout) if fraction is None else w.emit(
+        "RealDiv", [w.ref(dout), w.constant(fraction.astype(numpy_dtype(dtype)), dtype)])
+    xp, _ = _pad_lowest(w, x, pads, zero=True)
+    out = w.emit("AvgPool", [xp, *_avg_inputs(w, kernel, stride)])
+    grad = w.emit("AvgPoolGrad", [xp, out, g, *_avg_inputs(w, kernel, stride)])
+    # the padding's gradient cut off: Slice(grad, begin, size)
+    return w.emit("Slice", [grad, w.constant((0, 0, pads[0], pads[1]), scalar=True),
+                            w.constant(static_shape(x, "avg_pool"), scalar=True)], abstract=node.abstract)
+
 
 @rule_of(conv.channel_sum)
 def _channel_sum(w: Writer, node: CNode) -> str:
