@@ -33,6 +33,8 @@ def pools(x: f32[2, 3, 7, 6]) =
 def pool_loss(x: f32[2, 3, 7, 6]) =
   sum(sin(avg_pool(x, 2, padding=(1, 0), count_include_pad=false))) + sum(avg_pool(x, 3, 2, 1) ** 2)
 def g_pools(x: f32[2, 3, 7, 6]) = grad(pool_loss)(x)
+def takes(x: f64[4, 5], i: i64[3], k: i64) =
+  (gather(x, i), gather(x, i, 1), gather(x, k, -1), gather(x, array((-1, 0, 2)), 1))
 """, "shaping.anf")
 
 RNG = np.random.default_rng(4)
@@ -40,7 +42,8 @@ ARGS = {"joins": [RNG.normal(size=(2, 3)), RNG.normal(size=(2, 3))], "cuts": [RN
         "pads": [RNG.normal(size=(2, 3))], "loss": [RNG.normal(size=(4, 6)), RNG.normal(size=(4, 6))],
         "g": [RNG.normal(size=(4, 6)), RNG.normal(size=(4, 6))],
         "pools": [RNG.normal(size=(2, 3, 7, 6)).astype(np.float32)],
-        "g_pools": [RNG.normal(size=(2, 3, 7, 6)).astype(np.float32)]}
+        "g_pools": [RNG.normal(size=(2, 3, 7, 6)).astype(np.float32)],
+        "takes": [RNG.normal(size=(4, 5)), np.array([3, -1, -4]), np.int64(-2)]}
 
 
 def leaves(value: Any) -> list[np.ndarray]:

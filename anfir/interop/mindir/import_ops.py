@@ -629,3 +629,15 @@ def _cumsum(ctx: Ctx) -> Node:
     return ctx.call(reduce.cumsum, ctx.args[0], axis=int(ctx.static(1)),
                     exclusive=bool(ctx.static(2, ctx.attr("exclusive", False))),
                     reverse=bool(ctx.static(3, ctx.attr("reverse", False))))
+
+
+# -- the lead: indexing
+@_op("Gather")
+def _gather(ctx: Ctx) -> Node:
+    # Gather(x, indices, axis, batch_dims): numpy take along the axis (batch_dims 0)
+    ctx.arity(2, 4)
+    axis, batch_dims = ctx.static(2, ctx.attr("axis", 0)), ctx.static(3, ctx.attr("batch_dims", 0))
+    if not isinstance(axis, int) or isinstance(axis, bool) or batch_dims not in (0, None):
+        raise NodeError(f"Gather with axis {axis!r:.40} and batch_dims {batch_dims!r:.40} (anfir reads an "
+                        "integer axis, batch_dims 0)")
+    return ctx.call(indexing.gather, ctx.args[0], ctx.args[1], axis=axis)

@@ -18,13 +18,14 @@ from __future__ import annotations
 from types import ModuleType
 
 from anfir.interop.export_common import room_tables
-from anfir.interop.mindir.export_rules import (arith, conv, elementwise, gradient, loops, nn, reduce, shaping,
+from anfir.interop.mindir.export_rules import (arith, conv, elementwise, gradient, indexing, loops, nn, reduce,
+                                               shaping,
                                                structure, tensor)
 from anfir.interop.mindir.export_rules.common import Rule
 from anfir.ir.primitive import Primitive
 
 MODULES: tuple[ModuleType, ...] = (arith, elementwise, tensor, shaping, nn, conv, structure, gradient, loops,
-                                   reduce)
+                                   reduce, indexing)
 """Each family's rule module, in the fixed order :data:`RULES` merges them."""
 
 FAMILIES: tuple[dict[Primitive, Rule], ...] = tuple(module.RULES for module in MODULES)
