@@ -35,6 +35,8 @@ def pool_loss(x: f32[2, 3, 7, 6]) =
 def g_pools(x: f32[2, 3, 7, 6]) = grad(pool_loss)(x)
 def takes(x: f64[4, 5], i: i64[3], k: i64) =
   (gather(x, i), gather(x, i, 1), gather(x, k, -1), gather(x, array((-1, 0, 2)), 1))
+def embed(x: f64[4, 5], i: i64[2, 3]) = sum(sin(gather(x, i)) * gather(x, i))
+def g_embed(x: f64[4, 5], i: i64[2, 3]) = grad(embed)(x, i)
 """, "shaping.anf")
 
 RNG = np.random.default_rng(4)
@@ -43,7 +45,8 @@ ARGS = {"joins": [RNG.normal(size=(2, 3)), RNG.normal(size=(2, 3))], "cuts": [RN
         "g": [RNG.normal(size=(4, 6)), RNG.normal(size=(4, 6))],
         "pools": [RNG.normal(size=(2, 3, 7, 6)).astype(np.float32)],
         "g_pools": [RNG.normal(size=(2, 3, 7, 6)).astype(np.float32)],
-        "takes": [RNG.normal(size=(4, 5)), np.array([3, -1, -4]), np.int64(-2)]}
+        "takes": [RNG.normal(size=(4, 5)), np.array([3, -1, -4]), np.int64(-2)],
+        "g_embed": [RNG.normal(size=(4, 5)), np.array([[0, 3, -1], [3, 3, 1]])]}
 
 
 def leaves(value: Any) -> list[np.ndarray]:

@@ -641,3 +641,14 @@ def _gather(ctx: Ctx) -> Node:
         raise NodeError(f"Gather with axis {axis!r:.40} and batch_dims {batch_dims!r:.40} (anfir reads an "
                         "integer axis, batch_dims 0)")
     return ctx.call(indexing.gather, ctx.args[0], ctx.args[1], axis=axis)
+
+
+@_op("UnsortedSegmentSum")
+def _unsorted_segment_sum(ctx: Ctx) -> Node:
+    # (data, segment ids, n): rows of data added into n rows — gather_grad along axis 0 of a
+    # zero tensor of the result's shape (MindSpore records it on the node)
+    ctx.arity(3)
+    if ctx.out_shape is None or ctx.out_dtype is None:
+        raise NodeError("UnsortedSegmentSum without a recorded result shape")
+    zeros = ctx.call(tensor.zeros, ValueNode(tuple(ctx.out_shape)), ValueNode(ctx.out_dtype))
+    return ctx.call(indexing.gather_grad, ctx.args[0], zeros, ctx.args[1], axis=0)

@@ -9,7 +9,7 @@ import numpy as np
 from anfir.interop.mindir.common import TYPE_ID_OF
 from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, dtype_of, known, numpy_dtype, registrar,
                                                       static_shape)
-from anfir.ir.nodes import CNode
+from anfir.ir.nodes import CNode, Node
 from anfir.ir.primitive import Primitive
 from anfir.primitives import indexing
 
@@ -33,21 +33,38 @@ def _gather(w: Writer, node: CNode) -> str:
     axis = axis + len(shape) if axis < 0 else axis
     if not 0 <= axis < len(shape):
         raise Unsupported(f"gather along axis {axis} of a rank-{len(shape)} tensor")
-    dim = shape[axis]
+    ref = _positive(w, indices, shape[axis])
+    return w.emit("Gather", [w.ref(x), ref, w.constant(axis, scalar=True), w.constant(0, scalar=True)],
+                  abstract=node.abstract)
+
+
+def _positive(w: Writer, indices: Node, dim: int) -> str:
+    """The indices with a negative one counted from the end (numpy's take; MindSpore's
+    Gather and UnsortedSegmentSum do not): a constant normalised now, otherwise
+    indices + Cast(indices < 0) * dim."""
     value = known(indices)
     if value is not None:
         index = np.asarray(value[0])
         if index.dtype.kind not in "iu":
-            raise Unsupported(f"gather with indices of {index.dtype}")
-        ref = w.constant(np.where(index < 0, index + dim, index).astype(np.int64), "i64")
-    else:
-        idtype = dtype_of(indices.abstract)
-        if idtype is None or idtype not in TYPE_ID_OF or not idtype.startswith(("i", "u")):
-            raise Unsupported(f"gather with indices of {indices.abstract}")
-        raw = w.ref(indices)
-        negative = w.emit("Less", [raw, w.constant(np.zeros((), numpy_dtype(idtype)), idtype)])
-        shift = w.emit("Mul", [w.emit("Cast", [negative, w.constant(TYPE_ID_OF[idtype], scalar=True)]),
-                               w.constant(np.asarray(dim, numpy_dtype(idtype)), idtype)])
-        ref = w.emit("Add", [raw, shift])
-    return w.emit("Gather", [w.ref(x), ref, w.constant(axis, scalar=True), w.constant(0, scalar=True)],
-                  abstract=node.abstract)
+            raise Unsupported(f"indices of {index.dtype}")
+        return w.constant(np.where(index < 0, index + dim, index).astype(np.int64), "i64")
+    idtype = dtype_of(indices.abstract)
+    if idtype is None or idtype not in TYPE_ID_OF or not idtype.startswith(("i", "u")):
+        raise Unsupported(f"indices of {indices.abstract}")
+    raw = w.ref(indices)
+    negative = w.emit("Less", [raw, w.constant(np.zeros((), numpy_dtype(idtype)), idtype)])
+    shift = w.emit("Mul", [w.emit("Cast", [negative, w.constant(TYPE_ID_OF[idtype], scalar=True)]),
+                           w.constant(np.asarray(dim, numpy_dtype(idtype)), idtype)])
+    return w.emit("Add", [raw, shift])
+
+
+@rule_of(indexing.gather_grad)
+def _gather_grad(w: Writer, node: CNode) -> str:
+    # along axis 0: UnsortedSegmentSum(dout, indices, rows) — dout's rows added into x's rows
+    dout, x, indices = node.args
+    shape = static_shape(x, "gather_grad")
+    axis = int(node.attrs.get("axis", 0)) if node.attrs else 0
+    if (axis + len(shape) if axis < 0 else axis) != 0:
+        raise Unsupported("gather_grad along an axis other than 0 (UnsortedSegmentSum sums rows)")
+    return w.emit("UnsortedSegmentSum", [w.ref(dout), _positive(w, indices, shape[0]),
+                                         w.constant(int(shape[0]), scalar=True)], abstract=node.abstract)
