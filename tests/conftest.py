@@ -22,3 +22,20 @@ def default_recursion_limit():
     sys.setrecursionlimit(DEFAULT_RECURSION_LIMIT)
     yield
     sys.setrecursionlimit(old)
+
+
+
+@pytest.fixture(autouse=True)
+def mindir_round_trip(monkeypatch):
+    """Every program a test exports to ONNX also round-trips MindIR (issue 29): the check
+    of tests/mindir_parity.py runs after each ONNX export (``anfir.export_onnx`` calls
+    the exporter module's function, which is wrapped)."""
+    try:
+        from anfir.interop.onnx import exporter
+    except ImportError:  # without onnx there is no ONNX export to follow
+        yield
+        return
+    from mindir_parity import wrap
+
+    monkeypatch.setattr(exporter, "export_onnx", wrap(exporter.export_onnx))
+    yield
