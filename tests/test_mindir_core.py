@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import anfir
+from anfir.primitives.loops import flatten_value
 import anfir.interop.mindir.schema
 from anfir.interop.mindir import MindirError
 
@@ -31,14 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 def leaves(value: Any) -> list[Any]:
     """The leaves of a nested tuple, in order (iteratively)."""
-    out, stack = [], [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        else:
-            out.append(item)
-    return out
+    return flatten_value(value)[0]
 
 
 def round_trip(source: Any, entry: Any, args: Any, runs: Sequence[tuple[Any, ...]]) -> bytes:

@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import anfir  # noqa: E402
+from anfir.primitives.loops import flatten_value  # noqa: E402
 from mindir_op_cases import CASES, SOURCE  # noqa: E402
 from export_samples import SAMPLES, A, S  # noqa: E402
 from anfir.ir.attrs import NO_ATTRS  # noqa: E402
@@ -29,14 +30,7 @@ from anfir.primitives import arith, elementwise, gradient, reduce, tensor  # noq
 
 def leaves(value: Any) -> list[np.ndarray]:
     """The non-tuple items of a nested value, in order."""
-    out, stack = [], [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        else:
-            out.append(np.asarray(item))
-    return out
+    return [np.asarray(v) for v in flatten_value(value)[0]]
 
 
 @pytest.fixture(scope="module")

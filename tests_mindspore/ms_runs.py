@@ -18,14 +18,7 @@ import sys
 
 import numpy as np
 
-
-def flat(value, out):
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            flat(v, out)
-    else:
-        out.append(value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value))
-    return out
+from ms_runner import flat  # the same flattening of a result (this script's folder is on sys.path)
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import anfir  # noqa: E402
+from anfir.primitives.loops import flatten_value  # noqa: E402
 
 RUNNER = Path(__file__).resolve().parent / "ms_runs.py"
 TIMEOUT = 170
@@ -36,14 +37,8 @@ def mindspore_python() -> str:
 
 
 def leaves(value: Any) -> list[np.ndarray]:
-    out, stack = [], [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, tuple):
-            stack.extend(reversed(item))
-        else:
-            out.append(np.asarray(item))
-    return out
+    """The non-tuple items of a nested value, in order."""
+    return [np.asarray(v) for v in flatten_value(value)[0]]
 
 
 def _reduction_cases() -> list[tuple[str, Any, Any, list[tuple[Any, ...]]]]:

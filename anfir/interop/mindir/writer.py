@@ -13,7 +13,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from anfir.abstract.values import AScalar, AString, ATensor, ATuple
+from anfir.abstract.lattice import tuple_leaves
+from anfir.abstract.values import AScalar, AString, ATensor
 from anfir.dtypes import LITERAL_DTYPES, dtype_name, is_integer
 from anfir.interop.mindir.common import TENSOR_TYPE_OF, TYPE_ID_OF, MindirError, write_tensor
 from anfir.interop.mindir.environments import EnvLayout, plan
@@ -408,14 +409,7 @@ STRING_VALUE = ("a string value: MindSpore's runtime computes no strings (a Grap
 
 def _holds_string(abstract: Any) -> bool:
     """Whether a value of type ``abstract`` is or holds (in nested tuples) a string."""
-    stack = [abstract]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, AString):
-            return True
-        if isinstance(item, ATuple):
-            stack.extend(item.items)
-    return False
+    return any(isinstance(leaf, AString) for leaf in tuple_leaves(abstract))
 
 
 __all__ = ["MAX_CONSTANT_NESTING", "STRING_VALUE", "Writer"]

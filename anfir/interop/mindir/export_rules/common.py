@@ -59,23 +59,12 @@ def elementwise(op: str) -> Rule:
         # kernels by exact dtypes).
         constants = [known(a) for a in node.args]
         promoted = promoted_dtype(op, node)
-        if promoted is not None:  # an integer operand of a float result: both in the float dtype
+        if promoted is not None:  # operands of two dtypes: both in the promoted one
             return w.emit(op, [as_dtype(w, a, promoted) if k is None else w.constant(k[0], promoted)
                                for a, k in zip(node.args, constants)], abstract=node.abstract)
         others = [dtype_of(a.abstract) for a, k in zip(node.args, constants) if k is None]
         dtype = next((d for d in others if d), None) or dtype_of(node.abstract)
-        computed = {d for d in others if d}
-        if op in PROMOTING and len(computed) > 1:
-            # operands of two dtypes (i32 with i64): both in the promoted one
-            dtype = str(dtype_name(np.result_type(*(numpy_dtype(d) for d in sorted(computed)))))
-        inputs = []
-        for a, k in zip(node.args, constants):
-            if k is not None:
-                inputs.append(w.constant(k[0], dtype))
-            elif op in PROMOTING and dtype is not None and dtype_of(a.abstract) not in (None, dtype):
-                inputs.append(w.emit("Cast", [w.ref(a), w.constant(TYPE_ID_OF[dtype], scalar=True)]))
-            else:
-                inputs.append(w.ref(a))
+        inputs = [w.ref(a) if k is None else w.constant(k[0], dtype) for a, k in zip(node.args, constants)]
         return w.emit(op, inputs, abstract=node.abstract)
     return rule
 
@@ -297,9 +286,10 @@ integer with a float computes in the float) — MindSpore computes them in its f
 operand's integer dtype, a float constant truncated into it."""
 
 def promoted_dtype(op: str, node: CNode) -> Optional[str]:
-    """The float dtype both operands of ``op`` are computed in when one operand (or a
-    constant) is an integer and the other a float — ``n * 0.5`` with ``n`` an i64 is 1.5
-    in anfir — or None when no promotion is needed."""
+    """The dtype both operands of ``op`` are computed in when anfir promotes them: the float
+    one when one operand (or a constant) is an integer and the other a float — ``n * 0.5``
+    with ``n`` an i64 is 1.5 in anfir —, numpy's promotion when two computed operands have
+    different dtypes (``i32`` with ``i64``); None when no promotion is needed."""
     if op not in PROMOTING or len(node.args) != 2:
         return None
     kinds: list[Optional[str]] = []
@@ -315,11 +305,13 @@ def promoted_dtype(op: str, node: CNode) -> Optional[str]:
         return None
     floats = [k for k in kinds if k is not None and is_float(k)]
     ints = [k for k in kinds if k is not None and is_integer(k)]
-    if not floats or not ints:
-        return None
-    out = dtype_of(node.abstract)
-    target = out if out is not None and is_float(out) else floats[0]
-    return target
+    if floats and ints:
+        out = dtype_of(node.abstract)
+        return out if out is not None and is_float(out) else floats[0]
+    computed = sorted({k for a, k in zip(node.args, kinds) if k is not None and known(a) is None})
+    if len(computed) > 1:
+        return str(dtype_name(np.result_type(*(numpy_dtype(d) for d in computed))))
+    return None
 
 def as_dtype(w: Writer, node: Node, dtype: str) -> str:
     """``node``'s value in ``dtype`` (a Cast when it has another; a run-time scalar

@@ -13,6 +13,7 @@ from anfir.interop.mindir.export_rules.common import (Rule, Unsupported, broadca
 from anfir.ir.graph import FuncGraph
 from anfir.ir.nodes import CNode, Node, ValueNode
 from anfir.ir.primitive import Primitive
+from anfir.abstract.lattice import tuple_leaves
 from anfir.abstract.values import AFunction, ATuple
 from anfir.dtypes import is_bool, is_integer
 from anfir.interop.mindir.common import TYPE_ID_OF
@@ -249,11 +250,4 @@ def _holds_function(node: Node) -> bool:
     """Whether ``node``'s value is, or holds in its tuples, a function (walked with a stack)."""
     if isinstance(node, ValueNode) and isinstance(node.value, (FuncGraph, Primitive)):
         return True
-    stack = [node.abstract]
-    while stack:
-        abstract = stack.pop()
-        if isinstance(abstract, AFunction):
-            return True
-        if isinstance(abstract, ATuple):
-            stack.extend(abstract.items)
-    return False
+    return any(isinstance(leaf, AFunction) for leaf in tuple_leaves(node.abstract))
